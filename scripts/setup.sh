@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs vitpipe's Debian 12 packages (only the missing ones) and builds it into build/.
+#   scripts/setup.sh            what the vitpipe binary needs
+#   scripts/setup.sh --tests    plus the reference stack the tests compare against (PyTorch, Pillow, scikit-learn)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake pkg-config
+  libdnnl-dev                       # oneDNN: CPU GEMM kernels
+  libopenmpi-dev openmpi-bin        # MPI: pipeline/data parallelism across processes
+  libspng-dev libjpeg62-turbo-dev   # PNG and JPEG decoding
+  nlohmann-json3-dev libcli11-dev libyaml-cpp-dev  # JSON, command line, YAML configs
+  libcurl4-openssl-dev libssl-dev ca-certificates  # Hugging Face Hub downloads, sha256
+  libzip-dev                        # reading pytorch_model.bin (a zip archive)
+  libgtest-dev libbenchmark-dev)    # unit tests, micro-benchmarks
+if [[ "${1:-}" == "--tests" ]]; then
+  # Reference implementations the tests check against; OpenBLAS so the PyTorch peer runs at its real speed.
+  packages+=(python3 python3-torch python3-pil python3-sklearn python3-numpy libopenblas0-pthread)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"

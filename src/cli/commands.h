@@ -1,0 +1,11 @@
+// Each subcommand of `vitpipe` lives in its own file and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace vitpipe::cli {
+
+// Adds the subcommand and its callback to `app`. Callbacks throw vitpipe::Error on bad input.
+void add_info_command(CLI::App& app);
+
+}  // namespace vitpipe::cli

@@ -1,0 +1,26 @@
+// vitpipe: fine-tune Hugging Face Vision Transformers on medical images, on CPUs (and later GPUs), with pipeline
+// and data parallelism.
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"vitpipe: fine-tune Hugging Face Vision Transformers on medical images"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "vitpipe 0.1.0");
+  vitpipe::cli::add_info_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const vitpipe::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,34 @@
+// A progress line: redrawn in place on a terminal, plain log lines at a modest rate when stderr is a file or pipe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace vitpipe {
+
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, int64_t total, std::string unit = "it");
+  ~ProgressBar();
+  // Sets the absolute position; `detail` is appended (e.g. "loss 0.213").
+  void update(int64_t done, const std::string& detail = "");
+  void finish(const std::string& detail = "");
+  static bool stderr_is_terminal();
+
+ private:
+  void draw(bool final_line, const std::string& detail);
+  std::string label_;
+  int64_t total_;
+  std::string unit_;
+  int64_t done_ = 0;
+  bool terminal_;
+  bool finished_ = false;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_draw_;
+};
+
+std::string format_duration(double seconds);
+std::string format_bytes(double bytes);
+
+}  // namespace vitpipe
