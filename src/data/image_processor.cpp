@@ -5,6 +5,9 @@
 #include "util/error.h"
 
 namespace vitpipe {
+namespace {
+constexpr size_t kKeepScratchBytes = size_t{64} << 20;  // per-thread resize buffer kept between calls
+}  // namespace
 
 float preprocess_value(uint8_t value, int channel, const PreprocessorConfig& config) {
   // rescale: numpy multiplies in float64 (transformers upcasts first), then casts to float32.
@@ -57,6 +60,7 @@ void ImageProcessor::process(const DecodedImage& image, float* out_chw) const {
   resize_like_pillow(image.pixels.data(), image.width, image.height, image.channels, resized.data(), width, height,
                      filter_);
   normalize(resized.data(), image.channels, height * width, out_chw);
+  if (resized.capacity() > kKeepScratchBytes) std::vector<uint8_t>().swap(resized);
 }
 
 void ImageProcessor::process(const RgbImage& image, float* out_chw) const {
@@ -71,6 +75,7 @@ void ImageProcessor::process(const RgbImage& image, float* out_chw) const {
   resized.resize(static_cast<size_t>(height * width * 3));
   resize_like_pillow(image.pixels.data(), image.width, image.height, 3, resized.data(), width, height, filter_);
   normalize(resized.data(), 3, height * width, out_chw);
+  if (resized.capacity() > kKeepScratchBytes) std::vector<uint8_t>().swap(resized);
 }
 
 void ImageProcessor::process_file(const std::filesystem::path& path, float* out_chw) const {

@@ -70,8 +70,7 @@ bool decode_raw(const uint8_t* data, size_t size, RawJpeg& out, ErrorManager& er
   } else if (components == 4) {
     cinfo.out_color_space = JCS_CMYK;
   } else {
-    std::snprintf(err.message, sizeof err.message, "JPEG with %d components is not supported (1, 3 or 4)",
-                  components);
+    std::snprintf(err.message, sizeof err.message, "JPEG with %d components is not supported (1, 3 or 4)", components);
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
@@ -81,8 +80,8 @@ bool decode_raw(const uint8_t* data, size_t size, RawJpeg& out, ErrorManager& er
     std::snprintf(err.message, sizeof err.message,
                   "JPEG is %lldx%lld = %lld pixels, more than the limit of %lld (refused as a possible "
                   "decompression bomb)",
-                  static_cast<long long>(width), static_cast<long long>(height),
-                  static_cast<long long>(width * height), static_cast<long long>(kMaxImagePixels));
+                  static_cast<long long>(width), static_cast<long long>(height), static_cast<long long>(width * height),
+                  static_cast<long long>(kMaxImagePixels));
     jpeg_destroy_decompress(&cinfo);
     return false;
   }

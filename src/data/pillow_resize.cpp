@@ -182,6 +182,7 @@ inline uint8_t clip8(int32_t sum) {
 }
 
 constexpr int32_t kRoundingBias = 1 << (kPrecisionBits - 1);
+constexpr size_t kKeepScratchBytes = size_t{64} << 20;  // per-thread scratch kept between calls
 
 // Rows [row_begin, row_begin + rows) of `in` resampled along x into `out` (rows x out_width).
 template <int C>
@@ -268,6 +269,7 @@ void resize_convolution(const uint8_t* in, int64_t in_width, int64_t in_height, 
   temp.resize(static_cast<size_t>((row_last - row_first) * out_width * C));
   horizontal_pass<C>(in, in_width, row_first, row_last - row_first, *horizontal, out_width, temp.data());
   vertical_pass(temp.data(), out_width * C, row_first, *vertical, out_height, out);
+  if (temp.capacity() > kKeepScratchBytes) std::vector<uint8_t>().swap(temp);  // one huge image: give it back
 }
 
 }  // namespace
@@ -300,8 +302,7 @@ void resize_like_pillow(const uint8_t* in, int64_t in_width, int64_t in_height, 
                         int64_t out_width, int64_t out_height, ResampleFilter filter) {
   VP_REQUIRE(channels == 1 || channels == 3, "resize: expected 1 or 3 channels, got ", channels);
   VP_REQUIRE(in_width > 0 && in_height > 0, "resize: empty input image ", in_width, "x", in_height);
-  VP_REQUIRE(out_width > 0 && out_height > 0, "resize: output size must be positive, got ", out_width, "x",
-             out_height);
+  VP_REQUIRE(out_width > 0 && out_height > 0, "resize: output size must be positive, got ", out_width, "x", out_height);
   VP_REQUIRE(in_width < (int64_t{1} << 31) && in_height < (int64_t{1} << 31) && out_width < (int64_t{1} << 31) &&
                  out_height < (int64_t{1} << 31),
              "resize: sizes beyond 2^31 are not supported");

@@ -11,10 +11,9 @@
 #include "data/image.h"
 #include "data/image_processor.h"
 #include "data/jpeg_decoder.h"
-#include "data/png_decoder.h"
 #include "data/pillow_resize.h"
+#include "data/png_decoder.h"
 #include "util/error.h"
-#include "util/random.h"
 
 namespace vitpipe {
 namespace {
@@ -77,8 +76,7 @@ TEST(ImageDecode, MissingAndUnreadableFilesNameThePath) {
 
 TEST(ImageDecode, BadMemoryInputsAreRefused) {
   const uint8_t nothing[1] = {0};
-  EXPECT_NE(error_of([&] { decode_image_memory(nothing, 0, "a.png"); }).find("a.png: empty file"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { decode_image_memory(nothing, 0, "a.png"); }).find("a.png: empty file"), std::string::npos);
   const uint8_t text[] = "hello world";
   EXPECT_NE(error_of([&] { decode_image_memory(text, sizeof text, "b.png"); }).find("not a PNG or JPEG"),
             std::string::npos);

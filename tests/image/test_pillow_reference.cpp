@@ -96,9 +96,8 @@ std::string compare_pixels(const std::vector<uint8_t>& got, const std::vector<ui
   if (differing == 0) return "";
   const int64_t pixel = static_cast<int64_t>(first) / channels;
   std::ostringstream out;
-  out << differing << " of " << got.size() << " bytes differ; first at x=" << pixel % width
-      << " y=" << pixel / width << " c=" << first % channels << ": got " << int(got[first]) << ", want "
-      << int(want[first]);
+  out << differing << " of " << got.size() << " bytes differ; first at x=" << pixel % width << " y=" << pixel / width
+      << " c=" << first % channels << ": got " << int(got[first]) << ", want " << int(want[first]);
   return out.str();
 }
 
@@ -199,9 +198,8 @@ TEST(PillowReference, PreprocessMatchesViTImageProcessor) {
       if (std::memcmp(&out[i], &want, 4) != 0 && differing++ == 0) first = i;
       if (std::memcmp(&out_rgb[i], &want, 4) != 0) ++differing_rgb;
     }
-    std::string what = fs::path(c.at(0)).filename().string() + " resize=" + c.at(1) + " " + c.at(2) + "x" +
-                       c.at(3) + " f" + c.at(4) + " rescale=" + c.at(5) + " normalize=" + c.at(7) + " mean0=" +
-                       c.at(8);
+    std::string what = fs::path(c.at(0)).filename().string() + " resize=" + c.at(1) + " " + c.at(2) + "x" + c.at(3) +
+                       " f" + c.at(4) + " rescale=" + c.at(5) + " normalize=" + c.at(7) + " mean0=" + c.at(8);
     EXPECT_EQ(differing, 0u) << what << ": first difference at " << first;
     EXPECT_EQ(differing_rgb, 0u) << what << " (RGB path)";
   }
