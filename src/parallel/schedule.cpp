@@ -103,7 +103,7 @@ std::string to_string(const Instruction& instruction) {
 int p2p_tag(MessageKind kind, int micro_batch, int chunk, int virtual_stages) {
   const long long tag =
       static_cast<long long>(kind) + 2LL * (chunk + static_cast<long long>(virtual_stages) * micro_batch);
-  return static_cast<int>(tag % 32768);
+  return static_cast<int>(tag % 32000);  // tags from 32000 up are the communicators' own (kMaxUserTag)
 }
 
 namespace {

@@ -72,8 +72,8 @@ std::vector<std::vector<Instruction>> make_all_schedules(ScheduleKind kind, int 
 
 inline int virtual_stage_of(int stages, int stage, int chunk) { return chunk * stages + stage; }
 
-// Tags for the point-to-point messages of one step: distinct per (direction, micro-batch, chunk) modulo the
-// 32768 tags MPI guarantees; messages with equal tags between the same two ranks stay ordered (MPI non-overtaking).
+// Tags for the point-to-point messages of one step: distinct per (direction, micro-batch, chunk) modulo the 32000
+// user tags (communicator.h); messages with equal tags between the same two ranks stay ordered (MPI non-overtaking).
 enum class MessageKind { activation = 0, gradient = 1 };
 int p2p_tag(MessageKind kind, int micro_batch, int chunk, int virtual_stages = 1);
 
