@@ -3,6 +3,7 @@
 #include <charconv>
 #include <numeric>
 
+#include "parallel/communicator.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -45,6 +46,12 @@ std::vector<int> ProcessGrid::pipeline_ranks() const {
 
 std::string ProcessGrid::describe() const {
   return concat("rank ", rank_, ": stage ", stage(), " of ", stages_, ", replica ", replica(), " of ", replicas());
+}
+
+std::unique_ptr<Communicator> split_data_parallel_group(Communicator& world, const ProcessGrid& grid) {
+  VP_REQUIRE(world.size() == grid.world_size() && world.rank() == grid.rank(), "the process grid (", grid.describe(),
+             ") does not match the communicator (rank ", world.rank(), " of ", world.size(), ")");
+  return world.split(grid.stage(), grid.replica());
 }
 
 std::vector<int> even_blocks_per_piece(int layers, int pieces) {

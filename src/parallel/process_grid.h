@@ -5,6 +5,7 @@
 // ranks (usually on one node) and the gradient all-reduce groups the same stage of every replica.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "parallel/schedule.h"
 
 namespace vitpipe {
+
+class Communicator;
 
 class ProcessGrid {
  public:
@@ -47,6 +50,10 @@ class ProcessGrid {
   int rank_ = 0;
   int stages_ = 1;
 };
+
+// Collective over `world`: the communicator of my stage across replicas (ranked by replica), for the gradient
+// all-reduce. world.split(stage, replica).
+std::unique_ptr<Communicator> split_data_parallel_group(Communicator& world, const ProcessGrid& grid);
 
 // Segments of the model, inclusive: 0 = embeddings, 1..L = encoder blocks, L+1 = final norm + head
 // (model/parameter_layout.h). A stage (or a virtual stage of interleaved 1F1B) holds one contiguous range.

@@ -74,6 +74,7 @@ inline int virtual_stage_of(int stages, int stage, int chunk) { return chunk * s
 
 // Tags for the point-to-point messages of one step: distinct per (direction, micro-batch, chunk) modulo the 32000
 // user tags (communicator.h); messages with equal tags between the same two ranks stay ordered (MPI non-overtaking).
+// Both ends use the RECEIVING chunk: a sender of virtual stage j tags with chunk (j +- 1) / stages.
 enum class MessageKind { activation = 0, gradient = 1 };
 int p2p_tag(MessageKind kind, int micro_batch, int chunk, int virtual_stages = 1);
 

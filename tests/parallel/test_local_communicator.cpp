@@ -178,7 +178,7 @@ TEST(LocalCommunicator, SplitIntoDataParallelGroups) {
   // 8 ranks = 4 stages x 2 replicas: the all-reduce of stage s sums ranks s and s + 4 only.
   std::string error = run_ranks(8, [&](Communicator& world) {
     ProcessGrid grid(world.size(), world.rank(), 4);
-    auto group = world.split(grid.stage(), grid.replica());
+    auto group = split_data_parallel_group(world, grid);
     VP_REQUIRE(group && group->size() == 2 && group->rank() == grid.replica(), "group shape");
     float x = static_cast<float>(world.rank());
     group->iallreduce_sum(&x, 1).wait();
