@@ -56,7 +56,7 @@ void OptimizerConfig::validate() const {
 }
 
 const std::vector<std::string>& optimizer_names() {
-  static const std::vector<std::string> names = {"adamw", "adamw-nobc", "lamb", "sgd"};
+  static const std::vector<std::string> names = {"adamw", "adamw-nobc", "lamb", "lamb-nobc", "sgd"};
   return names;
 }
 

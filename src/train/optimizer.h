@@ -49,7 +49,7 @@ struct OptimizerConfig {
   bool nesterov = false;
   double layer_decay = 1.0;  // 1 = off
 
-  // "adamw", "adamw-nobc", "lamb", "sgd".
+  // "adamw", "adamw-nobc", "lamb", "lamb-nobc", "sgd".
   std::string name() const;
   // Throws vitpipe::Error naming the field for a value out of range.
   void validate() const;
