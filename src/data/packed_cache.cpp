@@ -27,6 +27,7 @@ using nlohmann::json;
 constexpr const char* kFormatName = "vitpipe-packed-cache";
 constexpr const char* kPixelsName = "pixels.u8";
 constexpr const char* kIndexName = "index.json";
+constexpr size_t kPixelsPadding = 64;
 
 // One image, decoded and resized to S x S; a colour image whose channels are all equal is kept as gray.
 void decode_and_resize(const fs::path& path, int64_t size, ResampleFilter filter, std::vector<uint8_t>* out,
@@ -186,6 +187,9 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
     if (options.progress && fatal.empty()) progress.finish(format_bytes(static_cast<double>(pixels_file.bytes_written())));
   }
   VP_REQUIRE(fatal.empty(), fatal, " (no cache written; pass --skip-unreadable to leave such images out)");
+  // Padding after the last record: vector code may read a few bytes past an image.
+  const std::vector<uint8_t> padding(kPixelsPadding, 0);
+  pixels_file.write(padding.data(), padding.size());
   report.pixel_bytes = pixels_file.bytes_written();
   pixels_file.commit();
 
@@ -346,6 +350,7 @@ bool PackedCacheDataset::stored(int64_t i, StoredImage* out) const {
   out->width = image_size_;
   out->height = image_size_;
   out->channels = channels_[k];
+  out->padded = true;  // the file ends with kPixelsPadding bytes
   return true;
 }
 
