@@ -34,7 +34,14 @@ NormalizationTable jittered_table(const NormalizationTable& table, const StoredI
     // Contrast blends with the mean gray level (ITU-R 601 luma for colour, as torchvision does).
     uint64_t sum = 0;
     if (source.channels == 1) {
-      for (int64_t i = 0; i < count; ++i) sum += source.pixels[i];
+      int64_t i = 0;
+#if defined(__AVX512BW__)
+      __m512i acc = _mm512_setzero_si512();
+      for (; i + 64 <= count; i += 64)
+        acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_loadu_si512(source.pixels + i), _mm512_setzero_si512()));
+      sum = static_cast<uint64_t>(_mm512_reduce_add_epi64(acc));
+#endif
+      for (; i < count; ++i) sum += source.pixels[i];
       mean = static_cast<double>(1000 * sum) / static_cast<double>(1000 * count);
     } else {
       uint64_t r = 0, g = 0, b = 0;
@@ -51,7 +58,7 @@ NormalizationTable jittered_table(const NormalizationTable& table, const StoredI
   NormalizationTable out;
   for (int v = 0; v < 256; ++v) {
     double y = (v * draw.brightness - bright_mean) * draw.contrast + bright_mean;
-    const auto j = static_cast<size_t>(std::clamp(std::lround(y), 0l, 255l));
+    const auto j = static_cast<size_t>(std::clamp(y, 0.0, 255.0) + 0.5);  // round half up
     for (int c = 0; c < 3; ++c) out[c][v] = table[c][j];
   }
   return out;
@@ -268,6 +275,8 @@ void warp_gray_avx512(const StoredImage& source, const Warp& warp, const Normali
   const __m512i step_y = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(warp.step_y));
   const __m512i step16_x = _mm512_set1_epi32(warp.step_x * 16), step16_y = _mm512_set1_epi32(warp.step_y * 16);
   const __m512i order = lookup_order();
+  const __m512i one_lane = _mm512_set1_epi32(1), two_lanes = _mm512_set1_epi32(2);
+  constexpr __mmask64 kPairBytes = 0x5555555555555555ull;  // bytes 0 and 2 of every lane
   const bool same_tables = table[0] == table[1] && table[0] == table[2];
   const int channel_tables = same_tables ? 1 : 3;
   ByteTables tables[3];
@@ -290,7 +299,9 @@ void warp_gray_avx512(const StoredImage& source, const Warp& warp, const Normali
 
   // Output pixels are produced in runs of 64 along the image in raster order (rows may be any length).
   const int64_t total = plane;
-  alignas(64) float staging[3][64];
+  alignas(64) float staging[64];
+  // Streaming stores skip reading the destination into the cache: the batch is written once, read later.
+  const bool stream = reinterpret_cast<uintptr_t>(out_chw) % 64 == 0 && plane % 16 == 0;
   int64_t y = 0, x = 0;
   __m512i sx = _mm512_add_epi32(_mm512_set1_epi32(warp.row_x[0]), step_x);
   __m512i sy = _mm512_add_epi32(_mm512_set1_epi32(warp.row_y[0]), step_y);
@@ -315,14 +326,41 @@ void warp_gray_avx512(const StoredImage& source, const Warp& warp, const Normali
         __m512i x0, wx, y0, wy;
         split(csx, max_x0, &x0, &wx);
         split(csy, max_y0, &y0, &wy);
-        const __m512i index = _mm512_add_epi32(_mm512_mullo_epi32(y0, stride), x0);
-        const __m512i d0 = _mm512_i32gather_epi32(index, pixels, 1);
-        const __m512i d1 = _mm512_i32gather_epi32(_mm512_add_epi32(index, stride), pixels, 1);
-        // (p[x0], p[x0+1]) as two int16 words; weights (256 - wx, wx) likewise.
-        const __m512i pair0 = _mm512_or_si512(_mm512_and_si512(d0, byte0),
-                                              _mm512_and_si512(_mm512_slli_epi32(d0, 8), byte1_to_word1));
-        const __m512i pair1 = _mm512_or_si512(_mm512_and_si512(d1, byte0),
-                                              _mm512_and_si512(_mm512_slli_epi32(d1, 8), byte1_to_word1));
+        __m512i pair0, pair1;  // (p[x0], p[x0+1]) of rows y0 and y0+1 as two int16 words per lane
+        bool windowed = false;
+        if (left >= 16) {
+          // Within one row the coordinates are monotone in the lane, so lanes 0 and 15 bound them. When the 16
+          // samples fall in a 64-byte window of at most 4 rows, byte permutes of 4 row loads replace the gathers.
+          const int32_t xa = _mm512_cvtsi512_si32(x0), xb = _mm_extract_epi32(_mm512_extracti32x4_epi32(x0, 3), 3);
+          const int32_t ya = _mm512_cvtsi512_si32(y0), yb = _mm_extract_epi32(_mm512_extracti32x4_epi32(y0, 3), 3);
+          const int32_t x_lo = std::min(xa, xb), y_lo = std::min(ya, yb);
+          const int32_t rows = std::max(ya, yb) - y_lo;
+          if (std::max(xa, xb) - x_lo <= 62 && rows <= 2) {
+            const __m512i rel = _mm512_sub_epi32(x0, _mm512_set1_epi32(x_lo));
+            const __m512i picks = _mm512_or_si512(rel, _mm512_slli_epi32(_mm512_add_epi32(rel, one_lane), 16));
+            const __m512i dy = _mm512_sub_epi32(y0, _mm512_set1_epi32(y_lo));
+            const __mmask16 second = _mm512_cmpeq_epi32_mask(dy, one_lane);
+            const __mmask16 third = _mm512_cmpeq_epi32_mask(dy, two_lanes);
+            const uint8_t* base = source.pixels + static_cast<int64_t>(y_lo) * width + x_lo;
+            const __m512i w0 = _mm512_maskz_permutexvar_epi8(kPairBytes, picks, _mm512_loadu_si512(base));
+            const __m512i w1 = _mm512_maskz_permutexvar_epi8(kPairBytes, picks, _mm512_loadu_si512(base + width));
+            __m512i w2 = w1, w3 = w1;
+            if (rows >= 1) w2 = _mm512_maskz_permutexvar_epi8(kPairBytes, picks, _mm512_loadu_si512(base + 2 * width));
+            if (rows >= 2) w3 = _mm512_maskz_permutexvar_epi8(kPairBytes, picks, _mm512_loadu_si512(base + 3 * width));
+            pair0 = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(w0, second, w1), third, w2);
+            pair1 = _mm512_mask_mov_epi32(_mm512_mask_mov_epi32(w1, second, w2), third, w3);
+            windowed = true;
+          }
+        }
+        if (!windowed) {
+          const __m512i index = _mm512_add_epi32(_mm512_mullo_epi32(y0, stride), x0);
+          const __m512i d0 = _mm512_i32gather_epi32(index, pixels, 1);
+          const __m512i d1 = _mm512_i32gather_epi32(_mm512_add_epi32(index, stride), pixels, 1);
+          pair0 = _mm512_or_si512(_mm512_and_si512(d0, byte0),
+                                  _mm512_and_si512(_mm512_slli_epi32(d0, 8), byte1_to_word1));
+          pair1 = _mm512_or_si512(_mm512_and_si512(d1, byte0),
+                                  _mm512_and_si512(_mm512_slli_epi32(d1, 8), byte1_to_word1));
+        }
         const __m512i weights = _mm512_or_si512(_mm512_sub_epi32(one, wx), _mm512_slli_epi32(wx, 16));
         const __m512i top = _mm512_madd_epi16(pair0, weights);
         const __m512i bottom = _mm512_madd_epi16(pair1, weights);
@@ -356,24 +394,24 @@ void warp_gray_avx512(const StoredImage& source, const Warp& warp, const Normali
         1);
     const __m512i values = _mm512_permutexvar_epi8(order, packed);
     const int64_t count = std::min<int64_t>(64, total - start);
-    for (int c = 0; c < 3; ++c) {
-      const int tc = same_tables ? 0 : c;
+    for (int c = 0; c < channel_tables; ++c) {
       __m512 floats[4];
-      if (c == 0 || !same_tables) lookup64(tables[tc], values, floats);
-      float* dst = out_chw + c * plane + start;
-      if (c > 0 && same_tables) {
-        // Same numbers as channel 0: copy them.
-        std::copy_n(out_chw + start, count, dst);
-        continue;
-      }
-      if (count == 64) {
-        for (int q = 0; q < 4; ++q) _mm512_storeu_ps(dst + 16 * q, floats[q]);
-      } else {
-        for (int q = 0; q < 4; ++q) _mm512_store_ps(staging[c] + 16 * q, floats[q]);
-        std::copy_n(staging[c], count, dst);
+      lookup64(tables[c], values, floats);
+      // Gray with equal tables: the same numbers go to all three planes.
+      for (int plane_index = c; plane_index < (same_tables ? 3 : c + 1); ++plane_index) {
+        float* dst = out_chw + plane_index * plane + start;
+        if (count == 64 && stream) {
+          for (int q = 0; q < 4; ++q) _mm512_stream_ps(dst + 16 * q, floats[q]);
+        } else if (count == 64) {
+          for (int q = 0; q < 4; ++q) _mm512_storeu_ps(dst + 16 * q, floats[q]);
+        } else {
+          for (int q = 0; q < 4; ++q) _mm512_store_ps(staging + 16 * q, floats[q]);
+            std::copy_n(staging, count, dst);
+        }
       }
     }
   }
+  if (stream) _mm_sfence();
 }
 #endif
 

@@ -42,7 +42,7 @@ struct StoredImage {
   int64_t width = 0;
   int64_t height = 0;
   int channels = 0;  // 1 (gray: R = G = B) or 3
-  bool padded = false;  // at least 4 readable bytes follow the last pixel (lets vector code over-read)
+  bool padded = false;  // at least 64 readable bytes follow the last pixel (lets vector code over-read)
 };
 
 class Dataset {

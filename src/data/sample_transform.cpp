@@ -52,7 +52,7 @@ void SampleTransform::apply(int64_t item, int64_t epoch, float* out) const {
   if (!stored) {
     DecodedImage decoded = dataset_->load_decoded(item);
     const auto bytes = static_cast<size_t>(width_ * height_ * decoded.channels);
-    resized.resize(bytes + 16);
+    resized.resize(bytes + 64);
     if (decoded.width == width_ && decoded.height == height_) {
       std::copy_n(decoded.pixels.data(), bytes, resized.data());
     } else {

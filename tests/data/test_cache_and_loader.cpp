@@ -249,6 +249,20 @@ TEST(Augmentation, VectorPathEqualsScalarAndIdentityIsExact) {
     augment_to_chw_reference(gray, draw, table, 40, slow.data());
     ASSERT_EQ(fast, slow) << "sample " << i;
   }
+  // Realistic settings (the row-window path), equal and unequal channel tables, a size that is not a multiple of 16.
+  for (int64_t out : {64, 56}) {
+    StoredImage square{pixels.data(), out, out, 1, true};
+    for (const PreprocessorConfig& c : {config_of_size(out), config}) {
+      const NormalizationTable t = normalization_table(c);
+      std::vector<float> a(static_cast<size_t>(3 * out * out)), b(static_cast<size_t>(3 * out * out));
+      for (int64_t i = 0; i < 50; ++i) {
+        const AugmentationDraw draw = draw_augmentation(AugmentationSettings{}, out, out, 3, 1, i);
+        augment_to_chw(square, draw, t, out, a.data());
+        augment_to_chw_reference(square, draw, t, out, b.data());
+        ASSERT_EQ(a, b) << "size " << out << " sample " << i;
+      }
+    }
+  }
   // Everything off and the same size: the warp is the identity, so the output is the plain normalisation.
   AugmentationSettings off;
   off.random_resized_crop = off.rotation = off.color_jitter = off.horizontal_flip = false;
