@@ -2,14 +2,14 @@
 //   1. decode + Pillow resize of the bundled 1024x1024 ChestX-ray14 originals to 224, one thread: images/s per core
 //   2. the loader from a packed cache at 224 with augmentation on N threads (default 2): images/s delivered
 // Usage: bench_loader [--threads N] [--batch B] [--seconds S] [--size S]
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "data/data_spec.h"
 #include "data/file_dataset.h"
@@ -97,13 +97,15 @@ int main(int argc, char** argv) {
     const double wall = seconds_since(start);
     const double cpu = process_cpu_seconds() - cpu_start;
     const double loader_rate = static_cast<double>(images) / wall;
-    std::printf("loader from cache at %lld, augmentation on, %d threads, batch %lld: %.0f images/s wall-clock "
-                "(target >= 20000)\n",
-                static_cast<long long>(size), threads, static_cast<long long>(batch_size), loader_rate);
-    std::printf("  used %.2f CPU-s in %.2f s (%.0f%% of %d cores): %.0f images per CPU-second, so %.0f images/s on %d "
-                "otherwise idle cores  [checksum %.3f]\n",
-                cpu, wall, 100.0 * cpu / (wall * threads), threads, static_cast<double>(images) / cpu,
-                static_cast<double>(images) / cpu * threads, threads, checksum);
+    std::printf(
+        "loader from cache at %lld, augmentation on, %d threads, batch %lld: %.0f images/s wall-clock "
+        "(target >= 20000)\n",
+        static_cast<long long>(size), threads, static_cast<long long>(batch_size), loader_rate);
+    std::printf(
+        "  used %.2f CPU-s in %.2f s (%.0f%% of %d cores): %.0f images per CPU-second, so %.0f images/s on %d "
+        "otherwise idle cores  [checksum %.3f]\n",
+        cpu, wall, 100.0 * cpu / (wall * threads), threads, static_cast<double>(images) / cpu,
+        static_cast<double>(images) / cpu * threads, threads, checksum);
     fs::remove_all(dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -50,11 +50,13 @@ void add_data_command(CLI::App& app) {
   auto* prepare = data->add_subcommand("prepare", "Decode and resize every image once into a packed cache (--out DIR)");
   prepare->add_option("--data", prepare_args->spec, "Dataset: chestxray14:ROOT, csv:FILE or folder:ROOT")->required();
   prepare->add_option("--out", prepare_args->out, "Cache directory to write")->required();
-  prepare->add_option("--image-size", prepare_args->prepare.image_size,
-                      "Stored size S (images become S x S; use the model's image size)")
+  prepare
+      ->add_option("--image-size", prepare_args->prepare.image_size,
+                   "Stored size S (images become S x S; use the model's image size)")
       ->capture_default_str();
-  prepare->add_option("--resample", prepare_args->prepare.resample,
-                      "PIL resample filter id (2 = bilinear, as ViTImageProcessor; 3 = bicubic)")
+  prepare
+      ->add_option("--resample", prepare_args->prepare.resample,
+                   "PIL resample filter id (2 = bilinear, as ViTImageProcessor; 3 = bicubic)")
       ->capture_default_str();
   prepare->add_option("--threads", prepare_args->prepare.threads, "Decoding threads (0 = all cores)")
       ->capture_default_str();

@@ -21,7 +21,7 @@
 namespace vitpipe {
 namespace {
 
-constexpr int kFracBits = 16;  // source coordinates in 16.16 fixed point
+constexpr int kFracBits = 16;   // source coordinates in 16.16 fixed point
 constexpr int kWeightBits = 8;  // bilinear weights in 0..256
 
 // table[channel][v] after brightness/contrast: the jitter is a uint8 -> uint8 map, composed with normalisation.
@@ -356,10 +356,10 @@ void warp_gray_avx512(const StoredImage& source, const Warp& warp, const Normali
           const __m512i index = _mm512_add_epi32(_mm512_mullo_epi32(y0, stride), x0);
           const __m512i d0 = _mm512_i32gather_epi32(index, pixels, 1);
           const __m512i d1 = _mm512_i32gather_epi32(_mm512_add_epi32(index, stride), pixels, 1);
-          pair0 = _mm512_or_si512(_mm512_and_si512(d0, byte0),
-                                  _mm512_and_si512(_mm512_slli_epi32(d0, 8), byte1_to_word1));
-          pair1 = _mm512_or_si512(_mm512_and_si512(d1, byte0),
-                                  _mm512_and_si512(_mm512_slli_epi32(d1, 8), byte1_to_word1));
+          pair0 =
+              _mm512_or_si512(_mm512_and_si512(d0, byte0), _mm512_and_si512(_mm512_slli_epi32(d0, 8), byte1_to_word1));
+          pair1 =
+              _mm512_or_si512(_mm512_and_si512(d1, byte0), _mm512_and_si512(_mm512_slli_epi32(d1, 8), byte1_to_word1));
         }
         const __m512i weights = _mm512_or_si512(_mm512_sub_epi32(one, wx), _mm512_slli_epi32(wx, 16));
         const __m512i top = _mm512_madd_epi16(pair0, weights);
@@ -406,7 +406,7 @@ void warp_gray_avx512(const StoredImage& source, const Warp& warp, const Normali
           for (int q = 0; q < 4; ++q) _mm512_storeu_ps(dst + 16 * q, floats[q]);
         } else {
           for (int q = 0; q < 4; ++q) _mm512_store_ps(staging + 16 * q, floats[q]);
-            std::copy_n(staging, count, dst);
+          std::copy_n(staging, count, dst);
         }
       }
     }

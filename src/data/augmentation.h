@@ -24,8 +24,8 @@ struct AugmentationSettings {
   bool rotation = true;
   double max_rotation_degrees = 7.0;  // uniform in [-max, max]
   bool color_jitter = true;
-  double brightness = 0.1;  // factor uniform in [1 - b, 1 + b]
-  double contrast = 0.1;    // factor uniform in [1 - c, 1 + c], around the image's mean
+  double brightness = 0.1;       // factor uniform in [1 - b, 1 + b]
+  double contrast = 0.1;         // factor uniform in [1 - c, 1 + c], around the image's mean
   bool horizontal_flip = false;  // off: chest anatomy is not left-right symmetric
 };
 

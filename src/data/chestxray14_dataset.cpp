@@ -34,7 +34,8 @@ std::unordered_map<std::string, fs::path> index_image_files(const fs::path& root
   }
   std::sort(parts.begin(), parts.end());
   for (const auto& part : parts) folders.push_back(fs::is_directory(part / "images") ? part / "images" : part);
-  VP_REQUIRE(!folders.empty(), root.string(), ": no images/ folder (expected ROOT/images/*.png or the Kaggle layout "
+  VP_REQUIRE(!folders.empty(), root.string(),
+             ": no images/ folder (expected ROOT/images/*.png or the Kaggle layout "
              "ROOT/images_001/images/*.png)");
   std::unordered_map<std::string, fs::path> files;
   for (const auto& folder : folders) {
@@ -68,7 +69,8 @@ std::shared_ptr<FileDataset> open_chestxray14_dataset(const fs::path& root_in, c
 
   std::vector<SourceSplit> split_of(records.size(), SourceSplit::none);
   std::vector<const fs::path*> list_of(records.size(), nullptr);
-  for (const auto& [list, split] : {std::pair{&train_val, SourceSplit::train_val}, std::pair{&test, SourceSplit::test}}) {
+  for (const auto& [list, split] :
+       {std::pair{&train_val, SourceSplit::train_val}, std::pair{&test, SourceSplit::test}}) {
     int64_t unknown = 0;
     std::string first_unknown;
     for (const auto& name : read_line_list(*list)) {

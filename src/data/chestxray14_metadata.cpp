@@ -34,7 +34,10 @@ bool parse_chestxray14_age(const std::string& text, double* years) {
   if (last == 'Y' || last == 'y' || last == 'M' || last == 'm' || last == 'D' || last == 'd' || last == 'W' ||
       last == 'w') {
     digits.pop_back();
-    unit = (last == 'Y' || last == 'y') ? 1.0 : (last == 'M' || last == 'm') ? 1.0 / 12 : (last == 'W' || last == 'w') ? 7.0 / 365 : 1.0 / 365;
+    unit = (last == 'Y' || last == 'y')   ? 1.0
+           : (last == 'M' || last == 'm') ? 1.0 / 12
+           : (last == 'W' || last == 'w') ? 7.0 / 365
+                                          : 1.0 / 365;
   }
   int64_t value = 0;
   if (!parse_int(digits, &value) || value < 0) return false;
@@ -103,8 +106,8 @@ std::vector<ChestXray14Record> read_chestxray14_csv(const std::filesystem::path&
     VP_REQUIRE(std::adjacent_find(rec.findings.begin(), rec.findings.end()) == rec.findings.end(), table.where(r),
                ": a finding is repeated in \"", labels, "\"");
 
-    VP_REQUIRE(parse_int(row[patient_col], &rec.patient_id) && rec.patient_id >= 0, table.where(r),
-               ": Patient ID \"", row[patient_col], "\" is not a non-negative integer");
+    VP_REQUIRE(parse_int(row[patient_col], &rec.patient_id) && rec.patient_id >= 0, table.where(r), ": Patient ID \"",
+               row[patient_col], "\" is not a non-negative integer");
     if (follow_col >= 0)
       VP_REQUIRE(parse_int(row[follow_col], &rec.follow_up) && rec.follow_up >= 0, table.where(r), ": Follow-up # \"",
                  row[follow_col], "\" is not a non-negative integer");

@@ -31,7 +31,8 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
   std::vector<int> label_cols;
   for (int c = 0; c < static_cast<int>(table.header.size()); ++c)
     if (c != path_col && c != split_col && c != patient_col && c != view_col) label_cols.push_back(c);
-  VP_REQUIRE(!label_cols.empty(), csv.string(), " line 1: bad header: no label column (expected a path column and "
+  VP_REQUIRE(!label_cols.empty(), csv.string(),
+             " line 1: bad header: no label column (expected a path column and "
              "either one '|'-joined label column or one 0/1 column per label)");
   VP_REQUIRE(!table.rows.empty(), csv.string(), ": no rows");
 
@@ -56,7 +57,8 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
         start = end + 1;
       }
     }
-    VP_REQUIRE(!names.empty(), csv.string(), ": label column \"", table.header[label_cols[0]], "\" is empty in every row");
+    VP_REQUIRE(!names.empty(), csv.string(), ": label column \"", table.header[label_cols[0]],
+               "\" is empty in every row");
     for (const auto& name : names) {
       label_index[name] = static_cast<int32_t>(source.label_names.size());
       source.label_names.push_back(name);
@@ -65,7 +67,8 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
     for (int c : label_cols) {
       for (size_t r = 0; r < table.rows.size(); ++r)
         VP_REQUIRE(is_binary_value(table.rows[r][c]), table.where(r), ": column \"", table.header[c], "\" holds \"",
-                   table.rows[r][c], "\"; with one column per label every value must be 0 or 1 (name the path "
+                   table.rows[r][c],
+                   "\"; with one column per label every value must be 0 or 1 (name the path "
                    "column \"path\" and any split / patient / view column so they are not read as labels)");
       source.label_names.push_back(table.header[c]);
     }
@@ -97,10 +100,17 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
     entry.source_split = SourceSplit::train_val;
     if (split_col >= 0) {
       switch (parse_split(row[split_col], table.where(r))) {
-        case Split::train: entry.source_split = SourceSplit::train; break;
-        case Split::val: entry.source_split = SourceSplit::val; break;
-        case Split::test: entry.source_split = SourceSplit::test; break;
-        case Split::none: break;
+        case Split::train:
+          entry.source_split = SourceSplit::train;
+          break;
+        case Split::val:
+          entry.source_split = SourceSplit::val;
+          break;
+        case Split::test:
+          entry.source_split = SourceSplit::test;
+          break;
+        case Split::none:
+          break;
       }
     }
     fs::path path = fs::path(entry.item.name).is_absolute() ? fs::path(entry.item.name) : root / entry.item.name;

@@ -27,8 +27,8 @@ DataSpec parse_data_spec(const std::string& text) {
   VP_REQUIRE(fs::exists(path), "--data ", text, ": no such file or directory");
   if (fs::is_regular_file(path)) return {"csv", path};
   if (fs::exists(path / kPackedCacheManifestName)) return {"cache", path};
-  for (const char* name : {"Data_Entry_2017_v2020.csv", "Data_Entry_2017.csv", "Data_Entry_2017_v2020.csv.gz",
-                           "Data_Entry_2017.csv.gz"})
+  for (const char* name :
+       {"Data_Entry_2017_v2020.csv", "Data_Entry_2017.csv", "Data_Entry_2017_v2020.csv.gz", "Data_Entry_2017.csv.gz"})
     if (fs::exists(path / name)) return {"chestxray14", path};
   return {"folder", path};
 }

@@ -18,10 +18,14 @@ constexpr uint64_t kValidationSplitStream = 0x76616c73706c6974ull;  // "valsplit
 
 const char* split_name(Split split) {
   switch (split) {
-    case Split::train: return "train";
-    case Split::val: return "val";
-    case Split::test: return "test";
-    case Split::none: return "none";
+    case Split::train:
+      return "train";
+    case Split::val:
+      return "val";
+    case Split::test:
+      return "test";
+    case Split::none:
+      return "none";
   }
   return "none";
 }
@@ -91,11 +95,20 @@ std::vector<size_t> apply_dataset_options(std::vector<SourceEntry>& entries, std
   for (size_t k = 0; k < pool.size(); ++k) entries[pool[k]].item.split = is_val[k] ? Split::val : Split::train;
   for (auto& entry : entries) {
     switch (entry.source_split) {
-      case SourceSplit::train_val: break;
-      case SourceSplit::train: entry.item.split = Split::train; break;
-      case SourceSplit::val: entry.item.split = Split::val; break;
-      case SourceSplit::test: entry.item.split = Split::test; break;
-      case SourceSplit::none: entry.item.split = Split::none; break;
+      case SourceSplit::train_val:
+        break;
+      case SourceSplit::train:
+        entry.item.split = Split::train;
+        break;
+      case SourceSplit::val:
+        entry.item.split = Split::val;
+        break;
+      case SourceSplit::test:
+        entry.item.split = Split::test;
+        break;
+      case SourceSplit::none:
+        entry.item.split = Split::none;
+        break;
     }
   }
 
@@ -112,7 +125,8 @@ std::vector<size_t> apply_dataset_options(std::vector<SourceEntry>& entries, std
 
   std::vector<size_t> kept;
   if (!options.view.empty()) {
-    bool any_view = std::any_of(entries.begin(), entries.end(), [](const SourceEntry& e) { return !e.item.view.empty(); });
+    bool any_view =
+        std::any_of(entries.begin(), entries.end(), [](const SourceEntry& e) { return !e.item.view.empty(); });
     VP_REQUIRE(any_view || entries.empty(), source_for_errors, ": --view ", options.view,
                " given but this dataset has no view positions");
   }

@@ -13,8 +13,8 @@
 namespace vitpipe {
 
 enum class Split : uint8_t { train = 0, val = 1, test = 2, none = 3 };  // none: in no split list
-const char* split_name(Split split);                                      // "train", "val", "test", "none"
-Split parse_split(std::string_view name, const std::string& where);       // accepts "validation", "valid" too
+const char* split_name(Split split);                                    // "train", "val", "test", "none"
+Split parse_split(std::string_view name, const std::string& where);     // accepts "validation", "valid" too
 
 // The split as the source gives it, before the train_val pool is divided by patient.
 enum class SourceSplit : uint8_t { train_val = 0, train = 1, val = 2, test = 3, none = 4 };
@@ -41,7 +41,7 @@ struct StoredImage {
   const uint8_t* pixels = nullptr;  // height * width * channels, row-major, interleaved
   int64_t width = 0;
   int64_t height = 0;
-  int channels = 0;  // 1 (gray: R = G = B) or 3
+  int channels = 0;     // 1 (gray: R = G = B) or 3
   bool padded = false;  // at least 64 readable bytes follow the last pixel (lets vector code over-read)
 };
 

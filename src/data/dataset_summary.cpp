@@ -68,7 +68,8 @@ std::string format_dataset_summary(const json& s) {
   char line[256];
   auto add = [&](const std::string& text) { out += text + "\n"; };
   add("dataset  " + s.at("spec").get<std::string>());
-  std::snprintf(line, sizeof(line), "images   %lld found, %lld missing", static_cast<long long>(s.at("total").get<int64_t>()),
+  std::snprintf(line, sizeof(line), "images   %lld found, %lld missing",
+                static_cast<long long>(s.at("total").get<int64_t>()),
                 static_cast<long long>(s.at("missing").get<int64_t>()));
   add(line);
   add("");
@@ -76,7 +77,8 @@ std::string format_dataset_summary(const json& s) {
   add(line);
   for (const auto& [name, count] : s.at("splits").items()) {
     std::string patients = "-";
-    if (s.contains("patients") && s["patients"].contains(name)) patients = std::to_string(s["patients"][name].get<int64_t>());
+    if (s.contains("patients") && s["patients"].contains(name))
+      patients = std::to_string(s["patients"][name].get<int64_t>());
     std::snprintf(line, sizeof(line), "%-8s %10lld %10s", name.c_str(), static_cast<long long>(count.get<int64_t>()),
                   patients.c_str());
     add(line);
@@ -88,14 +90,16 @@ std::string format_dataset_summary(const json& s) {
   std::snprintf(line, sizeof(line), "%-20s %10s %8s", "label", "images", "share");
   add(line);
   for (const auto& [name, count] : s.at("label_counts").items()) {
-    std::snprintf(line, sizeof(line), "%-20s %10lld %7.2f%%", name.c_str(), static_cast<long long>(count.get<int64_t>()),
+    std::snprintf(line, sizeof(line), "%-20s %10lld %7.2f%%", name.c_str(),
+                  static_cast<long long>(count.get<int64_t>()),
                   100.0 * static_cast<double>(count.get<int64_t>()) / total);
     add(line);
   }
   if (s.contains("views")) {
     add("");
     for (const auto& [name, count] : s["views"].items()) {
-      std::snprintf(line, sizeof(line), "view %-15s %10lld", name.c_str(), static_cast<long long>(count.get<int64_t>()));
+      std::snprintf(line, sizeof(line), "view %-15s %10lld", name.c_str(),
+                    static_cast<long long>(count.get<int64_t>()));
       add(line);
     }
   }

@@ -24,10 +24,10 @@ struct EpochPlanOptions {
 };
 
 struct PlannedBatch {
-  int64_t index = 0;              // global batch number within the epoch
-  int64_t global_size = 0;        // rows of the global batch, over all replicas
-  int64_t replica_offset = 0;     // where this replica's rows start within the global batch
-  std::vector<int64_t> items;     // this replica's rows: dataset item indices
+  int64_t index = 0;           // global batch number within the epoch
+  int64_t global_size = 0;     // rows of the global batch, over all replicas
+  int64_t replica_offset = 0;  // where this replica's rows start within the global batch
+  std::vector<int64_t> items;  // this replica's rows: dataset item indices
 };
 
 // The split's order in an epoch: `items` as given, or shuffled by Rng({seed, epoch, stream}) (Fisher-Yates).

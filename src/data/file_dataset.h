@@ -19,9 +19,9 @@ class FileDataset : public Dataset {
     std::vector<std::string> label_names;  // before --add-no-finding
     bool multi_label = true;
     bool no_finding_allowed = false;
-    std::vector<SourceEntry> entries;                 // images found on disk
-    std::vector<std::filesystem::path> paths;         // one per entry
-    std::vector<SourceEntry> missing;                 // listed but absent
+    std::vector<SourceEntry> entries;                   // images found on disk
+    std::vector<std::filesystem::path> paths;           // one per entry
+    std::vector<SourceEntry> missing;                   // listed but absent
     std::vector<std::filesystem::path> metadata_files;  // CSV, split lists: part of a cache's fingerprint
   };
   FileDataset(Source source, const DatasetOptions& options);

@@ -30,12 +30,13 @@ std::shared_ptr<FileDataset> open_folder_dataset(const fs::path& root_in, const 
   std::vector<fs::path> top = sorted_subfolders(root);
   VP_REQUIRE(!top.empty(), root.string(), ": no class subfolders (expected ROOT/<class>/*.png)");
 
-  std::map<std::string, SourceSplit> split_names = {{"train", SourceSplit::train}, {"val", SourceSplit::val},
-                                                    {"valid", SourceSplit::val}, {"validation", SourceSplit::val},
+  std::map<std::string, SourceSplit> split_names = {{"train", SourceSplit::train},
+                                                    {"val", SourceSplit::val},
+                                                    {"valid", SourceSplit::val},
+                                                    {"validation", SourceSplit::val},
                                                     {"test", SourceSplit::test}};
-  const bool split_layout = std::all_of(top.begin(), top.end(), [&](const fs::path& p) {
-    return split_names.count(p.filename().string()) > 0;
-  });
+  const bool split_layout = std::all_of(
+      top.begin(), top.end(), [&](const fs::path& p) { return split_names.count(p.filename().string()) > 0; });
   std::vector<std::pair<fs::path, SourceSplit>> class_parents;
   if (split_layout) {
     for (const auto& p : top) class_parents.emplace_back(p, split_names.at(p.filename().string()));
@@ -73,9 +74,9 @@ std::shared_ptr<FileDataset> open_folder_dataset(const fs::path& root_in, const 
   for (const auto& f : found) {
     SourceEntry entry;
     entry.item.name = f.path.lexically_relative(root).string();
-    entry.item.labels = {static_cast<int32_t>(
-        std::lower_bound(source.label_names.begin(), source.label_names.end(), f.class_name) -
-        source.label_names.begin())};
+    entry.item.labels = {
+        static_cast<int32_t>(std::lower_bound(source.label_names.begin(), source.label_names.end(), f.class_name) -
+                             source.label_names.begin())};
     entry.source_split = f.split;
     source.entries.push_back(std::move(entry));
     source.paths.push_back(f.path);

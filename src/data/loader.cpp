@@ -76,9 +76,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> item
       transform_(dataset_, config, options.augment, options.augmentation, options.seed),
       sample_floats_(transform_.sample_floats()) {
   VP_REQUIRE(options_.global_batch_size > 0, "batch size must be positive");
-  VP_REQUIRE(options_.replica_count > 0 && options_.replica_index >= 0 &&
-                 options_.replica_index < options_.replica_count,
-             "replica ", options_.replica_index, " of ", options_.replica_count, " is out of range");
+  VP_REQUIRE(
+      options_.replica_count > 0 && options_.replica_index >= 0 && options_.replica_index < options_.replica_count,
+      "replica ", options_.replica_index, " of ", options_.replica_count, " is out of range");
   VP_REQUIRE(options_.threads > 0, "loader threads must be positive, got ", options_.threads);
   VP_REQUIRE(options_.prefetch > 0, "loader prefetch must be positive, got ", options_.prefetch);
   for (int64_t i : items_) VP_REQUIRE(i >= 0 && i < dataset_->size(), "loader: item ", i, " is not in the dataset");
@@ -154,7 +154,8 @@ void Loader::worker_loop() {
   std::unique_lock lock(mutex_);
   while (true) {
     work_ready_.wait(lock, [&] {
-      return stopping_ || (plan_ && claim_batch_ < plan_->batches() && claim_batch_ < next_to_deliver_ + options_.prefetch);
+      return stopping_ ||
+             (plan_ && claim_batch_ < plan_->batches() && claim_batch_ < next_to_deliver_ + options_.prefetch);
     });
     if (stopping_) return;
     const int64_t k = claim_batch_;
@@ -194,7 +195,8 @@ void Loader::worker_loop() {
     lock.lock();
     --in_flight_;
     if (generation == generation_) {
-      for (int64_t row = begin; row < end; ++row) slot.errors[static_cast<size_t>(row)] = std::move(errors[static_cast<size_t>(row - begin)]);
+      for (int64_t row = begin; row < end; ++row)
+        slot.errors[static_cast<size_t>(row)] = std::move(errors[static_cast<size_t>(row - begin)]);
       slot.rows_done += end - begin;
       if (slot.rows_done == slot.rows) batch_ready_.notify_all();
     }
@@ -241,9 +243,9 @@ bool Loader::next(Batch* batch) {
       std::copy_n(data + keep[r] * sample_floats_, sample_floats_, data + static_cast<int64_t>(r) * sample_floats_);
 
   const auto rows = static_cast<int64_t>(keep.size());
-  batch->images = images ? Tensor::wrap(data, {rows, 3, transform_.image_height(), transform_.image_width()},
-                                        DType::f32, images)
-                         : Tensor::empty({0, 3, transform_.image_height(), transform_.image_width()});
+  batch->images =
+      images ? Tensor::wrap(data, {rows, 3, transform_.image_height(), transform_.image_width()}, DType::f32, images)
+             : Tensor::empty({0, 3, transform_.image_height(), transform_.image_width()});
   batch->labels = Tensor::zeros({rows, dataset_->num_labels()});
   batch->indices.resize(static_cast<size_t>(rows));
   batch->classes.clear();

@@ -34,9 +34,9 @@ struct Batch {
   std::vector<int64_t> classes;  // single-label: the class of each row; empty for multi-label
   std::vector<int64_t> indices;  // dataset item of each row
   int64_t epoch = 0;
-  int64_t index = 0;             // global batch number within the epoch
-  int64_t global_size = 0;       // rows of the global batch over all replicas (before skipped rows)
-  int64_t skipped = 0;           // rows of this replica left out as unreadable (skip_unreadable)
+  int64_t index = 0;        // global batch number within the epoch
+  int64_t global_size = 0;  // rows of the global batch over all replicas (before skipped rows)
+  int64_t skipped = 0;      // rows of this replica left out as unreadable (skip_unreadable)
 
   int64_t size() const { return static_cast<int64_t>(indices.size()); }
 };
@@ -50,9 +50,9 @@ struct LoaderOptions {
   bool augment = true;  // evaluation: false (then exactly ViTImageProcessor)
   AugmentationSettings augmentation;
   PartialBatch partial_batch = PartialBatch::use;  // evaluation: always use
-  int threads = 2;      // loader threads (they do not use OpenMP)
-  int prefetch = 4;     // ready batches held ahead of the consumer
-  bool skip_unreadable = false;  // an unreadable image: warn and leave the row out instead of failing
+  int threads = 2;                                 // loader threads (they do not use OpenMP)
+  int prefetch = 4;                                // ready batches held ahead of the consumer
+  bool skip_unreadable = false;                    // an unreadable image: warn and leave the row out instead of failing
 };
 
 // Training: shuffle + augment with the given settings. Evaluation: every item once, in order, unaugmented.
@@ -77,8 +77,8 @@ class Loader {
   // error (naming the file) unless skip_unreadable. A Batch's tensors stay valid as long as the caller keeps them.
   bool next(Batch* batch);
 
-  int64_t skipped_unreadable() const;            // over the loader's life
-  int64_t dropped_partial_items() const;         // in the current epoch (PartialBatch::drop)
+  int64_t skipped_unreadable() const;     // over the loader's life
+  int64_t dropped_partial_items() const;  // in the current epoch (PartialBatch::drop)
 
  private:
   struct Slot;

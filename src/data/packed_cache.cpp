@@ -1,12 +1,11 @@
 #include "data/packed_cache.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "data/data_spec.h"
@@ -50,16 +49,22 @@ void decode_and_resize(const fs::path& path, int64_t size, ResampleFilter filter
 }
 
 json fingerprint_json(const SourceFingerprint& fp) {
-  return {{"metadata_sha256", fp.metadata_sha256}, {"images_sha256", fp.images_sha256}, {"image_count", fp.image_count}};
+  return {
+      {"metadata_sha256", fp.metadata_sha256}, {"images_sha256", fp.images_sha256}, {"image_count", fp.image_count}};
 }
 
 const char* source_split_code(SourceSplit split) {
   switch (split) {
-    case SourceSplit::train_val: return "train_val";
-    case SourceSplit::train: return "train";
-    case SourceSplit::val: return "val";
-    case SourceSplit::test: return "test";
-    case SourceSplit::none: return "none";
+    case SourceSplit::train_val:
+      return "train_val";
+    case SourceSplit::train:
+      return "train";
+    case SourceSplit::val:
+      return "val";
+    case SourceSplit::test:
+      return "test";
+    case SourceSplit::none:
+      return "none";
   }
   return "none";
 }
@@ -184,7 +189,8 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
       work_ready.notify_all();
     }
     for (auto& t : pool) t.join();
-    if (options.progress && fatal.empty()) progress.finish(format_bytes(static_cast<double>(pixels_file.bytes_written())));
+    if (options.progress && fatal.empty())
+      progress.finish(format_bytes(static_cast<double>(pixels_file.bytes_written())));
   }
   VP_REQUIRE(fatal.empty(), fatal, " (no cache written; pass --skip-unreadable to leave such images out)");
   // Padding after the last record: vector code may read a few bytes past an image.
@@ -193,7 +199,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   report.pixel_bytes = pixels_file.bytes_written();
   pixels_file.commit();
 
-  json index = {{"names", names}, {"labels", labels}, {"source_split", splits}, {"patients", patients},
+  json index = {{"names", names}, {"labels", labels},   {"source_split", splits}, {"patients", patients},
                 {"views", views}, {"offsets", offsets}, {"channels", channels}};
   const std::string index_text = index.dump();
   write_text_file_atomically(dir / kIndexName, index_text);
@@ -263,9 +269,8 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
              (dir / kIndexName).string(), ": does not match ", kPackedCacheManifestName, " (edited or half-written)",
              rerun);
   cache->pixels_ = MappedFile::open(dir / kPixelsName);
-  VP_REQUIRE(cache->pixels_->size() == manifest.value("pixels_bytes", uint64_t{0}), (dir / kPixelsName).string(),
-             ": ", cache->pixels_->size(), " bytes, the manifest says ", manifest.value("pixels_bytes", uint64_t{0}),
-             rerun);
+  VP_REQUIRE(cache->pixels_->size() == manifest.value("pixels_bytes", uint64_t{0}), (dir / kPixelsName).string(), ": ",
+             cache->pixels_->size(), " bytes, the manifest says ", manifest.value("pixels_bytes", uint64_t{0}), rerun);
 
   // Stale? Compare the source as it is now with the fingerprint taken when the cache was made.
   DataSpec source_spec = parse_data_spec(cache->source_spec_);
@@ -275,9 +280,10 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   } else {
     DatasetOptions listing;
     listing.allow_missing = true;
-    std::shared_ptr<FileDataset> now = source_spec.kind == "chestxray14" ? open_chestxray14_dataset(source_spec.path, listing)
-                                       : source_spec.kind == "csv"       ? open_csv_dataset(source_spec.path, listing)
-                                                                         : open_folder_dataset(source_spec.path, listing);
+    std::shared_ptr<FileDataset> now = source_spec.kind == "chestxray14"
+                                           ? open_chestxray14_dataset(source_spec.path, listing)
+                                       : source_spec.kind == "csv" ? open_csv_dataset(source_spec.path, listing)
+                                                                   : open_folder_dataset(source_spec.path, listing);
     const SourceFingerprint current = fingerprint_source(now->source());
     const json& then = manifest.at("fingerprint");
     if (current.metadata_sha256 != then.value("metadata_sha256", ""))
@@ -325,8 +331,9 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
       entries[i].item.view = views[i].get<std::string>();
       offsets[i] = offs[i].get<uint64_t>();
       channels[i] = chans[i].get<uint8_t>();
-      VP_REQUIRE((channels[i] == 1 || channels[i] == 3) && offsets[i] + pixel_count * channels[i] <= cache->pixels_->size(),
-                 (dir / kIndexName).string(), ": record of ", entries[i].item.name, " lies outside ", kPixelsName);
+      VP_REQUIRE(
+          (channels[i] == 1 || channels[i] == 3) && offsets[i] + pixel_count * channels[i] <= cache->pixels_->size(),
+          (dir / kIndexName).string(), ": record of ", entries[i].item.name, " lies outside ", kPixelsName);
     }
   } catch (const json::exception& e) {
     fail((dir / kIndexName).string(), ": malformed (", e.what(), ")");

@@ -34,9 +34,9 @@ struct PrepareCacheOptions {
 };
 
 struct PrepareCacheReport {
-  int64_t images = 0;                 // stored
-  int64_t gray_images = 0;            // of which stored as one channel
-  std::vector<std::string> skipped;   // unreadable, left out (with skip_unreadable)
+  int64_t images = 0;                // stored
+  int64_t gray_images = 0;           // of which stored as one channel
+  std::vector<std::string> skipped;  // unreadable, left out (with skip_unreadable)
   uint64_t pixel_bytes = 0;
   double seconds = 0;
 };

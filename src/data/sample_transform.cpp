@@ -13,13 +13,13 @@ void check_cache_matches_model(const Dataset& dataset, const PreprocessorConfig&
   const bool size_ok = !config.do_resize || (config.height == stored && config.width == stored);
   const bool resample_ok = !config.do_resize || dataset.stored_resample() == config.resample;
   VP_REQUIRE(size_ok && resample_ok, dataset.spec(), " holds ", stored, "x", stored, " images resized with resample ",
-             dataset.stored_resample(), ", but the model expects ", config.height, "x", config.width,
-             " with resample ", config.resample, ": run `vitpipe data prepare --image-size ", config.height,
-             " --resample ", config.resample, "` for this model");
+             dataset.stored_resample(), ", but the model expects ", config.height, "x", config.width, " with resample ",
+             config.resample, ": run `vitpipe data prepare --image-size ", config.height, " --resample ",
+             config.resample, "` for this model");
 }
 
-SampleTransform::SampleTransform(std::shared_ptr<const Dataset> dataset, const PreprocessorConfig& config,
-                                 bool augment, const AugmentationSettings& augmentation, uint64_t seed)
+SampleTransform::SampleTransform(std::shared_ptr<const Dataset> dataset, const PreprocessorConfig& config, bool augment,
+                                 const AugmentationSettings& augmentation, uint64_t seed)
     : dataset_(std::move(dataset)),
       processor_(config),
       table_(normalization_table(config)),
@@ -56,8 +56,8 @@ void SampleTransform::apply(int64_t item, int64_t epoch, float* out) const {
     if (decoded.width == width_ && decoded.height == height_) {
       std::copy_n(decoded.pixels.data(), bytes, resized.data());
     } else {
-      resize_like_pillow(decoded.pixels.data(), decoded.width, decoded.height, decoded.channels, resized.data(),
-                         width_, height_, resample_filter_from_pil(config.resample));
+      resize_like_pillow(decoded.pixels.data(), decoded.width, decoded.height, decoded.channels, resized.data(), width_,
+                         height_, resample_filter_from_pil(config.resample));
     }
     view.pixels = resized.data();
     view.width = width_;

@@ -225,7 +225,7 @@ TEST(EpochPlan, EveryItemOnceShuffledPerEpochAndPartialBatches) {
   options.replica_index = 3;
   options.partial_batch = PartialBatch::use;
   EpochPlan last(items, 0, options);
-  EXPECT_EQ(last.batch(10).items, (std::vector<int64_t>{204}));  // rows [3*3/4, 4*3/4) = [2, 3)
+  EXPECT_EQ(last.batch(10).items, (std::vector<int64_t>{204}));        // rows [3*3/4, 4*3/4) = [2, 3)
   EXPECT_EQ(last.batch(0).items, (std::vector<int64_t>{14, 16, 18}));  // rows [7, 10)
 }
 
@@ -273,7 +273,8 @@ TEST(Augmentation, VectorPathEqualsScalarAndIdentityIsExact) {
   EXPECT_EQ(fast, plain);
   // A colour image whose channels are equal gives the gray result.
   std::vector<uint8_t> rgb(static_cast<size_t>(3 * size * size));
-  for (int64_t k = 0; k < size * size; ++k) rgb[3 * k] = rgb[3 * k + 1] = rgb[3 * k + 2] = pixels[static_cast<size_t>(k)];
+  for (int64_t k = 0; k < size * size; ++k)
+    rgb[3 * k] = rgb[3 * k + 1] = rgb[3 * k + 2] = pixels[static_cast<size_t>(k)];
   StoredImage colour{rgb.data(), size, size, 3, false};
   const AugmentationDraw draw = draw_augmentation(settings, size, size, 4, 0, 9);
   augment_to_chw(colour, draw, table, 40, slow.data());

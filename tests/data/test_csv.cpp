@@ -50,15 +50,15 @@ TEST(ChestXray14Csv, Ages) {
 
 // Counts from the CSV files themselves (zcat | cut | tr | sort | uniq -c), not from vitpipe.
 const std::map<std::string, int64_t> kLabelCountsV2020 = {
-    {"Atelectasis", 11559}, {"Cardiomegaly", 2776}, {"Consolidation", 4667}, {"Edema", 2303},
-    {"Effusion", 13317},    {"Emphysema", 2516},    {"Fibrosis", 1686},      {"Hernia", 227},
-    {"Infiltration", 19894}, {"Mass", 5782},        {"No Finding", 60361},   {"Nodule", 6331},
-    {"Pleural_Thickening", 3385}, {"Pneumonia", 1431}, {"Pneumothorax", 5302}};
+    {"Atelectasis", 11559},       {"Cardiomegaly", 2776}, {"Consolidation", 4667}, {"Edema", 2303},
+    {"Effusion", 13317},          {"Emphysema", 2516},    {"Fibrosis", 1686},      {"Hernia", 227},
+    {"Infiltration", 19894},      {"Mass", 5782},         {"No Finding", 60361},   {"Nodule", 6331},
+    {"Pleural_Thickening", 3385}, {"Pneumonia", 1431},    {"Pneumothorax", 5302}};
 const std::map<std::string, int64_t> kLabelCounts2017 = {
-    {"Atelectasis", 11535}, {"Cardiomegaly", 2772}, {"Consolidation", 4667}, {"Edema", 2303},
-    {"Effusion", 13307},    {"Emphysema", 2516},    {"Fibrosis", 1686},      {"Hernia", 227},
-    {"Infiltration", 19870}, {"Mass", 5746},        {"No Finding", 60412},   {"Nodule", 6323},
-    {"Pleural_Thickening", 3385}, {"Pneumonia", 1353}, {"Pneumothorax", 5298}};
+    {"Atelectasis", 11535},       {"Cardiomegaly", 2772}, {"Consolidation", 4667}, {"Edema", 2303},
+    {"Effusion", 13307},          {"Emphysema", 2516},    {"Fibrosis", 1686},      {"Hernia", 227},
+    {"Infiltration", 19870},      {"Mass", 5746},         {"No Finding", 60412},   {"Nodule", 6323},
+    {"Pleural_Thickening", 3385}, {"Pneumonia", 1353},    {"Pneumothorax", 5298}};
 
 std::map<std::string, int64_t> label_counts(const std::vector<ChestXray14Record>& records) {
   std::map<std::string, int64_t> counts;
@@ -124,8 +124,8 @@ TEST(ChestXray14Csv, BothVariantsAgreeWithTheirContent) {
     const auto records = read_chestxray14_csv(path);
     ASSERT_EQ(records.size(), 112120u);
     expect_records_match_text(records, read_file_maybe_gzip(path));
-    EXPECT_EQ(label_counts(records), std::string(name).find("v2020") != std::string::npos ? kLabelCountsV2020
-                                                                                           : kLabelCounts2017);
+    EXPECT_EQ(label_counts(records),
+              std::string(name).find("v2020") != std::string::npos ? kLabelCountsV2020 : kLabelCounts2017);
     std::set<int64_t> patients;
     int64_t pa = 0;
     for (const auto& r : records) {
@@ -170,7 +170,8 @@ TEST(ChestXray14Csv, BadInputNamesFileAndLine) {
   write_file(dir / "header.csv", "Image,Labels,Patient,View\na.png,Mass,1,PA\n");
   expect_error([&] { read_chestxray14_csv(dir / "header.csv"); }, {"header.csv line 1", "bad header", "Image Index"});
   write_file(dir / "fields.csv", header + "a.png,Mass,0,1,57,M\n");
-  expect_error([&] { read_chestxray14_csv(dir / "fields.csv"); }, {"fields.csv line 2", "expected 7 fields", "found 6"});
+  expect_error([&] { read_chestxray14_csv(dir / "fields.csv"); },
+               {"fields.csv line 2", "expected 7 fields", "found 6"});
   write_file(dir / "mixed.csv", header + "a.png,No Finding|Mass,0,1,57,M,PA\n");
   expect_error([&] { read_chestxray14_csv(dir / "mixed.csv"); }, {"mixed.csv line 2", "No Finding"});
   write_file(dir / "twice.csv", header + "a.png,Mass,0,1,57,M,PA\na.png,Mass,0,1,57,M,PA\n");

@@ -51,8 +51,12 @@ TEST(ChestXray14Dataset, BundledSample) {
   for (int64_t i = 0; i < d->size(); ++i) {
     std::vector<float> row(14);
     d->write_labels(i, row.data());
-    if (d->name(i) == "00000001_000.png") { EXPECT_EQ(row, (std::vector<float>{0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})); }
-    if (d->name(i) == "00000002_000.png") { EXPECT_EQ(row, std::vector<float>(14, 0.0f)); }
+    if (d->name(i) == "00000001_000.png") {
+      EXPECT_EQ(row, (std::vector<float>{0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+    }
+    if (d->name(i) == "00000002_000.png") {
+      EXPECT_EQ(row, std::vector<float>(14, 0.0f));
+    }
   }
 }
 
@@ -183,11 +187,9 @@ TEST(ChestXray14Dataset, MissingImagesAndBadFolders) {
   EXPECT_EQ(d->missing(), std::vector<std::string>{"00000001_000.png"});
 
   TempDir empty;
-  expect_error([&] { open_dataset("chestxray14:" + empty.path().string(), DatasetOptions{}); },
-               {"Data_Entry_2017"});
+  expect_error([&] { open_dataset("chestxray14:" + empty.path().string(), DatasetOptions{}); }, {"Data_Entry_2017"});
   write_file(empty / "Data_Entry_2017.csv", "Image Index,Finding Labels,Patient ID,View Position\n");
-  expect_error([&] { open_dataset("chestxray14:" + empty.path().string(), DatasetOptions{}); },
-               {"train_val_list.txt"});
+  expect_error([&] { open_dataset("chestxray14:" + empty.path().string(), DatasetOptions{}); }, {"train_val_list.txt"});
 
   // An image in both lists is refused.
   TempDir both;
