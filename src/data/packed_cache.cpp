@@ -181,7 +181,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
         // The finished slot is free again: hand its buffer back so workers do not reallocate.
         work_ready.notify_all();
       }
-      if (options.progress) progress.update(static_cast<int64_t>(written));
+      if (options.progress && written < n) progress.update(static_cast<int64_t>(written));
     }
     {
       std::lock_guard lock(mutex);
