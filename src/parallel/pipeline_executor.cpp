@@ -248,7 +248,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
           }
           const Tensor& targets = st.targets[static_cast<size_t>(mb)];
           if (training) {
-            result->loss_sum += stage->loss(slot, b, targets, grad_scale);
+            result->loss_sum += stage->loss(slot, b, targets, grad_scale,
+                                            options_.pos_weight.numel() ? &options_.pos_weight : nullptr);
             result->loss_elements += multi_label ? b * labels : b;
           } else {
             (*sink)(stage->output(slot, b), targets, st.items[static_cast<size_t>(mb)]);

@@ -48,6 +48,7 @@ struct ExecutorOptions {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int virtual_stages = 1;
   GradientBucketOptions buckets;
+  Tensor pos_weight;  // optional [labels] f32: BCE positive-class weights (multi-label)
 };
 
 // Activation slots a stage needs for this schedule (the most micro-batches it holds at once; 1F1B: <= stages).

@@ -110,12 +110,12 @@ const std::vector<OptionDef>& option_table() {
   static const std::vector<OptionDef> table = {
       {"model", "DIR|REPO", "Model to fine-tune: a directory (config.json + weights) or a Hugging Face repo id",
        [](O& o, const V& v) { o.model = v.null ? defaults().model : v.scalar(); }},
-      {"data", "DIR", "Data set directory (ChestX-ray14 layout)",
+      {"data", "SPEC", "Dataset: chestxray14:ROOT, csv:FILE, folder:ROOT or cache:DIR (vitpipe data prepare)",
        [](O& o, const V& v) { o.data = v.null ? defaults().data : v.scalar(); }},
       {"output-dir", "DIR", "Where checkpoints, logs, metrics and the exported model go",
        [](O& o, const V& v) { o.output_dir = v.null ? defaults().output_dir : v.scalar(); }},
-      {"resume", "DIR", "Resume from this checkpoint directory",
-       [](O& o, const V& v) { o.resume = v.null ? defaults().resume : v.scalar(); }},
+      {"resume", nullptr, "Continue from the latest checkpoint in --output-dir (bit for bit as if never stopped)",
+       [](O& o, const V& v) { o.resume = v.null ? defaults().resume : v.boolean(); }},
       {"export-last", nullptr, "Export the last step's weights instead of the best validation ROC-AUC's",
        [](O& o, const V& v) { o.export_last = v.null ? defaults().export_last : v.boolean(); }},
       {"epochs", "N", "Train for N epochs (default 3; exclusive with --max-steps)",
@@ -172,6 +172,8 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.eval_every = v.null ? defaults().eval_every : v.integer(); }},
       {"log-every", "N", "Log the training loss every N steps; 0 = never (default 10)",
        [](O& o, const V& v) { o.log_every = v.null ? defaults().log_every : v.integer(); }},
+      {"checkpoint-every", "N", "Write a checkpoint every N steps; 0 = after each epoch (default 0)",
+       [](O& o, const V& v) { o.checkpoint_every = v.null ? defaults().checkpoint_every : v.integer(); }},
       {"val-fraction", "F", "Fraction of the training patients held out for validation, in [0, 1) (default 0.1)",
        [](O& o, const V& v) { o.val_fraction = v.null ? defaults().val_fraction : v.number(); }},
       {"test", nullptr, "Also evaluate on the test split at the end",
@@ -180,10 +182,31 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.image_size = v.null ? defaults().image_size : v.integer(); }},
       {"skip-unreadable", nullptr, "Skip images that cannot be decoded (with a warning) instead of failing",
        [](O& o, const V& v) { o.skip_unreadable = v.null ? defaults().skip_unreadable : v.boolean(); }},
+      {"data-seed", "N", "Seed of the patient division into train and val (default 0)",
+       [](O& o, const V& v) { o.data_seed = v.null ? defaults().data_seed : v.unsigned_integer(); }},
+      {"view", "PA|AP", "Keep only images of this View Position (ChestX-ray14)",
+       [](O& o, const V& v) { o.view = v.null ? defaults().view : v.choice({"PA", "AP"}); }},
+      {"add-no-finding", nullptr, "ChestX-ray14: add \"No Finding\" as a 15th label",
+       [](O& o, const V& v) { o.add_no_finding = v.null ? defaults().add_no_finding : v.boolean(); }},
+      {"partial-batch", "MODE",
+       "The last, smaller global batch of an epoch: use | drop (reported) | auto (use when every micro-batch "
+       "gets an image, else drop) (default auto)",
+       [](O& o, const V& v) {
+         o.partial_batch = v.null ? defaults().partial_batch : v.choice({"auto", "use", "drop"});
+       }},
+      {"loader-threads", "N", "Threads decoding and augmenting images (default 2)",
+       [](O& o, const V& v) {
+         o.loader_threads = v.null ? defaults().loader_threads
+                                   : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
+       }},
       {"aug-crop-scale", "MIN,MAX",
        "Random resized crop keeping a fraction of the area in [MIN, MAX] (0 < MIN <= MAX <= 1)",
        [](O& o, const V& v) {
          if (v.null) {
+           o.augment.crop_scale = defaults().augment.crop_scale;
+           return;
+         }
+         if (!v.is_list && (v.scalar() == "off" || v.scalar() == "none")) {
            o.augment.crop_scale.reset();
            return;
          }
@@ -193,13 +216,15 @@ const std::vector<OptionDef>& option_table() {
          const double high = RawValue::parse_number(parts[1], v.where);
          o.augment.crop_scale = std::make_pair(low, high);
        }},
-      {"aug-rotate", "DEG", "Random rotation by up to DEG degrees either way (default 0)",
-       [](O& o, const V& v) { o.augment.rotate_degrees = v.null ? 0.0 : v.number(); }},
-      {"aug-brightness", "X", "Random brightness factor in [max(0, 1-X), 1+X] (default 0)",
-       [](O& o, const V& v) { o.augment.brightness = v.null ? 0.0 : v.number(); }},
-      {"aug-contrast", "X", "Random contrast factor in [max(0, 1-X), 1+X] (default 0)",
-       [](O& o, const V& v) { o.augment.contrast = v.null ? 0.0 : v.number(); }},
-      {"aug-hflip", nullptr, "Random horizontal flip",
+      {"aug-rotate", "DEG", "Random rotation by up to DEG degrees either way; 0 = off (default 7)",
+       [](O& o, const V& v) { o.augment.rotate_degrees = v.null ? defaults().augment.rotate_degrees : v.number(); }},
+      {"aug-brightness", "X", "Random brightness factor in [max(0, 1-X), 1+X]; 0 = off (default 0.1)",
+       [](O& o, const V& v) { o.augment.brightness = v.null ? defaults().augment.brightness : v.number(); }},
+      {"aug-contrast", "X", "Random contrast factor in [max(0, 1-X), 1+X]; 0 = off (default 0.1)",
+       [](O& o, const V& v) { o.augment.contrast = v.null ? defaults().augment.contrast : v.number(); }},
+      {"augment", nullptr, "Training augmentation (default on; --no-augment switches every part off)",
+       [](O& o, const V& v) { o.augment.enabled = v.null ? defaults().augment.enabled : v.boolean(); }},
+      {"aug-hflip", nullptr, "Random horizontal flip (default off: chest anatomy is not left-right symmetric)",
        [](O& o, const V& v) { o.augment.hflip = v.null ? false : v.boolean(); }},
       {"pipeline-stages", "P", "Pipeline stages (default 1)",
        [](O& o, const V& v) {
@@ -214,9 +239,14 @@ const std::vector<OptionDef>& option_table() {
            o.layers_per_stage.push_back(static_cast<int>(std::clamp<int64_t>(one.integer(), -1, 1 << 20)));
          }
        }},
-      {"pipeline-schedule", "NAME", "Pipeline schedule: 1f1b | gpipe (default 1f1b)",
+      {"pipeline-schedule", "NAME", "Pipeline schedule: 1f1b | gpipe | interleaved (default 1f1b)",
        [](O& o, const V& v) {
-         o.pipeline_schedule = v.null ? defaults().pipeline_schedule : v.choice({"1f1b", "gpipe"});
+         o.pipeline_schedule = v.null ? defaults().pipeline_schedule : v.choice({"1f1b", "gpipe", "interleaved"});
+       }},
+      {"virtual-stages", "V", "Model chunks per rank for --pipeline-schedule interleaved (default 2)",
+       [](O& o, const V& v) {
+         o.virtual_stages = v.null ? defaults().virtual_stages
+                                   : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
        }},
       {"recompute", nullptr, "Recompute activations in the backward pass instead of keeping them",
        [](O& o, const V& v) { o.recompute = v.null ? false : v.boolean(); }},
@@ -435,8 +465,13 @@ void TrainOptions::validate() const {
                  layers_per_stage[s], " layers, expected ", end_stage ? ">= 0" : ">= 1");
     }
   }
-  VP_REQUIRE(pipeline_schedule == "1f1b" || pipeline_schedule == "gpipe",
-             "--pipeline-schedule must be 1f1b or gpipe (got '", pipeline_schedule, "')");
+  VP_REQUIRE(pipeline_schedule == "1f1b" || pipeline_schedule == "gpipe" || pipeline_schedule == "interleaved",
+             "--pipeline-schedule must be 1f1b, gpipe or interleaved (got '", pipeline_schedule, "')");
+  VP_REQUIRE(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
+  VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = each epoch) (got ", checkpoint_every, ")");
+  VP_REQUIRE(loader_threads >= 1 && loader_threads <= 256, "--loader-threads must be in [1, 256] (got ",
+             loader_threads, ")");
+
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -475,11 +510,19 @@ nlohmann::json TrainOptions::to_json() const {
   j["skip_unreadable"] = skip_unreadable;
   j["aug_crop_scale"] = augment.crop_scale
                             ? nlohmann::json::array({augment.crop_scale->first, augment.crop_scale->second})
-                            : nlohmann::json(nullptr);
+                            : nlohmann::json("off");
   j["aug_rotate"] = augment.rotate_degrees;
   j["aug_brightness"] = augment.brightness;
   j["aug_contrast"] = augment.contrast;
   j["aug_hflip"] = augment.hflip;
+  j["augment"] = augment.enabled;
+  j["data_seed"] = data_seed;
+  j["view"] = view;
+  j["add_no_finding"] = add_no_finding;
+  j["partial_batch"] = partial_batch;
+  j["loader_threads"] = loader_threads;
+  j["checkpoint_every"] = checkpoint_every;
+  j["virtual_stages"] = virtual_stages;
   j["pipeline_stages"] = pipeline_stages;
   j["layers_per_stage"] = layers_per_stage;
   j["pipeline_schedule"] = pipeline_schedule;

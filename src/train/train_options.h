@@ -28,12 +28,15 @@ class Option;
 
 namespace vitpipe {
 
+// Defaults suit chest X-rays: mild crops, rotations and exposure changes, no horizontal flip (anatomy is not
+// left-right symmetric). --no-augment switches everything off; each part is off at 0 (or with no crop scale).
 struct AugmentOptions {
-  std::optional<std::pair<double, double>> crop_scale;  // --aug-crop-scale MIN,MAX: random resized crop area range
-  double rotate_degrees = 0.0;                          // --aug-rotate DEG: uniform in [-DEG, DEG]
-  double brightness = 0.0;                              // --aug-brightness X: factor in [max(0, 1-X), 1+X]
-  double contrast = 0.0;                                // --aug-contrast X: factor in [max(0, 1-X), 1+X]
-  bool hflip = false;                                   // --aug-hflip: horizontal flip with probability 1/2
+  bool enabled = true;                                                    // --augment / --no-augment
+  std::optional<std::pair<double, double>> crop_scale = std::make_pair(0.7, 1.0);  // --aug-crop-scale MIN,MAX
+  double rotate_degrees = 7.0;  // --aug-rotate DEG: uniform in [-DEG, DEG]
+  double brightness = 0.1;      // --aug-brightness X: factor in [max(0, 1-X), 1+X]
+  double contrast = 0.1;        // --aug-contrast X: factor in [max(0, 1-X), 1+X]
+  bool hflip = false;           // --aug-hflip: horizontal flip with probability 1/2
 
   bool operator==(const AugmentOptions&) const = default;
 };
@@ -43,7 +46,7 @@ struct TrainOptions {
   std::string model;         // --model: a model directory or a Hugging Face repo id (resolved from the cache)
   std::string data;          // --data: the data set directory
   std::string output_dir;    // --output-dir
-  std::string resume;        // --resume: a checkpoint directory; empty = start fresh
+  bool resume = false;       // --resume: continue from the latest checkpoint in output_dir
   bool export_last = false;  // --export-last: export the last step's weights, not the best validation's
 
   // How long and how much. Exactly one of epochs / max_steps is set after loading (default: 3 epochs).
@@ -78,18 +81,25 @@ struct TrainOptions {
   // Evaluation and logging.
   int64_t eval_every = 0;  // steps; 0 = at the end of each epoch
   int64_t log_every = 10;  // steps; 0 = no per-step log lines
+  int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch
   double val_fraction = 0.1;
   bool test = false;  // also evaluate on the test split at the end
 
   // Data.
   int64_t image_size = 0;  // 0 = the model's
   bool skip_unreadable = false;
+  uint64_t data_seed = 0;         // seeds the patient division into train/val (kept apart from --seed)
+  std::string view;               // "" = all, "PA" or "AP"
+  bool add_no_finding = false;    // ChestX-ray14: "No Finding" as a 15th label
+  std::string partial_batch = "auto";  // auto | use | drop: the last, smaller global batch of an epoch
+  int loader_threads = 2;
   AugmentOptions augment;
 
   // Parallelism.
   int pipeline_stages = 1;
   std::vector<int> layers_per_stage;       // encoder layers per stage; empty = balanced
-  std::string pipeline_schedule = "1f1b";  // 1f1b | gpipe
+  std::string pipeline_schedule = "1f1b";  // 1f1b | gpipe | interleaved
+  int virtual_stages = 2;                  // model chunks per rank for the interleaved schedule
   bool recompute = false;
   std::string trace;  // --trace FILE: Chrome trace of the pipeline; empty = none
 

@@ -73,7 +73,6 @@ TEST(TrainOptions, EveryFlagIsParsed) {
                                                       "2",
                                                       "--export-last",
                                                       "--resume",
-                                                      "/tmp/run/ckpt-100",
                                                       "--optimizer",
                                                       "sgd",
                                                       "--weight-decay",
@@ -134,7 +133,7 @@ TEST(TrainOptions, EveryFlagIsParsed) {
   EXPECT_EQ(o.seed, 7u);
   EXPECT_EQ(o.threads, 2);
   EXPECT_TRUE(o.export_last);
-  EXPECT_EQ(o.resume, "/tmp/run/ckpt-100");
+  EXPECT_TRUE(o.resume);
   EXPECT_EQ(o.optimizer, "sgd");
   EXPECT_EQ(o.weight_decay, 0.05);
   EXPECT_EQ(o.beta1, 0.8);
