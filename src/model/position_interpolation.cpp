@@ -9,31 +9,31 @@
 namespace vitpipe {
 namespace {
 
-constexpr float kCubicA = -0.75f;
+constexpr double kCubicA = -0.75;
 
-// torch's cubic_convolution1 (|x| <= 1) and cubic_convolution2 (1 < |x| < 2), in float like its CPU kernel.
-float cubic_near(float x) { return ((kCubicA + 2) * x - (kCubicA + 3)) * x * x + 1; }
-float cubic_far(float x) { return ((kCubicA * x - 5 * kCubicA) * x + 8 * kCubicA) * x - 4 * kCubicA; }
+// torch's cubic_convolution1 (|x| <= 1) and cubic_convolution2 (1 < |x| < 2).
+double cubic_near(double x) { return ((kCubicA + 2) * x - (kCubicA + 3)) * x * x + 1; }
+double cubic_far(double x) { return ((kCubicA * x - 5 * kCubicA) * x + 8 * kCubicA) * x - 4 * kCubicA; }
 
 struct Taps {
   int64_t index[4];
-  float weight[4];
+  double weight[4];
 };
 
 // For each output position: the four clamped source indices and their weights (torch's HelperInterpCubic).
 std::vector<Taps> cubic_taps(int64_t in_size, int64_t out_size) {
-  const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
+  const double scale = static_cast<double>(in_size) / static_cast<double>(out_size);
   std::vector<Taps> taps(static_cast<size_t>(out_size));
   for (int64_t o = 0; o < out_size; ++o) {
-    const float real = scale * (static_cast<float>(o) + 0.5f) - 0.5f;  // half-pixel centres, no clamp (cubic)
+    const double real = scale * (static_cast<double>(o) + 0.5) - 0.5;  // half-pixel centres, no clamp (cubic)
     int64_t base = std::min(static_cast<int64_t>(std::floor(real)), in_size - 1);
-    float t = std::min(std::max(real - static_cast<float>(base), 0.0f), 1.0f);
+    double t = std::min(std::max(real - static_cast<double>(base), 0.0), 1.0);
     Taps& tap = taps[static_cast<size_t>(o)];
-    tap.weight[0] = cubic_far(t + 1.0f);
+    tap.weight[0] = cubic_far(t + 1.0);
     tap.weight[1] = cubic_near(t);
-    const float opposite = 1.0f - t;
+    const double opposite = 1.0 - t;
     tap.weight[2] = cubic_near(opposite);
-    tap.weight[3] = cubic_far(opposite + 1.0f);
+    tap.weight[3] = cubic_far(opposite + 1.0);
     for (int k = 0; k < 4; ++k) {
       tap.index[k] = std::min(std::max(base - 1 + k, int64_t{0}), in_size - 1);
     }
@@ -57,15 +57,15 @@ void bicubic_resize(const float* src, int64_t channels, int64_t in_h, int64_t in
       const Taps& row = rows[static_cast<size_t>(y)];
       for (int64_t x = 0; x < out_w; ++x) {
         const Taps& col = cols[static_cast<size_t>(x)];
-        // Same association as torch: the width taps inside, the height taps outside, each a left-to-right sum.
-        float total = 0.0f;
+        // As torch: the width taps inside, the height taps outside; in double, rounded once at the end.
+        double total = 0.0;
         for (int i = 0; i < 4; ++i) {
           const float* line = plane + row.index[i] * in_w;
-          float inner = line[col.index[0]] * col.weight[0];
-          for (int j = 1; j < 4; ++j) inner += line[col.index[j]] * col.weight[j];
-          total = i == 0 ? inner * row.weight[0] : total + inner * row.weight[i];
+          double inner = 0.0;
+          for (int j = 0; j < 4; ++j) inner += static_cast<double>(line[col.index[j]]) * col.weight[j];
+          total += inner * row.weight[i];
         }
-        out[y * out_w + x] = total;
+        out[y * out_w + x] = static_cast<float>(total);
       }
     }
   }
