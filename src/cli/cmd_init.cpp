@@ -37,8 +37,7 @@ std::vector<std::string> parse_labels(const std::string& text) {
   while (true) {
     size_t comma = text.find(',', start);
     std::string label = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    VP_REQUIRE(!label.empty(), "--labels: empty label name in \"", text,
-               "\" (expected chestxray14 or NAME,NAME,...)");
+    VP_REQUIRE(!label.empty(), "--labels: empty label name in \"", text, "\" (expected chestxray14 or NAME,NAME,...)");
     VP_REQUIRE(seen.insert(label).second, "--labels: \"", label, "\" appears twice");
     labels.push_back(label);
     if (comma == std::string::npos) break;
@@ -83,8 +82,7 @@ void add_init_command(CLI::App& app) {
   cmd->add_option("--preset", args->preset, "Model shape: " + presets)->required();
   cmd->add_option("--image-size", args->image_size, "Input image side in pixels (default: the preset's)");
   cmd->add_option("--patch-size", args->patch_size, "Patch side in pixels (default: the preset's)");
-  cmd->add_option("--labels", args->labels, "chestxray14 (the 14 findings) or NAME,NAME,...")
-      ->capture_default_str();
+  cmd->add_option("--labels", args->labels, "chestxray14 (the 14 findings) or NAME,NAME,...")->capture_default_str();
   cmd->add_option("--problem-type", args->problem_type, "multi_label (sigmoid + BCE) or single_label (softmax + CE)")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the initialisation")->capture_default_str();

@@ -16,17 +16,35 @@ using Json = nlohmann::json;
 
 // Keys this file reads or writes; everything else in a config.json is "extra" and survives a rewrite.
 const std::set<std::string>& known_keys() {
-  static const std::set<std::string> keys = {
-      "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-      "layer_norm_eps", "image_size", "patch_size", "num_channels", "qkv_bias", "initializer_range", "id2label",
-      "label2id", "num_labels", "problem_type", "architectures", "model_type", "torch_dtype", "dtype",
-      "hidden_dropout_prob", "attention_probs_dropout_prob", "encoder_stride", "transformers_version"};
+  static const std::set<std::string> keys = {"hidden_size",
+                                             "num_hidden_layers",
+                                             "num_attention_heads",
+                                             "intermediate_size",
+                                             "hidden_act",
+                                             "layer_norm_eps",
+                                             "image_size",
+                                             "patch_size",
+                                             "num_channels",
+                                             "qkv_bias",
+                                             "initializer_range",
+                                             "id2label",
+                                             "label2id",
+                                             "num_labels",
+                                             "problem_type",
+                                             "architectures",
+                                             "model_type",
+                                             "torch_dtype",
+                                             "dtype",
+                                             "hidden_dropout_prob",
+                                             "attention_probs_dropout_prob",
+                                             "encoder_stride",
+                                             "transformers_version"};
   return keys;
 }
 
 const std::set<std::string>& known_architectures() {
   static const std::set<std::string> names = {"ViTForImageClassification", "ViTModel", "DeiTForImageClassification",
-                                               "DeiTModel"};
+                                              "DeiTModel"};
   return names;
 }
 
@@ -82,7 +100,8 @@ std::vector<std::string> parse_id2label(const Json& id2label, const std::string&
   std::vector<std::string> labels(count);
   std::vector<bool> seen(count, false);
   for (const auto& [key, value] : id2label.items()) {
-    bool canonical = !key.empty() && key.size() <= 18 && std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+    bool canonical = !key.empty() && key.size() <= 18 &&
+                     std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
                      (key == "0" || key[0] != '0');
     VP_REQUIRE(canonical, source, ": id2label key \"", key, "\" is not a label id (expected \"0\"..\"", count - 1,
                "\")");
@@ -109,15 +128,14 @@ void check_label2id(const Json& label2id, const std::vector<std::string>& labels
     VP_REQUIRE(value.is_number_integer(), source, ": label2id[\"", name, "\"] must be an integer id, got ",
                describe(value));
     int64_t id = value.get<int64_t>();
-    VP_REQUIRE(id >= 0 && id < static_cast<int64_t>(labels.size()) && labels[static_cast<size_t>(id)] == name,
-               source, ": label2id[\"", name, "\"] = ", id, " disagrees with id2label",
+    VP_REQUIRE(id >= 0 && id < static_cast<int64_t>(labels.size()) && labels[static_cast<size_t>(id)] == name, source,
+               ": label2id[\"", name, "\"] = ", id, " disagrees with id2label",
                id >= 0 && id < static_cast<int64_t>(labels.size())
                    ? concat(" (id2label[\"", id, "\"] = \"", labels[static_cast<size_t>(id)], "\")")
                    : concat(" (which has ids 0..", labels.size() - 1, ")"));
   }
   for (const auto& name : names) {
-    VP_REQUIRE(label2id.contains(name), source, ": label2id has no entry for label \"", name,
-               "\" of id2label");
+    VP_REQUIRE(label2id.contains(name), source, ": label2id has no entry for label \"", name, "\" of id2label");
   }
 }
 

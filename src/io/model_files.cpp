@@ -5,7 +5,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <regex>
 #include <set>
 
 #include "io/hf_config.h"
@@ -130,8 +129,8 @@ std::vector<std::string> hf_state_dict_order(const ParameterLayout& layout) {
       names.push_back(block + "attention.attention." + which + ".weight");
       if (config.qkv_bias) names.push_back(block + "attention.attention." + which + ".bias");
     }
-    for (const char* module : {"attention.output.dense", "intermediate.dense", "output.dense", "layernorm_before",
-                               "layernorm_after"}) {
+    for (const char* module :
+         {"attention.output.dense", "intermediate.dense", "output.dense", "layernorm_before", "layernorm_after"}) {
       names.push_back(block + module + ".weight");
       names.push_back(block + module + ".bias");
     }
@@ -142,6 +141,17 @@ std::vector<std::string> hf_state_dict_order(const ParameterLayout& layout) {
   VP_REQUIRE(names.size() == layout.specs().size(), "internal: state dict order lists ", names.size(),
              " parameters, the layout ", layout.specs().size());
   return names;
+}
+
+// model.safetensors, model.safetensors.index.json or model-DDDDD-of-DDDDD.safetensors: a save's weight files.
+bool is_weight_file_name(const std::string& name) {
+  if (name == "model.safetensors" || name == "model.safetensors.index.json") return true;
+  static constexpr std::string_view shape = "model-#####-of-#####.safetensors";
+  if (name.size() != shape.size()) return false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == '#' ? (name[i] < '0' || name[i] > '9') : name[i] != shape[i]) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -194,13 +204,13 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
                canonical, "'");
   }
   if (!pooler.empty()) {
-    info(weights_path, ": ignoring ", list_some(pooler), " (ViTModel's pooler; ViTForImageClassification does not use it)");
+    info(weights_path, ": ignoring ", list_some(pooler),
+         " (ViTModel's pooler; ViTForImageClassification does not use it)");
   }
 
   // Every parameter the config implies must be there with its shape; nothing else may be.
   const ParameterLayout source_layout(source);
-  const bool has_classifier =
-      original_of.count("classifier.weight") != 0 || original_of.count("classifier.bias") != 0;
+  const bool has_classifier = original_of.count("classifier.weight") != 0 || original_of.count("classifier.bias") != 0;
   std::vector<std::string> missing;
   std::set<std::string> used;
   for (const auto& spec : source_layout.specs()) {
@@ -219,16 +229,14 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
                shape_string(tensor.shape()), " but ", config_path.string(), " implies ", shape_string(spec.shape),
                classifier ? concat(" (", source.num_labels(), " labels in id2label/num_labels)") : std::string());
   }
-  VP_REQUIRE(missing.empty(), weights_path, ": missing ", missing.size(), " parameter(s) that ",
-             config_path.string(), " implies: ", list_some(missing),
-             source.qkv_bias ? "" : " (qkv_bias is false: no q/k/v biases expected)");
+  VP_REQUIRE(missing.empty(), weights_path, ": missing ", missing.size(), " parameter(s) that ", config_path.string(),
+             " implies: ", list_some(missing), source.qkv_bias ? "" : " (qkv_bias is false: no q/k/v biases expected)");
   std::vector<std::string> unexpected;
   for (const auto& [canonical, original] : original_of) {
     if (used.count(canonical) == 0) unexpected.push_back(original);
   }
-  VP_REQUIRE(unexpected.empty(), weights_path, ": unexpected tensor(s) ", list_some(unexpected),
-             " that a ViT with ", config_path.string(), "'s settings does not have",
-             source.qkv_bias ? "" : " (qkv_bias is false)");
+  VP_REQUIRE(unexpected.empty(), weights_path, ": unexpected tensor(s) ", list_some(unexpected), " that a ViT with ",
+             config_path.string(), "'s settings does not have", source.qkv_bias ? "" : " (qkv_bias is false)");
 
   // The model to build: the requested labels, image size and problem type.
   ViTConfig target = source;
@@ -342,10 +350,9 @@ void save_model(const fs::path& directory, const ViTConfig& config, const Prepro
 
   // A previous save's weights must not shadow the new ones (model.safetensors wins over an index when loading).
   const std::set<std::string> keep(written.begin(), written.end());
-  static const std::regex weight_file(R"(model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json)");
   for (const auto& entry : fs::directory_iterator(directory)) {
     const std::string name = entry.path().filename().string();
-    if (keep.count(name) == 0 && std::regex_match(name, weight_file)) fs::remove(entry.path(), error);
+    if (keep.count(name) == 0 && is_weight_file_name(name)) fs::remove(entry.path(), error);
   }
   write_hf_config(directory / "config.json", config, options.config_extra);
   write_preprocessor_config(directory / "preprocessor_config.json", preprocessor);

@@ -46,7 +46,7 @@ struct LoadedModel {
   FlatParameters parameters;        // whole model (all segments), fp32, ParameterLayout(config)
   bool fresh_head = false;          // the classifier was initialised here, not loaded
   bool has_preprocessor_file = false;
-  std::string weights_file;         // "model.safetensors" or "model.safetensors.index.json"
+  std::string weights_file;                                // "model.safetensors" or "model.safetensors.index.json"
   nlohmann::json config_extra = nlohmann::json::object();  // config.json keys vitpipe does not read; save_model
                                                            // writes them back when given in SaveOptions
 };
@@ -64,9 +64,8 @@ struct SaveOptions {
 // Writes config.json, model.safetensors (or shards + index) and preprocessor_config.json into `directory`
 // (created if needed), each file atomically; removes weight files of an earlier save that the new one replaces.
 // `parameters` must hold the whole model with the layout `config` implies.
-void save_model(const std::filesystem::path& directory, const ViTConfig& config,
-                const PreprocessorConfig& preprocessor, const FlatParameters& parameters,
-                const SaveOptions& options = {});
+void save_model(const std::filesystem::path& directory, const ViTConfig& config, const PreprocessorConfig& preprocessor,
+                const FlatParameters& parameters, const SaveOptions& options = {});
 
 // The layout name a checkpoint tensor name stands for ("encoder.layer.0.layernorm_before.gamma" ->
 // "vit.encoder.layer.0.layernorm_before.weight"); "" for the pooler (pooler.* / vit.pooler.*). Names that match no

@@ -19,8 +19,7 @@ std::string describe(const Json& value) {
 
 bool read_bool(const Json& json, const char* key, bool fallback, const std::string& source) {
   if (!json.contains(key)) return fallback;
-  VP_REQUIRE(json[key].is_boolean(), source, ": field \"", key, "\" must be true or false, got ",
-             describe(json[key]));
+  VP_REQUIRE(json[key].is_boolean(), source, ": field \"", key, "\" must be true or false, got ", describe(json[key]));
   return json[key].get<bool>();
 }
 

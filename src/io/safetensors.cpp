@@ -165,9 +165,9 @@ Entry parse_entry(const std::string& file, const std::string& name, const Json& 
              " has more bytes than a 64-bit size can count");
 
   const Json& offsets = info["data_offsets"];
-  VP_REQUIRE(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                 offsets[1].is_number_unsigned(),
-             where, "data_offsets must be [begin, end] with non-negative integers, got ", json_shape_string(offsets));
+  VP_REQUIRE(
+      offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+      where, "data_offsets must be [begin, end] with non-negative integers, got ", json_shape_string(offsets));
   entry.begin = offsets[0].get<uint64_t>();
   entry.end = offsets[1].get<uint64_t>();
   VP_REQUIRE(entry.begin <= entry.end, where, "data_offsets ", offsets_string(entry.begin, entry.end),
@@ -175,8 +175,8 @@ Entry parse_entry(const std::string& file, const std::string& name, const Json& 
   VP_REQUIRE(entry.end <= data_size, where, "data_offsets ", offsets_string(entry.begin, entry.end),
              " run past the end of the data section (", data_size, " bytes)");
   VP_REQUIRE(entry.end - entry.begin == nbytes, where, "data_offsets ", offsets_string(entry.begin, entry.end),
-             " hold ", entry.end - entry.begin, " bytes but shape ", shape_string(entry.shape), " ", dtype_name(entry.dtype),
-             " needs ", nbytes);
+             " hold ", entry.end - entry.begin, " bytes but shape ", shape_string(entry.shape), " ",
+             dtype_name(entry.dtype), " needs ", nbytes);
   return entry;
 }
 
@@ -195,16 +195,26 @@ StringMap parse_metadata(const std::string& file, const Json& metadata) {
 // safetensors' Dtype enum order; the reference writer puts higher ranks first, which keeps data aligned.
 int dtype_rank(DType dtype) {
   switch (dtype) {
-    case DType::boolean: return 0;
-    case DType::u8: return 1;
-    case DType::i8: return 2;
-    case DType::i16: return 3;
-    case DType::f16: return 4;
-    case DType::bf16: return 5;
-    case DType::i32: return 6;
-    case DType::f32: return 7;
-    case DType::f64: return 8;
-    case DType::i64: return 9;
+    case DType::boolean:
+      return 0;
+    case DType::u8:
+      return 1;
+    case DType::i8:
+      return 2;
+    case DType::i16:
+      return 3;
+    case DType::f16:
+      return 4;
+    case DType::bf16:
+      return 5;
+    case DType::i32:
+      return 6;
+    case DType::f32:
+      return 7;
+    case DType::f64:
+      return 8;
+    case DType::i64:
+      return 9;
   }
   return 0;
 }
@@ -290,8 +300,8 @@ SafetensorsFile read_safetensors_memory(const void* data, size_t size, const std
   uint64_t covered = 0;
   const Entry* previous = nullptr;
   for (const Entry* entry : sorted) {
-    const std::string where = concat(file, ": tensor '", entry->name, "': data_offsets ",
-                                     offsets_string(entry->begin, entry->end));
+    const std::string where =
+        concat(file, ": tensor '", entry->name, "': data_offsets ", offsets_string(entry->begin, entry->end));
     VP_REQUIRE(entry->begin >= covered, where, " overlap tensor '", previous ? previous->name : "", "' at ",
                previous ? offsets_string(previous->begin, previous->end) : "");
     VP_REQUIRE(entry->begin == covered, where, " leave a gap: bytes ", offsets_string(covered, entry->begin),

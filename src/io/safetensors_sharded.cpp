@@ -61,9 +61,9 @@ ShardedSafetensors read_sharded_safetensors(const std::filesystem::path& index_p
   std::map<std::string, SafetensorsFile> shards;
   for (const auto& [shard_name, names] : by_shard) {
     const std::filesystem::path shard_path = directory / shard_name;
-    VP_REQUIRE(std::filesystem::exists(shard_path), file, ": shard ", shard_name, " (holding '", names.front(),
-               "'", names.size() > 1 ? concat(" and ", names.size() - 1, " more") : std::string(),
-               ") is missing from ", directory.string());
+    VP_REQUIRE(std::filesystem::exists(shard_path), file, ": shard ", shard_name, " (holding '", names.front(), "'",
+               names.size() > 1 ? concat(" and ", names.size() - 1, " more") : std::string(), ") is missing from ",
+               directory.string());
     shards.emplace(shard_name, read_safetensors(shard_path));
   }
   // First what the index promises, then what it forgot: a tensor listed in the wrong shard is reported as such.

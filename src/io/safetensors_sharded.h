@@ -41,7 +41,8 @@ std::vector<std::vector<size_t>> plan_shards(const std::vector<uint64_t>& tensor
 // Writes `<stem>.safetensors` when everything fits in one shard, else `<stem>-0000i-of-0000N.safetensors` and
 // `<stem>.safetensors.index.json` (keys sorted, indent 2, like transformers). Every file is written atomically.
 // Returns the file names written (the index last).
-std::vector<std::string> write_sharded_safetensors(const std::filesystem::path& directory, const NamedTensorList& tensors,
+std::vector<std::string> write_sharded_safetensors(const std::filesystem::path& directory,
+                                                   const NamedTensorList& tensors,
                                                    uint64_t max_shard_bytes = kDefaultMaxShardBytes,
                                                    const StringMap& metadata = {}, const std::string& stem = "model");
 

@@ -52,8 +52,7 @@ void initialize_parameters(FlatParameters& parameters, uint64_t seed) {
 void initialize_classifier(FlatParameters& parameters, uint64_t seed) {
   for (const char* name : {"classifier.weight", "classifier.bias"}) {
     const ParamSpec* spec = parameters.layout().find(name);
-    VP_REQUIRE(spec != nullptr && parameters.holds(*spec), "initialize_classifier: the parameters do not hold ",
-               name);
+    VP_REQUIRE(spec != nullptr && parameters.holds(*spec), "initialize_classifier: the parameters do not hold ", name);
     initialize_one(parameters, *spec, seed);
   }
 }

@@ -45,8 +45,8 @@ std::vector<Taps> cubic_taps(int64_t in_size, int64_t out_size) {
 
 void bicubic_resize(const float* src, int64_t channels, int64_t in_h, int64_t in_w, float* dst, int64_t out_h,
                     int64_t out_w) {
-  VP_REQUIRE(channels >= 0 && in_h > 0 && in_w > 0 && out_h > 0 && out_w > 0, "bicubic_resize: bad sizes ", in_h,
-             "x", in_w, " -> ", out_h, "x", out_w);
+  VP_REQUIRE(channels >= 0 && in_h > 0 && in_w > 0 && out_h > 0 && out_w > 0, "bicubic_resize: bad sizes ", in_h, "x",
+             in_w, " -> ", out_h, "x", out_w);
   const std::vector<Taps> rows = cubic_taps(in_h, out_h);
   const std::vector<Taps> cols = cubic_taps(in_w, out_w);
 #pragma omp parallel for schedule(static) if (channels * out_h * out_w > (1 << 16))

@@ -12,17 +12,15 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string fixture(const std::string& name) {
-  return std::string(VITPIPE_SOURCE_DIR) + "/tests/io/fixtures/" + name;
-}
+std::string fixture(const std::string& name) { return std::string(VITPIPE_SOURCE_DIR) + "/tests/io/fixtures/" + name; }
 
 void expect_config_error(const std::string& text, const std::string& fragment) {
   try {
     parse_hf_config_text(text, "config.json");
     ADD_FAILURE() << "accepted: " << text;
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << "expected: " << fragment
-                                                                      << "\n     got: " << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "expected: " << fragment << "\n     got: " << e.what();
   }
 }
 
@@ -111,7 +109,8 @@ TEST(HfConfig, DuplicateLabelNamesNeedOnlyAgreeingLabel2id) {
 }
 
 TEST(HfConfig, RefusesMalformedConfigsNamingTheField) {
-  expect_config_error(with_field("hidden_size", "768"), "config.json: field \"hidden_size\" must be an integer, got string");
+  expect_config_error(with_field("hidden_size", "768"),
+                      "config.json: field \"hidden_size\" must be an integer, got string");
   expect_config_error(with_field("hidden_size", 768.5), "field \"hidden_size\" must be an integer");
   expect_config_error(with_field("qkv_bias", "true"), "field \"qkv_bias\" must be true or false");
   expect_config_error(with_field("layer_norm_eps", "1e-12"), "field \"layer_norm_eps\" must be a number");
@@ -133,7 +132,8 @@ TEST(HfConfig, RefusesMalformedConfigsNamingTheField) {
                       "label2id[\"tench, Tinca tinca\"] = 1 disagrees with id2label (id2label[\"1\"] = \"goldfish");
   expect_config_error(with_field("label2id", Json{{"tench, Tinca tinca", 0}}),
                       "label2id has no entry for label \"goldfish, Carassius auratus\"");
-  expect_config_error(with_field("label2id", Json{{"tench, Tinca tinca", 9}}), "disagrees with id2label (which has ids 0..4)");
+  expect_config_error(with_field("label2id", Json{{"tench, Tinca tinca", 9}}),
+                      "disagrees with id2label (which has ids 0..4)");
   expect_config_error("{\"hidden_size\": 768,\n \"patch_size\": }", "config.json: not valid JSON");
   expect_config_error("[1, 2]", "config.json: expected a JSON object");
 }
@@ -184,13 +184,14 @@ void expect_preprocessor_error(const std::string& text, const std::string& fragm
     parse_preprocessor_config_text(text, "preprocessor_config.json");
     ADD_FAILURE() << "accepted: " << text;
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << "expected: " << fragment
-                                                                      << "\n     got: " << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "expected: " << fragment << "\n     got: " << e.what();
   }
 }
 
 TEST(PreprocessorConfig, ReadsTheOldViTForm) {
-  PreprocessorConfig p = read_preprocessor_config(fixture("google_vit-base-patch16-224-in21k.preprocessor_config.json"));
+  PreprocessorConfig p =
+      read_preprocessor_config(fixture("google_vit-base-patch16-224-in21k.preprocessor_config.json"));
   EXPECT_TRUE(p.do_resize);
   EXPECT_EQ(p.height, 224);
   EXPECT_EQ(p.width, 224);
@@ -243,7 +244,8 @@ TEST(PreprocessorConfig, RefusesMalformedFilesNamingTheField) {
   expect_preprocessor_error(R"({"size": {"height": 3}})", "must give both \"height\" and \"width\"");
   expect_preprocessor_error(R"({"size": -4})", "field \"size\" must be a positive integer");
   expect_preprocessor_error(R"({"size": "224"})", "field \"size\" must be an integer or");
-  expect_preprocessor_error(R"({"size": {"height": 2.5, "width": 3}})", "field \"size.height\" must be a positive integer");
+  expect_preprocessor_error(R"({"size": {"height": 2.5, "width": 3}})",
+                            "field \"size.height\" must be a positive integer");
   expect_preprocessor_error(R"({"image_mean": [0.5, 0.5]})", "field \"image_mean\" must be 3 numbers");
   expect_preprocessor_error(R"({"image_std": [0.5, "x", 0.5]})", "field \"image_std\" must hold numbers");
   expect_preprocessor_error(R"({"image_std": [0.5, 0.0, 0.5]})", "\"image_std\" must be positive");
@@ -267,7 +269,8 @@ TEST(PreprocessorConfig, WritesTheModernFormAndReadsItBack) {
   EXPECT_EQ(back.image_mean, p.image_mean);
   EXPECT_DOUBLE_EQ(back.rescale_factor, 1.0 / 255.0);
 
-  PreprocessorConfig deit = read_preprocessor_config(fixture("facebook_deit-tiny-patch16-224.preprocessor_config.json"));
+  PreprocessorConfig deit =
+      read_preprocessor_config(fixture("facebook_deit-tiny-patch16-224.preprocessor_config.json"));
   json = Json::parse(preprocessor_config_text(deit));
   EXPECT_EQ(json["image_processor_type"], "DeiTImageProcessor");
   EXPECT_EQ(json["crop_size"], (Json{{"height", 224}, {"width", 224}}));

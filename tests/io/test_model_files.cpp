@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -71,8 +70,8 @@ void expect_load_error(const fs::path& dir, const std::string& fragment, const L
     load_model(dir.string(), options);
     ADD_FAILURE() << "loaded " << dir << "; expected: " << fragment;
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << "expected: " << fragment
-                                                                      << "\n     got: " << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "expected: " << fragment << "\n     got: " << e.what();
   }
 }
 
@@ -266,8 +265,9 @@ TEST(ModelFiles, RefusesMissingExtraAndMisshapenTensors) {
   TensorMap both = named(p);
   both.emplace("vit.layernorm.gamma", Tensor::zeros({64}));
   write_checkpoint(dir, both, json);
-  expect_load_error(dir, "tensors 'vit.layernorm.gamma' and 'vit.layernorm.weight' both stand for parameter "
-                         "'vit.layernorm.weight'");
+  expect_load_error(dir,
+                    "tensors 'vit.layernorm.gamma' and 'vit.layernorm.weight' both stand for parameter "
+                    "'vit.layernorm.weight'");
 
   TensorMap distilled = named(p);
   distilled.emplace("deit.embeddings.distillation_token", Tensor::zeros({1, 1, 64}));
@@ -281,8 +281,9 @@ TEST(ModelFiles, RefusesDirectoriesWithoutUsableWeights) {
   write_text_file_atomically(dir / "config.json", hf_config_text(micro_config()));
   expect_load_error(dir, "no model weights in");
   write_text_file_atomically(dir / "pytorch_model.bin", "PK");
-  expect_load_error(dir, "holds pytorch_model.bin but no model.safetensors; reading PyTorch .bin checkpoints is not "
-                         "supported yet");
+  expect_load_error(dir,
+                    "holds pytorch_model.bin but no model.safetensors; reading PyTorch .bin checkpoints is not "
+                    "supported yet");
   expect_load_error(dir / "nonexistent", "not a directory");
 }
 
@@ -300,8 +301,9 @@ TEST(ModelFiles, NewLabelsMeanAFreshHeadSameLabelsKeepIt) {
 
   LoadOptions renamed;
   renamed.labels = {"cat", "dog", "fox"};  // same count, another name
-  expect_load_error(dir, "differ from the checkpoint's 3 (\"cat\", \"dog\", \"eel\") and a fresh classifier is not "
-                         "allowed here",
+  expect_load_error(dir,
+                    "differ from the checkpoint's 3 (\"cat\", \"dog\", \"eel\") and a fresh classifier is not "
+                    "allowed here",
                     renamed);
   renamed.allow_fresh_head = true;
   LoadedModel fresh = load_model(dir.string(), renamed);

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -220,8 +220,8 @@ TEST(Safetensors, RefusesEveryMalformedFileWithItsRule) {
     } catch (const Error& e) {
       std::string message = e.what();
       EXPECT_NE(message.find(c.expected), std::string::npos) << c.what << "\n  got: " << message;
-      EXPECT_EQ(message.rfind(path.string() + ": ", 0), 0u) << c.what << ": message does not start with the file\n  "
-                                                            << message;
+      EXPECT_EQ(message.rfind(path.string() + ": ", 0), 0u)
+          << c.what << ": message does not start with the file\n  " << message;
     }
   }
 }
@@ -250,9 +250,12 @@ TEST(Safetensors, MutationFuzzOnlyEverThrowsVitpipeErrors) {
   uint64_t header_length = 0;
   std::memcpy(&header_length, valid.data(), 8);
 
-  Rng rng(20240601);
+  // VITPIPE_FUZZ_ITERATIONS / VITPIPE_FUZZ_SEED make longer or different runs (e.g. under AddressSanitizer).
+  const char* iterations_env = std::getenv("VITPIPE_FUZZ_ITERATIONS");
+  const char* seed_env = std::getenv("VITPIPE_FUZZ_SEED");
+  const int iterations = iterations_env ? std::atoi(iterations_env) : 20000;
+  Rng rng(seed_env ? std::strtoull(seed_env, nullptr, 10) : 20240601);
   int accepted = 0, refused = 0;
-  const int iterations = 20000;
   for (int it = 0; it < iterations; ++it) {
     std::string bytes = valid;
     const int mutations = 1 + static_cast<int>(rng.below(4));
@@ -384,8 +387,9 @@ TEST(SafetensorsSharded, RefusesBrokenIndexes) {
   auto listed_elsewhere = index;
   listed_elsewhere["weight_map"]["layer.0.weight"] = "model-00002-of-00005.safetensors";
   write_index(listed_elsewhere);
-  expect_sharded_error(index_path, "tensor 'layer.0.weight' is listed in shard model-00002-of-00005.safetensors but "
-                                   "that shard does not hold it");
+  expect_sharded_error(index_path,
+                       "tensor 'layer.0.weight' is listed in shard model-00002-of-00005.safetensors but "
+                       "that shard does not hold it");
 
   auto unlisted = index;
   unlisted["weight_map"].erase("layer.1.weight");
@@ -405,8 +409,9 @@ TEST(SafetensorsSharded, RefusesBrokenIndexes) {
 
   write_index(index);
   fs::remove(dir / "model-00003-of-00005.safetensors");
-  expect_sharded_error(index_path, "shard model-00003-of-00005.safetensors (holding 'layer.4.weight' and 1 more) is "
-                                   "missing");
+  expect_sharded_error(index_path,
+                       "shard model-00003-of-00005.safetensors (holding 'layer.4.weight' and 1 more) is "
+                       "missing");
 }
 
 }  // namespace

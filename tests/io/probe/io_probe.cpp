@@ -3,11 +3,12 @@
 //   io_probe dump FILE                      FILE (.safetensors or .safetensors.index.json) as JSON, data in hex
 //   io_probe write SPEC.json OUT            write the tensors SPEC lists ({"metadata", "tensors": [{name, dtype,
 //                                           shape, hex}]}) with write_safetensors
-//   io_probe load MODEL OUT [options]       load_model then save_model; prints a JSON summary
+//   io_probe load MODEL OUT [options]       load_model then save_model (OUT "-": no save); prints a JSON summary
 //       --labels A,B  --image-size N  --problem-type multi|single  --allow-fresh-head  --seed N
 //       --max-shard-bytes N
 //   io_probe interpolate IN OUT             for every "grid_K" [C, h, w] F32 and "size_K" I64 [2] in IN, writes
 //                                           "out_K" = bicubic_resize(grid_K) to size_K
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -42,7 +43,8 @@ std::string to_hex(const void* data, size_t size) {
 std::vector<unsigned char> from_hex(const std::string& hex) {
   VP_REQUIRE(hex.size() % 2 == 0, "odd hex length");
   std::vector<unsigned char> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   return out;
 }
 
@@ -121,16 +123,19 @@ int load(int argc, char** argv) {
       fail("unknown option ", flag);
     }
   }
+  const auto start = std::chrono::steady_clock::now();
   LoadedModel model = load_model(argv[2], options);
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   save.config_extra = model.config_extra;
-  save_model(argv[3], model.config, model.preprocessor, model.parameters, save);
+  if (std::string(argv[3]) != "-") save_model(argv[3], model.config, model.preprocessor, model.parameters, save);
   Json summary = {{"fresh_head", model.fresh_head},
                   {"labels", model.config.labels},
                   {"image_size", model.config.image_size},
                   {"checkpoint_image_size", model.checkpoint_config.image_size},
                   {"weights_file", model.weights_file},
                   {"has_preprocessor_file", model.has_preprocessor_file},
-                  {"problem_type", problem_type_name(model.config.problem_type)}};
+                  {"problem_type", problem_type_name(model.config.problem_type)},
+                  {"load_seconds", load_seconds}};
   std::cout << summary.dump() << "\n";
   return 0;
 }
