@@ -8,13 +8,13 @@
 
 namespace vitpipe {
 
-const char* schedule_name(ScheduleKind kind) {
+const char* schedule_name(LrScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::cosine:
+    case LrScheduleKind::cosine:
       return "cosine";
-    case ScheduleKind::linear:
+    case LrScheduleKind::linear:
       return "linear";
-    case ScheduleKind::constant:
+    case LrScheduleKind::constant:
       return "constant";
   }
   return "?";
@@ -25,8 +25,8 @@ const std::vector<std::string>& schedule_names() {
   return names;
 }
 
-ScheduleKind parse_schedule(const std::string& name) {
-  for (ScheduleKind kind : {ScheduleKind::cosine, ScheduleKind::linear, ScheduleKind::constant}) {
+LrScheduleKind parse_schedule(const std::string& name) {
+  for (LrScheduleKind kind : {LrScheduleKind::cosine, LrScheduleKind::linear, LrScheduleKind::constant}) {
     if (name == schedule_name(kind)) return kind;
   }
   fail("unknown learning-rate schedule '", name, "' (known: cosine, linear, constant)");
@@ -47,11 +47,11 @@ double LrSchedule::multiplier(int64_t step, int64_t total_steps) const {
   if (step < warm) return static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warm));
   const double rest = static_cast<double>(std::max<int64_t>(1, total_steps - warm));
   switch (kind) {
-    case ScheduleKind::constant:
+    case LrScheduleKind::constant:
       return 1.0;
-    case ScheduleKind::linear:
+    case LrScheduleKind::linear:
       return std::max(0.0, static_cast<double>(total_steps - step) / rest);
-    case ScheduleKind::cosine: {
+    case LrScheduleKind::cosine: {
       const double progress = static_cast<double>(step - warm) / rest;
       const double num_cycles = 0.5;
       return std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * num_cycles * 2.0 * progress)));

@@ -11,14 +11,14 @@
 
 namespace vitpipe {
 
-enum class ScheduleKind { cosine, linear, constant };
+enum class LrScheduleKind { cosine, linear, constant };
 
-const char* schedule_name(ScheduleKind kind);
-ScheduleKind parse_schedule(const std::string& name);  // throws listing the known names
+const char* schedule_name(LrScheduleKind kind);
+LrScheduleKind parse_schedule(const std::string& name);  // throws listing the known names
 const std::vector<std::string>& schedule_names();
 
 struct LrSchedule {
-  ScheduleKind kind = ScheduleKind::cosine;
+  LrScheduleKind kind = LrScheduleKind::cosine;
   double base_lr = 0.0;
   // Warm-up length: `warmup_steps` when set (0 included), else ceil(total_steps * warmup_ratio) as Trainer's
   // get_warmup_steps computes it.

@@ -68,7 +68,7 @@ struct TrainOptions {
   double layer_decay = 1.0;     // 1 = off
 
   // Schedule. Default warm-up (neither given): ratio 0.25.
-  ScheduleKind schedule = ScheduleKind::cosine;
+  LrScheduleKind schedule = LrScheduleKind::cosine;
   std::optional<double> warmup_ratio;
   std::optional<int64_t> warmup_steps;
 

@@ -36,7 +36,7 @@ TEST(LrSchedule, MatchesTransformersUnderTorchLambdaLR) {
 }
 
 TEST(LrSchedule, ExactValues) {
-  LrSchedule linear{ScheduleKind::linear, 1.0, 0.0, 10};
+  LrSchedule linear{LrScheduleKind::linear, 1.0, 0.0, 10};
   EXPECT_EQ(linear.lr(0, 110), 0.0);  // the first optimizer step of a warm-up gets lr 0, as in Trainer
   EXPECT_EQ(linear.lr(5, 110), 0.5);
   EXPECT_EQ(linear.lr(10, 110), 1.0);
@@ -44,7 +44,7 @@ TEST(LrSchedule, ExactValues) {
   EXPECT_EQ(linear.lr(110, 110), 0.0);
   EXPECT_EQ(linear.lr(120, 110), 0.0);
 
-  LrSchedule cosine{ScheduleKind::cosine, 2.0, 0.25, std::nullopt};
+  LrSchedule cosine{LrScheduleKind::cosine, 2.0, 0.25, std::nullopt};
   EXPECT_EQ(cosine.warmup(100), 25);
   EXPECT_EQ(cosine.warmup(101), 26);  // ceil(25.25)
   EXPECT_EQ(cosine.lr(0, 100), 0.0);
@@ -52,16 +52,16 @@ TEST(LrSchedule, ExactValues) {
   EXPECT_EQ(cosine.lr(25, 100), 2.0);
   EXPECT_EQ(cosine.warmup(150), 38);  // ceil(37.5)
   EXPECT_DOUBLE_EQ(cosine.lr(75, 150), 2.0 * 0.5 * (1.0 + std::cos(std::numbers::pi * 37.0 / 112.0)));
-  LrSchedule cosine_mid{ScheduleKind::cosine, 2.0, 0.0, 20};
+  LrSchedule cosine_mid{LrScheduleKind::cosine, 2.0, 0.0, 20};
   EXPECT_EQ(cosine_mid.lr(60, 100), 1.0);  // progress 1/2: cos(pi/2) ~ 6e-17 vanishes in 1 + it
   EXPECT_EQ(cosine_mid.lr(100, 100), 0.0);
 
-  LrSchedule constant{ScheduleKind::constant, 3e-4, 0.0, 4};
+  LrSchedule constant{LrScheduleKind::constant, 3e-4, 0.0, 4};
   EXPECT_EQ(constant.lr(2, 10), 1.5e-4);
   EXPECT_EQ(constant.lr(4, 10), 3e-4);
   EXPECT_EQ(constant.lr(1000, 10), 3e-4);
 
-  LrSchedule none{ScheduleKind::cosine, 1.0, 0.0, 0};
+  LrSchedule none{LrScheduleKind::cosine, 1.0, 0.0, 0};
   EXPECT_EQ(none.lr(0, 10), 1.0);  // no warm-up: full lr at once
 }
 

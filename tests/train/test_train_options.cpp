@@ -43,7 +43,7 @@ TEST(TrainOptions, DefaultsAreTheReferenceRecipe) {
   EXPECT_EQ(o.micro_batches(), 16);
   EXPECT_EQ(o.optimizer, "adamw");
   EXPECT_EQ(o.lr, 2e-4);
-  EXPECT_EQ(o.schedule, ScheduleKind::cosine);
+  EXPECT_EQ(o.schedule, LrScheduleKind::cosine);
   EXPECT_EQ(o.warmup_ratio, 0.25);
   EXPECT_FALSE(o.warmup_steps.has_value());
   EXPECT_EQ(o.clip_grad_norm, 1.0);
@@ -127,7 +127,7 @@ TEST(TrainOptions, EveryFlagIsParsed) {
   EXPECT_EQ(o.batch_size, 64);
   EXPECT_EQ(o.micro_batch_size, 4);
   EXPECT_EQ(o.lr, 1e-3);
-  EXPECT_EQ(o.schedule, ScheduleKind::linear);
+  EXPECT_EQ(o.schedule, LrScheduleKind::linear);
   EXPECT_EQ(o.warmup_steps, 50);
   EXPECT_FALSE(o.warmup_ratio.has_value());
   EXPECT_EQ(o.seed, 7u);
@@ -169,7 +169,7 @@ TEST(TrainOptions, EveryFlagIsParsed) {
   EXPECT_EQ(oc.weight_decay, 0.05);
   EXPECT_EQ(oc.layer_decay, 0.75);
   LrSchedule schedule = o.lr_schedule();
-  EXPECT_EQ(schedule.kind, ScheduleKind::linear);
+  EXPECT_EQ(schedule.kind, LrScheduleKind::linear);
   EXPECT_EQ(schedule.warmup(500), 50);
   EXPECT_EQ(schedule.lr(25, 500), 5e-4);
   EXPECT_EQ(parse_train_options(with_required({"--optimizer", "adamw-nobc"})).optimizer_config().bias_correction,
