@@ -246,11 +246,6 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
     target.labels = options.labels;
   }
   if (options.image_size != 0) target.image_size = options.image_size;
-  if (options.problem_type) {
-    target.problem_type = *options.problem_type;
-  } else if (!hf.has_problem_type) {
-    info(config_path.string(), " has no problem_type; using ", problem_type_name(target.problem_type));
-  }
   target.validate(concat(model.directory.string(), " with the requested settings"));
 
   if (!has_classifier) {
@@ -267,6 +262,16 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
     info("the requested labels ", labels_summary(target.labels), " differ from the checkpoint's ",
          labels_summary(source.labels), ": creating a fresh classifier (normal, std ", target.initializer_range,
          ", bias 0)");
+  }
+
+  // Without a problem_type: a kept classifier scores as transformers' image-classification pipeline would (softmax
+  // for several labels, sigmoid for one); a fresh one is multi-label, as ChestX-ray14 findings are.
+  if (options.problem_type) {
+    target.problem_type = *options.problem_type;
+  } else if (!hf.has_problem_type) {
+    target.problem_type =
+        model.fresh_head || target.num_labels() == 1 ? ProblemType::multi_label : ProblemType::single_label;
+    info(config_path.string(), " has no problem_type; using ", problem_type_name(target.problem_type));
   }
 
   auto layout = std::make_shared<const ParameterLayout>(target);

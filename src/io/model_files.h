@@ -31,7 +31,9 @@ namespace vitpipe {
 struct LoadOptions {
   std::vector<std::string> labels;          // empty: keep the checkpoint's labels (and its classifier)
   int64_t image_size = 0;                   // 0: keep the checkpoint's image size
-  std::optional<ProblemType> problem_type;  // unset: config.json's problem_type (multi-label when it has none)
+  std::optional<ProblemType> problem_type;  // unset: config.json's; when it has none, single-label for a kept
+                                            // classifier with several labels (transformers' pipeline applies
+                                            // softmax then), multi-label for a fresh head or a single label
   uint64_t seed = 0;                        // for a fresh classifier (model/initializer.h streams)
   bool allow_fresh_head = false;            // fine-tuning: true; predict/eval: false (a random head is an error)
   ModelReferenceOptions reference;          // passed to resolve_model_reference

@@ -96,6 +96,7 @@ checks.check(result.returncode == 1 and "has no classifier (a ViTModel backbone)
              f"backbone without --allow-fresh-head: {result.stderr.strip()}")
 summary, tensors, config, preprocessor, _ = load(d, "--labels", "a,b,c", "--allow-fresh-head", "--seed", "5")
 checks.check(summary["fresh_head"] and summary["labels"] == ["a", "b", "c"], f"backbone summary {summary}")
+checks.check(config["problem_type"] == "multi_label_classification", "backbone + fresh head: multi-label")
 for name, t in state.items():
     if name.startswith("pooler."):
         checks.check(not any("pooler" in k for k in tensors), "pooler dropped")

@@ -320,6 +320,23 @@ TEST(ModelFiles, NewLabelsMeanAFreshHeadSameLabelsKeepIt) {
   EXPECT_EQ(load_model(dir.string(), single).config.problem_type, ProblemType::single_label);
 }
 
+TEST(ModelFiles, WithoutProblemTypeAKeptHeadIsSingleLabelAFreshOneMultiLabel) {
+  const ViTConfig config = micro_config();
+  FlatParameters p = random_parameters(config, 10);
+  fs::path dir = temp_dir("problem_type");
+  Json json = hf_config_to_json(config);
+  json.erase("problem_type");  // like google/vit-base-patch16-224
+  write_checkpoint(dir, named(p), json);
+  EXPECT_EQ(load_model(dir.string()).config.problem_type, ProblemType::single_label);
+  LoadOptions fresh;
+  fresh.labels = {"Edema", "Mass"};
+  fresh.allow_fresh_head = true;
+  EXPECT_EQ(load_model(dir.string(), fresh).config.problem_type, ProblemType::multi_label);
+  LoadOptions forced;
+  forced.problem_type = ProblemType::multi_label;
+  EXPECT_EQ(load_model(dir.string(), forced).config.problem_type, ProblemType::multi_label);
+}
+
 TEST(ModelFiles, NewImageSizeInterpolatesPositionEmbeddings) {
   const ViTConfig config = micro_config();  // 32 / 8: a 4 x 4 grid
   FlatParameters p = random_parameters(config, 8);
