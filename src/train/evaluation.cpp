@@ -128,7 +128,9 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
         for (int64_t l = 0; l < labels; ++l) {
           const double z = x[r * labels + l], y = target.f32()[r * labels + l];
           loss_sum += std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::fabs(z)));
-          scores.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-z))));
+          // Ranked by the logit: the sigmoid is increasing, so the ROC-AUC and PR-AUC are the probabilities', but
+          // rounding probabilities to float would tie distinct ones near 0.5 and 1 (`predict` prints them exactly).
+          scores.push_back(static_cast<float>(z));
           targets.push_back(static_cast<float>(y));
         }
       } else {

@@ -1,6 +1,6 @@
-// Evaluation on a split: forward passes through the pipeline (every replica its slice), scores (sigmoid for
-// multi-label, softmax for single-label) gathered to rank 0 in dataset order, then loss, per-label ROC-AUC and
-// PR-AUC (scikit-learn's definitions) and optional bootstrap confidence intervals.
+// Evaluation on a split: forward passes through the pipeline (every replica its slice), scores (the logits for
+// multi-label, which rank rows as their sigmoids do; softmax for single-label) gathered to rank 0 in dataset order,
+// then loss, per-label ROC-AUC and PR-AUC (scikit-learn's definitions) and optional bootstrap confidence intervals.
 #pragma once
 
 #include <memory>

@@ -23,6 +23,8 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t keep_through_s
           record["step"].get<int64_t>() > keep_through_step) {
         continue;
       }
+      // A final evaluation ends a process, not the run: the resumed run writes its own at its end.
+      if (record.value("type", "") == "final_eval") continue;
       kept << line << '\n';
     }
     write_text_file_atomically(path, kept.str());

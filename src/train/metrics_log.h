@@ -1,6 +1,7 @@
 // metrics.jsonl: one JSON object per logged training step and per evaluation, appended and flushed line by line so
 // a killed run keeps what it logged. A resumed run first drops the lines of steps after its checkpoint (they are
-// recomputed), so the file reads as one uninterrupted run.
+// recomputed) and the final evaluations of earlier processes (it writes its own at the end), so the file reads as
+// one uninterrupted run.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,8 @@ namespace vitpipe {
 
 class MetricsLog {
  public:
-  // `keep_through_step` >= 0: drop existing lines whose "step" is larger (resume); < 0: start a new file.
+  // `keep_through_step` >= 0: drop existing lines whose "step" is larger, and "final_eval" lines (resume); < 0: start
+  // a new file.
   MetricsLog(const std::filesystem::path& path, int64_t keep_through_step);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;

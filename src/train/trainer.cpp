@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <string>
 
 #include "backend/backend.h"
 #include "data/data_spec.h"
@@ -297,6 +298,7 @@ void RankTrainer::plan_epochs() {
   }
   if (root()) {
     fs::create_directories(output_);
+    remove_stale_temporaries(output_);  // what a killed run left half-written
     write_text_file_atomically(output_ / "train_options.json", o_.to_json().dump(2) + "\n");
     metrics_ = std::make_unique<MetricsLog>(output_ / "metrics.jsonl", resume_from_ ? state_.step : -1);
   }
@@ -426,6 +428,7 @@ void RankTrainer::train_loop() {
   int64_t images_since_log = 0;
   double loss_since_log = 0;
   int64_t steps_since_log = 0;
+  std::string detail;  // the progress line's epoch, loss and rate
   while (state_.step < state_.total_steps) {
     const int64_t epoch = state_.epoch, index = state_.batch_in_epoch;
     trace_->set_step(static_cast<int>(state_.step));
@@ -472,9 +475,10 @@ void RankTrainer::train_loop() {
     loss_since_log += record["loss"].get<double>();
     ++steps_since_log;
     const double rate = static_cast<double>(images_since_log) / std::max(1e-9, since_log.seconds());
-    char detail[128];
-    std::snprintf(detail, sizeof(detail), "epoch %lld  loss %.4f  %.1f img/s",
-                  static_cast<long long>(epoch + 1), record["loss"].get<double>(), rate);
+    char text[128];
+    std::snprintf(text, sizeof(text), "epoch %lld  loss %.4f  %.1f img/s", static_cast<long long>(epoch + 1),
+                  record["loss"].get<double>(), rate);
+    detail = text;
     progress.update(state_.step, detail);
     if (root() && ((o_.log_every > 0 && state_.step % o_.log_every == 0) || state_.step == state_.total_steps)) {
       record["epoch"] = static_cast<double>(state_.step) / static_cast<double>(batches_per_epoch_);
@@ -494,7 +498,7 @@ void RankTrainer::train_loop() {
     const bool checkpoint_now = o_.checkpoint_every > 0 ? state_.step % o_.checkpoint_every == 0 : epoch_end;
     if (checkpoint_now || last) save_checkpoint();
   }
-  progress.finish();
+  progress.finish(detail);
 }
 
 void RankTrainer::finish() {

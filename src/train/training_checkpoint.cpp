@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "io/hf_config.h"
 #include "io/model_files.h"
@@ -141,6 +143,27 @@ TrainingCheckpoint read_training_checkpoint(const fs::path& directory) {
     c.optimizer_metadata = file.metadata;
   }
   return c;
+}
+
+void remove_stale_temporaries(const fs::path& output_dir) {
+  auto remove_matching = [](const fs::path& dir, const std::vector<std::string>& prefixes) {
+    std::error_code error;
+    if (!fs::is_directory(dir, error)) return;
+    std::vector<fs::path> stale;
+    for (const auto& entry : fs::directory_iterator(dir, error)) {
+      const std::string name = entry.path().filename().string();
+      const size_t tmp = name.find(".tmp-");
+      if (tmp == std::string::npos) continue;
+      const std::string stem = name.substr(0, tmp);
+      const bool ours = std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& prefix) {
+        return prefix.back() == '-' ? stem.rfind(prefix, 0) == 0 : stem == prefix;
+      });
+      if (ours) stale.push_back(entry.path());
+    }
+    for (const auto& path : stale) fs::remove_all(path, error);
+  };
+  remove_matching(output_dir, {"model", "metrics.jsonl", "train_options.json"});
+  remove_matching(checkpoints_dir(output_dir), {"step-", "latest"});
 }
 
 void replace_directory_atomically(const fs::path& target, const std::function<void(const fs::path&)>& write) {

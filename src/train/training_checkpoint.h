@@ -52,6 +52,10 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // Reads a checkpoint directory (throws naming the file on anything missing or malformed).
 TrainingCheckpoint read_training_checkpoint(const std::filesystem::path& directory);
 
+// Removes what a killed run left half-written in `output_dir`: the temporaries ("NAME.tmp-PID") of checkpoints,
+// checkpoints/latest, model/, metrics.jsonl and train_options.json. Complete files and checkpoints are kept.
+void remove_stale_temporaries(const std::filesystem::path& output_dir);
+
 // Replaces directory `target` by a freshly written one in one atomic step (renameat2 exchange): `write` fills a
 // sibling temporary directory first. Used for <output_dir>/model (the exported best model).
 void replace_directory_atomically(const std::filesystem::path& target,

@@ -15,7 +15,8 @@ bool ProgressBar::stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit)
     : label_(std::move(label)), total_(total), unit_(std::move(unit)), terminal_(stderr_is_terminal()) {
   start_ = std::chrono::steady_clock::now();
-  last_draw_ = start_ - std::chrono::hours(1);
+  // A terminal shows the bar at once; a log gets its first line after one interval (a short job: only finish()'s).
+  last_draw_ = terminal_ ? start_ - std::chrono::hours(1) : start_;
 }
 
 ProgressBar::~ProgressBar() {
@@ -27,7 +28,8 @@ void ProgressBar::update(int64_t done, const std::string& detail) {
   auto now = std::chrono::steady_clock::now();
   // Terminals get ~10 redraws per second; logs get a line every 10 s so they stay readable.
   auto interval = terminal_ ? std::chrono::milliseconds(100) : std::chrono::milliseconds(10000);
-  if (now - last_draw_ < interval && done_ < total_) return;
+  // Reaching the total redraws a terminal's bar; a log leaves the last line to finish(), so it is not written twice.
+  if (now - last_draw_ < interval && (done_ < total_ || !terminal_)) return;
   last_draw_ = now;
   draw(false, detail);
 }

@@ -1,0 +1,74 @@
+"""`vitpipe eval --json` on the bundled ChestX-ray14 sample (real 64x64 images resized to a vit-micro's 32 px)
+against scikit-learn: after a short training, the per-finding ROC-AUCs of the official test split equal
+roc_auc_score on the probabilities `vitpipe predict` gives for the same images, with labels read from the sample's
+Data_Entry CSV here; "auc" lists all 14 findings, null exactly where the split has one class only (the validation
+split of this sample lacks some findings), and "mean_auc" is the mean of the defined ones."""
+
+import csv
+import json
+import os
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+import e2e_common as e2e
+
+FINDINGS = ["Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Effusion", "Emphysema", "Fibrosis", "Hernia",
+            "Infiltration", "Mass", "Nodule", "Pleural_Thickening", "Pneumonia", "Pneumothorax"]
+
+checks = e2e.Checks()
+root = e2e.temp_dir("sklearn")
+sample = os.path.join(e2e.SOURCE_DIR, "data", "chestxray14-sample")
+data = "chestxray14:" + sample
+init = os.path.join(root, "init")
+e2e.run("init", "--preset", "vit-micro", "--seed", "4", "--out", init)
+out = os.path.join(root, "run")
+e2e.run(*e2e.train_args(init, data, out, "--max-steps", "12", "--batch-size", "32", "--lr", "1e-3", "--threads", "1",
+                        "--eval-every", "12"))
+model = os.path.join(out, "model")
+
+with open(os.path.join(sample, "Data_Entry_2017_v2020.csv")) as f:
+    findings_of = {row["Image Index"]: row["Finding Labels"].split("|") for row in csv.DictReader(f)}
+test_images = [line.strip() for line in open(os.path.join(sample, "test_list.txt")) if line.strip()]
+targets = np.array([[int(name in findings_of[image]) for name in FINDINGS] for image in test_images])
+
+paths = [os.path.join(sample, "images", image) for image in test_images]
+predictions = [json.loads(line) for line in e2e.run("predict", "--model", model, "--threads", "1", *paths).stdout
+               .splitlines()]
+checks.check(len(predictions) == len(paths), "predict: one line per test image", f"{len(predictions)}")
+probabilities = np.array([[p["probabilities"][name] for name in FINDINGS] for p in predictions])
+
+evaluation = json.loads(e2e.run("eval", "--model", model, "--data", data, "--split", "test", "--json", "--threads",
+                                "1").stdout)
+checks.check(evaluation["rows"] == len(test_images), "eval counts the test split's images", f"{evaluation['rows']}")
+checks.check(list(evaluation["auc"]) == FINDINGS or sorted(evaluation["auc"]) == sorted(FINDINGS),
+             "eval --json: \"auc\" has the 14 findings", f"{list(evaluation['auc'])}")
+worst = 0.0
+for l, name in enumerate(FINDINGS):
+    if 0 < targets[:, l].sum() < len(targets):
+        expected = roc_auc_score(targets[:, l], probabilities[:, l])
+        worst = max(worst, abs(evaluation["auc"][name] - expected))
+    else:
+        checks.check(evaluation["auc"][name] is None, f"test: {name} has one class: null")
+checks.check(worst < 1e-9, "eval --json test AUC = sklearn roc_auc_score on predict's probabilities, per finding",
+             f"max difference {worst:.2e}")
+defined = [v for v in evaluation["auc"].values() if v is not None]
+checks.check(abs(evaluation["mean_auc"] - np.mean(defined)) < 1e-12, "mean_auc is the mean of the defined AUCs")
+spread = np.ptp(probabilities, axis=0).min()
+checks.check(spread > 1e-4, "the trained model's scores vary across images", f"smallest range {spread:.2e}")
+
+# The validation split of this sample lacks some findings: null there, a number elsewhere, and the same
+# evaluation as the trainer's final one.
+evaluation = json.loads(e2e.run("eval", "--model", model, "--data", data, "--split", "val", "--json", "--threads",
+                                "1").stdout)
+rows = evaluation["rows"]
+per_label = evaluation["detail"]["roc_auc"]["per_label"]
+nulls = [name for name, value in evaluation["auc"].items() if value is None]
+checks.check(len(evaluation["auc"]) == 14 and 0 < len(nulls) < 14, "val: 14 findings, some null", f"null: {nulls}")
+checks.check(all((evaluation["auc"][n] is None) == (per_label[n]["positives"] in (0, rows)) for n in FINDINGS),
+             "val: null exactly where a finding has one class")
+final = [x for x in e2e.read_metrics(out) if x["type"] == "final_eval" and x["split"] == "val"][0]
+checks.check(final["auc"] == evaluation["auc"], "val: eval on model/ = the trainer's final evaluation")
+
+e2e.cleanup(root)
+checks.finish()
