@@ -153,6 +153,14 @@ r = e2e.run("export", os.path.join(root, "data"), "--out", os.path.join(root, "b
 checks.check(r.returncode != 0 and "neither a checkpoint" in r.stderr and not os.path.exists(
     os.path.join(root, "bad_export")), "export refuses a directory that is no checkpoint", r.stderr.strip()[-200:])
 
+# The effective options (train_options.json) read back with --config: the same run elsewhere, flags overriding.
+again = os.path.join(root, "again")
+e2e.run("train", "--config", os.path.join(out, "train_options.json"), "--output-dir", again, "--max-steps", "2")
+saved, reread = (json.load(open(os.path.join(d, "train_options.json"))) for d in (out, again))
+changed = sorted(k for k in saved if saved[k] != reread.get(k))
+checks.check(changed == ["epochs", "max_steps", "output_dir"], "train_options.json reads back with --config",
+             f"changed: {changed}")
+
 # --- best versus last: validation labels inverted, so training makes the validation ROC-AUC fall ---
 inverted_csv = os.path.join(root, "data", "inverted.csv")
 with open(inverted_csv, "w") as f:
