@@ -7,12 +7,15 @@
   2 epochs straight;
 - resuming a finished run with the same flags changes nothing and duplicates no record;
 - `train` refuses an output directory that holds a run unless --resume, and --resume with a changed --batch-size,
-  touching nothing."""
+  touching nothing;
+- a pipeline of 2 stages (threads) killed and resumed = uninterrupted, and its checkpoint resumed by 1 stage
+  continues as 2 stages do."""
 
 import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -205,6 +208,45 @@ for name in ("model.safetensors", "optimizer.safetensors"):
 extended_records, two_records = e2e.read_metrics(extended), e2e.read_metrics(two)
 checks.check(comparable(extended_records) == comparable(two_records),
              "1 epoch + resume to 2 = 2 epochs: the same metrics.jsonl records", f"{record_keys(extended_records)}")
+
+# --- a pipeline of 2 stages (threads of this process): killed once and resumed = uninterrupted; and its checkpoint
+# resumed by a single stage (another layout) continues from the same weights ---
+staged = ["--epochs", "2", "--batch-size", "16", "--micro-batch-size", "4", "--lr", "1e-3", "--checkpoint-every", "1",
+          "--log-every", "1", "--threads", "2", "--pipeline-stages", "2"]
+pipeline_straight = os.path.join(root, "pipeline_straight")
+e2e.run(*e2e.train_args(init, data, pipeline_straight, *staged))
+pipeline_killed = os.path.join(root, "pipeline_killed")
+process = subprocess.Popen([e2e.VITPIPE, *e2e.train_args(init, data, pipeline_killed, *staged)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while process.poll() is None and not (checkpoint_dir(pipeline_killed) and
+                                      checkpoint_dir(pipeline_killed).endswith("step-00000003")):
+    time.sleep(0.002)
+cut = process.poll() is None
+process.send_signal(signal.SIGKILL)
+process.wait()
+checks.check(cut, "2 stages: killed mid-run")
+e2e.run(*e2e.train_args(init, data, pipeline_killed, *staged, "--resume"))
+for name in ("model.safetensors", "optimizer.safetensors"):
+    ok, detail = e2e.same_tensors(weights(checkpoint_dir(pipeline_killed), name),
+                                  weights(checkpoint_dir(pipeline_straight), name))
+    checks.check(ok, f"2 stages: killed + resumed = uninterrupted: {name} bit for bit", detail)
+# Another layout resumes the same checkpoint: a 3rd epoch on 1 stage ends where it does on 2 (up to rounding).
+continued = {}
+for layout, flags in (("two_stages", staged), ("one_stage", staged[:-2])):
+    directory = os.path.join(root, f"continued_{layout}")
+    shutil.copytree(pipeline_straight, directory)
+    flags = ["--epochs", "3", *flags[2:]]  # staged starts with --epochs 2
+    e2e.run(*e2e.train_args(init, data, directory, *flags, "--resume"))
+    continued[layout] = directory
+checks.check(all(os.path.basename(checkpoint_dir(d)) == "step-00000021" for d in continued.values()),
+             "a 2-stage checkpoint resumed by 1 and by 2 stages: 3 epochs")
+difference, where = e2e.max_relative_difference(weights(checkpoint_dir(continued["two_stages"])),
+                                                weights(checkpoint_dir(continued["one_stage"])))
+checks.check(difference < 1e-4, "a 2-stage checkpoint resumed by 1 stage continues as 2 stages do",
+             f"max relative difference {difference:.2e} ({where})")
+moved, _ = e2e.max_relative_difference(weights(checkpoint_dir(continued["one_stage"])),
+                                       weights(checkpoint_dir(pipeline_straight)))
+checks.check(moved > 1e-3, "... and the 3rd epoch moved the weights", f"{moved:.2e}")
 
 e2e.cleanup(root)
 checks.finish()
