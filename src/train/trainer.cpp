@@ -139,6 +139,10 @@ void RankTrainer::run() {
   } else if (root()) {
     VP_REQUIRE(!latest_checkpoint(output_).has_value(), "--output-dir ", output_.string(),
                " already holds a training run; add --resume to continue it or choose another directory");
+    // A run whose checkpoints were deleted still holds its exported model, which a new run would replace.
+    VP_REQUIRE(!fs::exists(output_ / "model" / "config.json"), "--output-dir ", output_.string(),
+               " already holds an exported model (model/) but no checkpoint to resume; choose another directory or "
+               "remove it");
   }
   open_data();
   load_model_and_state();

@@ -187,6 +187,15 @@ r = e2e.run(*e2e.train_args(init, data, straight, *common), expect_ok=False)
 checks.check(r.returncode != 0 and "already holds a training run" in r.stderr and "--resume" in r.stderr,
              "train refuses an output directory holding a run (without --resume)", r.stderr.strip()[-200:])
 checks.check(tree_digest(straight) == before, "... and touches nothing in it")
+without_checkpoints = os.path.join(root, "without_checkpoints")
+shutil.copytree(straight, without_checkpoints)
+shutil.rmtree(os.path.join(without_checkpoints, "checkpoints"))
+before_copy = tree_digest(without_checkpoints)
+r = e2e.run(*e2e.train_args(init, data, without_checkpoints, *common), expect_ok=False)
+checks.check(r.returncode != 0 and "already holds an exported model" in r.stderr,
+             "train refuses an output directory holding an exported model/ (its checkpoints deleted)",
+             r.stderr.strip()[-200:])
+checks.check(tree_digest(without_checkpoints) == before_copy, "... and touches nothing in it")
 common_b32 = [x if x != "16" else "32" for x in common]
 r = e2e.run(*e2e.train_args(init, data, straight, *common_b32, "--resume"), expect_ok=False)
 checks.check(r.returncode != 0 and "--batch_size was 16" in r.stderr,
