@@ -140,6 +140,11 @@ checks.check(sorted(intervals) == sorted(e2e.BLOB_LABELS) and
              evaluation["mean_auc_ci"][1] >= evaluation["mean_auc"] - 0.02,
              "--bootstrap gives a 95% interval per label and for the mean", f"{evaluation.get('mean_auc_ci')}")
 
+train_split = json.loads(e2e.run("eval", "--model", model, "--data", data, "--split", "train", "--json", "--threads",
+                                 "1").stdout)
+checks.check(train_split["rows"] == 256 and train_split["split"] == "train" and train_split["mean_auc"] > 0.9,
+             "eval --split train", f"{train_split['rows']} rows, mean AUC {train_split['mean_auc']:.4f}")
+
 # vitpipe export of the output directory = the latest checkpoint, bit for bit, as a Hugging Face directory.
 exported = os.path.join(root, "exported")
 e2e.run("export", out, "--out", exported)

@@ -82,6 +82,9 @@ def check_checkpoint_complete(out, what):
     e2e.run("export", directory, "--out", exported)
     ok, detail = e2e.same_tensors(weights(exported), model)
     checks.check(ok, f"{what}: `vitpipe export` of the checkpoint loads it", detail)
+    evaluation = json.loads(e2e.run("eval", "--model", directory, "--data", data, "--split", "val", "--json",
+                                    "--threads", "1").stdout)
+    checks.check(evaluation["rows"] == 32 and 0 <= evaluation["mean_auc"] <= 1, f"{what}: `vitpipe eval` runs on it")
     return state["step"]
 
 
