@@ -299,7 +299,7 @@ void HubClient::fetch_blob(const HubRepoCache& cache, const std::string& filenam
         size -= static_cast<size_t>(n);
         position += n;
       }
-      progress.update(position);
+      if (metadata.size < 0 || position < metadata.size) progress.update(position);
     };
     try {
       HttpResponse response = http_request(request, on_headers, sink);
