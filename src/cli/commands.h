@@ -7,6 +7,7 @@ namespace vitpipe::cli {
 
 // Adds the subcommand and its callback to `app`. Callbacks throw vitpipe::Error on bad input.
 void add_info_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 void add_download_command(CLI::App& app);
 
 }  // namespace vitpipe::cli

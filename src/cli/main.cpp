@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "vitpipe 0.1.0");
   vitpipe::cli::add_info_command(app);
+  vitpipe::cli::add_bench_command(app);
   vitpipe::cli::add_download_command(app);
   try {
     app.parse(argc, argv);

@@ -1,4 +1,16 @@
 // Decoded images: 8-bit RGB, interleaved, row-major: exactly what Pillow's Image.convert("RGB") gives.
+//
+// What "exactly" means, per source kind (verified against Debian's Pillow 9.4, see tests/image/):
+// - 8-bit gray, RGB, palette: the values themselves (gray -> R = G = B, palette -> its RGB entry; an index past the
+//   end of PLTE gives (i, i, i), Pillow's default grey ramp).
+// - gray of 1, 2 or 4 bits: scaled to 8 bits by bit replication (x255, x85, x17), as Pillow's "1"/"L;2"/"L;4".
+// - alpha (gray+alpha, RGBA, tRNS): dropped, never composited onto a background.
+// - 16-bit RGB / RGBA / gray+alpha: the high byte of each sample.
+// - 16-bit GRAY: CLIPPED to 0..255, NOT scaled. Pillow opens it as mode "I" and convert("RGB") clamps, so a 12-bit
+//   X-ray stored in 16 bits comes out almost entirely white. We reproduce this on purpose: a checkpoint fine-tuned
+//   on Pillow's pixels must see the same pixels here. Convert such data to 8 bits yourself before training.
+// - JPEG: libjpeg-turbo with Pillow's settings (islow DCT, fancy upsampling); CMYK/YCCK are inverted ("Adobe"
+//   polarity) and converted to RGB with Pillow's integer formula.
 #pragma once
 
 #include <cstddef>
@@ -9,15 +21,37 @@
 
 namespace vitpipe {
 
+// Decompression-bomb guard: images with more pixels than this are refused before any pixel buffer is allocated.
+constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+
 struct RgbImage {
   int64_t width = 0;
   int64_t height = 0;
   std::vector<uint8_t> pixels;  // height * width * 3
 };
 
+// What the decoders produce: a gray source stays one channel (it stands for R = G = B) so that resizing and
+// normalising touch a third of the data. to_rgb() of it is exactly Pillow's convert("RGB").
+struct DecodedImage {
+  int64_t width = 0;
+  int64_t height = 0;
+  int channels = 3;             // 1: gray (R = G = B), 3: RGB
+  std::vector<uint8_t> pixels;  // height * width * channels, interleaved
+
+  bool is_gray() const { return channels == 1; }
+};
+
+RgbImage to_rgb(const DecodedImage& image);
+RgbImage to_rgb(DecodedImage&& image);  // reuses the buffer when it is already RGB
+DecodedImage to_decoded(const RgbImage& image);
+
 // PNG (libspng) or JPEG (libjpeg-turbo), chosen by signature. Throws vitpipe::Error naming the file on a corrupt,
-// truncated or unsupported file.
+// truncated, oversized (> kMaxImagePixels) or unsupported file.
 RgbImage decode_image_file(const std::filesystem::path& path);
 RgbImage decode_image_memory(const uint8_t* data, size_t size, const std::string& name_for_errors);
+
+// The same, but gray sources stay gray (channels == 1): the fast path of the data loader.
+DecodedImage decode_image_file_keep_gray(const std::filesystem::path& path);
+DecodedImage decode_image_memory_keep_gray(const uint8_t* data, size_t size, const std::string& name_for_errors);
 
 }  // namespace vitpipe

@@ -99,14 +99,14 @@ Tensor Tensor::clone() const {
   return t;
 }
 
-void Tensor::copy_from(const Tensor& other) {
+void Tensor::copy_from(const Tensor& other) const {
   VP_REQUIRE(other.numel_ == numel_ && other.dtype_ == dtype_, "copy: shape/dtype mismatch ",
              shape_string(other.shape_), " ", dtype_name(other.dtype_), " -> ", shape_string(shape_), " ",
              dtype_name(dtype_));
   if (nbytes() > 0 && other.data_ != data_) std::memmove(data_, other.data_, nbytes());
 }
 
-void Tensor::fill_zero() {
+void Tensor::fill_zero() const {
   if (nbytes() > 0) std::memset(data_, 0, nbytes());
 }
 

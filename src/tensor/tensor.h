@@ -52,8 +52,8 @@ class Tensor {
   Tensor view(const Shape& shape) const;                 // same elements, new shape
   Tensor slice(int64_t begin, int64_t end) const;        // rows [begin, end) of the first dimension
   Tensor clone() const;                                  // deep copy
-  void copy_from(const Tensor& other);                   // same shape and dtype
-  void fill_zero();
+  void copy_from(const Tensor& other) const;             // same element count and dtype
+  void fill_zero() const;
 
   // A new tensor of another dtype (fp32 <-> bf16/f16 and identity).
   Tensor to(DType dtype) const;

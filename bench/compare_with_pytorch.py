@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""vitpipe beside the PyTorch peer: same model, batch, threads and precision, one run each, printed as ratios.
+
+  bench/compare_with_pytorch.py                        # the issue's table: ViT-Tiny/Small, train/infer, fp32/bf16
+  bench/compare_with_pytorch.py --cases vit-tiny:train:fp32 --steps 3
+  bench/compare_with_pytorch.py --peer /path/to/torch_vit_bench.py --vitpipe build/vitpipe
+
+The peer (eager PyTorch, Debian's python3-torch) is ../shared/peers/torch_vit_bench.py by default. Its fp32 GEMMs go
+through the system BLAS: install libopenblas0-pthread (scripts/setup.sh --tests does) or it falls back to the
+reference BLAS and looks ~15x slower than it really is. Peak memory is each process's max RSS (wait4's rusage).
+"""
+import argparse, json, os, subprocess, sys, tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DEFAULT_CASES = ["vit-tiny:train:fp32", "vit-tiny:train:bf16", "vit-tiny:infer:fp32", "vit-tiny:infer:bf16",
+                 "vit-small:train:fp32"]
+
+
+def run_with_rss(cmd, env=None):
+    with tempfile.TemporaryFile() as err_file:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_file, env=env)
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)  # per-child rusage: its own max RSS
+        err_file.seek(0)
+        err = err_file.read()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode()}")
+    lines = [l for l in out.decode().splitlines() if l.startswith("{")]
+    return json.loads(lines[-1]), usage.ru_maxrss * 1024
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--peer", default=os.path.join(ROOT, "..", "shared", "peers", "torch_vit_bench.py"))
+    ap.add_argument("--python", default="/usr/bin/python3", help="the interpreter with Debian's torch")
+    ap.add_argument("--vitpipe", default=os.path.join(ROOT, "build", "vitpipe"))
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES), help="preset:mode:precision,...")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true", help="print one JSON object per case")
+    a = ap.parse_args()
+    if not os.path.exists(a.peer):
+        sys.exit(f"peer not found: {a.peer} (pass --peer PATH)")
+
+    rows = []
+    for case in a.cases.split(","):
+        preset, mode, precision = case.split(":")
+        ours, our_rss = run_with_rss([a.vitpipe, "bench", "--preset", preset, "--mode", mode, "--precision", precision,
+                                      "--batch", str(a.batch), "--steps", str(a.steps), "--threads", str(a.threads),
+                                      "--json"])
+        peer, peer_rss = run_with_rss([a.python, a.peer, "--preset", preset, "--mode", mode, "--precision", precision,
+                                       "--batch", str(a.batch), "--steps", str(a.steps), "--threads",
+                                       str(a.threads)])
+        row = {"case": case, "vitpipe_images_per_s": ours["images_per_s"], "peer_images_per_s": peer["images_per_s"],
+               "ratio": ours["images_per_s"] / peer["images_per_s"],
+               "fraction_of_gemm_peak": ours["fraction_of_gemm_peak"], "vitpipe_max_rss": our_rss,
+               "peer_max_rss": peer_rss, "torch": peer.get("torch")}
+        rows.append(row)
+        if a.json:
+            print(json.dumps(row), flush=True)
+    if a.json:
+        return
+    print(f"batch {a.batch}, {a.threads} threads, {a.steps} timed steps each, one run (ratios, not absolutes, are "
+          f"meaningful on a shared machine)")
+    print(f"{'case':<22}{'vitpipe img/s':>14}{'peer img/s':>12}{'ratio':>8}{'GEMM peak':>11}{'RSS vitpipe':>13}"
+          f"{'RSS peer':>10}")
+    for r in rows:
+        print(f"{r['case']:<22}{r['vitpipe_images_per_s']:>14.2f}{r['peer_images_per_s']:>12.2f}{r['ratio']:>7.2f}x"
+              f"{100 * r['fraction_of_gemm_peak']:>10.0f}%{r['vitpipe_max_rss'] / 2**30:>11.2f}G"
+              f"{r['peer_max_rss'] / 2**30:>9.2f}G")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+// The kernel set a ViT needs, behind one narrow interface (the ggml idea): the model calls these and nothing else,
+// so a CUDA backend is a new folder next to cpu/, not an edit of the model.
+//
+// Conventions (llm.c): kernels that produce PARAMETER gradients ADD into them (micro-batches accumulate for free);
+// kernels that produce ACTIVATION gradients OVERWRITE them, except where a header says "adds" for the residual
+// stream. Activations are row-major [rows, features]; "M" rows = micro-batch x tokens.
+// Dtypes: the residual stream, LayerNorm statistics, softmax and losses are fp32; tensors that only feed GEMMs may
+// be bf16 (precision bf16). Each kernel accepts the combinations listed at its declaration.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace vitpipe {
+
+struct LayerNormBackwardArgs {
+  Tensor grad_out;       // [M, D] f32 or bf16
+  Tensor in;             // [M, D] f32: the forward input
+  Tensor weight;         // [D] f32
+  Tensor mean, rstd;     // [M] f32 saved by the forward pass
+  Tensor grad_in;        // [M, D] f32: OVERWRITTEN with grad_residual + d(LayerNorm)/d(in)
+  Tensor grad_residual;  // optional [M, D] f32 added into grad_in; may alias grad_in (in-place)
+  Tensor grad_weight;    // [D] f32, adds
+  Tensor grad_bias;      // [D] f32, adds
+  Tensor grad_in_copy;   // optional [M, D] f32 or bf16: a second copy of grad_in (bf16 GEMM input)
+  Tensor grad_in_colsum; // optional [D] f32, adds the column sums of grad_in (the bias gradient of the linear layer
+                         // whose output joined the residual stream here)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- linear layers, weights [out, in] as torch.nn.Linear (matmul) ----
+  // out[M,N] = in[M,K] . weight[N,K]^T (+ bias[N]) (+ residual[M,N]). in/weight both f32 or both bf16;
+  // out f32 or bf16; bias and residual f32.
+  virtual void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
+                              const Tensor& out) = 0;
+  // grad_in[M,K] = grad_out[M,N] . weight[N,K] (overwrites). grad_out/weight same dtype; grad_in f32 or bf16.
+  virtual void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) = 0;
+  // grad_weight[N,K] += grad_out[M,N]^T . in[M,K]. grad_out/in same dtype; grad_weight f32.
+  virtual void linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) = 0;
+  // grad_bias[N] += column sums of grad[M,N] (f32 or bf16).
+  virtual void bias_backward(const Tensor& grad, const Tensor& grad_bias) = 0;
+
+  // ---- layernorm ----
+  // out = (in - mean) * rstd * weight + bias over the last dimension (biased variance); in f32; out f32 or bf16;
+  // mean, rstd [M] f32 are saved for the backward pass.
+  virtual void layernorm_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, double eps,
+                                 const Tensor& out, const Tensor& mean, const Tensor& rstd) = 0;
+  virtual void layernorm_backward(const LayerNormBackwardArgs& args) = 0;
+
+  // ---- attention (softmax(Q K^T / sqrt(d)) V per head, no mask) ----
+  // qkv [B, T, 3D] = q | k | v, each [H, d] per token; probs [B, H, T, T] saved; out [B, T, D].
+  // qkv and out share a dtype (f32 or bf16); probs f32 or bf16. Scores and softmax are computed in f32.
+  virtual void attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) = 0;
+  // grad_qkv [B, T, 3D] overwritten (f32 or bf16); grad_qkv_bias [3D] (optional, f32) adds its column sums in f32.
+  virtual void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                                  const Tensor& grad_qkv, const Tensor* grad_qkv_bias) = 0;
+
+  // ---- GELU (exact erf form) ----
+  virtual void gelu_forward(const Tensor& in, const Tensor& out) = 0;  // in f32; out f32 or bf16
+  // grad_in = grad_out * gelu'(in) (overwrites; f32 or bf16); grad_bias [N] (optional) adds column sums of grad_in.
+  virtual void gelu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
+                             const Tensor* grad_bias) = 0;
+
+  // ---- embeddings ----
+  // images [B, C, H, W] f32 -> patches [B * Np, C * P * P] (channel, ky, kx order), f32 or bf16.
+  virtual void patchify(const Tensor& images, int64_t patch, const Tensor& patches) = 0;
+  // x[b, 0] = cls + pos[0]; x[b, 1 + p] = patch_proj[b * Np + p] + pos[1 + p]. x [B, T, D] f32.
+  virtual void embeddings_forward(const Tensor& patch_proj, const Tensor& cls, const Tensor& pos, const Tensor& x) = 0;
+  // grad_cls += sum_b grad_x[b, 0]; grad_pos += sum_b grad_x[b]; grad_patch_proj = grad_x[:, 1:] (overwrites,
+  // f32 or bf16); grad_patch_bias (optional) adds its column sums.
+  virtual void embeddings_backward(const Tensor& grad_x, const Tensor& grad_cls, const Tensor& grad_pos,
+                                   const Tensor& grad_patch_proj, const Tensor* grad_patch_bias) = 0;
+
+  // ---- classifier token ----
+  // out[b] = x[b, 0] for x [B, T, D]; scatter writes grad_x[b, 0] = grad[b] and zeros every other token.
+  virtual void gather_cls(const Tensor& x, const Tensor& out) = 0;
+  virtual void scatter_cls(const Tensor& grad, const Tensor& grad_x) = 0;
+
+  // ---- losses: return the SUM over elements; grad_logits = grad_scale * d(sum)/d(logits) (overwrites) ----
+  // Multi-label: binary cross-entropy with logits, optional pos_weight [L] (as torch's BCEWithLogitsLoss).
+  virtual double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight,
+                                 double grad_scale, const Tensor& grad_logits) = 0;
+  // Single-label: cross-entropy over L classes; targets [B] int64 class ids.
+  virtual double cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
+                               const Tensor& grad_logits) = 0;
+
+  // ---- elementwise ----
+  virtual void convert(const Tensor& src, const Tensor& dst) = 0;  // f32 <-> bf16, same element count
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace vitpipe

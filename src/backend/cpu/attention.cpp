@@ -1,0 +1,236 @@
+// Scaled dot-product attention, one (batch, head) pair per task. Each task keeps its [T, T] score block in a
+// thread-private scratch (L2-resident for ViT sizes), so scores never travel to memory; only the probabilities are
+// written, because the backward pass needs them. The four small GEMMs per task run on oneDNN primitives prepared
+// once and executed on the calling thread.
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vector_math.h"
+#include "util/error.h"
+
+namespace vitpipe::cpu {
+namespace {
+
+struct AttentionDims {
+  int64_t batch, tokens, hidden, heads, head_dim;
+};
+
+AttentionDims attention_dims(const Tensor& qkv, int64_t heads) {
+  VP_REQUIRE(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be [B, T, 3D], got ",
+             shape_string(qkv.shape()));
+  AttentionDims a{qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, heads, 0};
+  VP_REQUIRE(heads > 0 && a.hidden % heads == 0, "attention: ", heads, " heads do not divide hidden size ", a.hidden);
+  a.head_dim = a.hidden / heads;
+  return a;
+}
+
+// Row-wise softmax of scale * s in place, then stored to p (f32 or bf16).
+template <class P>
+void softmax_rows(float* s, P* p, int64_t rows, int64_t cols, float scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * cols;
+    float max = row[0];
+#pragma omp simd reduction(max : max)
+    for (int64_t j = 0; j < cols; ++j) max = row[j] > max ? row[j] : max;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < cols; ++j) {
+      const float e = exp_approx((row[j] - max) * scale);
+      row[j] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+    P* out = p + i * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) store(out + j, row[j] * inv);
+  }
+}
+
+size_t element_size(DType t) { return dtype_size(t); }
+
+}  // namespace
+
+void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) {
+  const AttentionDims a = attention_dims(qkv, heads);
+  const int64_t T = a.tokens, D = a.hidden, hd = a.head_dim;
+  VP_REQUIRE(probs.numel() == a.batch * heads * T * T && probs.dtype() == qkv.dtype(),
+             "attention_forward: probs must be [B, H, T, T] of the qkv dtype");
+  VP_REQUIRE(out.numel() == a.batch * T * D && out.dtype() == qkv.dtype(),
+             "attention_forward: out must be [B, T, D] of the qkv dtype");
+  const DType type = qkv.dtype();
+  const size_t es = element_size(type);
+
+  MatmulShape scores;  // S[T,T] = Q[T,hd] . K[T,hd]^T
+  scores.m = T, scores.n = T, scores.k = hd;
+  scores.a_row = 3 * D, scores.a_col = 1;
+  scores.b_row = 1, scores.b_col = 3 * D;
+  scores.c_row = T;
+  scores.a_type = type, scores.b_type = type, scores.c_type = DType::f32;
+  MatmulShape context;  // O[T,hd] = P[T,T] . V[T,hd]
+  context.m = T, context.n = hd, context.k = T;
+  context.a_row = T, context.a_col = 1;
+  context.b_row = 3 * D, context.b_col = 1;
+  context.c_row = D;
+  context.a_type = type, context.b_type = type, context.c_type = out.dtype();
+  const auto& scores_mm = matmuls_.prepare(scores);
+  const auto& context_mm = matmuls_.prepare(context);
+
+  const int threads = omp_get_max_threads();
+  const int64_t scratch_stride = (T * T + 15) / 16 * 16;
+  if (static_cast<int64_t>(attention_scratch_.size()) < threads * scratch_stride + 16) {
+    attention_scratch_.resize(static_cast<size_t>(threads * scratch_stride + 16));
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const char* qkv_bytes = static_cast<const char*>(qkv.raw());
+  char* probs_bytes = static_cast<char*>(probs.raw());
+  char* out_bytes = static_cast<char*>(out.raw());
+  const size_t out_es = element_size(out.dtype());
+  float* scratch_base = attention_scratch_.data();
+
+#pragma omp parallel for schedule(static)
+  for (int64_t task = 0; task < a.batch * heads; ++task) {
+    const int64_t b = task / heads, h = task % heads;
+    float* s = scratch_base + omp_get_thread_num() * scratch_stride;
+    const char* q = qkv_bytes + static_cast<size_t>(b * T * 3 * D + h * hd) * es;
+    const char* k = q + static_cast<size_t>(D) * es;
+    const char* v = q + static_cast<size_t>(2 * D) * es;
+    char* p = probs_bytes + static_cast<size_t>(task * T * T) * es;
+    matmuls_.run_prepared(scores_mm, q, k, s);
+    if (type == DType::f32) {
+      softmax_rows(s, reinterpret_cast<float*>(p), T, T, scale);
+    } else {
+      softmax_rows(s, reinterpret_cast<uint16_t*>(p), T, T, scale);
+    }
+    char* o = out_bytes + static_cast<size_t>(b * T * D + h * hd) * out_es;
+    matmuls_.run_prepared(context_mm, p, v, o);
+  }
+}
+
+namespace {
+
+// dS = P * (dP - rowsum(dP * P)) * scale, written to ds (the GEMM operand dtype).
+template <class P, class S>
+void softmax_backward_rows(const P* p, const float* dp, S* ds, int64_t rows, int64_t cols, float scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const P* pr = p + i * cols;
+    const float* dpr = dp + i * cols;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j < cols; ++j) dot += load(pr + j) * dpr[j];
+    S* out = ds + i * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) store(out + j, load(pr + j) * (dpr[j] - dot) * scale);
+  }
+}
+
+template <class G>
+void write_head_gradient(const float* src, int64_t T, int64_t hd, G* dst, int64_t dst_row, float* colsum) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* s = src + t * hd;
+    G* d = dst + t * dst_row;
+#pragma omp simd
+    for (int64_t j = 0; j < hd; ++j) store(d + j, s[j]);
+    if (colsum) {
+#pragma omp simd
+      for (int64_t j = 0; j < hd; ++j) colsum[j] += s[j];
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                                    const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
+  const AttentionDims a = attention_dims(qkv, heads);
+  const int64_t T = a.tokens, D = a.hidden, hd = a.head_dim;
+  const DType type = qkv.dtype();
+  VP_REQUIRE(grad_out.numel() == a.batch * T * D && grad_out.dtype() == type,
+             "attention_backward: grad_out must be [B, T, D] of the qkv dtype");
+  VP_REQUIRE(probs.numel() == a.batch * heads * T * T && probs.dtype() == type,
+             "attention_backward: probs must be [B, H, T, T] of the qkv dtype");
+  VP_REQUIRE(grad_qkv.numel() == qkv.numel(), "attention_backward: grad_qkv must be [B, T, 3D]");
+  const size_t es = element_size(type);
+
+  MatmulShape dv_shape;  // dV[T,hd] = P^T[T,T] . dO[T,hd]
+  dv_shape.m = T, dv_shape.n = hd, dv_shape.k = T;
+  dv_shape.a_row = 1, dv_shape.a_col = T;
+  dv_shape.b_row = D, dv_shape.b_col = 1;
+  dv_shape.c_row = hd;
+  dv_shape.a_type = type, dv_shape.b_type = type, dv_shape.c_type = DType::f32;
+  MatmulShape dp_shape;  // dP[T,T] = dO[T,hd] . V^T
+  dp_shape.m = T, dp_shape.n = T, dp_shape.k = hd;
+  dp_shape.a_row = D, dp_shape.a_col = 1;
+  dp_shape.b_row = 1, dp_shape.b_col = 3 * D;
+  dp_shape.c_row = T;
+  dp_shape.a_type = type, dp_shape.b_type = type, dp_shape.c_type = DType::f32;
+  MatmulShape dq_shape;  // dQ[T,hd] = dS[T,T] . K[T,hd]
+  dq_shape.m = T, dq_shape.n = hd, dq_shape.k = T;
+  dq_shape.a_row = T, dq_shape.a_col = 1;
+  dq_shape.b_row = 3 * D, dq_shape.b_col = 1;
+  dq_shape.c_row = hd;
+  dq_shape.a_type = type, dq_shape.b_type = type, dq_shape.c_type = DType::f32;
+  MatmulShape dk_shape = dq_shape;  // dK[T,hd] = dS^T . Q[T,hd]
+  dk_shape.a_row = 1, dk_shape.a_col = T;
+  const auto& dv_mm = matmuls_.prepare(dv_shape);
+  const auto& dp_mm = matmuls_.prepare(dp_shape);
+  const auto& dq_mm = matmuls_.prepare(dq_shape);
+  const auto& dk_mm = matmuls_.prepare(dk_shape);
+
+  const int threads = omp_get_max_threads();
+  const int64_t tt = (T * T + 15) / 16 * 16;
+  const int64_t th = (T * hd + 15) / 16 * 16;
+  const int64_t stride = 2 * tt + 3 * th;  // dP (f32), dS (<= f32), dQ, dK, dV (f32)
+  if (static_cast<int64_t>(attention_scratch_.size()) < threads * stride + 16) {
+    attention_scratch_.resize(static_cast<size_t>(threads * stride + 16));
+  }
+  float* scratch_base = attention_scratch_.data();
+  const bool colsum = grad_qkv_bias != nullptr;
+  if (colsum) partials_.reset(threads, 3 * D);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const char* qkv_bytes = static_cast<const char*>(qkv.raw());
+  const char* probs_bytes = static_cast<const char*>(probs.raw());
+  const char* dout_bytes = static_cast<const char*>(grad_out.raw());
+  const DType grad_type = grad_qkv.dtype();
+  void* grad_base = grad_qkv.raw();
+
+#pragma omp parallel for schedule(static)
+  for (int64_t task = 0; task < a.batch * heads; ++task) {
+    const int64_t b = task / heads, h = task % heads;
+    const int thread = omp_get_thread_num();
+    float* dp = scratch_base + thread * stride;
+    float* ds = dp + tt;
+    float* dq = ds + tt;
+    float* dk = dq + th;
+    float* dv = dk + th;
+    const char* q = qkv_bytes + static_cast<size_t>(b * T * 3 * D + h * hd) * es;
+    const char* k = q + static_cast<size_t>(D) * es;
+    const char* v = q + static_cast<size_t>(2 * D) * es;
+    const char* p = probs_bytes + static_cast<size_t>(task * T * T) * es;
+    const char* dout = dout_bytes + static_cast<size_t>(b * T * D + h * hd) * es;
+    matmuls_.run_prepared(dv_mm, p, dout, dv);
+    matmuls_.run_prepared(dp_mm, dout, v, dp);
+    if (type == DType::f32) {
+      softmax_backward_rows(reinterpret_cast<const float*>(p), dp, ds, T, T, scale);
+    } else {
+      softmax_backward_rows(reinterpret_cast<const uint16_t*>(p), dp, reinterpret_cast<uint16_t*>(ds), T, T, scale);
+    }
+    matmuls_.run_prepared(dq_mm, ds, k, dq);
+    matmuls_.run_prepared(dk_mm, ds, q, dk);
+    float* cs = colsum ? partials_.row(thread) : nullptr;
+    const int64_t offset = b * T * 3 * D + h * hd;
+    const float* parts[3] = {dq, dk, dv};
+    for (int which = 0; which < 3; ++which) {
+      float* part_colsum = cs ? cs + which * D + h * hd : nullptr;
+      if (grad_type == DType::f32) {
+        write_head_gradient(parts[which], T, hd, static_cast<float*>(grad_base) + offset + which * D, 3 * D,
+                            part_colsum);
+      } else {
+        write_head_gradient(parts[which], T, hd, static_cast<uint16_t*>(grad_base) + offset + which * D, 3 * D,
+                            part_colsum);
+      }
+    }
+  }
+  if (colsum) partials_.add_into(grad_qkv_bias->f32(), 3 * D);
+}
+
+}  // namespace vitpipe::cpu

@@ -1,0 +1,109 @@
+#include "backend/cpu/onednn_matmul.h"
+
+#include <omp.h>
+
+#include <unordered_map>
+
+#include "util/error.h"
+
+namespace vitpipe::cpu {
+namespace {
+
+dnnl::memory::data_type to_dnnl(DType type) {
+  switch (type) {
+    case DType::f32: return dnnl::memory::data_type::f32;
+    case DType::bf16: return dnnl::memory::data_type::bf16;
+    case DType::f16: return dnnl::memory::data_type::f16;
+    default: fail("matmul: unsupported dtype ", dtype_name(type));
+  }
+}
+
+}  // namespace
+
+MatmulCache::MatmulCache() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+std::shared_ptr<MatmulCache::Prepared> MatmulCache::create(const MatmulShape& s, bool user_scratchpad) {
+  using dims = dnnl::memory::dims;
+  auto p = std::make_shared<Prepared>();
+  p->a_desc = dnnl::memory::desc(dims{s.m, s.k}, to_dnnl(s.a_type), dims{s.a_row, s.a_col});
+  p->b_desc = dnnl::memory::desc(dims{s.k, s.n}, to_dnnl(s.b_type), dims{s.b_row, s.b_col});
+  p->c_desc = dnnl::memory::desc(dims{s.m, s.n}, to_dnnl(s.c_type), dims{s.c_row, 1});
+  dnnl::primitive_attr attr;
+  dnnl::post_ops ops;
+  if (s.residual) {
+    p->residual_desc = dnnl::memory::desc(dims{s.m, s.n}, dnnl::memory::data_type::f32, dims{s.c_row, 1});
+    ops.append_binary(dnnl::algorithm::binary_add, p->residual_desc);
+  }
+  if (s.accumulate) ops.append_sum(1.0f);
+  attr.set_post_ops(ops);
+  if (user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  try {
+    if (s.bias) {
+      p->bias_desc = dnnl::memory::desc(dims{1, s.n}, dnnl::memory::data_type::f32, dims{s.n, 1});
+      p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, p->b_desc, p->bias_desc, p->c_desc), attr,
+                                           engine_);
+    } else {
+      p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, p->b_desc, p->c_desc), attr, engine_);
+    }
+  } catch (const dnnl::error& e) {
+    fail("oneDNN cannot create a matmul for M=", s.m, " N=", s.n, " K=", s.k, " (", dtype_name(s.a_type), " x ",
+         dtype_name(s.b_type), " -> ", dtype_name(s.c_type), "): ", e.what());
+  }
+  p->primitive = dnnl::matmul(p->pd);
+  p->scratchpad_bytes = user_scratchpad ? p->pd.scratchpad_desc().get_size() : 0;
+  return p;
+}
+
+void MatmulCache::run(const MatmulShape& shape, const void* a, const void* b, void* c, const float* bias,
+                      const float* residual) {
+  auto key = shape.key();
+  auto it = cache_.find(key);
+  if (it == cache_.end()) it = cache_.emplace(key, create(shape, false)).first;
+  Prepared& p = *it->second;
+  std::unordered_map<int, dnnl::memory> args;
+  args.emplace(DNNL_ARG_SRC, dnnl::memory(p.a_desc, engine_, const_cast<void*>(a)));
+  args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.b_desc, engine_, const_cast<void*>(b)));
+  args.emplace(DNNL_ARG_DST, dnnl::memory(p.c_desc, engine_, c));
+  if (shape.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_desc, engine_, const_cast<float*>(bias)));
+  if (shape.residual) {
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                 dnnl::memory(p.residual_desc, engine_, const_cast<float*>(residual)));
+  }
+  p.primitive.execute(stream_, args);
+  stream_.wait();
+}
+
+const MatmulCache::Prepared& MatmulCache::prepare(const MatmulShape& shape) {
+  VP_REQUIRE(!shape.bias && !shape.residual, "prepared matmuls take no bias or residual");
+  auto key = shape.key();
+  auto it = thread_cache_.find(key);
+  if (it == thread_cache_.end()) it = thread_cache_.emplace(key, create(shape, true)).first;
+  const int threads = omp_get_max_threads();
+  if (static_cast<int>(thread_streams_.size()) < threads) {
+    thread_scratch_.resize(static_cast<size_t>(threads));
+    while (static_cast<int>(thread_streams_.size()) < threads) {
+      thread_streams_.push_back(std::make_unique<dnnl::stream>(engine_));
+    }
+  }
+  for (auto& scratch : thread_scratch_) {
+    if (scratch.size() < it->second->scratchpad_bytes) scratch.resize(it->second->scratchpad_bytes);
+  }
+  return *it->second;
+}
+
+void MatmulCache::run_prepared(const Prepared& p, const void* a, const void* b, void* c) {
+  const size_t thread = static_cast<size_t>(omp_get_thread_num());
+  dnnl::stream& stream = *thread_streams_[thread];
+  std::unordered_map<int, dnnl::memory> args;
+  args.emplace(DNNL_ARG_SRC, dnnl::memory(p.a_desc, engine_, const_cast<void*>(a)));
+  args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.b_desc, engine_, const_cast<void*>(b)));
+  args.emplace(DNNL_ARG_DST, dnnl::memory(p.c_desc, engine_, c));
+  if (p.scratchpad_bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(p.pd.scratchpad_desc(), engine_, thread_scratch_[thread].data()));
+  }
+  p.primitive.execute(stream, args);
+  stream.wait();
+}
+
+}  // namespace vitpipe::cpu

@@ -1,0 +1,65 @@
+// oneDNN matmul primitives, created once per (shape, strides, dtypes, epilogue) and reused: creating a primitive
+// JIT-compiles a kernel, which costs far more than running it on a ViT-sized problem.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace vitpipe::cpu {
+
+// C[M,N] (+)= A[M,K] . B[K,N], each operand a strided 2-D view: element (i, j) of A is at a[i * a_row + j * a_col].
+struct MatmulShape {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t a_row = 0, a_col = 1;  // A strides
+  int64_t b_row = 0, b_col = 1;  // B strides
+  int64_t c_row = 0;             // C row stride (columns contiguous)
+  DType a_type = DType::f32, b_type = DType::f32, c_type = DType::f32;
+  bool bias = false;      // + bias[N] (f32)
+  bool residual = false;  // + R[M,N] (f32, contiguous rows of stride c_row)
+  bool accumulate = false;  // C += instead of C =
+
+  auto key() const {
+    return std::make_tuple(m, n, k, a_row, a_col, b_row, b_col, c_row, static_cast<int>(a_type),
+                           static_cast<int>(b_type), static_cast<int>(c_type), bias, residual, accumulate);
+  }
+};
+
+class MatmulCache {
+ public:
+  MatmulCache();
+  // Runs on the calling thread's OpenMP team (the whole team when called outside a parallel region).
+  void run(const MatmulShape& shape, const void* a, const void* b, void* c, const float* bias = nullptr,
+           const float* residual = nullptr);
+  // For small GEMMs issued from inside an OpenMP parallel region (attention): one stream per thread, user
+  // scratchpads, so threads never share mutable state. Call prepare() outside the region first.
+  struct Prepared;
+  const Prepared& prepare(const MatmulShape& shape);
+  void run_prepared(const Prepared& prepared, const void* a, const void* b, void* c);
+  dnnl::engine& engine() { return engine_; }
+
+ private:
+  using Key = decltype(MatmulShape{}.key());
+  std::shared_ptr<Prepared> create(const MatmulShape& shape, bool user_scratchpad);
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::map<Key, std::shared_ptr<Prepared>> cache_;
+  std::map<Key, std::shared_ptr<Prepared>> thread_cache_;
+  std::vector<std::unique_ptr<dnnl::stream>> thread_streams_;
+  std::vector<std::vector<char>> thread_scratch_;
+};
+
+struct MatmulCache::Prepared {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul primitive;
+  dnnl::memory::desc a_desc, b_desc, c_desc, bias_desc, residual_desc;
+  size_t scratchpad_bytes = 0;
+};
+
+}  // namespace vitpipe::cpu

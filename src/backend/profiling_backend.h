@@ -1,0 +1,68 @@
+// A Backend that forwards every call to another one and adds up wall time per kind of operation, for the
+// breakdown `vitpipe bench` prints. Calls are synchronous on CPU, so timing around them is exact.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace vitpipe {
+
+enum class OpKind { gemm, attention, layernorm, gelu, embedding, loss, other, count };
+const char* op_kind_name(OpKind kind);
+
+class ProfilingBackend final : public Backend {
+ public:
+  explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  double seconds(OpKind kind) const { return seconds_[static_cast<size_t>(kind)]; }
+  void reset() { seconds_.fill(0.0); }
+
+  void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
+                      const Tensor& out) override;
+  void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) override;
+  void linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) override;
+  void bias_backward(const Tensor& grad, const Tensor& grad_bias) override;
+  void layernorm_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                         const Tensor& mean, const Tensor& rstd) override;
+  void layernorm_backward(const LayerNormBackwardArgs& args) override;
+  void attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                          const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override;
+  void gelu_forward(const Tensor& in, const Tensor& out) override;
+  void gelu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
+                     const Tensor* grad_bias) override;
+  void patchify(const Tensor& images, int64_t patch, const Tensor& patches) override;
+  void embeddings_forward(const Tensor& patch_proj, const Tensor& cls, const Tensor& pos, const Tensor& x) override;
+  void embeddings_backward(const Tensor& grad_x, const Tensor& grad_cls, const Tensor& grad_pos,
+                           const Tensor& grad_patch_proj, const Tensor* grad_patch_bias) override;
+  void gather_cls(const Tensor& x, const Tensor& out) override;
+  void scatter_cls(const Tensor& grad, const Tensor& grad_x) override;
+  double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight, double grad_scale,
+                         const Tensor& grad_logits) override;
+  double cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
+                       const Tensor& grad_logits) override;
+  void convert(const Tensor& src, const Tensor& dst) override;
+
+ private:
+  template <class F>
+  auto timed(OpKind kind, F&& call) {
+    const auto start = std::chrono::steady_clock::now();
+    struct Stop {
+      ProfilingBackend* self;
+      OpKind kind;
+      std::chrono::steady_clock::time_point start;
+      ~Stop() {
+        self->seconds_[static_cast<size_t>(kind)] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+    } stop{this, kind, start};
+    return call();
+  }
+  Backend& inner_;
+  std::array<double, static_cast<size_t>(OpKind::count)> seconds_{};
+};
+
+}  // namespace vitpipe

@@ -1,0 +1,150 @@
+// `vitpipe bench`: times full training steps (forward, loss, backward, optimizer) or inference on random data,
+// after a warm-up, and reports images/s, GFLOP/s, the fraction of the measured GEMM peak, peak memory and where the
+// time goes. bench/compare_with_pytorch.py puts these beside the PyTorch peer.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/gemm_peak.h"
+#include "backend/profiling_backend.h"
+#include "cli/commands.h"
+#include "data/chestxray14_findings.h"
+#include "model/flop_count.h"
+#include "model/presets.h"
+#include "model/vit_stage.h"
+#include "util/error.h"
+#include "util/random.h"
+#include "util/threads.h"
+
+namespace vitpipe::cli {
+namespace {
+
+struct BenchOptions {
+  std::string preset = "vit-tiny";
+  std::string config_path;
+  int64_t batch = 32;
+  int steps = 5;
+  int threads = 0;
+  std::string precision = "fp32";
+  std::string mode = "train";
+  bool json = false;
+};
+
+double peak_rss_bytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;
+}
+
+void run_bench(const BenchOptions& o) {
+  VP_REQUIRE(o.batch > 0 && o.batch <= 4096, "--batch: expected 1..4096, got ", o.batch);
+  VP_REQUIRE(o.steps > 0 && o.steps <= 10000, "--steps: expected 1..10000, got ", o.steps);
+  VP_REQUIRE(o.mode == "train" || o.mode == "infer", "--mode: expected train or infer, got \"", o.mode, "\"");
+  const Precision precision = parse_precision(o.precision);
+  const int threads = configure_threads(o.threads);
+  VP_REQUIRE(o.config_path.empty(), "--config: not supported yet (use --preset)");
+  ViTConfig config = preset_config(o.preset);
+  config.labels = chestxray14_findings();
+  const bool train = o.mode == "train";
+
+  auto layout = std::make_shared<const ParameterLayout>(config);
+  auto cpu = make_cpu_backend();
+  ProfilingBackend backend(*cpu);
+  StageOptions stage_options;
+  stage_options.precision = precision;
+  stage_options.training = train;
+  stage_options.max_micro_batch = o.batch;
+  ViTStage model(layout, backend, stage_options);
+  Rng rng(1);
+  for (int64_t i = 0; i < model.parameters().numel(); ++i) model.parameters().data()[i] = 0.02f * rng.normal();
+  model.parameters_changed();
+  Tensor images = model.input(0, o.batch);
+  for (int64_t i = 0; i < images.numel(); ++i) images.f32()[i] = static_cast<float>(rng.normal());
+  Tensor targets = Tensor::empty({o.batch, config.num_labels()});
+  for (int64_t i = 0; i < targets.numel(); ++i) targets.f32()[i] = rng.uniform() < 0.2 ? 1.0f : 0.0f;
+  const double scale = 1.0 / static_cast<double>(targets.numel());
+
+  auto step = [&] {
+    if (train) {
+      model.zero_gradients();
+      model.forward(0, o.batch);
+      model.loss(0, o.batch, targets, scale);
+      model.backward(0, o.batch);
+    } else {
+      model.forward(0, o.batch);
+    }
+  };
+  step();  // warm-up: JIT kernels, first-touch memory
+  backend.reset();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.steps; ++i) step();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const double images_per_s = static_cast<double>(o.batch) * o.steps / seconds;
+  const double flops_per_image = forward_flops_per_image(config).total() * (train ? 3.0 : 1.0);
+  const double gflops = flops_per_image * images_per_s / 1e9;
+  const double peak = cpu::measure_gemm_peak_gflops(compute_dtype(precision));
+  nlohmann::json breakdown = nlohmann::json::object();
+  double accounted = 0.0;
+  for (int k = 0; k < static_cast<int>(OpKind::count); ++k) {
+    const double s = backend.seconds(static_cast<OpKind>(k));
+    accounted += s;
+    breakdown[op_kind_name(static_cast<OpKind>(k))] = s / seconds;
+  }
+  breakdown["optimizer"] = 0.0;  // not part of this measurement yet
+  breakdown["unaccounted"] = std::max(0.0, 1.0 - accounted / seconds);
+
+  nlohmann::json result = {
+      {"model", o.preset},
+      {"mode", o.mode},
+      {"precision", precision_name(precision)},
+      {"batch", o.batch},
+      {"threads", threads},
+      {"steps", o.steps},
+      {"images_per_s", images_per_s},
+      {"seconds_per_step", seconds / o.steps},
+      {"gflops_per_s", gflops},
+      {"gemm_peak_gflops_per_s", peak},
+      {"fraction_of_gemm_peak", gflops / peak},
+      {"peak_rss_bytes", peak_rss_bytes()},
+      {"activation_bytes", model.activation_bytes()},
+      {"breakdown", breakdown},
+      {"includes_optimizer", false},
+  };
+  if (o.json) {
+    std::printf("%s\n", result.dump().c_str());
+    return;
+  }
+  std::printf("vitpipe bench: %s (%lld px, patch %lld, hidden %lld, %lld layers), batch %lld, %s, %s, %d threads\n",
+              o.preset.c_str(), static_cast<long long>(config.image_size), static_cast<long long>(config.patch_size),
+              static_cast<long long>(config.hidden_size), static_cast<long long>(config.num_hidden_layers),
+              static_cast<long long>(o.batch), precision_name(precision), o.mode.c_str(), threads);
+  std::printf("  %.2f images/s  (%.3f s per step)\n", images_per_s, seconds / o.steps);
+  std::printf("  %.1f GFLOP/s = %.0f%% of the measured GEMM peak (%.1f GFLOP/s)\n", gflops, 100.0 * gflops / peak,
+              peak);
+  std::printf("  peak memory (max RSS) %.2f GiB, activations + gradient workspace %.2f GiB\n",
+              peak_rss_bytes() / (1 << 30), static_cast<double>(model.activation_bytes()) / (1 << 30));
+  std::printf("  time by operation:");
+  for (auto& [name, fraction] : breakdown.items()) std::printf(" %s %.1f%%", name.c_str(), 100.0 * fraction.get<double>());
+  std::printf("\n");
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto options = std::make_shared<BenchOptions>();
+  auto* cmd = app.add_subcommand("bench", "Time training steps or inference on random data");
+  cmd->add_option("--preset", options->preset, "vit-micro, vit-mini, vit-tiny, vit-small or vit-base");
+  cmd->add_option("--config", options->config_path, "a Hugging Face config.json instead of a preset");
+  cmd->add_option("--batch", options->batch, "images per step");
+  cmd->add_option("--steps", options->steps, "timed steps after one warm-up step");
+  cmd->add_option("--threads", options->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--precision", options->precision, "fp32 or bf16");
+  cmd->add_option("--mode", options->mode, "train or infer");
+  cmd->add_flag("--json", options->json, "print one JSON object");
+  cmd->callback([options] { run_bench(*options); });
+}
+
+}  // namespace vitpipe::cli

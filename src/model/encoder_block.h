@@ -1,0 +1,30 @@
+// One pre-LayerNorm transformer block, forward and backward, hand-derived (llm.c style):
+//   mid = x + O(Attn(LN1(x)));  out = mid + FC2(GELU(FC1(LN2(mid))))
+#pragma once
+
+#include "model/activations.h"
+#include "model/block_parameters.h"
+#include "model/layer_context.h"
+
+namespace vitpipe {
+
+// `weights` are the fp32 master values (LayerNorm, biases); `gemm_weights` the GEMM operands (the same tensors in
+// fp32, a bf16 copy in bf16). input/output: [rows, D] f32 residual stream; output may be null (recomputation).
+void encoder_block_forward(const LayerContext& ctx, const BlockParameters& weights, const BlockParameters& gemm_weights,
+                           const Tensor& input, const BlockActivations& saved, const Tensor* output);
+
+struct BlockGradientFlow {
+  Tensor grad;      // [rows, D] f32: gradient w.r.t. the block output on entry, w.r.t. its input on exit
+  Tensor grad_low;  // the act-dtype copy of `grad` (the same tensor in fp32); valid on entry
+  bool need_low_on_exit = false;  // refresh grad_low on exit (the block before this one, in this stage, needs it)
+  const Tensor* previous_fc2_bias_grad = nullptr;  // receives the column sums of the input gradient, if given
+};
+
+// Parameter gradients ADD into `grads`. The fc2 bias gradient (column sums of the incoming gradient) is NOT added
+// here: whoever produced the incoming gradient adds it (fused into that kernel).
+void encoder_block_backward(const LayerContext& ctx, const BlockParameters& weights,
+                            const BlockParameters& gemm_weights, const BlockParameters& grads, const Tensor& input,
+                            const BlockActivations& saved, const GradientWorkspace& workspace,
+                            const BlockGradientFlow& flow);
+
+}  // namespace vitpipe

@@ -1,0 +1,18 @@
+// What every layer function needs besides its tensors.
+#pragma once
+
+#include "backend/backend.h"
+#include "model/precision.h"
+#include "model/vit_config.h"
+
+namespace vitpipe {
+
+struct LayerContext {
+  Backend& backend;
+  const ViTConfig& config;
+  Precision precision;
+  DType act() const { return compute_dtype(precision); }
+  bool low_precision() const { return precision != Precision::fp32; }
+};
+
+}  // namespace vitpipe

@@ -1,0 +1,202 @@
+#include "model/vit_stage.h"
+
+#include "model/classifier_head.h"
+#include "model/embeddings.h"
+#include "model/encoder_block.h"
+#include "util/error.h"
+
+namespace vitpipe {
+
+ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backend, StageOptions options)
+    : layout_(std::move(layout)), backend_(backend), options_(options) {
+  const int segments = layout_->num_segments();
+  if (options_.last_segment < 0) options_.last_segment = segments - 1;
+  VP_REQUIRE(options_.first_segment >= 0 && options_.first_segment <= options_.last_segment &&
+                 options_.last_segment < segments,
+             "stage segments [", options_.first_segment, ", ", options_.last_segment, "] outside [0, ", segments - 1,
+             "]");
+  VP_REQUIRE(options_.max_micro_batch > 0 && options_.slots > 0, "stage needs a positive micro-batch and slot count");
+  const ViTConfig& c = config();
+  const int layers = static_cast<int>(c.num_hidden_layers);
+  first_block_ = std::max(options_.first_segment, 1) - 1;
+  const int last_block = std::min(options_.last_segment, layers) - 1;
+  num_blocks_ = std::max(0, last_block - first_block_ + 1);
+  if (!has_embeddings() && num_blocks_ == 0 && !has_head()) fail("a stage must hold at least one segment");
+
+  parameters_ = FlatParameters(layout_, options_.first_segment, options_.last_segment);
+  gradients_ = FlatParameters(layout_, options_.first_segment, options_.last_segment);
+  if (options_.precision != Precision::fp32) {
+    gemm_copy_ = Tensor::zeros({parameters_.numel()}, compute_dtype(options_.precision));
+  }
+
+  const int64_t b = options_.max_micro_batch;
+  const DType act = compute_dtype(options_.precision);
+  const bool save_blocks = options_.training && !options_.recompute;
+  auto hidden = [&] {
+    Tensor t = Tensor::empty({b * c.tokens(), c.hidden_size});
+    activation_bytes_ += t.nbytes();
+    return t;
+  };
+  // Forward-only stages keep just each slot's input and output; the hidden states in between ping-pong between
+  // two shared buffers (a slot's forward pass runs start to finish before the next one begins).
+  Tensor ping, pong;
+  if (!options_.training && num_blocks_ > 1) {
+    ping = hidden();
+    pong = hidden();
+  }
+  slots_.resize(static_cast<size_t>(options_.slots));
+  for (Slot& slot : slots_) {
+    if (has_embeddings()) {
+      slot.images = Tensor::empty({b, c.num_channels, c.image_size, c.image_size});
+      slot.embeddings = EmbeddingActivations::allocate(c, b, act);
+      activation_bytes_ += slot.images.nbytes() + slot.embeddings.bytes();
+    }
+    for (int i = 0; i <= num_blocks_; ++i) {
+      const bool boundary = i == 0 || i == num_blocks_;
+      slot.residual.push_back(options_.training || boundary ? hidden() : (i % 2 ? ping : pong));
+    }
+    if (save_blocks) {
+      for (int i = 0; i < num_blocks_; ++i) {
+        slot.blocks.push_back(BlockActivations::allocate(c, b, act));
+        activation_bytes_ += slot.blocks.back().bytes();
+      }
+    }
+    if (has_head()) {
+      slot.head = HeadActivations::allocate(c, b);
+      activation_bytes_ += slot.head.bytes();
+    }
+    if (options_.training) {
+      slot.grad = Tensor::empty({b * c.tokens(), c.hidden_size});
+      activation_bytes_ += slot.grad.nbytes();
+    }
+  }
+  if (num_blocks_ > 0 && !save_blocks) {
+    workspace_ = BlockActivations::allocate(c, b, act);
+    activation_bytes_ += workspace_.bytes();
+  }
+  if (options_.training) {
+    grad_workspace_ = GradientWorkspace::allocate(c, b, act, has_embeddings());
+    activation_bytes_ += grad_workspace_.bytes();
+  }
+}
+
+void ViTStage::parameters_changed() {
+  if (gemm_copy_.numel() > 0) backend_.convert(parameters_.flat(), gemm_copy_);
+}
+
+Tensor ViTStage::residual(int slot, int index, int64_t batch) const {
+  const ViTConfig& c = config();
+  const Tensor& full = slots_.at(static_cast<size_t>(slot)).residual.at(static_cast<size_t>(index));
+  return full.slice(0, batch * c.tokens());
+}
+
+Tensor ViTStage::input(int slot, int64_t batch) const {
+  VP_REQUIRE(batch > 0 && batch <= options_.max_micro_batch, "micro-batch ", batch, " outside [1, ",
+             options_.max_micro_batch, "]");
+  const ViTConfig& c = config();
+  if (has_embeddings()) return slots_.at(static_cast<size_t>(slot)).images.slice(0, batch);
+  return residual(slot, 0, batch).view({batch, c.tokens(), c.hidden_size});
+}
+
+Tensor ViTStage::output(int slot, int64_t batch) const {
+  const ViTConfig& c = config();
+  if (has_head()) return slots_.at(static_cast<size_t>(slot)).head.rows_for(c, batch).logits;
+  return residual(slot, num_blocks_, batch).view({batch, c.tokens(), c.hidden_size});
+}
+
+Tensor ViTStage::grad(int slot, int64_t batch) const {
+  VP_REQUIRE(options_.training, "grad() needs a training stage");
+  const ViTConfig& c = config();
+  return slots_.at(static_cast<size_t>(slot)).grad.slice(0, batch * c.tokens()).view({batch, c.tokens(), c.hidden_size});
+}
+
+void ViTStage::forward(int slot, int64_t batch) {
+  VP_REQUIRE(batch > 0 && batch <= options_.max_micro_batch, "micro-batch ", batch, " outside [1, ",
+             options_.max_micro_batch, "]");
+  const ViTConfig& c = config();
+  const LayerContext ctx = context();
+  const Slot& s = slots_.at(static_cast<size_t>(slot));
+  const Tensor& values = parameters_.flat();
+  const Tensor& gemm_values = gemm_copy_.numel() ? gemm_copy_ : values;
+  const int64_t begin = parameters_.begin();
+  if (has_embeddings()) {
+    embeddings_forward(ctx, embedding_parameters(*layout_, values, begin),
+                       embedding_parameters(*layout_, gemm_values, begin), s.images.slice(0, batch),
+                       s.embeddings.rows_for(c, batch),
+                       residual(slot, 0, batch).view({batch, c.tokens(), c.hidden_size}));
+  }
+  for (int i = 0; i < num_blocks_; ++i) {
+    const int block = first_block_ + i;
+    const BlockActivations acts = s.blocks.empty() ? workspace_.rows_for(c, batch) : s.blocks[i].rows_for(c, batch);
+    const Tensor out = residual(slot, i + 1, batch);
+    encoder_block_forward(ctx, block_parameters(*layout_, block, values, begin),
+                          block_parameters(*layout_, block, gemm_values, begin), residual(slot, i, batch), acts, &out);
+  }
+  if (has_head()) {
+    head_forward(ctx, head_parameters(*layout_, values, begin),
+                 residual(slot, num_blocks_, batch).view({batch, c.tokens(), c.hidden_size}),
+                 s.head.rows_for(c, batch));
+  }
+}
+
+double ViTStage::loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight) {
+  VP_REQUIRE(has_head(), "loss() is computed by the stage holding the head");
+  return head_loss(context(), slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch), targets,
+                   grad_scale, pos_weight);
+}
+
+void ViTStage::backward(int slot, int64_t batch) {
+  VP_REQUIRE(options_.training, "backward() needs a training stage");
+  const ViTConfig& c = config();
+  const LayerContext ctx = context();
+  const Slot& s = slots_.at(static_cast<size_t>(slot));
+  const Tensor& values = parameters_.flat();
+  const Tensor& gemm_values = gemm_copy_.numel() ? gemm_copy_ : values;
+  const Tensor& grads = gradients_.flat();
+  const int64_t begin = parameters_.begin();
+  const GradientWorkspace ws = grad_workspace_.rows_for(c, batch);
+  const Tensor grad = s.grad.slice(0, batch * c.tokens());
+  const bool low = ctx.low_precision();
+  const Tensor grad_low = low ? ws.residual_low : grad;
+
+  Tensor last_fc2_bias;
+  if (num_blocks_ > 0) {
+    last_fc2_bias = block_parameters(*layout_, first_block_ + num_blocks_ - 1, grads, begin).fc2_bias;
+  }
+  if (has_head()) {
+    head_backward(ctx, head_parameters(*layout_, values, begin), head_parameters(*layout_, grads, begin),
+                  s.head.rows_for(c, batch), grad.view({batch, c.tokens(), c.hidden_size}),
+                  low && num_blocks_ > 0 ? &grad_low : nullptr, num_blocks_ > 0 ? &last_fc2_bias : nullptr);
+  } else if (num_blocks_ > 0) {
+    // The gradient arrived from the next stage: the fused column sums and bf16 copy happen here instead.
+    backend_.bias_backward(grad, last_fc2_bias);
+    if (low) backend_.convert(grad, grad_low);
+  }
+  for (int i = num_blocks_ - 1; i >= 0; --i) {
+    const int block = first_block_ + i;
+    const BlockParameters w = block_parameters(*layout_, block, values, begin);
+    const BlockParameters gw = block_parameters(*layout_, block, gemm_values, begin);
+    const Tensor input = residual(slot, i, batch);
+    BlockActivations acts;
+    if (s.blocks.empty()) {
+      acts = workspace_.rows_for(c, batch);
+      encoder_block_forward(ctx, w, gw, input, acts, nullptr);
+    } else {
+      acts = s.blocks[i].rows_for(c, batch);
+    }
+    Tensor previous_bias;
+    if (i > 0) previous_bias = block_parameters(*layout_, block - 1, grads, begin).fc2_bias;
+    BlockGradientFlow flow;
+    flow.grad = grad;
+    flow.grad_low = grad_low;
+    flow.need_low_on_exit = i > 0;
+    flow.previous_fc2_bias_grad = i > 0 ? &previous_bias : nullptr;
+    encoder_block_backward(ctx, w, gw, block_parameters(*layout_, block, grads, begin), input, acts, ws, flow);
+  }
+  if (has_embeddings()) {
+    embeddings_backward(ctx, embedding_parameters(*layout_, grads, begin), s.embeddings.rows_for(c, batch),
+                        grad.view({batch, c.tokens(), c.hidden_size}), ws);
+  }
+}
+
+}  // namespace vitpipe

@@ -1,0 +1,86 @@
+// A contiguous range of the model's segments (embeddings, blocks, head) with its parameters, gradients and memory
+// plan: what one pipeline stage runs. The whole model is the stage holding every segment.
+//
+// Micro-batches live in "slots" (1F1B keeps at most P in flight, GPipe m): a slot holds the activations the
+// backward pass of its micro-batch needs. The executor fills input(slot) (images or received hidden states), calls
+// forward, reads output(slot); for backward it fills grad(slot) (non-last stages) or calls loss (last stage), calls
+// backward, and (non-first stages) sends grad(slot), which then holds the gradient w.r.t. the input.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/activations.h"
+#include "model/block_parameters.h"
+#include "model/layer_context.h"
+#include "model/parameter_layout.h"
+
+namespace vitpipe {
+
+struct StageOptions {
+  int first_segment = 0;
+  int last_segment = -1;  // -1 = the last segment (head)
+  Precision precision = Precision::fp32;
+  bool training = true;    // false: forward only, no saved activations
+  bool recompute = false;  // keep only each block's input; recompute the rest in the backward pass
+  int64_t max_micro_batch = 1;
+  int slots = 1;
+};
+
+class ViTStage {
+ public:
+  ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backend, StageOptions options);
+
+  const ViTConfig& config() const { return layout_->config(); }
+  const StageOptions& options() const { return options_; }
+  bool has_embeddings() const { return options_.first_segment == 0; }
+  bool has_head() const { return options_.last_segment == layout_->num_segments() - 1; }
+  int first_block() const { return first_block_; }
+  int num_blocks() const { return num_blocks_; }
+
+  FlatParameters& parameters() { return parameters_; }
+  const FlatParameters& parameters() const { return parameters_; }
+  FlatParameters& gradients() { return gradients_; }
+  void zero_gradients() { gradients_.flat().fill_zero(); }
+  // Refreshes the bf16 copy of the weights; call after the parameters change (no-op in fp32).
+  void parameters_changed();
+
+  Tensor input(int slot, int64_t batch) const;   // images [b, C, S, S] or hidden [b, T, D]
+  Tensor output(int slot, int64_t batch) const;  // logits [b, L] (last stage) or hidden [b, T, D]
+  Tensor grad(int slot, int64_t batch) const;    // [b, T, D] f32, see above
+
+  void forward(int slot, int64_t batch);
+  double loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight = nullptr);
+  void backward(int slot, int64_t batch);
+
+  // Bytes of activations and gradient workspace this stage allocated (the memory plan).
+  size_t activation_bytes() const { return activation_bytes_; }
+
+ private:
+  struct Slot {
+    Tensor images;
+    std::vector<Tensor> residual;  // num_blocks + 1 tensors [b * T, D] f32
+    std::vector<BlockActivations> blocks;
+    EmbeddingActivations embeddings;
+    HeadActivations head;
+    Tensor grad;
+  };
+  LayerContext context() const { return LayerContext{backend_, config(), options_.precision}; }
+  Tensor residual(int slot, int index, int64_t batch) const;
+
+  std::shared_ptr<const ParameterLayout> layout_;
+  Backend& backend_;
+  StageOptions options_;
+  int first_block_ = 0;
+  int num_blocks_ = 0;
+  FlatParameters parameters_;
+  FlatParameters gradients_;
+  Tensor gemm_copy_;  // bf16 copy of parameters_ (bf16 only)
+  std::vector<Slot> slots_;
+  BlockActivations workspace_;  // inference and recomputation
+  GradientWorkspace grad_workspace_;
+  size_t activation_bytes_ = 0;
+};
+
+}  // namespace vitpipe
