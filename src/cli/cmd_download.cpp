@@ -11,8 +11,9 @@ namespace vitpipe::cli {
 
 void add_download_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "download", "Download a model (config.json, preprocessor_config.json, weights) from the Hugging Face Hub into "
-                  "the shared cache and print its directory");
+      "download",
+      "Download a model (config.json, preprocessor_config.json, weights) from the Hugging Face Hub into "
+      "the shared cache and print its directory");
   auto repo_id = std::make_shared<std::string>();
   auto revision = std::make_shared<std::string>("main");
   cmd->add_option("repo_id", *repo_id, "Hub repo id, e.g. google/vit-base-patch16-224-in21k")->required();

@@ -23,9 +23,8 @@ namespace {
 constexpr int kDownloadAttempts = 5;
 
 bool is_sha256(const std::string& text) {
-  return text.size() == 64 && std::all_of(text.begin(), text.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return text.size() == 64 &&
+         std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // The etag becomes a file name in blobs/: it must not be able to point anywhere else.
@@ -111,8 +110,8 @@ void fail_hub_response(const HttpResponse& response, const HubRequestContext& co
          " (give a branch, a tag or a full 40-character commit id)", says);
   }
   if (code == "EntryNotFound") {
-    fail("file '", context.filename, "' does not exist in repository '", repo, "' at revision '", context.revision,
-         "'", says);
+    fail("file '", context.filename, "' does not exist in repository '", repo, "' at revision '", context.revision, "'",
+         says);
   }
   if (code == "GatedRepo") {
     fail("repository '", repo, "' is gated: accept its conditions at ", settings.endpoint, "/", repo,
@@ -130,8 +129,8 @@ void fail_hub_response(const HttpResponse& response, const HubRequestContext& co
     fail("repository '", repo, "' was not found on ", settings.endpoint, ".", token_hint(settings), says);
   }
   if (from_storage) {
-    fail("the storage host ", url_origin(response.url), " refused the download of ", what, " (HTTP ",
-         response.status, "); try again, the Hub hands out a fresh link each time", says);
+    fail("the storage host ", url_origin(response.url), " refused the download of ", what, " (HTTP ", response.status,
+         "); try again, the Hub hands out a fresh link each time", says);
   }
   if (response.status == 403) {
     fail("access to ", what, " was refused (HTTP 403 Forbidden).", token_hint(settings), says);
@@ -235,7 +234,8 @@ std::filesystem::path HubClient::download_file(const HubRepoCache& cache, const 
     std::filesystem::create_directories(blob.parent_path());
     FileLock lock(cache.lock_path(metadata.etag),
                   concat("waiting for another process that is downloading ", filename, " of ", cache.repo_id()));
-    if (!std::filesystem::exists(blob)) fetch_blob(cache, filename, metadata, resolve_url(cache.repo_id(), filename, commit));
+    if (!std::filesystem::exists(blob))
+      fetch_blob(cache, filename, metadata, resolve_url(cache.repo_id(), filename, commit));
   }
   return cache.link_snapshot_file(commit, filename, metadata.etag);
 }
@@ -299,7 +299,7 @@ void HubClient::fetch_blob(const HubRepoCache& cache, const std::string& filenam
         size -= static_cast<size_t>(n);
         position += n;
       }
-      if (metadata.size < 0 || position < metadata.size) progress.update(position);
+      progress.update(position);
     };
     try {
       HttpResponse response = http_request(request, on_headers, sink);
@@ -343,7 +343,8 @@ void HubClient::fetch_blob(const HubRepoCache& cache, const std::string& filenam
   std::filesystem::path blob = cache.blob_path(metadata.etag);
   VP_REQUIRE(::rename(incomplete.c_str(), blob.c_str()) == 0, "cannot rename ", incomplete.string(), " to ",
              blob.string(), ": ", std::strerror(errno));
-  progress.finish();
+  // On a terminal the bar ends with the elapsed time; in a log the last update already said it all.
+  if (ProgressBar::stderr_is_terminal()) progress.finish();
 }
 
 }  // namespace vitpipe

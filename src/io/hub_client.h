@@ -19,8 +19,8 @@
 namespace vitpipe {
 
 struct HubRepoInfo {
-  std::string commit;               // "sha": the 40-hex commit the revision points to
-  std::vector<std::string> files;   // "siblings[].rfilename"
+  std::string commit;              // "sha": the 40-hex commit the revision points to
+  std::vector<std::string> files;  // "siblings[].rfilename"
 };
 
 struct HubFileMetadata {

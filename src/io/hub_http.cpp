@@ -55,7 +55,8 @@ size_t on_header_line(char* data, size_t size, size_t count, void* user) {
   if (line.starts_with("HTTP/")) {  // a new response (after a redirect or a 100 Continue)
     transfer->response.headers.clear();
     size_t space = line.find(' ');
-    transfer->response.status = space == std::string_view::npos ? 0 : std::atol(std::string(line.substr(space + 1, 3)).c_str());
+    transfer->response.status =
+        space == std::string_view::npos ? 0 : std::atol(std::string(line.substr(space + 1, 3)).c_str());
   } else if (size_t colon = line.find(':'); colon != std::string_view::npos) {
     transfer->response.headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
   }
@@ -71,7 +72,8 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
       (*transfer->sink)(data, bytes);
     } else {
       if (transfer->response.body.size() + bytes > transfer->max_body) {
-        throw Error(concat("the answer from ", transfer->response.url, " is larger than ", transfer->max_body, " bytes"));
+        throw Error(
+            concat("the answer from ", transfer->response.url, " is larger than ", transfer->max_body, " bytes"));
       }
       transfer->response.body.append(data, bytes);
     }
@@ -176,7 +178,8 @@ std::string url_quote(std::string_view text, std::string_view safe) {
   static const char* hex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || safe.find(static_cast<char>(c)) != std::string_view::npos) {
+    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' ||
+        safe.find(static_cast<char>(c)) != std::string_view::npos) {
       out += static_cast<char>(c);
     } else {
       out += '%';
@@ -193,8 +196,8 @@ std::string url_origin(const std::string& url) {
   std::string scheme = lower(url.substr(0, scheme_end));
   size_t authority_start = scheme_end + 3;
   size_t authority_end = url.find_first_of("/?#", authority_start);
-  std::string authority = url.substr(authority_start, authority_end == std::string::npos ? std::string::npos
-                                                                                         : authority_end - authority_start);
+  std::string authority = url.substr(
+      authority_start, authority_end == std::string::npos ? std::string::npos : authority_end - authority_start);
   if (size_t at = authority.rfind('@'); at != std::string::npos) authority = authority.substr(at + 1);
   authority = lower(authority);
   size_t bracket = authority.rfind(']');

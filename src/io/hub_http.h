@@ -13,11 +13,11 @@
 namespace vitpipe {
 
 struct HttpRequest {
-  std::string method = "GET";        // "GET" or "HEAD"
+  std::string method = "GET";  // "GET" or "HEAD"
   std::string url;
   std::vector<std::string> headers;  // "Name: value"
   bool follow_redirects = false;
-  int timeout_seconds = 10;          // to connect, and how long a transfer may stall
+  int timeout_seconds = 10;  // to connect, and how long a transfer may stall
 };
 
 struct HttpResponse {
@@ -44,8 +44,7 @@ class HttpTransferError : public Error {
 // Callbacks may throw; the exception comes out of http_request.
 HttpResponse http_request(const HttpRequest& request,
                           const std::function<void(const HttpResponse&)>& on_headers = nullptr,
-                          const std::function<void(const char*, size_t)>& sink = nullptr,
-                          size_t max_body = 64u << 20);
+                          const std::function<void(const char*, size_t)>& sink = nullptr, size_t max_body = 64u << 20);
 
 // Python's urllib.parse.quote: percent-encodes every byte except letters, digits, "_.-~" and `safe`.
 std::string url_quote(std::string_view text, std::string_view safe);

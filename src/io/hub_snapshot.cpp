@@ -23,12 +23,12 @@ std::set<std::string> shards_of_index(const std::filesystem::path& index_path) {
   } catch (const nlohmann::json::exception& e) {
     fail(index_path.string(), ": invalid JSON: ", e.what());
   }
-  VP_REQUIRE(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-             index_path.string(), ": expected an object with a \"weight_map\" object");
+  VP_REQUIRE(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), index_path.string(),
+             ": expected an object with a \"weight_map\" object");
   std::set<std::string> shards;
   for (const auto& [name, shard] : index["weight_map"].items()) {
-    VP_REQUIRE(shard.is_string() && is_safe_repo_path(shard.get<std::string>()), index_path.string(),
-               ": weight_map[\"", name, "\"] must be a file name in the repository");
+    VP_REQUIRE(shard.is_string() && is_safe_repo_path(shard.get<std::string>()), index_path.string(), ": weight_map[\"",
+               name, "\"] must be a file name in the repository");
     shards.insert(shard.get<std::string>());
   }
   return shards;
@@ -154,7 +154,8 @@ std::filesystem::path download_model(const std::string& repo_id, const std::stri
   }
   VP_REQUIRE(!weights.empty(), "repository '", repo_id, "' has no weights vitpipe can read at revision '", revision,
              "': expected model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
-             "pytorch_model.bin.index.json (its files: ", listing(), ")");
+             "pytorch_model.bin.index.json (its files: ",
+             listing(), ")");
   plan.push_back(weights);
 
   info("fetching ", repo_id, " (revision ", revision, ", commit ", commit.substr(0, 12), ") from ", settings.endpoint,

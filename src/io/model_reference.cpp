@@ -30,7 +30,8 @@ std::filesystem::path resolve_model_reference(const std::string& reference, cons
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) return path;
   if (std::filesystem::exists(path, error)) {
-    fail("--model ", reference, ": is a file; expected a directory holding config.json and the weights, or a Hub "
+    fail("--model ", reference,
+         ": is a file; expected a directory holding config.json and the weights, or a Hub "
          "repo id (org/name)");
   }
   if (looks_like_path(reference)) fail("--model ", reference, ": no such directory");
@@ -41,9 +42,8 @@ std::filesystem::path resolve_model_reference(const std::string& reference, cons
   std::string why;
   if (auto dir = find_cached_model(reference, options.revision, settings, &why)) return *dir;
   if (settings.offline || !options.allow_download) {
-    std::string reason = settings.offline
-                             ? "HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set, so nothing is downloaded."
-                             : "Downloading is disabled here.";
+    std::string reason = settings.offline ? "HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set, so nothing is downloaded."
+                                          : "Downloading is disabled here.";
     fail("--model ", reference, ": no such local directory, and ",
          model_not_cached_message(reference, options.revision, why, reason));
   }
@@ -51,8 +51,10 @@ std::filesystem::path resolve_model_reference(const std::string& reference, cons
   try {
     return download_model(reference, options.revision, settings);
   } catch (const Error& e) {
-    fail("--model ", reference, ": no such local directory, not in the Hugging Face cache, and downloading it "
-         "failed: ", e.what());
+    fail("--model ", reference,
+         ": no such local directory, not in the Hugging Face cache, and downloading it "
+         "failed: ",
+         e.what());
   }
 }
 

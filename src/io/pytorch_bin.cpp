@@ -96,8 +96,7 @@ class TensorBuilder {
                  " overflows");
       int64_t reach = 0;
       if (extent > 0 && (multiply_overflows(extent - 1, step, &reach) || __builtin_add_overflow(last, reach, &last))) {
-        fail(where, ": size ", shape_string(pickled.size), " with stride ", shape_string(pickled.stride),
-             " overflows");
+        fail(where, ": size ", shape_string(pickled.size), " with stride ", shape_string(pickled.stride), " overflows");
       }
     }
     Shape shape(pickled.size.begin(), pickled.size.end());
@@ -127,8 +126,8 @@ class TensorBuilder {
   StorageBytes& root_bytes(const PickledStorage& storage) {
     auto it = loaded_.find(storage.key);
     if (it != loaded_.end()) {
-      VP_REQUIRE(it->second.first == storage.dtype && it->second.second.size ==
-                                                          static_cast<size_t>(storage.numel) * dtype_size(storage.dtype),
+      VP_REQUIRE(it->second.first == storage.dtype &&
+                     it->second.second.size == static_cast<size_t>(storage.numel) * dtype_size(storage.dtype),
                  source_, ": storage '", storage.key, "' is described twice with different types or sizes");
       return it->second.second;
     }
@@ -156,8 +155,8 @@ TensorMap collect_state_dict(const std::string& source, const PickleResult& pick
   for (size_t i = 0; i + 1 < root.items.size(); i += 2) {
     const PickleObject& key = pickle.at(root.items[i]);
     const PickleObject& value = pickle.at(root.items[i + 1]);
-    VP_REQUIRE(key.kind == PickleObject::Kind::string, source, ": a state dict key is ",
-               pickle.describe(root.items[i]), ", expected a tensor name");
+    VP_REQUIRE(key.kind == PickleObject::Kind::string, source, ": a state dict key is ", pickle.describe(root.items[i]),
+               ", expected a tensor name");
     if (value.kind != PickleObject::Kind::tensor) {
       std::string hint;
       if ((key.text == "state_dict" || key.text == "model") && value.kind == PickleObject::Kind::dict) {
@@ -210,12 +209,12 @@ class ZipArchive {
     VP_REQUIRE(index >= 0, path_.string(), ": record '", name, "' is missing");
     zip_stat_t stat;
     zip_stat_init(&stat);
-    VP_REQUIRE(zip_stat_index(archive_, static_cast<zip_uint64_t>(index), 0, &stat) == 0 &&
-                   (stat.valid & ZIP_STAT_SIZE),
-               path_.string(), ": cannot read the size of record '", name, "'");
+    VP_REQUIRE(
+        zip_stat_index(archive_, static_cast<zip_uint64_t>(index), 0, &stat) == 0 && (stat.valid & ZIP_STAT_SIZE),
+        path_.string(), ": cannot read the size of record '", name, "'");
     if (expected_size >= 0) {
-      VP_REQUIRE(stat.size == static_cast<zip_uint64_t>(expected_size), path_.string(), ": record '", name,
-                 "' holds ", stat.size, " bytes but the pickle describes ", expected_size);
+      VP_REQUIRE(stat.size == static_cast<zip_uint64_t>(expected_size), path_.string(), ": record '", name, "' holds ",
+                 stat.size, " bytes but the pickle describes ", expected_size);
     }
     // torch stores records uncompressed; a compressed one must not claim an absurd expansion (zip bomb).
     if ((stat.valid & ZIP_STAT_COMP_SIZE) && (stat.valid & ZIP_STAT_COMP_METHOD) && stat.comp_method != ZIP_CM_STORE) {
@@ -240,8 +239,8 @@ class ZipArchive {
     zip_int64_t extra = zip_fread(file, &probe, 1);
     std::string reason = extra < 0 ? zip_file_strerror(file) : "";
     zip_fclose(file);
-    VP_REQUIRE(extra == 0, path_.string(), ": record '", name, "' is corrupted: ",
-               extra < 0 ? reason : std::string("longer than its stated size"));
+    VP_REQUIRE(extra == 0, path_.string(), ": record '", name,
+               "' is corrupted: ", extra < 0 ? reason : std::string("longer than its stated size"));
     return bytes;
   }
 
@@ -255,8 +254,8 @@ class ZipStorageSource : public StorageSource {
   ZipStorageSource(const ZipArchive& archive, std::string prefix) : archive_(archive), prefix_(std::move(prefix)) {}
   StorageBytes load(const PickledStorage& storage) override {
     int64_t bytes = 0;
-    VP_REQUIRE(!multiply_overflows(storage.numel, static_cast<int64_t>(dtype_size(storage.dtype)), &bytes),
-               "storage '", storage.key, "' is impossibly large");
+    VP_REQUIRE(!multiply_overflows(storage.numel, static_cast<int64_t>(dtype_size(storage.dtype)), &bytes), "storage '",
+               storage.key, "' is impossibly large");
     return archive_.read(prefix_ + "data/" + storage.key, bytes);
   }
 
@@ -276,12 +275,13 @@ TensorMap read_zip_checkpoint(const std::filesystem::path& path) {
       ++found;
     }
   }
-  VP_REQUIRE(found == 1, path.string(), ": a zip archive but not a PyTorch checkpoint (expected one <folder>/data.pkl, found ",
-             found, ")");
+  VP_REQUIRE(found == 1, path.string(),
+             ": a zip archive but not a PyTorch checkpoint (expected one <folder>/data.pkl, found ", found, ")");
   if (archive.contains(prefix + "byteorder")) {
     StorageBytes order = archive.read(prefix + "byteorder");
     std::string text(reinterpret_cast<const char*>(order.data.get()), order.size);
-    VP_REQUIRE(text == "little", path.string(), ": saved on a ", text, "-endian machine; only little-endian is supported");
+    VP_REQUIRE(text == "little", path.string(), ": saved on a ", text,
+               "-endian machine; only little-endian is supported");
   }
   StorageBytes pickle_bytes = archive.read(prefix + "data.pkl");
   std::string source = concat(path.string(), ": ", prefix, "data.pkl");
@@ -317,7 +317,8 @@ TensorMap read_legacy_checkpoint(const std::filesystem::path& path, const Mapped
     return result;
   };
   PickleResult magic = next_pickle("magic number");
-  static const unsigned char kMagic[] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};  // 0x1950a86a20f9469cfc6c
+  static const unsigned char kMagic[] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9,
+                                         0x20, 0x6a, 0xa8, 0x50, 0x19};  // 0x1950a86a20f9469cfc6c
   const PickleObject& magic_value = magic.root_object();
   VP_REQUIRE(magic_value.kind == PickleObject::Kind::big_integer &&
                  magic_value.text == std::string(reinterpret_cast<const char*>(kMagic), sizeof(kMagic)),
@@ -365,9 +366,9 @@ TensorMap read_legacy_checkpoint(const std::filesystem::path& path, const Mapped
   for (const PickledStorage& storage : state.storages) {
     auto it = storages.find(storage.key);
     VP_REQUIRE(it != storages.end(), source, ": storage '", storage.key, "' is used but not in the file");
-    VP_REQUIRE(it->second.size == static_cast<size_t>(storage.numel) * dtype_size(storage.dtype), source,
-               ": storage '", storage.key, "' holds ", it->second.size, " bytes but the pickle describes ",
-               storage.numel, " elements");
+    VP_REQUIRE(it->second.size == static_cast<size_t>(storage.numel) * dtype_size(storage.dtype), source, ": storage '",
+               storage.key, "' holds ", it->second.size, " bytes but the pickle describes ", storage.numel,
+               " elements");
   }
   LegacyStorageSource source_storages(source, std::move(storages));
   return collect_state_dict(source, state, source_storages);
@@ -402,8 +403,8 @@ TensorMap read_pytorch_bin_index(const std::filesystem::path& index_path) {
   } catch (const nlohmann::json::exception& e) {
     fail(index_path.string(), ": invalid JSON: ", e.what());
   }
-  VP_REQUIRE(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-             index_path.string(), ": expected an object with a \"weight_map\" object");
+  VP_REQUIRE(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), index_path.string(),
+             ": expected an object with a \"weight_map\" object");
   std::map<std::string, std::vector<std::string>> names_by_shard;
   for (const auto& [name, shard] : index["weight_map"].items()) {
     VP_REQUIRE(shard.is_string(), index_path.string(), ": weight_map[\"", name, "\"] must be a file name");

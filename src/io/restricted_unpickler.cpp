@@ -16,34 +16,106 @@ using Global = PickleObject::Global;
 
 // Opcode bytes (Python's Lib/pickle.py).
 enum Op : uint8_t {
-  MARK = '(', STOP = '.', POP = '0', POP_MARK = '1', DUP = '2', FLOAT = 'F', INT = 'I', BININT = 'J',
-  BININT1 = 'K', LONG = 'L', BININT2 = 'M', NONE = 'N', PERSID = 'P', BINPERSID = 'Q', REDUCE = 'R', STRING = 'S',
-  BINSTRING = 'T', SHORT_BINSTRING = 'U', UNICODE = 'V', BINUNICODE = 'X', APPEND = 'a', BUILD = 'b', GLOBAL = 'c',
-  DICT = 'd', EMPTY_DICT = '}', APPENDS = 'e', GET = 'g', BINGET = 'h', INST = 'i', LONG_BINGET = 'j', LIST = 'l',
-  EMPTY_LIST = ']', OBJ = 'o', PUT = 'p', BINPUT = 'q', LONG_BINPUT = 'r', SETITEM = 's', TUPLE = 't',
-  EMPTY_TUPLE = ')', SETITEMS = 'u', BINFLOAT = 'G', PROTO = 0x80, NEWOBJ = 0x81, EXT1 = 0x82, EXT2 = 0x83,
-  EXT4 = 0x84, TUPLE1 = 0x85, TUPLE2 = 0x86, TUPLE3 = 0x87, NEWTRUE = 0x88, NEWFALSE = 0x89, LONG1 = 0x8a,
-  LONG4 = 0x8b, BINBYTES = 'B', SHORT_BINBYTES = 'C', SHORT_BINUNICODE = 0x8c, BINUNICODE8 = 0x8d,
-  BINBYTES8 = 0x8e, EMPTY_SET = 0x8f, ADDITEMS = 0x90, FROZENSET = 0x91, NEWOBJ_EX = 0x92, STACK_GLOBAL = 0x93,
-  MEMOIZE = 0x94, FRAME = 0x95, BYTEARRAY8 = 0x96, NEXT_BUFFER = 0x97, READONLY_BUFFER = 0x98,
+  MARK = '(',
+  STOP = '.',
+  POP = '0',
+  POP_MARK = '1',
+  DUP = '2',
+  FLOAT = 'F',
+  INT = 'I',
+  BININT = 'J',
+  BININT1 = 'K',
+  LONG = 'L',
+  BININT2 = 'M',
+  NONE = 'N',
+  PERSID = 'P',
+  BINPERSID = 'Q',
+  REDUCE = 'R',
+  STRING = 'S',
+  BINSTRING = 'T',
+  SHORT_BINSTRING = 'U',
+  UNICODE = 'V',
+  BINUNICODE = 'X',
+  APPEND = 'a',
+  BUILD = 'b',
+  GLOBAL = 'c',
+  DICT = 'd',
+  EMPTY_DICT = '}',
+  APPENDS = 'e',
+  GET = 'g',
+  BINGET = 'h',
+  INST = 'i',
+  LONG_BINGET = 'j',
+  LIST = 'l',
+  EMPTY_LIST = ']',
+  OBJ = 'o',
+  PUT = 'p',
+  BINPUT = 'q',
+  LONG_BINPUT = 'r',
+  SETITEM = 's',
+  TUPLE = 't',
+  EMPTY_TUPLE = ')',
+  SETITEMS = 'u',
+  BINFLOAT = 'G',
+  PROTO = 0x80,
+  NEWOBJ = 0x81,
+  EXT1 = 0x82,
+  EXT2 = 0x83,
+  EXT4 = 0x84,
+  TUPLE1 = 0x85,
+  TUPLE2 = 0x86,
+  TUPLE3 = 0x87,
+  NEWTRUE = 0x88,
+  NEWFALSE = 0x89,
+  LONG1 = 0x8a,
+  LONG4 = 0x8b,
+  BINBYTES = 'B',
+  SHORT_BINBYTES = 'C',
+  SHORT_BINUNICODE = 0x8c,
+  BINUNICODE8 = 0x8d,
+  BINBYTES8 = 0x8e,
+  EMPTY_SET = 0x8f,
+  ADDITEMS = 0x90,
+  FROZENSET = 0x91,
+  NEWOBJ_EX = 0x92,
+  STACK_GLOBAL = 0x93,
+  MEMOIZE = 0x94,
+  FRAME = 0x95,
+  BYTEARRAY8 = 0x96,
+  NEXT_BUFFER = 0x97,
+  READONLY_BUFFER = 0x98,
 };
 
 const char* opcode_name(uint8_t op) {
   switch (op) {
-    case PERSID: return "PERSID";
-    case STRING: return "STRING";
-    case UNICODE: return "UNICODE";
-    case INST: return "INST";
-    case OBJ: return "OBJ";
-    case NEWOBJ: return "NEWOBJ";
-    case NEWOBJ_EX: return "NEWOBJ_EX";
-    case EXT1: return "EXT1";
-    case EXT2: return "EXT2";
-    case EXT4: return "EXT4";
-    case BYTEARRAY8: return "BYTEARRAY8";
-    case NEXT_BUFFER: return "NEXT_BUFFER";
-    case READONLY_BUFFER: return "READONLY_BUFFER";
-    default: return nullptr;
+    case PERSID:
+      return "PERSID";
+    case STRING:
+      return "STRING";
+    case UNICODE:
+      return "UNICODE";
+    case INST:
+      return "INST";
+    case OBJ:
+      return "OBJ";
+    case NEWOBJ:
+      return "NEWOBJ";
+    case NEWOBJ_EX:
+      return "NEWOBJ_EX";
+    case EXT1:
+      return "EXT1";
+    case EXT2:
+      return "EXT2";
+    case EXT4:
+      return "EXT4";
+    case BYTEARRAY8:
+      return "BYTEARRAY8";
+    case NEXT_BUFFER:
+      return "NEXT_BUFFER";
+    case READONLY_BUFFER:
+      return "READONLY_BUFFER";
+    default:
+      return nullptr;
   }
 }
 
@@ -77,20 +149,33 @@ constexpr AllowedGlobal kAllowedGlobals[] = {
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::none: return "None";
-    case Kind::boolean: return "a bool";
+    case Kind::none:
+      return "None";
+    case Kind::boolean:
+      return "a bool";
     case Kind::integer:
-    case Kind::big_integer: return "an int";
-    case Kind::floating: return "a float";
-    case Kind::string: return "a string";
-    case Kind::bytes: return "bytes";
-    case Kind::tuple: return "a tuple";
-    case Kind::list: return "a list";
-    case Kind::dict: return "a dict";
-    case Kind::set: return "a set";
-    case Kind::global: return "a class or function";
-    case Kind::storage: return "a storage";
-    case Kind::tensor: return "a tensor";
+    case Kind::big_integer:
+      return "an int";
+    case Kind::floating:
+      return "a float";
+    case Kind::string:
+      return "a string";
+    case Kind::bytes:
+      return "bytes";
+    case Kind::tuple:
+      return "a tuple";
+    case Kind::list:
+      return "a list";
+    case Kind::dict:
+      return "a dict";
+    case Kind::set:
+      return "a set";
+    case Kind::global:
+      return "a class or function";
+    case Kind::storage:
+      return "a storage";
+    case Kind::tensor:
+      return "a tensor";
   }
   return "an object";
 }
@@ -235,7 +320,9 @@ class Unpickler {
         if (version > 5) fail_here("pickle protocol ", version, " is newer than any Python writes (0-5)");
         return;
       }
-      case FRAME: read_le(8); return;  // framing is only a read-ahead hint
+      case FRAME:
+        read_le(8);
+        return;  // framing is only a read-ahead hint
       case MARK:
         if (marks_.size() >= limits_.max_mark_depth) {
           fail_here("MARKs nested more than ", limits_.max_mark_depth, " deep; a state dict nests a few levels");
@@ -249,12 +336,22 @@ class Unpickler {
           pop_mark("POP");
         }
         return;
-      case POP_MARK: pop_mark("POP_MARK"); return;
-      case DUP: push(top("DUP")); return;
+      case POP_MARK:
+        pop_mark("POP_MARK");
+        return;
+      case DUP:
+        push(top("DUP"));
+        return;
 
-      case NONE: push(make(Kind::none)); return;
-      case NEWTRUE: push(make(Kind::boolean, 1)); return;
-      case NEWFALSE: push(make(Kind::boolean, 0)); return;
+      case NONE:
+        push(make(Kind::none));
+        return;
+      case NEWTRUE:
+        push(make(Kind::boolean, 1));
+        return;
+      case NEWFALSE:
+        push(make(Kind::boolean, 0));
+        return;
       case INT: {
         std::string_view line = read_line();
         if (line == "01" || line == "00") {
@@ -264,10 +361,18 @@ class Unpickler {
         }
         return;
       }
-      case LONG: push(make(Kind::integer, parse_decimal(read_line()))); return;
-      case BININT: push(make(Kind::integer, static_cast<int32_t>(read_le(4)))); return;
-      case BININT1: push(make(Kind::integer, static_cast<int64_t>(read_le(1)))); return;
-      case BININT2: push(make(Kind::integer, static_cast<int64_t>(read_le(2)))); return;
+      case LONG:
+        push(make(Kind::integer, parse_decimal(read_line())));
+        return;
+      case BININT:
+        push(make(Kind::integer, static_cast<int32_t>(read_le(4))));
+        return;
+      case BININT1:
+        push(make(Kind::integer, static_cast<int64_t>(read_le(1))));
+        return;
+      case BININT2:
+        push(make(Kind::integer, static_cast<int64_t>(read_le(2))));
+        return;
       case LONG1: {
         uint64_t length = read_le(1);
         push(make_integer_from_le(take(length)));
@@ -301,22 +406,40 @@ class Unpickler {
         return;
       }
 
-      case BINUNICODE: push(make_text(Kind::string, take(read_le(4)))); return;
-      case SHORT_BINUNICODE: push(make_text(Kind::string, take(read_le(1)))); return;
-      case BINUNICODE8: push(make_text(Kind::string, take(read_le(8)))); return;
+      case BINUNICODE:
+        push(make_text(Kind::string, take(read_le(4))));
+        return;
+      case SHORT_BINUNICODE:
+        push(make_text(Kind::string, take(read_le(1))));
+        return;
+      case BINUNICODE8:
+        push(make_text(Kind::string, take(read_le(8))));
+        return;
       case BINSTRING: {  // Python 2 str: only its bytes matter here
         int32_t length = static_cast<int32_t>(read_le(4));
         if (length < 0) fail_here("BINSTRING with a negative length");
         push(make_text(Kind::string, take(static_cast<uint64_t>(length))));
         return;
       }
-      case SHORT_BINSTRING: push(make_text(Kind::string, take(read_le(1)))); return;
-      case BINBYTES: push(make_text(Kind::bytes, take(read_le(4)))); return;
-      case SHORT_BINBYTES: push(make_text(Kind::bytes, take(read_le(1)))); return;
-      case BINBYTES8: push(make_text(Kind::bytes, take(read_le(8)))); return;
+      case SHORT_BINSTRING:
+        push(make_text(Kind::string, take(read_le(1))));
+        return;
+      case BINBYTES:
+        push(make_text(Kind::bytes, take(read_le(4))));
+        return;
+      case SHORT_BINBYTES:
+        push(make_text(Kind::bytes, take(read_le(1))));
+        return;
+      case BINBYTES8:
+        push(make_text(Kind::bytes, take(read_le(8))));
+        return;
 
-      case EMPTY_TUPLE: push(make_sequence(Kind::tuple, {})); return;
-      case TUPLE: push(make_sequence(Kind::tuple, pop_mark("TUPLE"))); return;
+      case EMPTY_TUPLE:
+        push(make_sequence(Kind::tuple, {}));
+        return;
+      case TUPLE:
+        push(make_sequence(Kind::tuple, pop_mark("TUPLE")));
+        return;
       case TUPLE1:
       case TUPLE2:
       case TUPLE3: {
@@ -326,8 +449,12 @@ class Unpickler {
         push(make_sequence(Kind::tuple, std::move(items)));
         return;
       }
-      case EMPTY_LIST: push(make_sequence(Kind::list, {})); return;
-      case LIST: push(make_sequence(Kind::list, pop_mark("LIST"))); return;
+      case EMPTY_LIST:
+        push(make_sequence(Kind::list, {}));
+        return;
+      case LIST:
+        push(make_sequence(Kind::list, pop_mark("LIST")));
+        return;
       case APPEND: {
         PickleId value = pop("APPEND");
         PickleId list = top("APPEND");
@@ -343,7 +470,9 @@ class Unpickler {
         items.insert(items.end(), values.begin(), values.end());
         return;
       }
-      case EMPTY_DICT: push(make_sequence(Kind::dict, {})); return;
+      case EMPTY_DICT:
+        push(make_sequence(Kind::dict, {}));
+        return;
       case DICT: {
         std::vector<PickleId> items = pop_mark("DICT");
         if (items.size() % 2 != 0) fail_here("DICT with an odd number of keys and values");
@@ -368,8 +497,12 @@ class Unpickler {
         items.insert(items.end(), pairs.begin(), pairs.end());
         return;
       }
-      case EMPTY_SET: push(make_sequence(Kind::set, {})); return;
-      case FROZENSET: push(make_sequence(Kind::set, pop_mark("FROZENSET"))); return;
+      case EMPTY_SET:
+        push(make_sequence(Kind::set, {}));
+        return;
+      case FROZENSET:
+        push(make_sequence(Kind::set, pop_mark("FROZENSET")));
+        return;
       case ADDITEMS: {
         std::vector<PickleId> values = pop_mark("ADDITEMS");
         PickleId set = top("ADDITEMS");
@@ -379,13 +512,27 @@ class Unpickler {
         return;
       }
 
-      case PUT: memo_put(static_cast<uint64_t>(parse_decimal(read_line()))); return;
-      case BINPUT: memo_put(read_le(1)); return;
-      case LONG_BINPUT: memo_put(read_le(4)); return;
-      case MEMOIZE: memo_put(memo_.size()); return;
-      case GET: memo_get(static_cast<uint64_t>(parse_decimal(read_line()))); return;
-      case BINGET: memo_get(read_le(1)); return;
-      case LONG_BINGET: memo_get(read_le(4)); return;
+      case PUT:
+        memo_put(static_cast<uint64_t>(parse_decimal(read_line())));
+        return;
+      case BINPUT:
+        memo_put(read_le(1));
+        return;
+      case LONG_BINPUT:
+        memo_put(read_le(4));
+        return;
+      case MEMOIZE:
+        memo_put(memo_.size());
+        return;
+      case GET:
+        memo_get(static_cast<uint64_t>(parse_decimal(read_line())));
+        return;
+      case BINGET:
+        memo_get(read_le(1));
+        return;
+      case LONG_BINGET:
+        memo_get(read_le(4));
+        return;
 
       case GLOBAL: {
         std::string module(read_line());
@@ -414,11 +561,14 @@ class Unpickler {
         build(target, state);
         return;
       }
-      case BINPERSID: push(persistent_load(pop("BINPERSID"))); return;
+      case BINPERSID:
+        push(persistent_load(pop("BINPERSID")));
+        return;
 
       default: {
         if (const char* name = opcode_name(op)) {
-          fail_here("opcode ", name, " is not allowed: a state dict of tensors never needs it, and torch.load would "
+          fail_here("opcode ", name,
+                    " is not allowed: a state dict of tensors never needs it, and torch.load would "
                     "use it to create arbitrary objects");
         }
         char hex[8];
@@ -453,7 +603,8 @@ class Unpickler {
                 ": it is not one of the torch functions a state dict of plain tensors needs (sparse, quantized and "
                 "custom tensor types are not supported)");
     }
-    fail_here("refusing global ", qualified, ": torch.load would call it, which could run arbitrary code. vitpipe "
+    fail_here("refusing global ", qualified,
+              ": torch.load would call it, which could run arbitrary code. vitpipe "
               "executes nothing from a checkpoint; a state dict needs only collections.OrderedDict and torch's tensor "
               "rebuild functions. If you trust this file, convert it to safetensors with Python first.");
   }
@@ -507,7 +658,8 @@ class Unpickler {
         PickleId dict = make_sequence(Kind::dict, {});
         if (arguments.size() == 1) {  // OrderedDict([(key, value), ...])
           const PickleObject& pairs = obj(arguments[0]);
-          if (pairs.kind != Kind::list && pairs.kind != Kind::tuple) fail_here("OrderedDict(...) of ", kind_name(pairs.kind));
+          if (pairs.kind != Kind::list && pairs.kind != Kind::tuple)
+            fail_here("OrderedDict(...) of ", kind_name(pairs.kind));
           std::vector<PickleId> items;
           for (PickleId pair : pairs.items) {
             const PickleObject& entry = obj(pair);
@@ -531,7 +683,8 @@ class Unpickler {
           expect_count(6, 7);
         }
         const PickleObject& storage = obj(arguments[0]);
-        if (storage.kind != Kind::storage) fail_here(callee, " needs a storage, found ", result_.describe(arguments[0]));
+        if (storage.kind != Kind::storage)
+          fail_here(callee, " needs a storage, found ", result_.describe(arguments[0]));
         PickledTensor tensor;
         tensor.storage = static_cast<size_t>(storage.integer);
         tensor.storage_offset = int_arg(arguments[1], "storage_offset");
@@ -560,7 +713,8 @@ class Unpickler {
              function.global != Global::rebuild_parameter && function.global != Global::rebuild_parameter_with_state)) {
           fail_here(callee, " must wrap one of torch's tensor rebuild functions");
         }
-        if (type.kind != Kind::global || (type.global != Global::tensor_type && type.global != Global::parameter_type)) {
+        if (type.kind != Kind::global ||
+            (type.global != Global::tensor_type && type.global != Global::parameter_type)) {
           fail_here(callee, ": only torch.Tensor and torch.nn.Parameter are supported, not ",
                     result_.describe(arguments[1]));
         }
@@ -575,7 +729,8 @@ class Unpickler {
       case Global::tensor_type:
       case Global::parameter_type:
       case Global::storage_type:
-      case Global::none: break;
+      case Global::none:
+        break;
     }
     fail_here("calling ", callee, " is not allowed in a state dict");
   }
@@ -589,8 +744,8 @@ class Unpickler {
   PickleId persistent_load(PickleId pid) {
     // ('storage', torch.FloatStorage, key, location, numel[, view_metadata])
     const PickleObject& id = obj(pid);
-    if (id.kind != Kind::tuple || id.items.size() < 5 || id.items.size() > 6 ||
-        obj(id.items[0]).kind != Kind::string || obj(id.items[0]).text != "storage") {
+    if (id.kind != Kind::tuple || id.items.size() < 5 || id.items.size() > 6 || obj(id.items[0]).kind != Kind::string ||
+        obj(id.items[0]).text != "storage") {
       fail_here("a persistent id that is not ('storage', type, key, location, numel)");
     }
     const PickleObject& type = obj(id.items[1]);
@@ -642,10 +797,14 @@ class Unpickler {
 std::string PickleResult::describe(PickleId id) const {
   const PickleObject& object = objects[id];
   switch (object.kind) {
-    case Kind::integer: return concat("the int ", object.integer);
-    case Kind::string: return concat("the string '", object.text.substr(0, 60), "'");
-    case Kind::global: return object.text;
-    default: return kind_name(object.kind);
+    case Kind::integer:
+      return concat("the int ", object.integer);
+    case Kind::string:
+      return concat("the string '", object.text.substr(0, 60), "'");
+    case Kind::global:
+      return object.text;
+    default:
+      return kind_name(object.kind);
   }
 }
 

@@ -21,7 +21,7 @@ using PickleId = uint32_t;
 
 // A storage named by a persistent id: ('storage', torch.FloatStorage, key, location, numel[, view_metadata]).
 struct PickledStorage {
-  std::string key;       // zip format: record "data/<key>"; legacy format: position among the sorted keys
+  std::string key;  // zip format: record "data/<key>"; legacy format: position among the sorted keys
   DType dtype = DType::f32;
   int64_t numel = 0;     // elements of `dtype`
   std::string location;  // "cpu", "cuda:0": ignored, everything loads on the CPU
@@ -41,18 +41,36 @@ struct PickledTensor {
 
 struct PickleObject {
   enum class Kind : uint8_t {
-    none, boolean, integer, big_integer, floating, string, bytes, tuple, list, dict, set,
+    none,
+    boolean,
+    integer,
+    big_integer,
+    floating,
+    string,
+    bytes,
+    tuple,
+    list,
+    dict,
+    set,
     global,   // an allowed global, see `global`
     storage,  // integer = index into PickleResult::storages
     tensor,   // integer = index into PickleResult::tensors
   };
   enum class Global : uint8_t {
-    none, ordered_dict, rebuild_tensor, rebuild_tensor_v2, rebuild_parameter, rebuild_parameter_with_state,
-    rebuild_from_type_v2, tensor_type, parameter_type, storage_type,
+    none,
+    ordered_dict,
+    rebuild_tensor,
+    rebuild_tensor_v2,
+    rebuild_parameter,
+    rebuild_parameter_with_state,
+    rebuild_from_type_v2,
+    tensor_type,
+    parameter_type,
+    storage_type,
   };
   Kind kind = Kind::none;
   Global global = Global::none;
-  int64_t integer = 0;          // boolean, integer, storage, tensor; dtype of a storage_type global
+  int64_t integer = 0;  // boolean, integer, storage, tensor; dtype of a storage_type global
   double floating = 0.0;
   std::string text;             // string (UTF-8 as pickled), bytes, big_integer (little-endian two's complement)
   std::vector<PickleId> items;  // tuple, list, set; dict: key, value, key, value, ... in insertion order

@@ -440,6 +440,14 @@ class HubDownloadTest(unittest.TestCase):
         out = self.download(expect_rc=1)
         self.assertIn("cannot reach the Hub at " + self.hub.endpoint, out.stderr)
         self.assertIn("not in the cache", out.stderr)
+        # Once cached, an unreachable Hub only costs a warning, as with huggingface_hub.
+        self.hub.start()
+        self.download(HF_ENDPOINT=self.hub.endpoint)
+        endpoint = self.hub.endpoint
+        self.hub.stop()
+        out = self.download(HF_ENDPOINT=endpoint)
+        self.assertEqual(out.stdout.strip(), self.snapshot(self.commit))
+        self.assertIn("cannot reach the Hub", out.stderr)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,13 @@ TEST(RestrictedUnpickler, ReadsScalarsOfEveryEncoding) {
   // [BININT1 7, BININT2 0x0102, BININT -2, LONG1 -1 (1 byte), INT "42", LONG "-5L", True, False, None, "ab",
   //  BINFLOAT 1.5, FLOAT "2.25", SHORT_BINBYTES "\x00\x01"]
   std::string bytes =
-      "\x80\x02(K\x07M\x02\x01J\xfe\xff\xff\xff\x8a\x01\xff" "I42\nL-5L\n\x88\x89NX\x02\x00\x00\x00" "ab"
-      "G\x3f\xf8\x00\x00\x00\x00\x00\x00" "F2.25\n" "C\x02\x00\x01" "l."s;
+      "\x80\x02(K\x07M\x02\x01J\xfe\xff\xff\xff\x8a\x01\xff"
+      "I42\nL-5L\n\x88\x89NX\x02\x00\x00\x00"
+      "ab"
+      "G\x3f\xf8\x00\x00\x00\x00\x00\x00"
+      "F2.25\n"
+      "C\x02\x00\x01"
+      "l."s;
   PickleResult result = unpickle(bytes);
   const PickleObject& list = result.root_object();
   ASSERT_EQ(list.kind, Kind::list);
@@ -79,18 +84,22 @@ TEST(RestrictedUnpickler, BigIntegersKeepTheirBytes) {
 }
 
 TEST(RestrictedUnpickler, RefusesGlobalsOutsideTheStateDictSubset) {
-  EXPECT_NE(refusal("\x80\x02" "cposix\nsystem\nX\x02\x00\x00\x00lsR."s).find("refusing global posix.system"),
+  EXPECT_NE(refusal("\x80\x02"
+                    "cposix\nsystem\nX\x02\x00\x00\x00lsR."s)
+                .find("refusing global posix.system"),
             std::string::npos);
   EXPECT_NE(refusal("cbuiltins\ngetattr\n."s).find("refusing global builtins.getattr"), std::string::npos);
   EXPECT_NE(refusal("ctorch\nload\n."s).find("refusing global torch.load"), std::string::npos);
   EXPECT_NE(refusal("ctorch\nShortStorage\n."s).find("torch.ShortStorage is not supported"), std::string::npos);
   // The message names the place.
-  EXPECT_NE(refusal("\x80\x02" "cos\nsystem\n."s).find("test.pkl: byte 2:"), std::string::npos);
+  EXPECT_NE(refusal("\x80\x02"
+                    "cos\nsystem\n."s)
+                .find("test.pkl: byte 2:"),
+            std::string::npos);
 }
 
 TEST(RestrictedUnpickler, RefusesCallsOfAllowedGlobalsThatAreNotRebuilds) {
-  EXPECT_NE(refusal("ctorch\nFloatStorage\n)R."s).find("calling torch.FloatStorage is not allowed"),
-            std::string::npos);
+  EXPECT_NE(refusal("ctorch\nFloatStorage\n)R."s).find("calling torch.FloatStorage is not allowed"), std::string::npos);
   EXPECT_NE(refusal("K\x01)R."s).find("which is not callable"), std::string::npos);
   // _rebuild_tensor_v2 with something that is not a storage.
   EXPECT_NE(refusal("ctorch._utils\n_rebuild_tensor_v2\n(K\x00K\x00)))\x89}tR."s).find("needs a storage"),
@@ -107,11 +116,17 @@ TEST(RestrictedUnpickler, RefusesObjectBuildingOpcodes) {
 
 TEST(RestrictedUnpickler, RefusesMalformedStreams) {
   EXPECT_NE(refusal("\x80\x02}"s).find("ends without a STOP"), std::string::npos);
-  EXPECT_NE(refusal("X\x10\x00\x00\x00" "abc"s).find("truncated"), std::string::npos);
+  EXPECT_NE(refusal("X\x10\x00\x00\x00"
+                    "abc"s)
+                .find("truncated"),
+            std::string::npos);
   EXPECT_NE(refusal("a."s).find("stack is empty"), std::string::npos);
   EXPECT_NE(refusal("t."s).find("needs a MARK"), std::string::npos);
   EXPECT_NE(refusal("h\x05."s).find("never stored"), std::string::npos);
-  EXPECT_NE(refusal("K\x01K\x02" "a."s).find("APPEND applied to an int"), std::string::npos);
+  EXPECT_NE(refusal("K\x01K\x02"
+                    "a."s)
+                .find("APPEND applied to an int"),
+            std::string::npos);
   EXPECT_NE(refusal("\x80\x09."s).find("pickle protocol 9"), std::string::npos);
   EXPECT_NE(refusal("\x8b\x00\x00\x01\x00."s).find("truncated"), std::string::npos);  // LONG4 of 65536 bytes
   EXPECT_NE(refusal("\x8a\x50"s + std::string(0x50, '\x01') + "."s).find("an integer of 80 bytes"), std::string::npos);
@@ -129,11 +144,18 @@ TEST(RestrictedUnpickler, LimitsObjectCount) {
 TEST(RestrictedUnpickler, BuildsTensorRecordsFromPersistentStorages) {
   // {'w': _rebuild_tensor_v2(('storage', FloatStorage, '0', 'cpu', 6), 2, (2, 2), (2, 1), False, OrderedDict())}
   std::string bytes =
-      "\x80\x02}X\x01\x00\x00\x00" "w"
+      "\x80\x02}X\x01\x00\x00\x00"
+      "w"
       "ctorch._utils\n_rebuild_tensor_v2\n"
-      "((X\x07\x00\x00\x00" "storage" "ctorch\nFloatStorage\nX\x01\x00\x00\x00" "0" "X\x03\x00\x00\x00" "cpu"
+      "((X\x07\x00\x00\x00"
+      "storage"
+      "ctorch\nFloatStorage\nX\x01\x00\x00\x00"
+      "0"
+      "X\x03\x00\x00\x00"
+      "cpu"
       "K\x06tQ"
-      "K\x02K\x02K\x02\x86K\x02K\x01\x86\x89" "ccollections\nOrderedDict\n)RtRs."s;
+      "K\x02K\x02K\x02\x86K\x02K\x01\x86\x89"
+      "ccollections\nOrderedDict\n)RtRs."s;
   PickleResult result = unpickle(bytes);
   ASSERT_EQ(result.tensors.size(), 1u);
   ASSERT_EQ(result.storages.size(), 1u);

@@ -24,10 +24,13 @@ int main(int argc, char** argv) {
     int index = 0;
     for (const auto& [name, tensor] : tensors) {
       std::string file = std::to_string(index++) + ".raw";
-      std::ofstream(out / file, std::ios::binary).write(static_cast<const char*>(tensor.raw()),
-                                                         static_cast<std::streamsize>(tensor.nbytes()));
-      manifest[name] = {{"dtype", vitpipe::dtype_name(tensor.dtype())}, {"shape", tensor.shape()}, {"file", file},
-                        {"address", reinterpret_cast<uintptr_t>(tensor.raw())}, {"nbytes", tensor.nbytes()}};
+      std::ofstream(out / file, std::ios::binary)
+          .write(static_cast<const char*>(tensor.raw()), static_cast<std::streamsize>(tensor.nbytes()));
+      manifest[name] = {{"dtype", vitpipe::dtype_name(tensor.dtype())},
+                        {"shape", tensor.shape()},
+                        {"file", file},
+                        {"address", reinterpret_cast<uintptr_t>(tensor.raw())},
+                        {"nbytes", tensor.nbytes()}};
     }
     std::ofstream(out / "manifest.json") << manifest.dump(1);
   } catch (const std::exception& e) {
