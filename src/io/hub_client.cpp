@@ -308,6 +308,14 @@ void HubClient::fetch_blob(const HubRepoCache& cache, const std::string& filenam
         truncate_file(fd, incomplete);
         continue;
       }
+      bool transient = response.status == 429 || response.status >= 500;
+      if (transient && attempt < kDownloadAttempts) {
+        int wait_seconds = 1 << (attempt - 1);
+        warn("downloading ", filename, ": HTTP ", response.status, " from ", url_origin(response.url), "; retrying in ",
+             wait_seconds, " s");
+        std::this_thread::sleep_for(std::chrono::seconds(wait_seconds));
+        continue;
+      }
       if (response.status < 200 || response.status >= 300) {
         fail_hub_response(response, {cache.repo_id(), metadata.commit, filename}, settings_);
       }

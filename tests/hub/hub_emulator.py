@@ -12,6 +12,7 @@ Hub:     GET  /api/models/{repo}/revision/{revision}        -> {"id", "sha", "si
 Storage: GET /lfs/{sha256}?X-Amz-Signature=... with Range support.
 
 Knobs (attributes of HubEmulator): drops[sha256] = n (close the connection halfway through the next n transfers),
+unavailable[sha256] = n (answer the next n storage GETs with 503),
 corrupt (sha256s served with one byte flipped), throttle_bytes_per_second, ignore_range, hidden (repo, file) pairs
 listed by the API but answering EntryNotFound. Every request's method, path and headers are logged in hub_log /
 storage_log, so tests can check where the token went.
@@ -60,6 +61,7 @@ class HubEmulator:
         self.hub_log = []
         self.storage_log = []
         self.drops = {}
+        self.unavailable = {}  # sha256 -> how many GETs answer 503 first
         self.corrupt = set()
         self.throttle_bytes_per_second = None
         self.ignore_range = False
@@ -294,6 +296,14 @@ class StorageHandler(Handler):
         data = emulator.blob(path.rsplit("/", 1)[-1]) if path.startswith("/lfs/") else None
         if data is None:
             self.reply(404, {}, b"NoSuchKey")
+            return
+        sha = hashlib.sha256(data).hexdigest()
+        with emulator.lock:
+            unavailable = emulator.unavailable.get(sha, 0) > 0
+            if unavailable:
+                emulator.unavailable[sha] -= 1
+        if unavailable:
+            self.reply(503, {}, b"SlowDown")
             return
         self.send_bytes(data, {"Content-Type": "binary/octet-stream", "ETag": '"s3-etag"'})
 

@@ -201,6 +201,13 @@ class HubDownloadTest(unittest.TestCase):
         self.assertEqual(self.read(os.path.join(self.snapshot(self.commit), "model.safetensors")), self.weights)
         self.assert_no_partial_files()
 
+    def test_storage_unavailable_then_retried(self):
+        self.hub.unavailable[sha256(self.weights)] = 1
+        out = self.download()
+        self.assertIn("HTTP 503", out.stderr)
+        self.assertEqual(len(self.storage_gets(self.weights)), 2)
+        self.assertEqual(self.read(os.path.join(self.snapshot(self.commit), "model.safetensors")), self.weights)
+
     def test_range_ignored_by_server(self):
         # A server that answers a Range request with the whole file: the partial file must be replaced, not
         # appended to.
