@@ -396,7 +396,7 @@ TensorMap read_pytorch_bin(const std::filesystem::path& path) {
   fail(path.string(), ": not a PyTorch checkpoint (neither a zip archive nor a legacy pickle)");
 }
 
-TensorMap read_pytorch_bin_index(const std::filesystem::path& index_path) {
+TensorMap read_pytorch_bin_index(const std::filesystem::path& index_path, StringMap* shard_of) {
   nlohmann::json index;
   try {
     index = nlohmann::json::parse(read_text_file(index_path));
@@ -423,6 +423,7 @@ TensorMap read_pytorch_bin_index(const std::filesystem::path& index_path) {
       VP_REQUIRE(it != shard.end(), index_path.string(), ": tensor '", name, "' is listed in ", file,
                  " but that shard does not hold it");
       tensors[name] = it->second;
+      if (shard_of != nullptr) (*shard_of)[name] = file;
     }
     for (const auto& [name, tensor] : shard) {
       if (!listed.count(name)) warn(shard_path.string(), ": tensor '", name, "' is not in the index; ignored");

@@ -16,7 +16,8 @@ namespace vitpipe {
 TensorMap read_pytorch_bin(const std::filesystem::path& path);
 
 // pytorch_model.bin.index.json = {"metadata": {...}, "weight_map": {tensor name: shard file}}; shards are read from
-// the index's directory. Every tensor the index lists must be in its shard.
-TensorMap read_pytorch_bin_index(const std::filesystem::path& index_path);
+// the index's directory. Every tensor the index lists must be in its shard. `shard_of` (if given) receives each
+// tensor's shard file name, for messages.
+TensorMap read_pytorch_bin_index(const std::filesystem::path& index_path, StringMap* shard_of = nullptr);
 
 }  // namespace vitpipe
