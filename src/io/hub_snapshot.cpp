@@ -118,8 +118,10 @@ std::filesystem::path download_model(const std::string& repo_id, const std::stri
       return *dir;
     }
     fail("cannot reach the Hub at ", settings.endpoint, " (", e.what(), ") and model '", repo_id, "' (revision '",
-         revision, "') is not in the cache: ", why,
-         ". Check the network connection, the proxy (https_proxy) and HF_ENDPOINT.");
+         revision, "') is not in the cache: ", why, ". ",
+         e.retryable() ? "Check the network connection, the proxy (https_proxy) and HF_ENDPOINT."
+                       : "Check HF_ENDPOINT; behind a TLS-intercepting proxy, point CURL_CA_BUNDLE or SSL_CERT_FILE at "
+                         "its CA certificate.");
   }
   const std::string& commit = repo.commit;
   std::set<std::string> files(repo.files.begin(), repo.files.end());

@@ -21,11 +21,14 @@ storage_log, so tests can check where the token went.
 import hashlib
 import http.server
 import json
+import os
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
 
+TLS_CERTIFICATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tls", "hub-test.crt")
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".msgpack", ".h5")
 
 
@@ -84,15 +87,21 @@ class HubEmulator:
         return None
 
     # --- servers ---
-    def start(self):
-        self.hub = self._serve(HubHandler)
-        self.storage = self._serve(StorageHandler)
-        self.endpoint = "http://127.0.0.1:%d" % self.hub.server_address[1]
-        self.storage_url = "http://127.0.0.1:%d" % self.storage.server_address[1]
+    def start(self, tls=False):
+        """tls=True serves HTTPS with the self-signed certificate in tls/ (a test-only key, valid for 127.0.0.1)."""
+        self.hub = self._serve(HubHandler, tls)
+        self.storage = self._serve(StorageHandler, tls)
+        scheme = "https" if tls else "http"
+        self.endpoint = "%s://127.0.0.1:%d" % (scheme, self.hub.server_address[1])
+        self.storage_url = "%s://127.0.0.1:%d" % (scheme, self.storage.server_address[1])
         return self
 
-    def _serve(self, handler):
+    def _serve(self, handler, tls):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(TLS_CERTIFICATE, os.path.join(os.path.dirname(TLS_CERTIFICATE), "hub-test.key"))
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         server.daemon_threads = True
         server.emulator = self
         thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hub_emulator import HubEmulator, git_blob_sha1  # noqa: E402
+from hub_emulator import TLS_CERTIFICATE, HubEmulator, git_blob_sha1  # noqa: E402
 
 VITPIPE = os.environ.get("VITPIPE", "vitpipe")
 RESOLVE = os.environ.get("HUB_RESOLVE_MODEL", "hub_resolve_model")
@@ -84,8 +85,10 @@ class HubDownloadTest(unittest.TestCase):
 
     # --- helpers ---
     def env(self, **extra):
+        # Nothing from the outside: no Hub settings, no proxies, no CA bundle overrides (the system store applies).
         env = {k: v for k, v in os.environ.items()
-               if not k.upper().startswith(("HF_", "HUGGING", "TRANSFORMERS_")) and "PROXY" not in k.upper()}
+               if not k.upper().startswith(("HF_", "HUGGING", "TRANSFORMERS_")) and "PROXY" not in k.upper()
+               and k not in ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE")}
         env.update(HF_ENDPOINT=self.hub.endpoint, HF_HUB_CACHE=self.cache, HF_HOME=self.home,
                    no_proxy="127.0.0.1,localhost", NO_PROXY="127.0.0.1,localhost")
         env.update({k: v for k, v in extra.items() if v is not None})
@@ -441,6 +444,20 @@ class HubDownloadTest(unittest.TestCase):
         out = self.run_cli([file_path], program=RESOLVE, expect_rc=1)
         self.assertIn("is a file", out.stderr)
         self.assertEqual(self.hub.hub_log, [])
+
+    def test_tls_verified_against_ca_bundle(self):
+        self.hub.stop()
+        self.hub.start(tls=True)
+        self.assertTrue(self.hub.endpoint.startswith("https://"))
+        # The test certificate is in no system store: refused, and not retried as if the network were flaky.
+        out = self.download(expect_rc=1)
+        self.assertIn("certificate", out.stderr.lower())
+        self.assertIn("CURL_CA_BUNDLE", out.stderr)
+        self.assertEqual(self.hub.hub_log, [])  # the TLS handshake failed before any request
+        for variable in ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE"):
+            shutil.rmtree(self.cache, ignore_errors=True)
+            out = self.download(**{variable: TLS_CERTIFICATE})
+            self.assertEqual(self.read(os.path.join(out.stdout.strip(), "model.safetensors")), self.weights)
 
     def test_hub_unreachable(self):
         self.hub.stop()
