@@ -19,6 +19,7 @@ storage_log, so tests can check where the token went.
 """
 
 import hashlib
+import http.client
 import http.server
 import json
 import os
@@ -63,6 +64,7 @@ class HubEmulator:
         self.gated_access = {"hf_test_token_4f6a2c"}
         self.hub_log = []
         self.storage_log = []
+        self.proxy_log = []
         self.drops = {}
         self.unavailable = {}  # sha256 -> how many GETs answer 503 first
         self.corrupt = set()
@@ -95,6 +97,11 @@ class HubEmulator:
         self.endpoint = "%s://127.0.0.1:%d" % (scheme, self.hub.server_address[1])
         self.storage_url = "%s://127.0.0.1:%d" % (scheme, self.storage.server_address[1])
         return self
+
+    def start_proxy(self):
+        """A forward HTTP proxy; its URL is returned (for http_proxy)."""
+        proxy = self._serve(ProxyHandler, False)
+        return "http://127.0.0.1:%d" % proxy.server_address[1]
 
     def _serve(self, handler, tls):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -295,6 +302,31 @@ class HubHandler(Handler):
             self.reply(307, dict(common, Location=location), b"Temporary Redirect")
         else:
             self.send_bytes(data, dict(common, **{"ETag": 'W/"%s"' % git_blob_sha1(data)}))
+
+
+class ProxyHandler(Handler):
+    """A forward proxy for plain HTTP (absolute-form request lines), logging what passes through."""
+
+    def do_GET(self):
+        emulator = self.emulator
+        emulator.log(emulator.proxy_log, self)
+        parts = urllib.parse.urlsplit(self.path)
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("proxy-connection", "connection")}
+        connection.request(self.command, parts.path + ("?" + parts.query if parts.query else ""), headers=headers)
+        response = connection.getresponse()
+        body = response.read()
+        self.send_response(response.status)
+        for name, value in response.getheaders():
+            if name.lower() not in ("connection", "transfer-encoding", "content-length"):
+                self.send_header(name, value)
+        length = response.getheader("Content-Length")
+        self.send_header("Content-Length", length if self.command == "HEAD" and length else str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_HEAD = do_GET
 
 
 class StorageHandler(Handler):

@@ -459,6 +459,14 @@ class HubDownloadTest(unittest.TestCase):
             out = self.download(**{variable: TLS_CERTIFICATE})
             self.assertEqual(self.read(os.path.join(out.stdout.strip(), "model.safetensors")), self.weights)
 
+    def test_proxy_from_environment(self):
+        proxy = self.hub.start_proxy()
+        out = self.download(http_proxy=proxy, no_proxy="", NO_PROXY="")
+        self.assertEqual(self.read(os.path.join(out.stdout.strip(), "model.safetensors")), self.weights)
+        through = [r["path"] for r in self.hub.proxy_log]
+        self.assertTrue(any(p.startswith(self.hub.endpoint + "/api/models/") for p in through), through)
+        self.assertTrue(any(p.startswith(self.hub.storage_url + "/lfs/") for p in through), through)
+
     def test_hub_unreachable(self):
         self.hub.stop()
         out = self.download(expect_rc=1)
