@@ -236,6 +236,45 @@ class PytorchBinTest(unittest.TestCase):
             torch.save(sd, path, _use_new_zipfile_serialization=zip_format)
             self.assert_matches(path, sd)
 
+    def test_torch2_layout(self):
+        """What torch 2.x writes and torch 1.13 cannot: tensors wrapped in _rebuild_from_type_v2, a byteorder record,
+        .data/serialization_id, the 7-argument _rebuild_tensor_v2."""
+        data = np.arange(6, dtype=np.float32).tobytes()
+        storage = FakeStorage("0", 6)
+
+        class Wrapped:
+            def __init__(self, cls, args):
+                self.cls, self.args = cls, args
+
+            def __reduce__(self):
+                return (torch._tensor._rebuild_from_type_v2, (torch._utils._rebuild_tensor_v2, self.cls, self.args, {}))
+
+        hooks = collections.OrderedDict()
+        state = collections.OrderedDict(
+            plain=Wrapped(torch.Tensor, (storage, 0, (2, 3), (3, 1), False, hooks, {})),
+            param=Wrapped(torch.nn.parameter.Parameter, (storage, 3, (3,), (1,), False, hooks)))
+        path = self.path("torch2.bin")
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+            z.writestr("archive/data.pkl", crafted_pickle(state))
+            z.writestr("archive/byteorder", "little")
+            z.writestr("archive/data/0", data)
+            z.writestr("archive/version", "3\n")
+            z.writestr("archive/.data/serialization_id", "1234")
+        result, manifest = self.read(path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(manifest["plain"]["shape"], [2, 3])
+        self.assertEqual(np.frombuffer(manifest["plain"]["bytes"], np.float32).tolist(), [0, 1, 2, 3, 4, 5])
+        self.assertEqual(np.frombuffer(manifest["param"]["bytes"], np.float32).tolist(), [3, 4, 5])
+
+        with zipfile.ZipFile(self.path("big_endian.bin"), "w") as z:
+            z.writestr("archive/data.pkl", crafted_pickle(state))
+            z.writestr("archive/byteorder", "big")
+            z.writestr("archive/data/0", data)
+        self.assert_refused(self.path("big_endian.bin"), "saved on a big-endian machine")
+        odd = collections.OrderedDict(x=Wrapped(collections.OrderedDict, (storage, 0, (2,), (1,), False, hooks)))
+        storage_zip(self.path("odd_type.bin"), crafted_pickle(odd), {"0": data})
+        self.assert_refused(self.path("odd_type.bin"), "only torch.Tensor and torch.nn.Parameter are supported")
+
     # --- hostile files ---
     def test_hostile_reduce_os_system(self):
         path = self.path("evil.bin")

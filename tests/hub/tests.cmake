@@ -23,7 +23,7 @@ foreach(case ${HUB_DOWNLOAD_CASES})
 endforeach()
 
 set(HUB_PYTORCH_BIN_CASES
-    zip_formats_match_torch legacy_format_matches_torch sharded_index_matches_torch dtypes_and_shapes
+    zip_formats_match_torch legacy_format_matches_torch sharded_index_matches_torch dtypes_and_shapes torch2_layout
     hostile_reduce_os_system hostile_builtins_eval hostile_unknown_torch_global hostile_recursion_bombs
     hostile_out_of_bounds_storage truncated_files)
 foreach(case ${HUB_PYTORCH_BIN_CASES})
