@@ -12,6 +12,7 @@ packages=(build-essential cmake pkg-config
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev  # JSON, command line, YAML configs
   libcurl4-openssl-dev libssl-dev ca-certificates  # Hugging Face Hub downloads, sha256
   libzip-dev                        # reading pytorch_model.bin (a zip archive)
+  zlib1g-dev                        # gzipped label files (.csv.gz)
   libgtest-dev libbenchmark-dev)    # unit tests, micro-benchmarks
 if [[ "${1:-}" == "--tests" ]]; then
   # Reference implementations the tests check against; OpenBLAS so the PyTorch peer runs at its real speed.

@@ -8,6 +8,12 @@ namespace vitpipe::cli {
 // Adds the subcommand and its callback to `app`. Callbacks throw vitpipe::Error on bad input.
 void add_info_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_export_command(CLI::App& app);
+void add_predict_command(CLI::App& app);
+void add_data_command(CLI::App& app);
+void add_init_command(CLI::App& app);
 void add_download_command(CLI::App& app);
 
 }  // namespace vitpipe::cli

@@ -12,6 +12,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "vitpipe 0.1.0");
   vitpipe::cli::add_info_command(app);
   vitpipe::cli::add_bench_command(app);
+  vitpipe::cli::add_train_command(app);
+  vitpipe::cli::add_eval_command(app);
+  vitpipe::cli::add_export_command(app);
+  vitpipe::cli::add_predict_command(app);
+  vitpipe::cli::add_data_command(app);
+  vitpipe::cli::add_init_command(app);
   vitpipe::cli::add_download_command(app);
   try {
     app.parse(argc, argv);

@@ -145,7 +145,7 @@ double ViTStage::loss(int slot, int64_t batch, const Tensor& targets, double gra
                    grad_scale, pos_weight);
 }
 
-void ViTStage::backward(int slot, int64_t batch) {
+void ViTStage::backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done) {
   VP_REQUIRE(options_.training, "backward() needs a training stage");
   const ViTConfig& c = config();
   const LayerContext ctx = context();
@@ -167,6 +167,7 @@ void ViTStage::backward(int slot, int64_t batch) {
     head_backward(ctx, head_parameters(*layout_, values, begin), head_parameters(*layout_, grads, begin),
                   s.head.rows_for(c, batch), grad.view({batch, c.tokens(), c.hidden_size}),
                   low && num_blocks_ > 0 ? &grad_low : nullptr, num_blocks_ > 0 ? &last_fc2_bias : nullptr);
+    if (segment_done) segment_done(options_.last_segment);
   } else if (num_blocks_ > 0) {
     // The gradient arrived from the next stage: the fused column sums and bf16 copy happen here instead.
     backend_.bias_backward(grad, last_fc2_bias);
@@ -192,10 +193,13 @@ void ViTStage::backward(int slot, int64_t batch) {
     flow.need_low_on_exit = i > 0;
     flow.previous_fc2_bias_grad = i > 0 ? &previous_bias : nullptr;
     encoder_block_backward(ctx, w, gw, block_parameters(*layout_, block, grads, begin), input, acts, ws, flow);
+    // Block i's fc2 bias gradient was completed by block i+1's backward (or above); the rest just now.
+    if (segment_done) segment_done(block + 1);
   }
   if (has_embeddings()) {
     embeddings_backward(ctx, embedding_parameters(*layout_, grads, begin), s.embeddings.rows_for(c, batch),
                         grad.view({batch, c.tokens(), c.hidden_size}), ws);
+    if (segment_done) segment_done(0);
   }
 }
 

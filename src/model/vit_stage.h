@@ -7,6 +7,7 @@
 // backward, and (non-first stages) sends grad(slot), which then holds the gradient w.r.t. the input.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -52,7 +53,9 @@ class ViTStage {
 
   void forward(int slot, int64_t batch);
   double loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight = nullptr);
-  void backward(int slot, int64_t batch);
+  // `segment_done` (optional) is called as each segment's parameter gradients for this micro-batch are complete,
+  // last segment first: the executor starts the gradient all-reduce of finished buckets while the rest runs.
+  void backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
 
   // Bytes of activations and gradient workspace this stage allocated (the memory plan).
   size_t activation_bytes() const { return activation_bytes_; }

@@ -14,6 +14,8 @@ size_t dtype_size(DType dtype) {
     case DType::i32: return 4;
     case DType::u8: return 1;
     case DType::boolean: return 1;
+    case DType::i16: return 2;
+    case DType::i8: return 1;
   }
   return 0;
 }
@@ -28,6 +30,8 @@ const char* dtype_name(DType dtype) {
     case DType::i32: return "I32";
     case DType::u8: return "U8";
     case DType::boolean: return "BOOL";
+    case DType::i16: return "I16";
+    case DType::i8: return "I8";
   }
   return "?";
 }
@@ -37,7 +41,8 @@ bool parse_dtype(const std::string& name, DType* out) {
     const char* name;
     DType dtype;
   } table[] = {{"F32", DType::f32}, {"BF16", DType::bf16}, {"F16", DType::f16}, {"F64", DType::f64},
-               {"I64", DType::i64}, {"I32", DType::i32},   {"U8", DType::u8},   {"BOOL", DType::boolean}};
+               {"I64", DType::i64}, {"I32", DType::i32},   {"U8", DType::u8},   {"BOOL", DType::boolean},
+               {"I16", DType::i16}, {"I8", DType::i8}};
   for (const auto& entry : table) {
     if (name == entry.name) {
       *out = entry.dtype;

@@ -8,10 +8,10 @@
 
 namespace vitpipe {
 
-enum class DType : uint8_t { f32, bf16, f16, f64, i64, i32, u8, boolean };
+enum class DType : uint8_t { f32, bf16, f16, f64, i64, i32, u8, boolean, i16, i8 };
 
 size_t dtype_size(DType dtype);
-// safetensors spelling: "F32", "BF16", "F16", "F64", "I64", "I32", "U8", "BOOL".
+// safetensors spelling: "F32", "BF16", "F16", "F64", "I64", "I32", "U8", "BOOL", "I16", "I8".
 const char* dtype_name(DType dtype);
 bool parse_dtype(const std::string& name, DType* out);  // false for an unknown name
 

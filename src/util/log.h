@@ -9,6 +9,8 @@
 namespace vitpipe {
 
 void set_log_enabled(bool enabled);
+// Overrides the process-wide switch for the calling thread (ranks running as threads of one process).
+void set_thread_log_enabled(bool enabled);
 bool log_enabled();
 void log_line(const std::string& line);
 void warn_line(const std::string& line);  // printed by every process: warnings must not be lost

@@ -1,0 +1,82 @@
+// `vitpipe data inspect`: what a dataset holds (counts per split, label, view; missing files).
+// `vitpipe data prepare`: decode and resize every image once into a packed cache for `--data cache:DIR`.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/data_flags.h"
+#include "data/data_spec.h"
+#include "data/dataset_summary.h"
+#include "data/file_dataset.h"
+#include "data/packed_cache.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/progress.h"
+
+namespace vitpipe::cli {
+
+void add_data_command(CLI::App& app) {
+  auto* data = app.add_subcommand("data", "Inspect datasets and prepare packed caches");
+  data->require_subcommand(1);
+
+  struct InspectArgs {
+    std::string spec;
+    DatasetOptions options;
+    bool json = false;
+  };
+  auto inspect_args = std::make_shared<InspectArgs>();
+  auto* inspect = data->add_subcommand("inspect", "Count images per split, label and view; report missing files");
+  add_dataset_flags(inspect, &inspect_args->spec, &inspect_args->options);
+  inspect->add_flag("--json", inspect_args->json, "Print one JSON object on stdout instead of a table");
+  inspect->callback([inspect_args] {
+    DatasetOptions options = inspect_args->options;
+    options.allow_missing = true;  // inspection counts missing files rather than stopping at them
+    auto dataset = open_dataset(inspect_args->spec, options);
+    auto summary = summarize_dataset(*dataset);
+    if (inspect_args->json) {
+      std::printf("%s\n", summary.dump().c_str());
+    } else {
+      std::printf("%s", format_dataset_summary(summary).c_str());
+    }
+  });
+
+  struct PrepareArgs {
+    std::string spec;
+    DatasetOptions options;
+    PrepareCacheOptions prepare;
+    std::string out;
+  };
+  auto prepare_args = std::make_shared<PrepareArgs>();
+  auto* prepare = data->add_subcommand("prepare", "Decode and resize every image once into a packed cache (--out DIR)");
+  prepare->add_option("--data", prepare_args->spec, "Dataset: chestxray14:ROOT, csv:FILE or folder:ROOT")->required();
+  prepare->add_option("--out", prepare_args->out, "Cache directory to write")->required();
+  prepare
+      ->add_option("--image-size", prepare_args->prepare.image_size,
+                   "Stored size S (images become S x S; use the model's image size)")
+      ->capture_default_str();
+  prepare
+      ->add_option("--resample", prepare_args->prepare.resample,
+                   "PIL resample filter id (2 = bilinear, as ViTImageProcessor; 3 = bicubic)")
+      ->capture_default_str();
+  prepare->add_option("--threads", prepare_args->prepare.threads, "Decoding threads (0 = all cores)")
+      ->capture_default_str();
+  prepare->add_flag("--skip-unreadable", prepare_args->options.skip_unreadable,
+                    "Leave out (and list) missing or undecodable images instead of stopping");
+  prepare->callback([prepare_args] {
+    DataSpec spec = parse_data_spec(prepare_args->spec);
+    VP_REQUIRE(spec.kind != "cache", "--data ", prepare_args->spec, ": already a cache (prepare reads image files)");
+    auto dataset = std::dynamic_pointer_cast<FileDataset>(open_dataset(prepare_args->spec, prepare_args->options));
+    PrepareCacheOptions options = prepare_args->prepare;
+    options.skip_unreadable = prepare_args->options.skip_unreadable;
+    info("preparing ", dataset->source().entries.size(), " images of ", dataset->spec(), " at ", options.image_size,
+         "x", options.image_size, " into ", prepare_args->out);
+    PrepareCacheReport report = prepare_packed_cache(*dataset, prepare_args->out, options);
+    info("cache ", prepare_args->out, ": ", report.images, " images (", report.gray_images, " gray), ",
+         format_bytes(static_cast<double>(report.pixel_bytes)), " in ", format_duration(report.seconds), " (",
+         static_cast<int64_t>(static_cast<double>(report.images) / std::max(report.seconds, 1e-9)), " images/s)");
+    if (!report.skipped.empty())
+      warn(report.skipped.size(), " unreadable images were left out (listed in ", prepare_args->out, "/manifest.json)");
+  });
+}
+
+}  // namespace vitpipe::cli

@@ -1,0 +1,99 @@
+// `vitpipe eval --model DIR --data SPEC --split {train,val,test} [--json] [--bootstrap N]`: loss, per-label ROC-AUC
+// and PR-AUC (scikit-learn's definitions; null where a label has one class only), their means, and bootstrap
+// confidence intervals. The same evaluation code as training's.
+#include <cstdio>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "cli/data_flags.h"
+#include "data/data_spec.h"
+#include "io/model_files.h"
+#include "model/vit_stage.h"
+#include "parallel/pipeline_executor.h"
+#include "train/evaluation.h"
+#include "train/run_world.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace vitpipe::cli {
+namespace {
+
+struct EvalOptions {
+  std::string model;
+  std::string revision = "main";
+  std::string data;
+  DatasetOptions dataset;
+  std::string split = "test";
+  bool json = false;
+  int64_t bootstrap = 0;
+  uint64_t bootstrap_seed = 0;
+  int64_t batch_size = 32;
+  int threads = 0;
+  int loader_threads = 2;
+  int64_t image_size = 0;
+};
+
+void run_eval(const EvalOptions& o) {
+  VP_REQUIRE(o.batch_size >= 1 && o.batch_size <= 4096, "--batch-size: expected 1..4096, got ", o.batch_size);
+  VP_REQUIRE(o.bootstrap >= 0 && o.bootstrap <= 100000, "--bootstrap: expected 0..100000, got ", o.bootstrap);
+  const Split split = parse_split(o.split, "--split");
+  VP_REQUIRE(split != Split::none, "--split: expected train, val or test");
+  auto dataset = open_dataset(o.data, o.dataset);
+  LoadOptions load;
+  load.image_size = o.image_size;
+  load.reference.revision = o.revision;
+  LoadedModel model = load_model(o.model, load);
+  VP_REQUIRE(model.config.labels == dataset->label_names(), o.model, ": the model's labels (",
+             model.config.num_labels(), ") are not the dataset's ", dataset->num_labels(),
+             " labels in the same order; evaluate with the dataset the model was trained for");
+  auto layout = model.parameters.layout_ptr();
+  EvaluationReport report;
+  run_on_world(1, o.threads, [&](Communicator& world) {
+    auto backend = make_cpu_backend();
+    StageOptions so;
+    so.training = false;
+    so.max_micro_batch = o.batch_size;
+    ViTStage stage(layout, *backend, so);
+    stage.parameters().flat().copy_from(model.parameters.flat());
+    stage.parameters_changed();
+    ProcessGrid grid(1, 0, 1);
+    PipelineExecutor executor(grid, world, {&stage}, ExecutorOptions{}, nullptr);
+    EvaluationSettings settings;
+    settings.micro_batch = o.batch_size;
+    settings.micro_batches = 1;
+    settings.loader_threads = o.loader_threads;
+    settings.progress = !o.json;
+    if (o.bootstrap > 0) settings.bootstrap = BootstrapOptions{o.bootstrap, 0.95, o.bootstrap_seed};
+    report = evaluate_split(executor, world, dataset, split, model.preprocessor, settings);
+  });
+  if (o.json) {
+    nlohmann::json j = report.to_json();
+    j["model"] = model.directory.string();
+    j["data"] = dataset->spec();
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s split of %s: %lld images, loss %.4f\n%s", report.split.c_str(), dataset->spec().c_str(),
+                static_cast<long long>(report.rows), report.loss, report.table().c_str());
+  }
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  auto o = std::make_shared<EvalOptions>();
+  auto* cmd = app.add_subcommand("eval", "Evaluate a model on a dataset split: loss, per-label ROC-AUC and PR-AUC");
+  cmd->add_option("--model", o->model, "Model directory or Hugging Face repo id")->required();
+  cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
+  add_dataset_flags(cmd, &o->data, &o->dataset);
+  cmd->add_option("--split", o->split, "train, val or test")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_option("--bootstrap", o->bootstrap, "Bootstrap resamples for 95% confidence intervals (0 = none)");
+  cmd->add_option("--bootstrap-seed", o->bootstrap_seed, "Seed of the bootstrap resampling");
+  cmd->add_option("--batch-size", o->batch_size, "Images per forward pass")->capture_default_str();
+  cmd->add_option("--image-size", o->image_size, "Evaluate at another resolution (position embeddings resized)");
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--loader-threads", o->loader_threads, "Image decoding threads")->capture_default_str();
+  cmd->callback([o] { run_eval(*o); });
+}
+
+}  // namespace vitpipe::cli

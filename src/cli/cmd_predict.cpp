@@ -1,0 +1,113 @@
+// `vitpipe predict --model DIR_OR_REPO IMAGE...`: ViTImageProcessor preprocessing (Pillow's resize, bit-exact), the
+// model, and per-label probabilities (sigmoid for multi-label, softmax for single-label), one line per image.
+#include <cmath>
+#include <cstdio>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "data/image_processor.h"
+#include "io/model_files.h"
+#include "model/vit_stage.h"
+#include "util/error.h"
+#include "util/threads.h"
+
+namespace vitpipe::cli {
+namespace {
+
+struct PredictOptions {
+  std::string model;
+  std::string revision = "main";
+  std::vector<std::string> images;
+  int64_t image_size = 0;
+  int threads = 0;
+  std::string format = "json";
+  int64_t batch_size = 16;
+};
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+void run_predict(const PredictOptions& o) {
+  VP_REQUIRE(o.format == "json" || o.format == "csv", "--format: expected json or csv, got \"", o.format, "\"");
+  VP_REQUIRE(o.batch_size >= 1 && o.batch_size <= 1024, "--batch-size: expected 1..1024, got ", o.batch_size);
+  configure_threads(o.threads);
+  LoadOptions load;
+  load.image_size = o.image_size;
+  load.reference.revision = o.revision;
+  LoadedModel model = load_model(o.model, load);
+  const ViTConfig& c = model.config;
+  VP_REQUIRE(c.num_labels() > 0, o.model, ": the model has no classifier labels to predict");
+  const ImageProcessor processor(model.preprocessor);
+  VP_REQUIRE(model.preprocessor.height == c.image_size && model.preprocessor.width == c.image_size, o.model,
+             ": preprocessor_config.json resizes to ", model.preprocessor.height, "x", model.preprocessor.width,
+             " but the model takes ", c.image_size, "x", c.image_size, " images");
+
+  auto backend = make_cpu_backend();
+  StageOptions so;
+  so.training = false;
+  so.max_micro_batch = std::min<int64_t>(o.batch_size, static_cast<int64_t>(o.images.size()));
+  ViTStage stage(model.parameters.layout_ptr(), *backend, so);
+  stage.parameters().flat().copy_from(model.parameters.flat());
+  stage.parameters_changed();
+
+  const bool multi = c.problem_type == ProblemType::multi_label;
+  const int64_t labels = c.num_labels();
+  if (o.format == "csv") {
+    std::printf("image");
+    for (const auto& label : c.labels) std::printf(",%s", csv_field(label).c_str());
+    std::printf("\n");
+  }
+  const int64_t pixels = c.num_channels * c.image_size * c.image_size;
+  for (size_t start = 0; start < o.images.size(); start += static_cast<size_t>(so.max_micro_batch)) {
+    const int64_t b = std::min<int64_t>(so.max_micro_batch, static_cast<int64_t>(o.images.size() - start));
+    Tensor input = stage.input(0, b);
+    for (int64_t i = 0; i < b; ++i) processor.process_file(o.images[start + static_cast<size_t>(i)], input.f32() + i * pixels);
+    stage.forward(0, b);
+    const Tensor logits = stage.output(0, b);
+    for (int64_t i = 0; i < b; ++i) {
+      const float* z = logits.f32() + i * labels;
+      std::vector<double> p(static_cast<size_t>(labels));
+      if (multi) {
+        for (int64_t l = 0; l < labels; ++l) p[static_cast<size_t>(l)] = 1.0 / (1.0 + std::exp(-static_cast<double>(z[l])));
+      } else {
+        double max = z[0], sum = 0;
+        for (int64_t l = 1; l < labels; ++l) max = std::max(max, static_cast<double>(z[l]));
+        for (int64_t l = 0; l < labels; ++l) sum += std::exp(z[l] - max);
+        for (int64_t l = 0; l < labels; ++l) p[static_cast<size_t>(l)] = std::exp(z[l] - max) / sum;
+      }
+      const std::string& path = o.images[start + static_cast<size_t>(i)];
+      if (o.format == "json") {
+        nlohmann::json probabilities = nlohmann::json::object();
+        std::vector<float> raw(z, z + labels);
+        for (int64_t l = 0; l < labels; ++l) probabilities[c.labels[static_cast<size_t>(l)]] = p[static_cast<size_t>(l)];
+        nlohmann::json line = {{"image", path}, {"logits", raw}, {"probabilities", probabilities}};
+        std::printf("%s\n", line.dump().c_str());
+      } else {
+        std::printf("%s", csv_field(path).c_str());
+        for (double v : p) std::printf(",%.6g", v);
+        std::printf("\n");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void add_predict_command(CLI::App& app) {
+  auto o = std::make_shared<PredictOptions>();
+  auto* cmd = app.add_subcommand("predict", "Run a model on PNG/JPEG images: logits and per-label probabilities");
+  cmd->add_option("--model", o->model, "Model directory or Hugging Face repo id")->required();
+  cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
+  cmd->add_option("--image-size", o->image_size, "Run at another resolution (position embeddings resized bicubically)");
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--format", o->format, "json (one object per line) or csv")->capture_default_str();
+  cmd->add_option("--batch-size", o->batch_size, "Images per forward pass")->capture_default_str();
+  cmd->add_option("images", o->images, "Image files (PNG or JPEG)")->required();
+  cmd->callback([o] { run_predict(*o); });
+}
+
+}  // namespace vitpipe::cli

@@ -1,0 +1,375 @@
+#include "data/packed_cache.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "data/data_spec.h"
+#include "data/pillow_resize.h"
+#include "data/source_fingerprint.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/progress.h"
+#include "util/threads.h"
+
+namespace vitpipe {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kFormatName = "vitpipe-packed-cache";
+constexpr const char* kPixelsName = "pixels.u8";
+constexpr const char* kIndexName = "index.json";
+constexpr size_t kPixelsPadding = 64;
+
+// One image, decoded and resized to S x S; a colour image whose channels are all equal is kept as gray.
+void decode_and_resize(const fs::path& path, int64_t size, ResampleFilter filter, std::vector<uint8_t>* out,
+                       int* channels) {
+  DecodedImage image = decode_image_file_keep_gray(path);
+  const auto pixels = static_cast<size_t>(size * size);
+  out->resize(pixels * static_cast<size_t>(image.channels));
+  resize_like_pillow(image.pixels.data(), image.width, image.height, image.channels, out->data(), size, size, filter);
+  *channels = image.channels;
+  if (image.channels == 3) {
+    const uint8_t* p = out->data();
+    bool gray = true;
+    for (size_t k = 0; k < pixels && gray; ++k) gray = p[3 * k] == p[3 * k + 1] && p[3 * k] == p[3 * k + 2];
+    if (gray) {
+      for (size_t k = 0; k < pixels; ++k) (*out)[k] = p[3 * k];
+      out->resize(pixels);
+      *channels = 1;
+    }
+  }
+}
+
+json fingerprint_json(const SourceFingerprint& fp) {
+  return {
+      {"metadata_sha256", fp.metadata_sha256}, {"images_sha256", fp.images_sha256}, {"image_count", fp.image_count}};
+}
+
+const char* source_split_code(SourceSplit split) {
+  switch (split) {
+    case SourceSplit::train_val:
+      return "train_val";
+    case SourceSplit::train:
+      return "train";
+    case SourceSplit::val:
+      return "val";
+    case SourceSplit::test:
+      return "test";
+    case SourceSplit::none:
+      return "none";
+  }
+  return "none";
+}
+
+SourceSplit parse_source_split(const std::string& text, const std::string& where) {
+  for (auto s : {SourceSplit::train_val, SourceSplit::train, SourceSplit::val, SourceSplit::test, SourceSplit::none})
+    if (text == source_split_code(s)) return s;
+  fail(where, ": unknown split \"", text, "\"");
+}
+
+}  // namespace
+
+PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::path& dir,
+                                        const PrepareCacheOptions& options) {
+  const auto start_time = std::chrono::steady_clock::now();
+  const FileDataset::Source& source = dataset.source();
+  VP_REQUIRE(options.image_size >= 8 && options.image_size <= 4096, "--image-size ", options.image_size,
+             " is out of range (expected 8..4096)");
+  const ResampleFilter filter = resample_filter_from_pil(options.resample);
+  if (fs::exists(dir)) {
+    VP_REQUIRE(fs::is_directory(dir), dir.string(), ": exists and is not a directory");
+    bool ours = fs::is_empty(dir) || fs::exists(dir / kPackedCacheManifestName) || fs::exists(dir / kPixelsName);
+    VP_REQUIRE(ours, dir.string(), ": exists, is not empty and is not a vitpipe cache; choose another --out");
+  }
+  fs::create_directories(dir);
+  fs::remove(dir / kPackedCacheManifestName);  // from here on, no valid-looking cache until we finish
+
+  // Fingerprint first: a source edited while we decode makes the cache stale, never silently wrong.
+  const SourceFingerprint fingerprint = fingerprint_source(source);
+  const size_t n = source.entries.size();
+  const int threads = std::max(1, options.threads > 0 ? options.threads : available_cores());
+  const size_t window = static_cast<size_t>(std::max(16, 8 * threads));
+
+  struct Slot {
+    std::vector<uint8_t> pixels;
+    int channels = 0;
+    bool done = false;
+    std::string error;
+  };
+  std::vector<Slot> slots(window);
+  std::mutex mutex;
+  std::condition_variable work_ready, result_ready;
+  size_t next = 0, written = 0;
+  bool stop = false;
+
+  auto worker = [&] {
+    std::vector<uint8_t> pixels;
+    while (true) {
+      size_t i;
+      {
+        std::unique_lock lock(mutex);
+        work_ready.wait(lock, [&] { return stop || next >= n || next < written + window; });
+        if (stop || next >= n) return;
+        i = next++;
+      }
+      int channels = 0;
+      std::string error;
+      try {
+        decode_and_resize(source.paths[i], options.image_size, filter, &pixels, &channels);
+      } catch (const std::exception& e) {
+        error = e.what();
+        if (error.empty()) error = source.paths[i].string() + ": unreadable";
+      }
+      std::lock_guard lock(mutex);
+      Slot& slot = slots[i % window];
+      slot.pixels.swap(pixels);
+      slot.channels = channels;
+      slot.error = std::move(error);
+      slot.done = true;
+      result_ready.notify_all();
+    }
+  };
+
+  AtomicFileWriter pixels_file(dir / kPixelsName);
+  json names = json::array(), labels = json::array(), splits = json::array(), patients = json::array(),
+       views = json::array(), offsets = json::array(), channels = json::array();
+  PrepareCacheReport report;
+  std::string fatal;
+  {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+    ProgressBar progress(concat("prepare ", options.image_size, "x", options.image_size), static_cast<int64_t>(n),
+                         "img");
+    for (; written < n;) {
+      Slot slot;
+      {
+        std::unique_lock lock(mutex);
+        result_ready.wait(lock, [&] { return slots[written % window].done; });
+        std::swap(slot, slots[written % window]);
+      }
+      const SourceEntry& entry = source.entries[written];
+      if (!slot.error.empty()) {
+        if (!options.skip_unreadable) {
+          fatal = slot.error;
+          break;
+        }
+        warn("skipping unreadable image: ", slot.error);
+        report.skipped.push_back(entry.item.name);
+      } else {
+        names.push_back(entry.item.name);
+        labels.push_back(entry.item.labels);
+        splits.push_back(source_split_code(entry.source_split));
+        patients.push_back(entry.item.patient);
+        views.push_back(entry.item.view);
+        offsets.push_back(pixels_file.bytes_written());
+        channels.push_back(slot.channels);
+        pixels_file.write(slot.pixels.data(), slot.pixels.size());
+        report.images++;
+        if (slot.channels == 1) report.gray_images++;
+      }
+      {
+        std::lock_guard lock(mutex);
+        ++written;
+        // The finished slot is free again: hand its buffer back so workers do not reallocate.
+        work_ready.notify_all();
+      }
+      if (options.progress && written < n) progress.update(static_cast<int64_t>(written));
+    }
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+      work_ready.notify_all();
+    }
+    for (auto& t : pool) t.join();
+    if (options.progress && fatal.empty())
+      progress.finish(format_bytes(static_cast<double>(pixels_file.bytes_written())));
+  }
+  VP_REQUIRE(fatal.empty(), fatal, " (no cache written; pass --skip-unreadable to leave such images out)");
+  // Padding after the last record: vector code may read a few bytes past an image.
+  const std::vector<uint8_t> padding(kPixelsPadding, 0);
+  pixels_file.write(padding.data(), padding.size());
+  report.pixel_bytes = pixels_file.bytes_written();
+  pixels_file.commit();
+
+  json index = {{"names", names}, {"labels", labels},   {"source_split", splits}, {"patients", patients},
+                {"views", views}, {"offsets", offsets}, {"channels", channels}};
+  const std::string index_text = index.dump();
+  write_text_file_atomically(dir / kIndexName, index_text);
+
+  json missing = json::array();
+  for (const auto& m : source.missing) missing.push_back(m.item.name);
+  json manifest = {{"format", kFormatName},
+                   {"version", kPackedCacheFormatVersion},
+                   {"source", source.spec},
+                   {"kind", source.kind},
+                   {"image_size", options.image_size},
+                   {"resample", options.resample},
+                   {"label_names", source.label_names},
+                   {"multi_label", source.multi_label},
+                   {"no_finding_allowed", source.no_finding_allowed},
+                   {"fingerprint", fingerprint_json(fingerprint)},
+                   {"images", report.images},
+                   {"gray_images", report.gray_images},
+                   {"pixels_bytes", report.pixel_bytes},
+                   {"index_bytes", index_text.size()},
+                   {"index_sha256", sha256_hex(index_text.data(), index_text.size())},
+                   {"skipped_unreadable", report.skipped},
+                   {"missing", missing}};
+  write_text_file_atomically(dir / kPackedCacheManifestName, manifest.dump(2) + "\n");
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+  return report;
+}
+
+std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, const DatasetOptions& options) {
+  const fs::path dir = fs::absolute(dir_in).lexically_normal();
+  const fs::path manifest_path = dir / kPackedCacheManifestName;
+  VP_REQUIRE(fs::is_regular_file(manifest_path), "cache:", dir.string(), ": no ", kPackedCacheManifestName,
+             " (not a finished cache: run `vitpipe data prepare --out ", dir.string(), "`)");
+  json manifest;
+  try {
+    manifest = json::parse(read_text_file(manifest_path));
+  } catch (const json::exception& e) {
+    fail(manifest_path.string(), ": not valid JSON (", e.what(), ")");
+  }
+  const std::string where = manifest_path.string();
+  VP_REQUIRE(manifest.is_object() && manifest.value("format", "") == kFormatName, where,
+             ": not a vitpipe packed cache manifest");
+  const int version = manifest.value("version", 0);
+  VP_REQUIRE(version == kPackedCacheFormatVersion, where, ": cache format version ", version,
+             ", this vitpipe reads version ", kPackedCacheFormatVersion, "; run `vitpipe data prepare` again");
+
+  auto cache = std::shared_ptr<PackedCacheDataset>(new PackedCacheDataset());
+  try {
+    cache->dir_ = dir;
+    cache->source_spec_ = manifest.at("source").get<std::string>();
+    cache->image_size_ = manifest.at("image_size").get<int64_t>();
+    cache->resample_ = manifest.at("resample").get<int>();
+    cache->kind_ = "cache";
+    cache->spec_ = "cache:" + dir.string();
+    cache->label_names_ = manifest.at("label_names").get<std::vector<std::string>>();
+    cache->multi_label_ = manifest.at("multi_label").get<bool>();
+  } catch (const json::exception& e) {
+    fail(where, ": missing or malformed field (", e.what(), ")");
+  }
+  const bool no_finding_allowed = manifest.value("no_finding_allowed", false);
+  const std::string rerun = concat("; run `vitpipe data prepare --data ", cache->source_spec_, " --image-size ",
+                                   cache->image_size_, " --out ", dir.string(), "` again");
+
+  const std::string index_text = read_text_file(dir / kIndexName);
+  VP_REQUIRE(index_text.size() == manifest.value("index_bytes", uint64_t{0}) &&
+                 sha256_hex(index_text.data(), index_text.size()) == manifest.value("index_sha256", ""),
+             (dir / kIndexName).string(), ": does not match ", kPackedCacheManifestName, " (edited or half-written)",
+             rerun);
+  cache->pixels_ = MappedFile::open(dir / kPixelsName);
+  VP_REQUIRE(cache->pixels_->size() == manifest.value("pixels_bytes", uint64_t{0}), (dir / kPixelsName).string(), ": ",
+             cache->pixels_->size(), " bytes, the manifest says ", manifest.value("pixels_bytes", uint64_t{0}), rerun);
+
+  // Stale? Compare the source as it is now with the fingerprint taken when the cache was made.
+  DataSpec source_spec = parse_data_spec(cache->source_spec_);
+  if (source_spec.kind == "cache" || !fs::exists(source_spec.path)) {
+    warn("cache:", dir.string(), ": its source ", cache->source_spec_,
+         " is not here, so it cannot be checked for changes; using it as it is");
+  } else {
+    DatasetOptions listing;
+    listing.allow_missing = true;
+    std::shared_ptr<FileDataset> now = source_spec.kind == "chestxray14"
+                                           ? open_chestxray14_dataset(source_spec.path, listing)
+                                       : source_spec.kind == "csv" ? open_csv_dataset(source_spec.path, listing)
+                                                                   : open_folder_dataset(source_spec.path, listing);
+    const SourceFingerprint current = fingerprint_source(now->source());
+    const json& then = manifest.at("fingerprint");
+    if (current.metadata_sha256 != then.value("metadata_sha256", ""))
+      fail("cache:", dir.string(), " is stale: the label / split files of ", cache->source_spec_,
+           " changed since it was prepared", rerun);
+    if (current.images_sha256 != then.value("images_sha256", ""))
+      fail("cache:", dir.string(), " is stale: the image files of ", cache->source_spec_,
+           " changed since it was prepared (", then.value("image_count", int64_t{0}), " images then, ",
+           current.image_count, " now, or files modified)", rerun);
+  }
+
+  json index;
+  try {
+    index = json::parse(index_text);
+  } catch (const json::exception& e) {
+    fail((dir / kIndexName).string(), ": not valid JSON (", e.what(), ")");
+  }
+  std::vector<SourceEntry> entries;
+  std::vector<uint64_t> offsets;
+  std::vector<uint8_t> channels;
+  try {
+    const auto& names = index.at("names");
+    const size_t n = names.size();
+    const auto& labels = index.at("labels");
+    const auto& splits = index.at("source_split");
+    const auto& patients = index.at("patients");
+    const auto& views = index.at("views");
+    const auto& offs = index.at("offsets");
+    const auto& chans = index.at("channels");
+    VP_REQUIRE(labels.size() == n && splits.size() == n && patients.size() == n && views.size() == n &&
+                   offs.size() == n && chans.size() == n,
+               (dir / kIndexName).string(), ": columns of different lengths");
+    entries.resize(n);
+    offsets.resize(n);
+    channels.resize(n);
+    const auto pixel_count = static_cast<uint64_t>(cache->image_size_ * cache->image_size_);
+    for (size_t i = 0; i < n; ++i) {
+      entries[i].item.name = names[i].get<std::string>();
+      entries[i].item.labels = labels[i].get<std::vector<int32_t>>();
+      for (int32_t l : entries[i].item.labels)
+        VP_REQUIRE(l >= 0 && l < static_cast<int32_t>(cache->label_names_.size()), (dir / kIndexName).string(),
+                   ": label index out of range for ", entries[i].item.name);
+      entries[i].source_split = parse_source_split(splits[i].get<std::string>(), (dir / kIndexName).string());
+      entries[i].item.patient = patients[i].get<std::string>();
+      entries[i].item.view = views[i].get<std::string>();
+      offsets[i] = offs[i].get<uint64_t>();
+      channels[i] = chans[i].get<uint8_t>();
+      VP_REQUIRE(
+          (channels[i] == 1 || channels[i] == 3) && offsets[i] + pixel_count * channels[i] <= cache->pixels_->size(),
+          (dir / kIndexName).string(), ": record of ", entries[i].item.name, " lies outside ", kPixelsName);
+    }
+  } catch (const json::exception& e) {
+    fail((dir / kIndexName).string(), ": malformed (", e.what(), ")");
+  }
+
+  std::vector<size_t> kept =
+      apply_dataset_options(entries, cache->label_names_, no_finding_allowed, options, cache->spec_);
+  cache->items_.reserve(kept.size());
+  for (size_t k : kept) {
+    cache->items_.push_back(std::move(entries[k].item));
+    cache->offsets_.push_back(offsets[k]);
+    cache->channels_.push_back(channels[k]);
+  }
+  cache->missing_ = manifest.value("missing", std::vector<std::string>{});
+  return cache;
+}
+
+bool PackedCacheDataset::stored(int64_t i, StoredImage* out) const {
+  const auto k = static_cast<size_t>(i);
+  out->pixels = reinterpret_cast<const uint8_t*>(pixels_->data()) + offsets_[k];
+  out->width = image_size_;
+  out->height = image_size_;
+  out->channels = channels_[k];
+  out->padded = true;  // the file ends with kPixelsPadding bytes
+  return true;
+}
+
+DecodedImage PackedCacheDataset::load_decoded(int64_t i) const {
+  StoredImage view;
+  stored(i, &view);
+  DecodedImage image;
+  image.width = view.width;
+  image.height = view.height;
+  image.channels = view.channels;
+  image.pixels.assign(view.pixels, view.pixels + view.width * view.height * view.channels);
+  return image;
+}
+
+}  // namespace vitpipe

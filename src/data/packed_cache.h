@@ -1,0 +1,73 @@
+// The packed cache (`vitpipe data prepare`, then --data cache:DIR): every image decoded and resized once with
+// Pillow's resize to S x S, stored as uint8 in one memory-mapped file, so training reads pixels at memory speed.
+//
+//   DIR/pixels.u8      records back to back: S*S bytes for a gray image (R = G = B), S*S*3 for a colour one
+//   DIR/index.json     per image: name, labels, source split, patient, view, byte offset, channels
+//   DIR/manifest.json  format version, settings (image size, resample), the source spec and its fingerprint,
+//                      sizes and sha256 of the two other files. Written last: without it there is no cache.
+//
+// Opening checks the format version, the sizes and index digest, and (when the source is still there) that the
+// source's label files and image files are unchanged; a stale cache is refused with a message saying what changed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/file_dataset.h"
+#include "util/mapped_file.h"
+
+namespace vitpipe {
+
+inline constexpr int kPackedCacheFormatVersion = 1;
+inline constexpr const char* kPackedCacheManifestName = "manifest.json";
+
+struct PrepareCacheOptions {
+  int64_t image_size = 224;      // S: images are stored S x S
+  int resample = 2;              // PIL filter id (2 = bilinear, what ViTImageProcessor uses)
+  int threads = 0;               // decoding threads; 0 = every core this process may use
+  bool skip_unreadable = false;  // leave out (and list) images that fail to decode instead of stopping
+  bool progress = true;          // progress bar on stderr
+};
+
+struct PrepareCacheReport {
+  int64_t images = 0;                // stored
+  int64_t gray_images = 0;           // of which stored as one channel
+  std::vector<std::string> skipped;  // unreadable, left out (with skip_unreadable)
+  uint64_t pixel_bytes = 0;
+  double seconds = 0;
+};
+
+// Decodes every image of `source` (all its entries, whatever split or view), resizes it to S x S and writes DIR.
+// Atomic: files are written to temporaries and renamed, the manifest last; an old manifest is removed first, so an
+// interrupted run never leaves a cache that looks valid.
+PrepareCacheReport prepare_packed_cache(const FileDataset& source, const std::filesystem::path& dir,
+                                        const PrepareCacheOptions& options);
+
+class PackedCacheDataset : public Dataset {
+ public:
+  DecodedImage load_decoded(int64_t i) const override;
+  bool stored(int64_t i, StoredImage* out) const override;
+  int64_t stored_image_size() const override { return image_size_; }
+  int stored_resample() const override { return resample_; }
+
+  const std::filesystem::path& directory() const { return dir_; }
+  const std::string& source_spec() const { return source_spec_; }
+
+ private:
+  friend std::shared_ptr<PackedCacheDataset> open_packed_cache(const std::filesystem::path&, const DatasetOptions&);
+  std::filesystem::path dir_;
+  std::string source_spec_;
+  int64_t image_size_ = 0;
+  int resample_ = 2;
+  std::shared_ptr<MappedFile> pixels_;
+  std::vector<uint64_t> offsets_;  // per item
+  std::vector<uint8_t> channels_;  // per item
+};
+
+std::shared_ptr<PackedCacheDataset> open_packed_cache(const std::filesystem::path& dir, const DatasetOptions& options);
+
+}  // namespace vitpipe

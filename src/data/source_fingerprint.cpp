@@ -1,0 +1,91 @@
+#include "data/source_fingerprint.h"
+
+#include <openssl/evp.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "util/error.h"
+
+namespace vitpipe {
+namespace {
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    VP_REQUIRE(ctx_ && EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) == 1, "sha256: OpenSSL init failed");
+  }
+  void update(const void* data, size_t size) { EVP_DigestUpdate(ctx_.get(), data, size); }
+  void update(const std::string& text) { update(text.data(), text.size() + 1); }  // with the NUL: unambiguous
+  std::string hex() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    EVP_DigestFinal_ex(ctx_.get(), digest, &length);
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < length; ++i) {
+      out.push_back(digits[digest[i] >> 4]);
+      out.push_back(digits[digest[i] & 15]);
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
+};
+
+void hash_file_into(Sha256& hash, const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  VP_REQUIRE(in, "cannot open ", path.string(), ": ", std::strerror(errno));
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    hash.update(buffer.data(), static_cast<size_t>(in.gcount()));
+  }
+  VP_REQUIRE(!in.bad(), "cannot read ", path.string());
+}
+
+}  // namespace
+
+std::string sha256_hex(const void* data, size_t size) {
+  Sha256 hash;
+  hash.update(data, size);
+  return hash.hex();
+}
+
+std::string sha256_file_hex(const std::filesystem::path& path) {
+  Sha256 hash;
+  hash_file_into(hash, path);
+  return hash.hex();
+}
+
+SourceFingerprint fingerprint_source(const FileDataset::Source& source) {
+  SourceFingerprint fp;
+  Sha256 metadata;
+  metadata.update(source.kind);
+  for (const auto& file : source.metadata_files) {
+    metadata.update(file.filename().string());
+    hash_file_into(metadata, file);
+  }
+  fp.metadata_sha256 = metadata.hex();
+
+  Sha256 images;
+  for (size_t i = 0; i < source.entries.size(); ++i) {
+    struct stat info {};
+    const auto& path = source.paths[i];
+    VP_REQUIRE(::stat(path.c_str(), &info) == 0, "cannot stat ", path.string(), ": ", std::strerror(errno));
+    int64_t record[3] = {static_cast<int64_t>(info.st_size), static_cast<int64_t>(info.st_mtim.tv_sec),
+                         static_cast<int64_t>(info.st_mtim.tv_nsec)};
+    images.update(source.entries[i].item.name);
+    images.update(record, sizeof(record));
+  }
+  for (const auto& m : source.missing) images.update("missing:" + m.item.name);
+  fp.images_sha256 = images.hex();
+  fp.image_count = static_cast<int64_t>(source.entries.size());
+  return fp;
+}
+
+}  // namespace vitpipe

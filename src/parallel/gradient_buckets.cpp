@@ -1,0 +1,166 @@
+#include "parallel/gradient_buckets.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "parallel/trace.h"
+#include "util/error.h"
+
+namespace vitpipe {
+
+std::vector<GradientBucket> make_gradient_buckets(const std::vector<FlatParameters>& ranges, size_t bucket_bytes) {
+  VP_REQUIRE(bucket_bytes > 0, "the gradient bucket size must be positive");
+  std::vector<GradientBucket> buckets;
+  // Later chunks finish their backward first (interleaved 1F1B), so they come first too.
+  for (int chunk = static_cast<int>(ranges.size()) - 1; chunk >= 0; --chunk) {
+    const FlatParameters& range = ranges[static_cast<size_t>(chunk)];
+    const auto specs = range.held_specs();
+    GradientBucket open;
+    bool has_open = false;
+    for (auto it = specs.rbegin(); it != specs.rend(); ++it) {
+      const ParamSpec& spec = **it;
+      const int64_t begin = spec.offset - range.begin();
+      if (!has_open) {
+        open = GradientBucket{chunk, begin, begin + spec.numel, spec.segment, spec.segment};
+        has_open = true;
+      } else {
+        open.begin = begin;  // parameters are contiguous: growing towards the front
+        open.first_segment = spec.segment;
+      }
+      if (open.bytes() >= bucket_bytes) {
+        buckets.push_back(open);
+        has_open = false;
+      }
+    }
+    if (has_open) buckets.push_back(open);
+  }
+  return buckets;
+}
+
+struct GradientBuckets::Flight {
+  CommRequest request;
+  bool launched = false;
+  bool completed = false;
+  int64_t launch_ns = 0;
+  int64_t completion_ns = 0;
+};
+
+namespace {
+int64_t wall_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+GradientBuckets::GradientBuckets(std::vector<FlatParameters> gradients, Communicator* group,
+                                 GradientBucketOptions options, TraceRecorder* trace)
+    : gradients_(std::move(gradients)), group_(group), options_(options), trace_(trace) {
+  VP_REQUIRE(!gradients_.empty(), "GradientBuckets needs at least one gradient range");
+  buckets_ = make_gradient_buckets(gradients_, options_.bucket_bytes);
+  for (const auto& g : gradients_) {
+    ready_.emplace_back(static_cast<size_t>(g.last_segment() - g.first_segment() + 1), false);
+  }
+  flights_.resize(buckets_.size());
+}
+
+GradientBuckets::~GradientBuckets() = default;
+
+bool GradientBuckets::launched(size_t bucket) const { return flights_.at(bucket).launched; }
+
+void GradientBuckets::mark_ready(int segment, int chunk) {
+  VP_REQUIRE(chunk >= 0 && chunk < static_cast<int>(gradients_.size()), "gradient chunk ", chunk, " is outside [0, ",
+             gradients_.size(), ")");
+  const FlatParameters& range = gradients_[static_cast<size_t>(chunk)];
+  VP_REQUIRE(segment >= range.first_segment() && segment <= range.last_segment(), "segment ", segment,
+             " is not held by gradient chunk ", chunk, " (segments ", range.first_segment(), "..", range.last_segment(),
+             ")");
+  auto& ready = ready_[static_cast<size_t>(chunk)];
+  ready[static_cast<size_t>(segment - range.first_segment())] = true;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const GradientBucket& bucket = buckets_[b];
+    if (flights_[b].launched || bucket.chunk != chunk) continue;
+    bool all = true;
+    for (int s = bucket.first_segment; s <= bucket.last_segment && all; ++s) {
+      all = ready[static_cast<size_t>(s - range.first_segment())];
+    }
+    if (all) launch(b);
+  }
+  poll();
+}
+
+void GradientBuckets::launch(size_t b) {
+  Flight& flight = flights_[b];
+  flight.launched = true;
+  flight.launch_ns = wall_ns();
+  if (first_launch_ns_ < 0) first_launch_ns_ = flight.launch_ns;
+  const GradientBucket& bucket = buckets_[b];
+  float* data = gradients_[static_cast<size_t>(bucket.chunk)].data() + bucket.begin;
+  if (group_ && group_->size() > 1) {
+    flight.request = group_->iallreduce_sum(data, static_cast<size_t>(bucket.end - bucket.begin));
+  }
+}
+
+void GradientBuckets::complete(size_t b, int64_t now_ns) {
+  Flight& flight = flights_[b];
+  flight.completed = true;
+  flight.completion_ns = now_ns;
+  if (trace_ && trace_->enabled()) {
+    // The trace's clock has its own origin: translate through "now".
+    const int64_t trace_now = trace_->now_ns();
+    trace_->record("allreduce", kTraceAllReduce, trace_now - (now_ns - flight.launch_ns), trace_now,
+                   options_.trace_lane, -1, static_cast<int64_t>(b));
+  }
+}
+
+void GradientBuckets::poll() {
+  for (size_t b = 0; b < flights_.size(); ++b) {
+    Flight& flight = flights_[b];
+    if (flight.launched && !flight.completed && flight.request.test()) complete(b, wall_ns());
+  }
+}
+
+void GradientBuckets::finish() {
+  const int64_t finish_start = wall_ns();
+  stats_ = GradientReductionStats{};
+  stats_.buckets = static_cast<int>(buckets_.size());
+  for (size_t chunk = 0; chunk < gradients_.size(); ++chunk) {
+    const FlatParameters& range = gradients_[chunk];
+    for (int s = range.last_segment(); s >= range.first_segment(); --s) {
+      if (!ready_[chunk][static_cast<size_t>(s - range.first_segment())]) mark_ready(s, static_cast<int>(chunk));
+    }
+  }
+  poll();
+  int64_t last_completion = first_launch_ns_;
+  int64_t exposed = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Flight& flight = flights_[b];
+    if (!flight.completed) {
+      const int64_t wait_start = wall_ns();
+      flight.request.wait();
+      const int64_t now = wall_ns();
+      exposed += now - std::max(wait_start, finish_start);
+      complete(b, now);
+    }
+    last_completion = std::max(last_completion, flight.completion_ns);
+    stats_.bytes += buckets_[b].bytes();
+    if (options_.scale != 1.0f) {
+      const GradientBucket& bucket = buckets_[b];
+      float* data = gradients_[static_cast<size_t>(bucket.chunk)].data();
+      for (int64_t i = bucket.begin; i < bucket.end; ++i) data[i] *= options_.scale;
+    }
+  }
+  const int64_t end = wall_ns();
+  stats_.window_seconds = static_cast<double>(last_completion - first_launch_ns_) * 1e-9;
+  stats_.exposed_seconds = static_cast<double>(exposed) * 1e-9;
+  stats_.finish_seconds = static_cast<double>(end - finish_start) * 1e-9;
+  if (trace_ && trace_->enabled() && exposed > 0) {
+    const int64_t trace_now = trace_->now_ns();
+    trace_->record("allreduce wait", kTraceAllReduce, trace_now - (end - finish_start), trace_now, options_.trace_lane);
+  }
+  // Ready for the next step.
+  for (auto& ready : ready_) std::fill(ready.begin(), ready.end(), false);
+  for (auto& flight : flights_) flight = Flight{};
+  first_launch_ns_ = -1;
+}
+
+}  // namespace vitpipe

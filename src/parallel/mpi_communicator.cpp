@@ -1,0 +1,281 @@
+#include "parallel/mpi_communicator.h"
+
+// The C API only: OpenMPI would otherwise pull in its deprecated C++ bindings (libmpi_cxx).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+namespace vitpipe {
+namespace {
+
+constexpr int kGatherTag = kMaxUserTag + 1;
+constexpr size_t kChunkBytes = size_t{1} << 30;  // MPI counts are ints: move big buffers in 1 GiB pieces
+
+struct MpiRuntime {
+  bool initialised = false;  // by us
+  bool finalised = false;
+  int world_rank = 0;
+};
+MpiRuntime g_mpi;
+
+[[noreturn]] void abort_job(const std::string& reason) {
+  std::fprintf(stderr, "error: rank %d: %s\n", g_mpi.world_rank, reason.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  fail("MPI ", what, " failed: ", std::string(text, static_cast<size_t>(length)));
+}
+
+int as_count(size_t count, const char* what) {
+  VP_REQUIRE(count <= static_cast<size_t>(INT_MAX), "MPI ", what, " of ", count,
+             " elements is larger than MPI's int count allows");
+  return static_cast<int>(count);
+}
+
+// Exiting without finalize_mpi() means this rank did not finish its part: take the job down rather than leave the
+// other ranks blocked on us.
+void exit_handler() {
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (g_mpi.initialised && !g_mpi.finalised && !finalised) {
+    abort_job("exiting before the job finished (see the error above); aborting every rank");
+  }
+}
+
+void terminate_handler() {
+  std::string reason = "terminated";
+  if (auto error = std::current_exception()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      reason = e.what();
+    } catch (...) {
+      reason = "terminated by an unknown exception";
+    }
+  }
+  abort_job(reason);
+}
+
+class MpiRequestState : public CommRequest::State {
+ public:
+  MpiRequestState(MPI_Request request, bool receive, size_t expected_bytes, int peer, int tag)
+      : request_(request), receive_(receive), expected_bytes_(expected_bytes), peer_(peer), tag_(tag) {}
+
+  bool test() override {
+    int flag = 0;
+    MPI_Status status;
+    check(MPI_Test(&request_, &flag, &status), receive_ ? "receive" : "request");
+    if (flag) check_received(status);
+    return flag != 0;
+  }
+  void wait() override {
+    MPI_Status status;
+    check(MPI_Wait(&request_, &status), receive_ ? "receive" : "request");
+    check_received(status);
+  }
+  void abandon(bool unwinding) override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    if (!unwinding) {
+      MPI_Wait(&request_, MPI_STATUS_IGNORE);
+      return;
+    }
+    // The job is going down (run_or_abort); stop MPI from writing into a buffer that is about to be freed.
+    if (receive_) MPI_Cancel(&request_);
+    MPI_Request_free(&request_);
+  }
+
+ private:
+  void check_received(const MPI_Status& status) {
+    if (!receive_) return;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    VP_REQUIRE(static_cast<size_t>(count) == expected_bytes_, "received ", count, " bytes from rank ", peer_, " (tag ",
+               tag_, ") where the receive expected ", expected_bytes_);
+  }
+
+  MPI_Request request_;
+  bool receive_;
+  size_t expected_bytes_;
+  int peer_, tag_;
+};
+
+// Non-blocking collectives may not be freed while pending; during unwinding they are left to MPI_Abort.
+class MpiCollectiveState : public CommRequest::State {
+ public:
+  explicit MpiCollectiveState(MPI_Request request) : request_(request) {}
+  bool test() override {
+    int flag = 0;
+    check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "all-reduce");
+    return flag != 0;
+  }
+  void wait() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "all-reduce"); }
+  void abandon(bool unwinding) override {
+    if (!unwinding && request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+ private:
+  MPI_Request request_;
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+    check(MPI_Comm_rank(comm_, &rank_), "Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "Comm_size");
+  }
+  ~MpiCommunicator() override {
+    int finalised = 0;
+    MPI_Finalized(&finalised);
+    if (owned_ && !finalised) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* kind() const override { return "mpi"; }
+
+  CommRequest isend_bytes(const void* data, size_t bytes, int peer, int tag) override {
+    check_peer(peer, tag, "send to");
+    MPI_Request request;
+    check(MPI_Isend(data, as_count(bytes, "send"), MPI_BYTE, peer, tag, comm_, &request), "Isend");
+    return CommRequest(std::make_unique<MpiRequestState>(request, false, bytes, peer, tag));
+  }
+  CommRequest irecv_bytes(void* data, size_t bytes, int peer, int tag) override {
+    check_peer(peer, tag, "receive from");
+    MPI_Request request;
+    check(MPI_Irecv(data, as_count(bytes, "receive"), MPI_BYTE, peer, tag, comm_, &request), "Irecv");
+    return CommRequest(std::make_unique<MpiRequestState>(request, true, bytes, peer, tag));
+  }
+
+  CommRequest iallreduce_sum(float* data, size_t count) override {
+    if (size_ == 1) return CommRequest();
+    MPI_Request request;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data, as_count(count, "all-reduce"), MPI_FLOAT, MPI_SUM, comm_, &request),
+          "Iallreduce");
+    return CommRequest(std::make_unique<MpiCollectiveState>(request));
+  }
+  void allreduce(double* data, size_t count, ReduceOp op) override {
+    const MPI_Op mpi_op = op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::max ? MPI_MAX : MPI_MIN;
+    check(MPI_Allreduce(MPI_IN_PLACE, data, as_count(count, "all-reduce"), MPI_DOUBLE, mpi_op, comm_), "Allreduce");
+  }
+  void broadcast_bytes(void* data, size_t bytes, int root) override {
+    check_root(root);
+    auto* base = static_cast<char*>(data);
+    size_t offset = 0;
+    do {
+      const size_t n = std::min(kChunkBytes, bytes - offset);
+      check(MPI_Bcast(base + offset, static_cast<int>(n), MPI_BYTE, root, comm_), "Bcast");
+      offset += n;
+    } while (offset < bytes);
+  }
+  void barrier() override { check(MPI_Barrier(comm_), "Barrier"); }
+
+  std::vector<std::vector<std::byte>> gather_bytes(std::span<const std::byte> mine, int root) override {
+    check_root(root);
+    unsigned long long my_size = mine.size();
+    std::vector<unsigned long long> sizes(rank_ == root ? static_cast<size_t>(size_) : 0);
+    check(MPI_Gather(&my_size, 1, MPI_UNSIGNED_LONG_LONG, sizes.data(), 1, MPI_UNSIGNED_LONG_LONG, root, comm_),
+          "Gather");
+    std::vector<MPI_Request> requests;
+    std::vector<std::vector<std::byte>> result;
+    auto chunks = [&](auto* base, size_t total, auto post) {
+      for (size_t offset = 0; offset < total; offset += kChunkBytes) {
+        MPI_Request request;
+        post(base + offset, static_cast<int>(std::min(kChunkBytes, total - offset)), &request);
+        requests.push_back(request);
+      }
+    };
+    if (rank_ == root) {
+      result.resize(static_cast<size_t>(size_));
+      for (int r = 0; r < size_; ++r) {
+        result[static_cast<size_t>(r)].resize(sizes[static_cast<size_t>(r)]);
+        if (r == root) {
+          std::copy(mine.begin(), mine.end(), result[static_cast<size_t>(r)].begin());
+          continue;
+        }
+        chunks(result[static_cast<size_t>(r)].data(), result[static_cast<size_t>(r)].size(),
+               [&](std::byte* p, int n, MPI_Request* request) {
+                 check(MPI_Irecv(p, n, MPI_BYTE, r, kGatherTag, comm_, request), "Irecv (gather)");
+               });
+      }
+    } else {
+      chunks(mine.data(), mine.size(), [&](const std::byte* p, int n, MPI_Request* request) {
+        check(MPI_Isend(p, n, MPI_BYTE, root, kGatherTag, comm_, request), "Isend (gather)");
+      });
+    }
+    check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "Waitall (gather)");
+    return result;
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm comm;
+    check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &comm), "Comm_split");
+    if (comm == MPI_COMM_NULL) return nullptr;
+    check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "Comm_set_errhandler");
+    return std::make_unique<MpiCommunicator>(comm, true);
+  }
+
+  [[noreturn]] void abort(const std::string& reason) override { abort_job(reason); }
+
+ private:
+  void check_peer(int peer, int tag, const char* what) const {
+    VP_REQUIRE(peer >= 0 && peer < size_, "cannot ", what, " rank ", peer, ": the communicator has ", size_, " ranks");
+    VP_REQUIRE(peer != rank_, "rank ", rank_, " cannot ", what, " itself");
+    VP_REQUIRE(tag >= 0 && tag < kMaxUserTag, "message tag ", tag, " is outside [0, ", kMaxUserTag, ")");
+  }
+  void check_root(int root) const {
+    VP_REQUIRE(root >= 0 && root < size_, "root rank ", root, " is outside [0, ", size_, ")");
+  }
+
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+         std::getenv("PMI_RANK") != nullptr;
+}
+
+std::unique_ptr<Communicator> mpi_world() {
+  int initialised = 0;
+  check(MPI_Initialized(&initialised), "Initialized");
+  if (!initialised) {
+    VP_REQUIRE(!g_mpi.finalised, "MPI was already finalised in this process");
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "Init_thread");
+    g_mpi.initialised = true;
+    check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "Comm_set_errhandler");
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &g_mpi.world_rank), "Comm_rank");
+    std::atexit(exit_handler);
+    std::set_terminate(terminate_handler);
+    VP_REQUIRE(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided, ", below MPI_THREAD_FUNNELED");
+  }
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
+}
+
+void finalize_mpi() {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (!initialised || finalised) return;
+  g_mpi.finalised = true;
+  check(MPI_Finalize(), "Finalize");
+}
+
+}  // namespace vitpipe

@@ -1,0 +1,343 @@
+#include "parallel/pipeline_executor.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace vitpipe {
+namespace {
+
+constexpr int kLabelTagBase = 30000;  // below kMaxUserTag, above any activation/gradient tag of a realistic step
+
+int label_tag(int micro_batch) { return kLabelTagBase + micro_batch % 1000; }
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+// Per step: which slot each micro-batch occupies in each chunk, and the requests in flight.
+struct PipelineExecutor::Pending {
+  struct SlotState {
+    int owner = -1;  // micro-batch using the slot, -1 when free
+    CommRequest send_activation, send_grad, recv_activation, recv_grad;
+    bool backward_done = false;
+  };
+  std::vector<std::vector<SlotState>> slots;           // [chunk][slot]
+  std::vector<std::vector<int>> slot_of;               // [chunk][micro_batch]
+  std::vector<MicroBatchData> loaded;                  // first stage: kept until their labels are sent
+  std::vector<CommRequest> label_sends;                // first stage
+  std::vector<std::vector<std::byte>> label_buffers;   // last stage: received labels + items, per micro-batch
+  std::vector<CommRequest> label_recvs;                // last stage
+  std::vector<Tensor> targets;                         // last stage, per micro-batch
+  std::vector<std::vector<int64_t>> items;             // last stage, per micro-batch
+};
+
+PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world, std::vector<ViTStage*> chunks,
+                                   ExecutorOptions options, TraceRecorder* trace)
+    : grid_(grid), world_(world), chunks_(std::move(chunks)), options_(options), trace_(trace) {
+  VP_REQUIRE(!chunks_.empty() && static_cast<int>(chunks_.size()) == options_.virtual_stages,
+             "executor: expected ", options_.virtual_stages, " model chunks on this rank, got ", chunks_.size());
+  VP_REQUIRE(!schedule_splits_backward(options_.schedule), "--pipeline-schedule ",
+             schedule_kind_name(options_.schedule),
+             " splits the backward pass into input and weight parts, which the executor does not run yet; use "
+             "1f1b, gpipe or interleaved");
+  pipeline_group_ = world_.split(grid_.replica(), grid_.stage());
+  data_parallel_group_ = split_data_parallel_group(world_, grid_);
+  std::vector<FlatParameters> grads;
+  for (ViTStage* chunk : chunks_) grads.push_back(chunk->gradients());
+  buckets_ = std::make_unique<GradientBuckets>(std::move(grads), data_parallel_group_.get(), options_.buckets, trace_);
+}
+
+PipelineExecutor::~PipelineExecutor() = default;
+
+void PipelineExecutor::exchange_shape(StepShape& shape) {
+  const size_t m = shape.micro_batch_sizes.size();
+  std::vector<int64_t> packed(m + 1);
+  if (grid_.first_stage()) {
+    std::copy(shape.micro_batch_sizes.begin(), shape.micro_batch_sizes.end(), packed.begin());
+    packed[m] = shape.global_rows;
+  }
+  pipeline_group_->broadcast_bytes(packed.data(), packed.size() * sizeof(int64_t), 0);
+  std::copy(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(m), shape.micro_batch_sizes.begin());
+  shape.global_rows = packed[m];
+  for (int64_t size : shape.micro_batch_sizes) {
+    VP_REQUIRE(size >= 1, "executor: every micro-batch needs at least one sample (got ", size, ")");
+  }
+}
+
+StepResult PipelineExecutor::train_step(const StepShape& requested, const MicroBatchSource& source) {
+  StepShape shape = requested;
+  exchange_shape(shape);
+  const int m = static_cast<int>(shape.micro_batch_sizes.size());
+  const auto program = make_schedule(options_.schedule, grid_.stages(), m, grid_.stage(), options_.virtual_stages);
+  StepResult result;
+  const auto start = std::chrono::steady_clock::now();
+  run(program, shape, source, nullptr, &result);
+  result.seconds = seconds_since(start);
+  result.reduction = buckets_->stats();
+  return result;
+}
+
+void PipelineExecutor::forward_only(const StepShape& requested, const MicroBatchSource& source, const LogitsSink& sink) {
+  StepShape shape = requested;
+  exchange_shape(shape);
+  const int m = static_cast<int>(shape.micro_batch_sizes.size());
+  const int v = options_.virtual_stages, p = grid_.stages();
+  // Chunk after chunk, micro-batch after micro-batch: acyclic along the virtual stages, so it cannot deadlock.
+  std::vector<Instruction> program;
+  for (int chunk = 0; chunk < v; ++chunk) {
+    const int vs = virtual_stage_of(p, grid_.stage(), chunk);
+    for (int mb = 0; mb < m; ++mb) {
+      if (vs == 0 || vs == v * p - 1) program.push_back({Op::load_micro_batch, mb, chunk});
+      if (vs > 0) program.push_back({Op::recv_activation, mb, chunk});
+      program.push_back({Op::forward, mb, chunk});
+      if (vs < v * p - 1) program.push_back({Op::send_activation, mb, chunk});
+    }
+  }
+  run(program, shape, source, &sink, nullptr);
+}
+
+void PipelineExecutor::run(const std::vector<Instruction>& program, const StepShape& shape,
+                           const MicroBatchSource& source, const LogitsSink* sink, StepResult* result) {
+  const bool training = result != nullptr;
+  const int m = static_cast<int>(shape.micro_batch_sizes.size());
+  const int p = grid_.stages(), v = options_.virtual_stages;
+  const int last_virtual = v * p - 1;
+  const ViTConfig& config = chunks_.front()->config();
+  const bool multi_label = config.problem_type == ProblemType::multi_label;
+  const int64_t labels = config.num_labels();
+  const double grad_scale =
+      1.0 / static_cast<double>(shape.global_rows * (multi_label ? labels : 1));
+
+  Pending st;
+  st.slots.resize(chunks_.size());
+  st.slot_of.assign(chunks_.size(), std::vector<int>(static_cast<size_t>(m), -1));
+  for (size_t c = 0; c < chunks_.size(); ++c) st.slots[c].resize(static_cast<size_t>(chunks_[c]->options().slots));
+  st.loaded.resize(static_cast<size_t>(m));
+  st.label_sends.resize(static_cast<size_t>(m));
+  st.label_buffers.resize(static_cast<size_t>(m));
+  st.label_recvs.resize(static_cast<size_t>(m));
+  st.targets.resize(static_cast<size_t>(m));
+  st.items.resize(static_cast<size_t>(m));
+
+  // The last backward of each chunk in this step: its segments' gradients are final as it completes them.
+  std::vector<int> last_backward(chunks_.size(), -1);
+  for (const Instruction& in : program) {
+    if (in.op == Op::backward) last_backward[static_cast<size_t>(in.chunk)] = in.micro_batch;
+  }
+
+  auto virtual_stage = [&](int chunk) { return virtual_stage_of(p, grid_.stage(), chunk); };
+  auto size_of = [&](int mb) { return shape.micro_batch_sizes[static_cast<size_t>(mb)]; };
+  auto label_bytes = [&](int64_t b) {
+    return static_cast<size_t>(b) * (multi_label ? static_cast<size_t>(labels) * sizeof(float) : sizeof(int64_t)) +
+           static_cast<size_t>(b) * sizeof(int64_t);
+  };
+
+  // A slot for (chunk, mb): the one it already has, or a free one. A slot frees once its micro-batch is done
+  // (backward in training, forward in evaluation) and its sends completed.
+  auto slot_for = [&](int chunk, int mb) {
+    int& slot = st.slot_of[static_cast<size_t>(chunk)][static_cast<size_t>(mb)];
+    if (slot >= 0) return slot;
+    auto& slots = st.slots[static_cast<size_t>(chunk)];
+    for (int attempt = 0; attempt < 2 && slot < 0; ++attempt) {
+      for (size_t s = 0; s < slots.size(); ++s) {
+        auto& state = slots[s];
+        if (state.owner >= 0 && state.backward_done) {
+          // Finished micro-batch: its buffers are reusable once its sends are through (wait on the second pass).
+          if (attempt == 1) {
+            state.send_activation.wait();
+            state.send_grad.wait();
+          }
+          if (!state.send_activation.pending() && !state.send_grad.pending()) state.owner = -1;
+        }
+        if (state.owner < 0) {
+          state.owner = mb;
+          state.backward_done = false;
+          slot = static_cast<int>(s);
+          break;
+        }
+        if (attempt == 0) {
+          state.send_activation.test();
+          state.send_grad.test();
+        }
+      }
+    }
+    VP_REQUIRE(slot >= 0, "executor: no free activation slot for micro-batch ", mb, " of chunk ", chunk, " (",
+               slots.size(), " slots); the stage was built with too few slots for this schedule");
+    return slot;
+  };
+
+  auto record = [&](const char* name, const char* category, int64_t start_ns, int lane, int mb) {
+    if (trace_) trace_->record(name, category, start_ns, trace_->now_ns(), lane, mb);
+  };
+  auto now = [&] { return trace_ ? trace_->now_ns() : 0; };
+
+  for (const Instruction& in : program) {
+    const int chunk = in.chunk, mb = in.micro_batch;
+    ViTStage* stage = in.micro_batch >= 0 ? chunks_[static_cast<size_t>(chunk)] : nullptr;
+    const int vs = virtual_stage(chunk);
+    switch (in.op) {
+      case Op::load_micro_batch: {
+        const int64_t b = size_of(mb);
+        if (vs == 0) {
+          const int64_t t0 = now();
+          MicroBatchData& data = st.loaded[static_cast<size_t>(mb)];
+          data = source(mb);
+          VP_REQUIRE(data.images.dim(0) == b, "executor: micro-batch ", mb, " has ", data.images.dim(0),
+                     " images, the step said ", b);
+          const int slot = slot_for(chunk, mb);
+          stage->input(slot, b).copy_from(data.images);
+          if (last_virtual == 0) {
+            st.targets[static_cast<size_t>(mb)] = data.targets;
+            st.items[static_cast<size_t>(mb)] = data.indices;
+          } else {
+            // Pack targets + items and send them to the rank holding the last virtual stage.
+            auto& bytes = st.label_buffers[static_cast<size_t>(mb)];
+            bytes.resize(label_bytes(b));
+            std::memcpy(bytes.data(), data.targets.raw(), data.targets.nbytes());
+            std::vector<int64_t> items = data.indices;
+            items.resize(static_cast<size_t>(b), -1);
+            std::memcpy(bytes.data() + data.targets.nbytes(), items.data(), items.size() * sizeof(int64_t));
+            st.label_sends[static_cast<size_t>(mb)] =
+                world_.isend_bytes(bytes.data(), bytes.size(), grid_.rank_of_virtual_stage(last_virtual),
+                                   label_tag(mb));
+          }
+          record("load", kTraceData, t0, 0, mb);
+        }
+        if (vs == last_virtual && last_virtual != 0) {
+          auto& bytes = st.label_buffers[static_cast<size_t>(mb)];
+          bytes.resize(label_bytes(b));
+          st.label_recvs[static_cast<size_t>(mb)] =
+              world_.irecv_bytes(bytes.data(), bytes.size(), grid_.rank_of_virtual_stage(0), label_tag(mb));
+        }
+        break;
+      }
+      case Op::recv_activation: {
+        const int slot = slot_for(chunk, mb);
+        auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+        const Tensor input = stage->input(slot, size_of(mb));
+        state.recv_activation =
+            world_.irecv(std::span<float>(input.f32(), static_cast<size_t>(input.numel())),
+                         grid_.rank_of_virtual_stage(vs - 1),
+                         p2p_tag(MessageKind::activation, mb, chunk, v));
+        break;
+      }
+      case Op::forward: {
+        const int slot = slot_for(chunk, mb);
+        auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+        const int64_t b = size_of(mb);
+        int64_t t0 = now();
+        state.recv_activation.wait();
+        if (vs > 0) record("recv activation", kTraceP2p, t0, 1, mb);
+        t0 = now();
+        const auto compute_start = std::chrono::steady_clock::now();
+        stage->forward(slot, b);
+        if (vs == last_virtual) {
+          if (last_virtual != 0) {
+            st.label_recvs[static_cast<size_t>(mb)].wait();
+            const auto& bytes = st.label_buffers[static_cast<size_t>(mb)];
+            Tensor targets = multi_label ? Tensor::empty({b, labels}) : Tensor::empty({b}, DType::i64);
+            std::memcpy(targets.raw(), bytes.data(), targets.nbytes());
+            std::vector<int64_t> items(static_cast<size_t>(b));
+            std::memcpy(items.data(), bytes.data() + targets.nbytes(), items.size() * sizeof(int64_t));
+            st.targets[static_cast<size_t>(mb)] = targets;
+            st.items[static_cast<size_t>(mb)] = std::move(items);
+          }
+          const Tensor& targets = st.targets[static_cast<size_t>(mb)];
+          if (training) {
+            result->loss_sum += stage->loss(slot, b, targets, grad_scale,
+                                            options_.pos_weight.numel() ? &options_.pos_weight : nullptr);
+            result->loss_elements += multi_label ? b * labels : b;
+          } else {
+            (*sink)(stage->output(slot, b), targets, st.items[static_cast<size_t>(mb)]);
+          }
+        }
+        if (training) result->compute_seconds += seconds_since(compute_start);
+        record("forward", kTraceCompute, t0, 0, mb);
+        if (!training) state.backward_done = true;  // evaluation: the slot is done once its output is sent
+        break;
+      }
+      case Op::send_activation: {
+        const int slot = slot_for(chunk, mb);
+        auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+        const Tensor output = stage->output(slot, size_of(mb));
+        state.send_activation =
+            world_.isend(std::span<const float>(output.f32(), static_cast<size_t>(output.numel())),
+                         grid_.rank_of_virtual_stage(vs + 1),
+                         p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
+        break;
+      }
+      case Op::recv_grad: {
+        const int slot = slot_for(chunk, mb);
+        auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+        const Tensor grad = stage->grad(slot, size_of(mb));
+        state.recv_grad = world_.irecv(std::span<float>(grad.f32(), static_cast<size_t>(grad.numel())),
+                                       grid_.rank_of_virtual_stage(vs + 1), p2p_tag(MessageKind::gradient, mb, chunk, v));
+        break;
+      }
+      case Op::backward: {
+        const int slot = slot_for(chunk, mb);
+        auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+        int64_t t0 = now();
+        state.recv_grad.wait();
+        if (vs < last_virtual) record("recv grad", kTraceP2p, t0, 1, mb);
+        t0 = now();
+        const auto compute_start = std::chrono::steady_clock::now();
+        if (mb == last_backward[static_cast<size_t>(chunk)]) {
+          stage->backward(slot, size_of(mb), [&](int segment) {
+            buckets_->mark_ready(segment, chunk);
+            buckets_->poll();
+          });
+        } else {
+          stage->backward(slot, size_of(mb));
+          buckets_->poll();
+        }
+        result->compute_seconds += seconds_since(compute_start);
+        record("backward", kTraceCompute, t0, 0, mb);
+        state.backward_done = true;
+        break;
+      }
+      case Op::send_grad: {
+        const int slot = slot_for(chunk, mb);
+        auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+        const Tensor grad = stage->grad(slot, size_of(mb));
+        state.send_grad = world_.isend(std::span<const float>(grad.f32(), static_cast<size_t>(grad.numel())),
+                                       grid_.rank_of_virtual_stage(vs - 1),
+                                       p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
+        break;
+      }
+      case Op::reduce_grads: {
+        const int64_t t0 = now();
+        buckets_->finish();
+        record("gradient all-reduce wait", kTraceAllReduce, t0, 1, -1);
+        break;
+      }
+      case Op::optimizer_step:
+        break;  // the trainer steps (it clips by the global norm across stages first)
+      case Op::backward_input:
+      case Op::backward_weight:
+        fail("executor: split backward instructions are not supported");
+    }
+  }
+  // Every message of the step is through before its buffers are touched again.
+  for (auto& chunk_slots : st.slots) {
+    for (auto& state : chunk_slots) {
+      state.send_activation.wait();
+      state.send_grad.wait();
+      state.recv_activation.wait();
+      state.recv_grad.wait();
+    }
+  }
+  for (auto& request : st.label_sends) request.wait();
+  for (auto& request : st.label_recvs) request.wait();
+}
+
+int activation_slots_needed(ScheduleKind kind, int stages, int micro_batches, int stage, int virtual_stages) {
+  const SimulationResult simulated = simulate_schedule(kind, stages, micro_batches, virtual_stages);
+  return std::max(1, simulated.peak_in_flight.at(static_cast<size_t>(stage)));
+}
+
+}  // namespace vitpipe

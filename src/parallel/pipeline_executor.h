@@ -1,0 +1,94 @@
+// The one interpreter of pipeline schedules (parallel/schedule.h): it runs this rank's instruction list for a step
+// on its model chunks (ViTStage), moving activations and gradients with non-blocking messages, the labels from the
+// first stage to the last, and reducing gradients across replicas in buckets that start while the backward pass
+// still runs. One process with one stage is the same code with every message local, so single-process training
+// and pipeline x data parallelism share one path.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model/vit_stage.h"
+#include "parallel/communicator.h"
+#include "parallel/gradient_buckets.h"
+#include "parallel/process_grid.h"
+#include "parallel/schedule.h"
+#include "parallel/trace.h"
+
+namespace vitpipe {
+
+// One micro-batch as the first stage loads it.
+struct MicroBatchData {
+  Tensor images;                 // [b, C, S, S] f32
+  Tensor targets;                // [b, L] f32 (multi-label) or [b] int64 (single-label)
+  std::vector<int64_t> indices;  // dataset items (reported with the logits in evaluation)
+};
+
+// Called on first-stage ranks for micro-batch j of the current step (j in [0, micro_batches)).
+using MicroBatchSource = std::function<MicroBatchData(int micro_batch)>;
+// Called on last-stage ranks in evaluation with each micro-batch's logits [b, L], targets and dataset items.
+using LogitsSink = std::function<void(const Tensor& logits, const Tensor& targets, const std::vector<int64_t>& items)>;
+
+struct StepShape {
+  std::vector<int64_t> micro_batch_sizes;  // this replica's (every entry >= 1)
+  int64_t global_rows = 0;                 // samples in the whole global batch (all replicas): the loss's mean
+};
+
+struct StepResult {
+  double loss_sum = 0;       // last stage: the loss summed over this replica's elements (others: 0)
+  int64_t loss_elements = 0; // the matching count (rows x labels for multi-label, rows for single-label)
+  double seconds = 0;
+  double compute_seconds = 0;  // forward + backward on this rank
+  GradientReductionStats reduction;
+};
+
+struct ExecutorOptions {
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int virtual_stages = 1;
+  GradientBucketOptions buckets;
+  Tensor pos_weight;  // optional [labels] f32: BCE positive-class weights (multi-label)
+};
+
+// Activation slots a stage needs for this schedule (the most micro-batches it holds at once; 1F1B: <= stages).
+int activation_slots_needed(ScheduleKind kind, int stages, int micro_batches, int stage, int virtual_stages = 1);
+
+class PipelineExecutor {
+ public:
+  // `chunks`: this rank's model chunks in chunk order (one unless interleaved). `world`: every rank of the job;
+  // the pipeline and data-parallel groups are split from it (collective: every rank constructs an executor).
+  PipelineExecutor(const ProcessGrid& grid, Communicator& world, std::vector<ViTStage*> chunks, ExecutorOptions options,
+                   TraceRecorder* trace);
+  ~PipelineExecutor();
+
+  const ProcessGrid& grid() const { return grid_; }
+  Communicator& pipeline_group() { return *pipeline_group_; }
+  Communicator& data_parallel_group() { return *data_parallel_group_; }
+
+  // Forward and backward passes of one step as the schedule says. `shape` matters on first-stage ranks (it is
+  // sent down the pipeline); `source` is called there only. On return every chunk's gradients hold the sum over
+  // the step's micro-batches and replicas, scaled so that it is the gradient of the global batch's mean loss.
+  StepResult train_step(const StepShape& shape, const MicroBatchSource& source);
+
+  // Forward passes only (evaluation), micro-batch after micro-batch; `sink` is called on last-stage ranks.
+  void forward_only(const StepShape& shape, const MicroBatchSource& source, const LogitsSink& sink);
+
+ private:
+  struct Pending;
+  void exchange_shape(StepShape& shape);
+  int chunk_of_virtual(int virtual_stage) const;
+  void run(const std::vector<Instruction>& program, const StepShape& shape, const MicroBatchSource& source,
+           const LogitsSink* sink, StepResult* result);
+
+  ProcessGrid grid_;
+  Communicator& world_;
+  std::unique_ptr<Communicator> pipeline_group_;
+  std::unique_ptr<Communicator> data_parallel_group_;
+  std::vector<ViTStage*> chunks_;
+  ExecutorOptions options_;
+  TraceRecorder* trace_;
+  std::unique_ptr<GradientBuckets> buckets_;
+};
+
+}  // namespace vitpipe

@@ -1,0 +1,105 @@
+#include "train/distributed_state.h"
+
+#include <cstring>
+
+#include "util/error.h"
+
+namespace vitpipe {
+namespace {
+
+// Per chunk: begin, numel, then the parameters and each optimizer buffer (name order), as raw floats.
+std::vector<std::byte> pack(const std::vector<ViTStage*>& chunks, const std::vector<Optimizer*>& optimizers) {
+  std::vector<std::byte> bytes;
+  auto append = [&](const void* data, size_t size) {
+    const auto* p = static_cast<const std::byte*>(data);
+    bytes.insert(bytes.end(), p, p + size);
+  };
+  const int64_t count = static_cast<int64_t>(chunks.size());
+  append(&count, sizeof(count));
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const FlatParameters& params = chunks[c]->parameters();
+    const int64_t begin = params.begin(), numel = params.numel();
+    append(&begin, sizeof(begin));
+    append(&numel, sizeof(numel));
+    append(params.data(), static_cast<size_t>(numel) * sizeof(float));
+    if (!optimizers.empty()) {
+      for (const auto& [name, tensor] : optimizers[c]->state_tensors()) {
+        append(tensor.raw(), tensor.nbytes());
+      }
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+GatheredState gather_state(Communicator& world, const ProcessGrid& grid, const std::vector<ViTStage*>& chunks,
+                           const std::vector<Optimizer*>& optimizers) {
+  // Replicas hold identical copies; replica 0's stages speak.
+  std::vector<std::byte> mine;
+  if (grid.replica() == 0) mine = pack(chunks, optimizers);
+  auto gathered = world.gather_bytes(mine, 0);
+  GatheredState out;
+  if (world.rank() != 0) return out;
+  auto layout = chunks.front()->parameters().layout_ptr();
+  out.parameters = FlatParameters::whole_model(layout);
+  std::vector<std::string> names;
+  if (!optimizers.empty()) {
+    for (const auto& [name, tensor] : optimizers.front()->state_tensors()) {
+      names.push_back(name);
+      out.optimizer_state[name] = Tensor::zeros({layout->numel()});
+    }
+    out.optimizer_metadata = optimizers.front()->state_metadata();
+    // The whole-model buffers cover every segment.
+    out.optimizer_metadata["first_segment"] = "0";
+    out.optimizer_metadata["last_segment"] = std::to_string(layout->num_segments() - 1);
+    out.optimizer_metadata["begin"] = "0";
+    out.optimizer_metadata["numel"] = std::to_string(layout->numel());
+  }
+  int64_t covered = 0;
+  for (const auto& bytes : gathered) {
+    if (bytes.empty()) continue;
+    size_t at = 0;
+    auto read = [&](void* dst, size_t size) {
+      VP_REQUIRE(at + size <= bytes.size(), "gather_state: truncated message");
+      std::memcpy(dst, bytes.data() + at, size);
+      at += size;
+    };
+    int64_t count = 0;
+    read(&count, sizeof(count));
+    for (int64_t c = 0; c < count; ++c) {
+      int64_t begin = 0, numel = 0;
+      read(&begin, sizeof(begin));
+      read(&numel, sizeof(numel));
+      VP_REQUIRE(begin >= 0 && begin + numel <= layout->numel(), "gather_state: range outside the model");
+      read(out.parameters.data() + begin, static_cast<size_t>(numel) * sizeof(float));
+      for (const auto& name : names) read(out.optimizer_state[name].f32() + begin, static_cast<size_t>(numel) * sizeof(float));
+      covered += numel;
+    }
+  }
+  VP_REQUIRE(covered == layout->numel(), "gather_state: the stages cover ", covered, " of ", layout->numel(),
+             " parameters");
+  return out;
+}
+
+void load_chunk_state(ViTStage& chunk, Optimizer* optimizer, const FlatParameters& whole, const TensorMap& state,
+                      const StringMap& metadata, const std::string& source) {
+  FlatParameters& params = chunk.parameters();
+  VP_REQUIRE(whole.numel() == params.layout().numel(), source, ": the checkpoint holds ", whole.numel(),
+             " parameters, the model ", params.layout().numel());
+  std::memcpy(params.data(), whole.at(params.begin()), static_cast<size_t>(params.numel()) * sizeof(float));
+  chunk.parameters_changed();
+  if (optimizer == nullptr) return;
+  VP_REQUIRE(!state.empty(), source, ": no optimizer state to resume from");
+  TensorMap views;
+  for (const auto& [name, tensor] : state) views[name] = tensor.slice(params.begin(), params.begin() + params.numel());
+  StringMap meta = optimizer->state_metadata();  // this chunk's range ...
+  for (const char* key : {"optimizer", "step"}) {  // ... and what the checkpoint says about the run
+    auto it = metadata.find(key);
+    VP_REQUIRE(it != metadata.end(), source, ": optimizer metadata lacks \"", key, "\"");
+    meta[key] = it->second;
+  }
+  optimizer->load_state(views, meta, source);
+}
+
+}  // namespace vitpipe

@@ -1,0 +1,46 @@
+// Evaluation on a split: forward passes through the pipeline (every replica its slice), scores (sigmoid for
+// multi-label, softmax for single-label) gathered to rank 0 in dataset order, then loss, per-label ROC-AUC and
+// PR-AUC (scikit-learn's definitions) and optional bootstrap confidence intervals.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "io/preprocessor_config.h"
+#include "parallel/pipeline_executor.h"
+#include "train/metrics.h"
+
+namespace vitpipe {
+
+struct EvaluationReport {
+  std::string split;
+  int64_t rows = 0;
+  double loss = 0;  // mean BCE-with-logits over rows x labels (multi-label) or cross-entropy over rows
+  std::vector<std::string> labels;
+  EvaluationMetrics metrics;
+
+  // {"split", "rows", "loss", "auc": {label: value|null}, "mean_auc", "pr_auc": {...}, "mean_pr_auc",
+  //  "auc_ci"/"mean_auc_ci" with a bootstrap, "detail": positives per label and everything else}
+  nlohmann::json to_json() const;
+  std::string table() const;  // a readable per-label table
+};
+
+struct EvaluationSettings {
+  int64_t micro_batch = 8;   // rows per forward pass (at most the stages' max micro-batch)
+  int micro_batches = 4;     // per replica per step
+  int loader_threads = 2;
+  std::optional<BootstrapOptions> bootstrap;
+  bool progress = true;
+};
+
+// Collective over the executor's world. `dataset` and `preprocessor` are needed on first-stage ranks (they load the
+// images); the result is complete on rank 0 only.
+EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
+                                const std::shared_ptr<const Dataset>& dataset, Split split,
+                                const PreprocessorConfig& preprocessor, const EvaluationSettings& settings);
+
+}  // namespace vitpipe

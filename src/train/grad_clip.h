@@ -1,0 +1,21 @@
+// Gradient clipping by global norm, as torch.nn.utils.clip_grad_norm_ (norm_type 2): scale every gradient by
+// min(1, max_norm / (norm + 1e-6)). In a pipeline each stage holds only part of the gradient, so the executor
+// computes sum_of_squares() per stage, all-reduces the sums, and calls scale() with clip_factor() of the total;
+// clip_grad_norm() is the one-process shortcut. Sums are in double, per fixed chunk, added in chunk order.
+#pragma once
+
+#include "model/parameter_layout.h"
+
+namespace vitpipe {
+
+// sum of g^2 over the range, in double (OpenMP-parallel; the bits do not depend on the thread count).
+double sum_of_squares(const FlatParameters& grads);
+// g *= factor (as fp32).
+void scale(FlatParameters& grads, double factor);
+// torch's rule: min(1, max_norm / (total_norm + 1e-6)); 1 when the norm is not finite (nothing sensible to scale by:
+// the caller should skip the step).
+double clip_factor(double total_norm, double max_norm);
+// Clips in place when the norm exceeds max_norm and returns the norm before clipping.
+double clip_grad_norm(FlatParameters& grads, double max_norm);
+
+}  // namespace vitpipe

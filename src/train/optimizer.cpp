@@ -1,0 +1,180 @@
+#include "train/optimizer.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "train/optimizer_kinds.h"
+#include "util/error.h"
+
+namespace vitpipe {
+namespace {
+
+int64_t parse_int(const StringMap& metadata, const std::string& key, const std::string& source) {
+  auto it = metadata.find(key);
+  VP_REQUIRE(it != metadata.end(), source, ": optimizer metadata lacks \"", key, "\"");
+  int64_t value = 0;
+  const char* first = it->second.data();
+  const char* last = first + it->second.size();
+  auto [end, error] = std::from_chars(first, last, value);
+  VP_REQUIRE(error == std::errc() && end == last && !it->second.empty(), source, ": optimizer metadata \"", key,
+             "\" is '", it->second, "', expected an integer");
+  return value;
+}
+
+}  // namespace
+
+std::string OptimizerConfig::name() const {
+  switch (kind) {
+    case OptimizerKind::adamw:
+      return bias_correction ? "adamw" : "adamw-nobc";
+    case OptimizerKind::lamb:
+      return bias_correction ? "lamb" : "lamb-nobc";
+    case OptimizerKind::sgd:
+      return "sgd";
+  }
+  return "?";
+}
+
+void OptimizerConfig::validate() const {
+  auto finite = [](double x) { return std::isfinite(x); };
+  VP_REQUIRE(finite(weight_decay) && weight_decay >= 0.0, "optimizer: weight decay must be >= 0 (got ", weight_decay,
+             ")");
+  VP_REQUIRE(finite(layer_decay) && layer_decay > 0.0 && layer_decay <= 1.0,
+             "optimizer: layer decay must be in (0, 1] (got ", layer_decay, ")");
+  if (kind == OptimizerKind::sgd) {
+    VP_REQUIRE(finite(momentum) && momentum >= 0.0 && momentum < 1.0, "optimizer: momentum must be in [0, 1) (got ",
+               momentum, ")");
+    VP_REQUIRE(finite(dampening) && dampening >= 0.0 && dampening <= 1.0,
+               "optimizer: dampening must be in [0, 1] (got ", dampening, ")");
+    VP_REQUIRE(!nesterov || (momentum > 0.0 && dampening == 0.0),
+               "optimizer: Nesterov momentum needs momentum > 0 and dampening 0");
+  } else {
+    VP_REQUIRE(finite(beta1) && beta1 >= 0.0 && beta1 < 1.0, "optimizer: beta1 must be in [0, 1) (got ", beta1, ")");
+    VP_REQUIRE(finite(beta2) && beta2 >= 0.0 && beta2 < 1.0, "optimizer: beta2 must be in [0, 1) (got ", beta2, ")");
+    VP_REQUIRE(finite(eps) && eps > 0.0, "optimizer: eps must be > 0 (got ", eps, ")");
+  }
+}
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> names = {"adamw", "adamw-nobc", "lamb", "lamb-nobc", "sgd"};
+  return names;
+}
+
+OptimizerConfig optimizer_config_named(const std::string& name) {
+  OptimizerConfig config;
+  if (name == "adamw") {
+    config.kind = OptimizerKind::adamw;
+  } else if (name == "adamw-nobc") {
+    config.kind = OptimizerKind::adamw;
+    config.bias_correction = false;
+  } else if (name == "lamb") {
+    config.kind = OptimizerKind::lamb;
+  } else if (name == "lamb-nobc") {
+    config.kind = OptimizerKind::lamb;
+    config.bias_correction = false;
+  } else if (name == "sgd") {
+    config.kind = OptimizerKind::sgd;
+  } else {
+    std::string known;
+    for (const auto& n : optimizer_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("unknown optimizer '", name, "' (known: ", known, ")");
+  }
+  return config;
+}
+
+std::vector<double> layer_lr_scales(int num_segments, double layer_decay) {
+  std::vector<double> scales(static_cast<size_t>(num_segments), 1.0);
+  for (int s = 0; s < num_segments; ++s) scales[static_cast<size_t>(s)] = std::pow(layer_decay, num_segments - 1 - s);
+  return scales;
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first_segment,
+                     int last_segment)
+    : config_(config), layout_(std::move(layout)), first_(first_segment), last_(last_segment) {
+  config_.validate();
+  plan_ = UpdatePlan(*layout_, first_, last_, layer_lr_scales(layout_->num_segments(), config_.layer_decay),
+                     config_.decay_all_parameters);
+}
+
+void Optimizer::step(FlatParameters& params, const FlatParameters& grads, double lr) {
+  for (const FlatParameters* flat : {static_cast<const FlatParameters*>(&params), &grads}) {
+    const char* what = flat == &params ? "parameters" : "gradients";
+    VP_REQUIRE(flat->numel() > 0 || plan_.numel() == 0, "optimizer step: empty ", what);
+    VP_REQUIRE(flat->first_segment() == first_ && flat->last_segment() == last_, "optimizer for segments [", first_,
+               ", ", last_, "] was given ", what, " of segments [", flat->first_segment(), ", ", flat->last_segment(),
+               "]");
+    VP_REQUIRE(flat->layout().numel() == layout_->numel(), "optimizer step: ", what, " of a model with ",
+               flat->layout().numel(), " parameters, the optimizer's has ", layout_->numel());
+  }
+  VP_REQUIRE(std::isfinite(lr) && lr >= 0.0, "optimizer step: learning rate must be finite and >= 0 (got ", lr, ")");
+  ++step_count_;
+  update(params.data(), grads.data(), lr);
+}
+
+TensorMap Optimizer::state_tensors() const {
+  TensorMap tensors;
+  for (const auto& [name, buffer] : buffers()) tensors[name] = buffer->flat();
+  return tensors;
+}
+
+StringMap Optimizer::state_metadata() const {
+  return {{"optimizer", config_.name()},
+          {"step", std::to_string(step_count_)},
+          {"first_segment", std::to_string(first_)},
+          {"last_segment", std::to_string(last_)},
+          {"begin", std::to_string(layout_->segment_begin(first_))},
+          {"numel", std::to_string(plan_.numel())},
+          {"model_numel", std::to_string(layout_->numel())}};
+}
+
+void Optimizer::load_state(const TensorMap& tensors, const StringMap& metadata, const std::string& source) {
+  auto name = metadata.find("optimizer");
+  VP_REQUIRE(name != metadata.end(), source, ": optimizer metadata lacks \"optimizer\"");
+  VP_REQUIRE(name->second == config_.name(), source, ": holds the state of optimizer '", name->second,
+             "', this run uses '", config_.name(), "'");
+  const int64_t first = parse_int(metadata, "first_segment", source);
+  const int64_t last = parse_int(metadata, "last_segment", source);
+  VP_REQUIRE(first == first_ && last == last_, source, ": optimizer state covers segments [", first, ", ", last,
+             "], this stage holds [", first_, ", ", last_, "]");
+  const int64_t model_numel = parse_int(metadata, "model_numel", source);
+  VP_REQUIRE(model_numel == layout_->numel(), source, ": optimizer state is for a model of ", model_numel,
+             " parameters, this model has ", layout_->numel());
+  const int64_t begin = parse_int(metadata, "begin", source), numel = parse_int(metadata, "numel", source);
+  VP_REQUIRE(begin == layout_->segment_begin(first_) && numel == plan_.numel(), source,
+             ": optimizer state covers elements [", begin, ", ", begin + numel, "), this stage holds [",
+             layout_->segment_begin(first_), ", ", layout_->segment_begin(first_) + plan_.numel(), ")");
+  const int64_t step = parse_int(metadata, "step", source);
+  VP_REQUIRE(step >= 0, source, ": optimizer step count is negative (", step, ")");
+  for (const auto& [key, buffer] : buffers()) {
+    auto it = tensors.find(key);
+    VP_REQUIRE(it != tensors.end(), source, ": optimizer state lacks tensor \"", key, "\"");
+    VP_REQUIRE(it->second.dtype() == DType::f32 && it->second.shape() == Shape{plan_.numel()}, source,
+               ": optimizer tensor \"", key, "\" is ", dtype_name(it->second.dtype()), " ",
+               shape_string(it->second.shape()), ", expected F32 [", plan_.numel(), "]");
+  }
+  for (const auto& [key, buffer] : buffers()) {
+    Tensor target = buffer->flat();
+    target.copy_from(tensors.at(key));
+  }
+  step_count_ = step;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
+                                          int first_segment, int last_segment) {
+  VP_REQUIRE(layout != nullptr, "optimizer: no parameter layout");
+  switch (config.kind) {
+    case OptimizerKind::adamw:
+      return make_adamw(config, std::move(layout), first_segment, last_segment);
+    case OptimizerKind::lamb:
+      return make_lamb(config, std::move(layout), first_segment, last_segment);
+    case OptimizerKind::sgd:
+      return make_sgd(config, std::move(layout), first_segment, last_segment);
+  }
+  fail("optimizer: unknown kind");
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const FlatParameters& like) {
+  return make_optimizer(config, like.layout_ptr(), like.first_segment(), like.last_segment());
+}
+
+}  // namespace vitpipe

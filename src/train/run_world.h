@@ -1,0 +1,18 @@
+// Where a job's ranks come from: mpirun's processes (one call of `body` per process, on MPI's world), or, without
+// mpirun, threads of this process on a local world (the same flags run in one process).
+#pragma once
+
+#include <functional>
+
+#include "parallel/communicator.h"
+
+namespace vitpipe {
+
+// `local_ranks`: ranks to run as threads when not launched by mpirun. Under mpirun the world is MPI's and a
+// failure on any rank aborts the job (parallel/communicator.h: run_or_abort); MPI is finalised at the end.
+// `threads`: CPU threads for the whole process (0 = all cores), shared evenly by local ranks.
+void run_on_world(int local_ranks, int threads, const std::function<void(Communicator& world)>& body);
+
+bool launched_as_mpi_job();
+
+}  // namespace vitpipe

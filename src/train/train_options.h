@@ -1,0 +1,152 @@
+// Every option of `vitpipe train`, with one loader for all three sources: defaults, then a --config file (JSON or
+// YAML), then the flags given on the command line. Config keys are the long flag names without the leading
+// dashes ("output-dir" or "output_dir"); unknown keys are refused; null means "the default". A command-line flag
+// of an exclusive pair (--epochs/--max-steps, --warmup-ratio/--warmup-steps) replaces the other one set in the
+// file. to_json() writes the effective configuration in a form --config reads back.
+//
+// Structural checks that need the model or the world size (layers per stage summing to the model's layers, the
+// image size being a multiple of the patch, micro-batches per replica >= stages) happen where those are known.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/dtype.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace vitpipe {
+
+// Defaults suit chest X-rays: mild crops, rotations and exposure changes, no horizontal flip (anatomy is not
+// left-right symmetric). --no-augment switches everything off; each part is off at 0 (or with no crop scale).
+struct AugmentOptions {
+  bool enabled = true;                                                    // --augment / --no-augment
+  std::optional<std::pair<double, double>> crop_scale = std::make_pair(0.7, 1.0);  // --aug-crop-scale MIN,MAX
+  double rotate_degrees = 7.0;  // --aug-rotate DEG: uniform in [-DEG, DEG]
+  double brightness = 0.1;      // --aug-brightness X: factor in [max(0, 1-X), 1+X]
+  double contrast = 0.1;        // --aug-contrast X: factor in [max(0, 1-X), 1+X]
+  bool hflip = false;           // --aug-hflip: horizontal flip with probability 1/2
+
+  bool operator==(const AugmentOptions&) const = default;
+};
+
+struct TrainOptions {
+  // What and where.
+  std::string model;         // --model: a model directory or a Hugging Face repo id (resolved from the cache)
+  std::string data;          // --data: the data set directory
+  std::string output_dir;    // --output-dir
+  bool resume = false;       // --resume: continue from the latest checkpoint in output_dir
+  bool export_last = false;  // --export-last: export the last step's weights, not the best validation's
+
+  // How long and how much. Exactly one of epochs / max_steps is set after loading (default: 3 epochs).
+  std::optional<int64_t> epochs;
+  std::optional<int64_t> max_steps;
+  int64_t batch_size = 128;                 // --batch-size: global batch (all replicas, all micro-batches)
+  std::optional<int64_t> micro_batch_size;  // --micro-batch-size; default gcd(batch_size, 8)
+
+  // Optimizer.
+  std::string optimizer = "adamw";  // adamw | adamw-nobc | lamb | lamb-nobc | sgd
+  double lr = 2e-4;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double momentum = 0.9;        // sgd only
+  bool nesterov = false;        // sgd only
+  double clip_grad_norm = 1.0;  // 0 = no clipping
+  double layer_decay = 1.0;     // 1 = off
+
+  // Schedule. Default warm-up (neither given): ratio 0.25.
+  LrScheduleKind schedule = LrScheduleKind::cosine;
+  std::optional<double> warmup_ratio;
+  std::optional<int64_t> warmup_steps;
+
+  // Loss, numerics, machine.
+  bool pos_weight_auto = false;  // --pos-weight none|auto
+  DType precision = DType::f32;  // --precision fp32|bf16
+  uint64_t seed = 42;
+  int threads = 0;  // 0 = every core this process may use
+
+  // Evaluation and logging.
+  int64_t eval_every = 0;  // steps; 0 = at the end of each epoch
+  int64_t log_every = 10;  // steps; 0 = no per-step log lines
+  int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch
+  double val_fraction = 0.1;
+  bool test = false;  // also evaluate on the test split at the end
+
+  // Data.
+  int64_t image_size = 0;  // 0 = the model's
+  bool skip_unreadable = false;
+  uint64_t data_seed = 0;         // seeds the patient division into train/val (kept apart from --seed)
+  std::string view;               // "" = all, "PA" or "AP"
+  bool add_no_finding = false;    // ChestX-ray14: "No Finding" as a 15th label
+  std::string partial_batch = "auto";  // auto | use | drop: the last, smaller global batch of an epoch
+  int loader_threads = 2;
+  AugmentOptions augment;
+
+  // Parallelism.
+  int pipeline_stages = 1;
+  std::vector<int> layers_per_stage;       // encoder layers per stage; empty = balanced
+  std::string pipeline_schedule = "1f1b";  // 1f1b | gpipe | interleaved
+  int virtual_stages = 2;                  // model chunks per rank for the interleaved schedule
+  bool recompute = false;
+  std::string trace;  // --trace FILE: Chrome trace of the pipeline; empty = none
+
+  bool operator==(const TrainOptions&) const = default;
+
+  // Throws vitpipe::Error naming the option ("--lr must be > 0 (got -1)").
+  void validate() const;
+  nlohmann::json to_json() const;
+
+  OptimizerConfig optimizer_config() const;
+  LrSchedule lr_schedule() const;
+  int64_t micro_batches() const { return batch_size / micro_batch_size.value_or(batch_size); }
+};
+
+// Fills what is left to defaults (epochs when neither epochs nor max_steps, warm-up ratio, micro-batch size).
+void complete_defaults(TrainOptions& options);
+
+// Applies a config file (.json, .yaml or .yml) on top of `options`. Errors name the file, the key and, for YAML,
+// the line.
+void apply_config_file(TrainOptions& options, const std::filesystem::path& path);
+// The same for an already parsed JSON object (e.g. a saved train_options.json); `source` names it in messages.
+void apply_config_json(TrainOptions& options, const nlohmann::json& config, const std::string& source);
+
+// The config keys (long flag names without dashes), in help order.
+std::vector<std::string> train_option_names();
+
+// Registers --config and every flag of `vitpipe train` on `app` (boolean flags also get --no-X); after
+// app->parse(), resolve() gives defaults <- config file <- command line, completed and validated. Keep the
+// object alive until then (CLI11 writes into it).
+class TrainOptionsParser {
+ public:
+  explicit TrainOptionsParser(CLI::App* app);
+  TrainOptionsParser(const TrainOptionsParser&) = delete;
+  TrainOptionsParser& operator=(const TrainOptionsParser&) = delete;
+
+  TrainOptions resolve() const;
+
+ private:
+  struct Registered;
+  std::vector<std::unique_ptr<Registered>> registered_;
+  std::string config_path_;
+};
+
+std::shared_ptr<TrainOptionsParser> add_train_options(CLI::App* app);
+
+// One-shot: parses `args` (without the program and subcommand names) as `vitpipe train` would. CLI11 parse errors
+// (unknown flag, missing value) are rethrown as vitpipe::Error with CLI11's message.
+TrainOptions parse_train_options(const std::vector<std::string>& args);
+
+}  // namespace vitpipe

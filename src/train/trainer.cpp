@@ -1,0 +1,575 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+
+#include "backend/backend.h"
+#include "data/data_spec.h"
+#include "data/loader.h"
+#include "io/model_files.h"
+#include "model/vit_stage.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/process_grid.h"
+#include "parallel/trace.h"
+#include "train/distributed_state.h"
+#include "train/evaluation.h"
+#include "train/grad_clip.h"
+#include "train/metrics_log.h"
+#include "train/pos_weight.h"
+#include "train/run_world.h"
+#include "train/training_checkpoint.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/progress.h"
+
+namespace vitpipe {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int kMaxTracedSteps = 50;  // a trace of every step of a long run would not fit in memory
+
+ScheduleKind schedule_of(const TrainOptions& o) {
+  if (o.pipeline_schedule == "gpipe") return ScheduleKind::gpipe;
+  if (o.pipeline_schedule == "interleaved") return ScheduleKind::interleaved_1f1b;
+  return ScheduleKind::one_f_one_b;
+}
+
+// A replica's rows split into m micro-batches whose sizes differ by at most one.
+std::vector<int64_t> even_split(int64_t rows, int parts) {
+  std::vector<int64_t> sizes(static_cast<size_t>(parts));
+  for (int j = 0; j < parts; ++j) sizes[static_cast<size_t>(j)] = (j + 1) * rows / parts - j * rows / parts;
+  return sizes;
+}
+
+AugmentationSettings augmentation_settings(const AugmentOptions& a) {
+  AugmentationSettings s;
+  s.random_resized_crop = a.crop_scale.has_value();
+  if (a.crop_scale) {
+    s.crop_scale_min = a.crop_scale->first;
+    s.crop_scale_max = a.crop_scale->second;
+  }
+  s.rotation = a.rotate_degrees > 0;
+  s.max_rotation_degrees = a.rotate_degrees;
+  s.color_jitter = a.brightness > 0 || a.contrast > 0;
+  s.brightness = a.brightness;
+  s.contrast = a.contrast;
+  s.horizontal_flip = a.hflip;
+  return s;
+}
+
+// Options a resumed run must share with the run that wrote the checkpoint, or the data order and the meaning of
+// "step" would change under it.
+void check_resume_compatible(const TrainOptions& now, const nlohmann::json& saved, const std::string& source) {
+  const nlohmann::json current = now.to_json();
+  for (const char* key : {"data", "batch_size", "seed", "data_seed", "val_fraction", "view", "add_no_finding",
+                          "optimizer", "partial_batch", "image_size"}) {
+    if (saved.contains(key) && saved[key] != current[key]) {
+      fail(source, ": --", key, " was ", saved[key].dump(), " when the checkpoint was written, now ",
+           current[key].dump(), "; resume with the same value (or start a new --output-dir)");
+    }
+  }
+}
+
+struct Stopwatch {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+};
+
+class RankTrainer {
+ public:
+  RankTrainer(Communicator& world, const TrainOptions& options) : world_(world), o_(options) {}
+  void run();
+
+ private:
+  void open_data();
+  void load_model_and_state();
+  void build_pipeline();
+  void plan_epochs();
+  void train_loop();
+  StepShape step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* batch);
+  void optimizer_step(const StepResult& result, nlohmann::json* record);
+  EvaluationReport evaluate(Split split);
+  void save_checkpoint();
+  void export_model(const fs::path& directory);
+  void after_evaluation(const EvaluationReport& report);
+  void finish();
+  bool root() const { return world_.rank() == 0; }
+
+  Communicator& world_;
+  TrainOptions o_;
+  fs::path output_;
+  std::shared_ptr<Dataset> dataset_;
+  std::optional<fs::path> resume_from_;
+  TrainingCheckpoint resumed_;
+  LoadedModel model_;
+  std::shared_ptr<const ParameterLayout> layout_;
+  ParallelPlan plan_;
+  std::unique_ptr<ProcessGrid> grid_;
+  std::vector<std::unique_ptr<Backend>> backends_;
+  std::vector<std::unique_ptr<ViTStage>> chunks_;
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;
+  std::unique_ptr<TraceRecorder> trace_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::unique_ptr<Loader> loader_;
+  std::unique_ptr<MetricsLog> metrics_;
+  TrainerState state_;
+  int64_t micro_batch_ = 0;
+  int micro_batches_ = 0;
+  int64_t batches_per_epoch_ = 0;
+  bool use_partial_ = true;
+  int64_t loader_epoch_ = -1;
+  std::vector<double> bubble_samples_, hidden_samples_;
+};
+
+void RankTrainer::run() {
+  VP_REQUIRE(!o_.model.empty(), "--model is required (a model directory or a Hugging Face repo id)");
+  VP_REQUIRE(!o_.data.empty(), "--data is required");
+  VP_REQUIRE(!o_.output_dir.empty(), "--output-dir is required");
+  output_ = o_.output_dir;
+  if (o_.resume) {
+    resume_from_ = latest_checkpoint(output_);
+    VP_REQUIRE(resume_from_.has_value(), "--resume: no checkpoint in ", (output_ / "checkpoints").string(),
+               " (train without --resume to start)");
+  } else if (root()) {
+    VP_REQUIRE(!latest_checkpoint(output_).has_value(), "--output-dir ", output_.string(),
+               " already holds a training run; add --resume to continue it or choose another directory");
+  }
+  open_data();
+  load_model_and_state();
+  build_pipeline();
+  plan_epochs();
+  train_loop();
+  finish();
+}
+
+void RankTrainer::open_data() {
+  DatasetOptions d;
+  d.val_fraction = o_.val_fraction;
+  d.seed = o_.data_seed;
+  d.add_no_finding = o_.add_no_finding;
+  d.view = o_.view;
+  d.skip_unreadable = o_.skip_unreadable;
+  dataset_ = open_dataset(o_.data, d);
+  VP_REQUIRE(!dataset_->split_indices(Split::train).empty(), o_.data, ": the train split has no images");
+}
+
+void RankTrainer::load_model_and_state() {
+  LoadOptions lo;
+  lo.labels = dataset_->label_names();
+  lo.image_size = o_.image_size;
+  lo.problem_type = dataset_->multi_label() ? ProblemType::multi_label : ProblemType::single_label;
+  lo.seed = o_.seed;
+  lo.allow_fresh_head = true;
+  if (resume_from_) {
+    resumed_ = read_training_checkpoint(*resume_from_);
+    check_resume_compatible(o_, resumed_.state.options, resume_from_->string());
+    state_ = resumed_.state;
+    lo.allow_fresh_head = false;
+    model_ = load_model(resume_from_->string(), lo);
+    info("resuming from ", resume_from_->string(), " at step ", state_.step, " (epoch ", state_.epoch + 1,
+         ", batch ", state_.batch_in_epoch, ")");
+  } else {
+    model_ = load_model(o_.model, lo);
+  }
+  layout_ = model_.parameters.layout_ptr();
+}
+
+void RankTrainer::build_pipeline() {
+  const ViTConfig& config = model_.config;
+  const bool interleaved = o_.pipeline_schedule == "interleaved";
+  ParallelConfig pc;
+  pc.world_size = world_.size();
+  pc.stages = o_.pipeline_stages;
+  pc.layers = static_cast<int>(config.num_hidden_layers);
+  pc.micro_batch = static_cast<int>(*o_.micro_batch_size);
+  pc.global_batch = static_cast<int>(o_.batch_size);
+  pc.schedule = schedule_of(o_);
+  pc.virtual_stages = interleaved ? o_.virtual_stages : 1;
+  pc.layers_per_stage = o_.layers_per_stage;
+  plan_ = validate_parallel_config(pc);
+  grid_ = std::make_unique<ProcessGrid>(world_.size(), world_.rank(), o_.pipeline_stages);
+  micro_batch_ = *o_.micro_batch_size;
+  micro_batches_ = plan_.micro_batches;
+
+  const Precision precision = o_.precision == DType::bf16 ? Precision::bf16 : Precision::fp32;
+  size_t activation_bytes = 0;
+  for (int chunk = 0; chunk < pc.virtual_stages; ++chunk) {
+    const SegmentRange range = plan_.segments_of(grid_->stage(), chunk);
+    StageOptions so;
+    so.first_segment = range.first;
+    so.last_segment = range.last;
+    so.precision = precision;
+    so.recompute = o_.recompute;
+    so.max_micro_batch = micro_batch_;
+    so.slots = activation_slots_needed(pc.schedule, pc.stages, micro_batches_, grid_->stage(), pc.virtual_stages);
+    backends_.push_back(make_cpu_backend());
+    chunks_.push_back(std::make_unique<ViTStage>(layout_, *backends_.back(), so));
+    ViTStage& stage = *chunks_.back();
+    activation_bytes += stage.activation_bytes();
+    optimizers_.push_back(make_optimizer(o_.optimizer_config(), stage.parameters()));
+    if (resume_from_) {
+      load_chunk_state(stage, optimizers_.back().get(), resumed_.parameters, resumed_.optimizer_state,
+                       resumed_.optimizer_metadata, resume_from_->string());
+    } else {
+      std::copy(model_.parameters.at(stage.parameters().begin()),
+                model_.parameters.at(stage.parameters().begin()) + stage.parameters().numel(),
+                stage.parameters().data());
+      stage.parameters_changed();
+    }
+  }
+  resumed_ = TrainingCheckpoint{};  // the whole-model copies are no longer needed
+
+  trace_ = std::make_unique<TraceRecorder>(true, world_.rank());
+  trace_->synchronize_start(world_);
+  ExecutorOptions eo;
+  eo.schedule = pc.schedule;
+  eo.virtual_stages = pc.virtual_stages;
+  if (o_.pos_weight_auto) {
+    VP_REQUIRE(dataset_->multi_label(), "--pos-weight auto needs a multi-label dataset");
+    const auto items = dataset_->split_indices(Split::train);
+    std::vector<float> targets(items.size() * static_cast<size_t>(dataset_->num_labels()));
+    for (size_t i = 0; i < items.size(); ++i) dataset_->write_labels(items[i], targets.data() + i * dataset_->num_labels());
+    const auto positives = count_positives(targets, dataset_->num_labels());
+    const auto weights = pos_weight_from_counts(positives, static_cast<int64_t>(items.size()));
+    eo.pos_weight = Tensor::empty({dataset_->num_labels()});
+    std::copy(weights.begin(), weights.end(), eo.pos_weight.f32());
+  }
+  std::vector<ViTStage*> chunks;
+  for (auto& c : chunks_) chunks.push_back(c.get());
+  executor_ = std::make_unique<PipelineExecutor>(*grid_, world_, chunks, eo, trace_.get());
+
+  const double peak_activations = world_.allreduce(static_cast<double>(activation_bytes), ReduceOp::max);
+  info("model: ", config.num_hidden_layers, " layers, hidden ", config.hidden_size, ", ", config.image_size, " px, ",
+       layout_->numel(), " parameters, ", config.num_labels(), " labels (",
+       config.problem_type == ProblemType::multi_label ? "multi-label, BCE" : "single-label, cross-entropy", "), ",
+       precision_name(precision), model_.fresh_head ? ", fresh classifier head" : "");
+  info("parallelism: ", world_.size(), launched_as_mpi_job() ? " MPI ranks" : " rank(s) in this process", " = ",
+       o_.pipeline_stages, " pipeline stage(s) x ", grid_->replicas(), " replica(s), schedule ", o_.pipeline_schedule,
+       o_.recompute ? ", activations recomputed" : "");
+  if (o_.pipeline_stages > 1 || interleaved) info(plan_.describe());
+  info("global batch ", o_.batch_size, " = micro-batch ", micro_batch_, " x ", micro_batches_,
+       " accumulation step(s) x ", grid_->replicas(), " replica(s)");
+  info("peak activation memory per rank (planned): ", format_bytes(peak_activations));
+}
+
+void RankTrainer::plan_epochs() {
+  const int64_t n = static_cast<int64_t>(dataset_->split_indices(Split::train).size());
+  const int64_t full = n / o_.batch_size, remainder = n % o_.batch_size;
+  const int replicas = grid_->replicas();
+  // A partial batch is usable when every replica's share still gives each micro-batch at least one image.
+  const bool usable = remainder > 0 && remainder / replicas >= micro_batches_;
+  if (o_.partial_batch == "use") {
+    VP_REQUIRE(remainder == 0 || usable, "--partial-batch use: the last batch of ", remainder,
+               " images cannot feed ", micro_batches_, " micro-batches on each of ", replicas,
+               " replicas; use --partial-batch drop or auto");
+    use_partial_ = true;
+  } else {
+    use_partial_ = o_.partial_batch == "auto" && usable;
+  }
+  batches_per_epoch_ = full + (use_partial_ && remainder > 0 ? 1 : 0);
+  VP_REQUIRE(batches_per_epoch_ > 0, o_.data, ": ", n, " training images do not fill one batch of ", o_.batch_size,
+             "; lower --batch-size");
+  state_.total_steps = o_.max_steps ? *o_.max_steps : *o_.epochs * batches_per_epoch_;
+  info("data: ", dataset_->spec(), ": ", n, " train / ", dataset_->split_indices(Split::val).size(), " val / ",
+       dataset_->split_indices(Split::test).size(), " test images; ", batches_per_epoch_, " steps per epoch, ",
+       state_.total_steps, " steps in all");
+  if (remainder > 0 && !use_partial_) {
+    info("note: the last ", remainder, " images of each epoch's shuffled order are not trained on in that epoch ",
+         "(the order changes every epoch, so every image is seen over the run); --partial-batch use keeps them");
+  }
+  if (grid_->first_stage()) {
+    LoaderOptions lo = training_loader_options(o_.batch_size, o_.seed);
+    lo.replica_index = grid_->replica();
+    lo.replica_count = replicas;
+    lo.threads = o_.loader_threads;
+    lo.partial_batch = use_partial_ ? PartialBatch::use : PartialBatch::drop;
+    lo.augment = o_.augment.enabled;
+    lo.augmentation = augmentation_settings(o_.augment);
+    lo.skip_unreadable = o_.skip_unreadable;
+    loader_ = std::make_unique<Loader>(dataset_, dataset_->split_indices(Split::train), model_.preprocessor, lo);
+    VP_REQUIRE(loader_->batches_per_epoch() == batches_per_epoch_, "loader plans ", loader_->batches_per_epoch(),
+               " batches per epoch, the trainer ", batches_per_epoch_);
+  }
+  if (root()) {
+    fs::create_directories(output_);
+    write_text_file_atomically(output_ / "train_options.json", o_.to_json().dump(2) + "\n");
+    metrics_ = std::make_unique<MetricsLog>(output_ / "metrics.jsonl", resume_from_ ? state_.step : -1);
+  }
+}
+
+StepShape RankTrainer::step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* batch) {
+  StepShape shape;
+  shape.micro_batch_sizes.assign(static_cast<size_t>(micro_batches_), 1);  // non-first stages get the real ones
+  if (!loader_) return shape;
+  if (loader_epoch_ != epoch) {
+    loader_->start_epoch(epoch, batch_in_epoch);
+    loader_epoch_ = epoch;
+  }
+  VP_REQUIRE(loader_->next(batch), "training data ran out in epoch ", epoch + 1, " at batch ", batch_in_epoch);
+  VP_REQUIRE(batch->index == batch_in_epoch, "loader delivered batch ", batch->index, ", expected ", batch_in_epoch);
+  const int64_t rows = batch->size();
+  VP_REQUIRE(rows >= micro_batches_, "batch ", batch_in_epoch, " of epoch ", epoch + 1, " has ", rows,
+             " usable images on this replica, fewer than its ", micro_batches_,
+             " micro-batches (too many unreadable images were skipped?)");
+  shape.micro_batch_sizes = even_split(rows, micro_batches_);
+  // The loss is the mean over the rows every replica actually uses (unreadable images skipped).
+  shape.global_rows = static_cast<int64_t>(executor_->data_parallel_group().allreduce(static_cast<double>(rows)));
+  return shape;
+}
+
+void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* record) {
+  // Global gradient norm over the whole model: the stages of one replica hold disjoint parts.
+  double squares = 0;
+  for (auto& chunk : chunks_) squares += sum_of_squares(chunk->gradients());
+  squares = executor_->pipeline_group().allreduce(squares);
+  const double norm = std::sqrt(squares);
+  if (o_.clip_grad_norm > 0) {
+    const double factor = clip_factor(norm, o_.clip_grad_norm);
+    if (factor != 1.0) {
+      for (auto& chunk : chunks_) scale(chunk->gradients(), factor);
+    }
+  }
+  const double lr = o_.lr_schedule().lr(state_.step, state_.total_steps);
+  {
+    TraceRecorder::Scope scope(trace_.get(), "optimizer", kTraceOptimizer, 0);
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      optimizers_[c]->step(chunks_[c]->parameters(), chunks_[c]->gradients(), lr);
+      chunks_[c]->parameters_changed();
+      chunks_[c]->zero_gradients();
+    }
+  }
+  double loss[2] = {result.loss_sum, static_cast<double>(result.loss_elements)};
+  world_.allreduce(loss, 2, ReduceOp::sum);
+  (*record)["loss"] = loss[1] > 0 ? loss[0] / loss[1] : 0.0;
+  (*record)["lr"] = lr;
+  (*record)["grad_norm"] = norm;
+}
+
+EvaluationReport RankTrainer::evaluate(Split split) {
+  EvaluationSettings s;
+  s.micro_batch = micro_batch_;
+  s.micro_batches = micro_batches_;
+  s.loader_threads = o_.loader_threads;
+  return evaluate_split(*executor_, world_, dataset_, split, model_.preprocessor, s);
+}
+
+void RankTrainer::export_model(const fs::path& directory) {
+  std::vector<ViTStage*> chunks;
+  for (auto& c : chunks_) chunks.push_back(c.get());
+  GatheredState gathered = gather_state(world_, *grid_, chunks, {});
+  if (!root()) return;
+  replace_directory_atomically(directory, [&](const fs::path& staging) {
+    save_model(staging, model_.config, model_.preprocessor, gathered.parameters);
+  });
+}
+
+void RankTrainer::save_checkpoint() {
+  std::vector<ViTStage*> chunks;
+  std::vector<Optimizer*> optimizers;
+  for (auto& c : chunks_) chunks.push_back(c.get());
+  for (auto& opt : optimizers_) optimizers.push_back(opt.get());
+  GatheredState gathered = gather_state(world_, *grid_, chunks, optimizers);
+  if (!root()) return;
+  TrainingCheckpoint c;
+  c.config = model_.config;
+  c.preprocessor = model_.preprocessor;
+  c.parameters = gathered.parameters;
+  c.optimizer_state = gathered.optimizer_state;
+  c.optimizer_metadata = gathered.optimizer_metadata;
+  c.state = state_;
+  c.state.options = o_.to_json();
+  const fs::path written = write_training_checkpoint(output_, c);
+  info("checkpoint: ", written.string());
+}
+
+void RankTrainer::after_evaluation(const EvaluationReport& report) {
+  // Rank 0 decides; everyone must agree whether to take part in the export (it is collective).
+  double improved = 0;
+  if (root()) {
+    nlohmann::json record = report.to_json();
+    record.erase("detail");
+    record["type"] = "eval";
+    record["step"] = state_.step;
+    record["epoch"] = static_cast<double>(state_.step) / static_cast<double>(batches_per_epoch_);
+    metrics_->write(record);
+    const auto& mean = report.metrics.roc_auc.mean;
+    char line[160];
+    std::snprintf(line, sizeof(line), "eval %s at step %lld: loss %.4f, mean ROC-AUC %s", report.split.c_str(),
+                  static_cast<long long>(state_.step), report.loss,
+                  mean ? std::to_string(*mean).substr(0, 6).c_str() : "n/a");
+    info(line);
+    if (!o_.export_last && mean && (!state_.best_metric || *mean > *state_.best_metric)) {
+      state_.best_metric = *mean;
+      state_.best_step = state_.step;
+      improved = 1;
+    }
+  }
+  world_.broadcast_bytes(&improved, sizeof(improved), 0);
+  if (improved != 0) {
+    export_model(output_ / "model");
+    info("best so far (mean ROC-AUC ", *state_.best_metric, "): exported to ", (output_ / "model").string());
+  }
+}
+
+void RankTrainer::train_loop() {
+  const bool has_val = !dataset_->split_indices(Split::val).empty();
+  if (!has_val) info("no validation images (--val-fraction 0?): exporting the last weights");
+  ProgressBar progress("training", state_.total_steps, "step");
+  progress.update(state_.step);
+  const int64_t images_per_step = o_.batch_size;
+  Stopwatch since_log;
+  int64_t images_since_log = 0;
+  double loss_since_log = 0;
+  int64_t steps_since_log = 0;
+  while (state_.step < state_.total_steps) {
+    const int64_t epoch = state_.epoch, index = state_.batch_in_epoch;
+    trace_->set_step(static_cast<int>(state_.step));
+    Batch batch;
+    StepShape shape;
+    {
+      TraceRecorder::Scope scope(trace_.get(), "load batch", kTraceData, 0);
+      shape = step_shape(epoch, index, &batch);
+    }
+    std::vector<int64_t> offsets(shape.micro_batch_sizes.size(), 0);
+    for (size_t i = 1; i < offsets.size(); ++i) offsets[i] = offsets[i - 1] + shape.micro_batch_sizes[i - 1];
+    const bool multi_label = dataset_->multi_label();
+    const MicroBatchSource source = [&](int mb) {
+      const int64_t begin = offsets[static_cast<size_t>(mb)];
+      const int64_t end = begin + shape.micro_batch_sizes[static_cast<size_t>(mb)];
+      MicroBatchData data;
+      data.images = batch.images.slice(begin, end);
+      if (multi_label) {
+        data.targets = batch.labels.slice(begin, end);
+      } else {
+        data.targets = Tensor::empty({end - begin}, DType::i64);
+        for (int64_t r = begin; r < end; ++r) data.targets.data<int64_t>()[r - begin] = batch.classes[static_cast<size_t>(r)];
+      }
+      data.indices.assign(batch.indices.begin() + begin, batch.indices.begin() + end);
+      return data;
+    };
+    const StepResult result = executor_->train_step(shape, source);
+    nlohmann::json record = {{"type", "train"}, {"step", state_.step + 1}};
+    optimizer_step(result, &record);
+    if (state_.step > 0 && result.seconds > 0) {  // the first step includes one-time JIT compilation
+      bubble_samples_.push_back(1.0 - result.compute_seconds / result.seconds);
+      hidden_samples_.push_back(result.reduction.hidden_fraction());
+    }
+    if (!o_.trace.empty() ? state_.step + 1 >= kMaxTracedSteps : true) trace_->clear();
+
+    ++state_.step;
+    ++state_.batch_in_epoch;
+    if (state_.batch_in_epoch == batches_per_epoch_) {
+      state_.batch_in_epoch = 0;
+      ++state_.epoch;
+    }
+    const bool epoch_end = state_.batch_in_epoch == 0;
+    images_since_log += images_per_step;
+    loss_since_log += record["loss"].get<double>();
+    ++steps_since_log;
+    const double rate = static_cast<double>(images_since_log) / std::max(1e-9, since_log.seconds());
+    char detail[128];
+    std::snprintf(detail, sizeof(detail), "epoch %lld  loss %.4f  %.1f img/s",
+                  static_cast<long long>(epoch + 1), record["loss"].get<double>(), rate);
+    progress.update(state_.step, detail);
+    if (root() && ((o_.log_every > 0 && state_.step % o_.log_every == 0) || state_.step == state_.total_steps)) {
+      record["epoch"] = static_cast<double>(state_.step) / static_cast<double>(batches_per_epoch_);
+      record["images_per_s"] = rate;
+      record["mean_loss_since_last_log"] = loss_since_log / static_cast<double>(steps_since_log);
+      metrics_->write(record);
+      images_since_log = 0;
+      loss_since_log = 0;
+      steps_since_log = 0;
+      since_log = Stopwatch{};
+    }
+    const bool last = state_.step == state_.total_steps;
+    const bool evaluate_now = has_val && (o_.eval_every > 0 ? state_.step % o_.eval_every == 0 : epoch_end);
+    if (evaluate_now || (last && has_val && !(o_.eval_every > 0 ? state_.step % o_.eval_every == 0 : epoch_end))) {
+      after_evaluation(evaluate(Split::val));
+    }
+    const bool checkpoint_now = o_.checkpoint_every > 0 ? state_.step % o_.checkpoint_every == 0 : epoch_end;
+    if (checkpoint_now || last) save_checkpoint();
+  }
+  progress.finish();
+}
+
+void RankTrainer::finish() {
+  const fs::path model_dir = output_ / "model";
+  const bool has_val = !dataset_->split_indices(Split::val).empty();
+  if (o_.export_last || !has_val || !fs::exists(model_dir) || !state_.best_metric) {
+    export_model(model_dir);
+    info("exported the last weights to ", model_dir.string());
+  }
+  // Bubble and gradient reduction figures, averaged over steps and ranks.
+  double sums[3] = {0, 0, 0};
+  for (double b : bubble_samples_) sums[0] += b;
+  for (double h : hidden_samples_) sums[1] += h;
+  sums[2] = static_cast<double>(bubble_samples_.size());
+  world_.allreduce(sums, 3, ReduceOp::sum);
+  if (sums[2] > 0 && (o_.pipeline_stages > 1 || grid_->replicas() > 1)) {
+    const double theory = theoretical_bubble_fraction(schedule_of(o_), o_.pipeline_stages, micro_batches_,
+                                                      o_.pipeline_schedule == "interleaved" ? o_.virtual_stages : 1);
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  "pipeline bubble: measured %.1f%% of step time idle (mean over ranks and steps), theory %.1f%%; "
+                  "gradient all-reduce hidden behind backward: %.0f%%",
+                  100.0 * sums[0] / sums[2], 100.0 * theory, 100.0 * sums[1] / sums[2]);
+    info(line);
+  }
+  if (!o_.trace.empty()) {
+    write_chrome_trace(world_, *trace_, grid_->describe(), o_.trace);
+    info("trace (first ", kMaxTracedSteps, " steps at most) written to ", o_.trace,
+         " (open in chrome://tracing or ui.perfetto.dev)");
+  }
+  // Final report on the exported model: reload it so val/test numbers describe exactly what was written.
+  LoadOptions lo;
+  lo.reference.allow_download = false;
+  LoadedModel exported = load_model(model_dir.string(), lo);
+  for (auto& chunk : chunks_) {
+    std::copy(exported.parameters.at(chunk->parameters().begin()),
+              exported.parameters.at(chunk->parameters().begin()) + chunk->parameters().numel(),
+              chunk->parameters().data());
+    chunk->parameters_changed();
+  }
+  std::vector<EvaluationReport> reports;
+  if (has_val) reports.push_back(evaluate(Split::val));
+  if (o_.test) {
+    if (dataset_->split_indices(Split::test).empty()) {
+      info("--test: the dataset has no test split images");
+    } else {
+      reports.push_back(evaluate(Split::test));
+    }
+  }
+  if (root()) {
+    for (const auto& report : reports) {
+      nlohmann::json record = report.to_json();
+      record.erase("detail");
+      record["type"] = "final_eval";
+      record["step"] = state_.step;
+      metrics_->write(record);
+      info("\n", report.split, " split (", report.rows, " images), model ", model_dir.string(), ", loss ",
+           report.loss, ":\n", report.table());
+    }
+    info("model written to ", model_dir.string(), " (Hugging Face format: config.json, model.safetensors, "
+         "preprocessor_config.json); metrics in ", (output_ / "metrics.jsonl").string());
+  }
+}
+
+}  // namespace
+
+void run_training(const TrainOptions& options) {
+  TrainOptions o = options;
+  complete_defaults(o);
+  o.validate();
+  // Without mpirun, the pipeline's stages run as threads of this process.
+  run_on_world(o.pipeline_stages, o.threads, [&](Communicator& world) {
+    RankTrainer trainer(world, o);
+    trainer.run();
+  });
+}
+
+}  // namespace vitpipe

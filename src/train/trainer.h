@@ -1,0 +1,14 @@
+// `vitpipe train`: fine-tunes a model on a dataset, on one process or on every rank of an MPI job (pipeline stages
+// x data-parallel replicas), evaluates on the validation split, checkpoints, resumes and exports the best model in
+// Hugging Face format. One code path: a single process is a pipeline of one stage and one replica.
+#pragma once
+
+#include "train/train_options.h"
+
+namespace vitpipe {
+
+// Runs the whole job described by `options` (as resolved by TrainOptionsParser). Under mpirun every process calls
+// this; without mpirun a pipeline of P stages runs as P threads of this process.
+void run_training(const TrainOptions& options);
+
+}  // namespace vitpipe

@@ -1,0 +1,171 @@
+#include "train/training_checkpoint.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "io/hf_config.h"
+#include "io/model_files.h"
+#include "io/safetensors.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace vitpipe {
+namespace fs = std::filesystem;
+
+nlohmann::json TrainerState::to_json() const {
+  nlohmann::json j = {{"step", step},
+                      {"epoch", epoch},
+                      {"batch_in_epoch", batch_in_epoch},
+                      {"total_steps", total_steps},
+                      {"best_step", best_step},
+                      {"options", options}};
+  j["best_metric"] = best_metric ? nlohmann::json(*best_metric) : nlohmann::json(nullptr);
+  return j;
+}
+
+TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string& source) {
+  TrainerState s;
+  try {
+    s.step = j.at("step").get<int64_t>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.batch_in_epoch = j.at("batch_in_epoch").get<int64_t>();
+    s.total_steps = j.at("total_steps").get<int64_t>();
+    s.best_step = j.at("best_step").get<int64_t>();
+    if (!j.at("best_metric").is_null()) s.best_metric = j.at("best_metric").get<double>();
+    s.options = j.at("options");
+  } catch (const nlohmann::json::exception& e) {
+    fail(source, ": not a vitpipe trainer state (", e.what(), ")");
+  }
+  VP_REQUIRE(s.step >= 0 && s.epoch >= 0 && s.batch_in_epoch >= 0, source, ": negative step or position");
+  return s;
+}
+
+namespace {
+
+fs::path checkpoints_dir(const fs::path& output_dir) { return output_dir / "checkpoints"; }
+
+std::string step_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+void fsync_directory(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+fs::path write_training_checkpoint(const fs::path& output_dir, const TrainingCheckpoint& c, int keep) {
+  const fs::path root = checkpoints_dir(output_dir);
+  fs::create_directories(root);
+  const std::string name = step_name(c.state.step);
+  const fs::path final_dir = root / name;
+  const fs::path staging = root / concat(name, ".tmp-", ::getpid());
+  std::error_code ignored;
+  fs::remove_all(staging, ignored);
+  fs::create_directories(staging);
+  try {
+    save_model(staging, c.config, c.preprocessor, c.parameters);
+    if (!c.optimizer_state.empty()) write_safetensors(staging / "optimizer.safetensors", c.optimizer_state, c.optimizer_metadata);
+    write_text_file_atomically(staging / "trainer_state.json", c.state.to_json().dump(2) + "\n");
+    fsync_directory(staging);
+    fs::remove_all(final_dir, ignored);  // a checkpoint of the same step from an interrupted earlier run
+    fs::rename(staging, final_dir);
+    fsync_directory(root);
+  } catch (...) {
+    fs::remove_all(staging, ignored);
+    throw;
+  }
+  write_text_file_atomically(root / "latest", name + "\n");
+  // Keep the newest `keep` complete checkpoints.
+  std::vector<fs::path> complete;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string n = entry.path().filename().string();
+    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp-") == std::string::npos) {
+      complete.push_back(entry.path());
+    }
+  }
+  std::sort(complete.begin(), complete.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep) < complete.size(); ++i) fs::remove_all(complete[i], ignored);
+  return final_dir;
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& output_dir) {
+  const fs::path root = checkpoints_dir(output_dir);
+  const fs::path pointer = root / "latest";
+  if (!fs::exists(pointer)) return std::nullopt;
+  std::string name = read_text_file(pointer);
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  const fs::path dir = root / name;
+  VP_REQUIRE(fs::is_directory(dir) && fs::exists(dir / "trainer_state.json"), pointer.string(), " names ", name,
+             ", which is not a complete checkpoint");
+  return dir;
+}
+
+TrainingCheckpoint read_training_checkpoint(const fs::path& directory) {
+  TrainingCheckpoint c;
+  const fs::path state_path = directory / "trainer_state.json";
+  VP_REQUIRE(fs::exists(state_path), directory.string(), ": not a training checkpoint (no trainer_state.json)");
+  nlohmann::json state_json;
+  try {
+    state_json = nlohmann::json::parse(read_text_file(state_path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(state_path.string(), ": invalid JSON (", e.what(), ")");
+  }
+  c.state = TrainerState::from_json(state_json, state_path.string());
+  LoadOptions options;
+  options.reference.allow_download = false;
+  LoadedModel model = load_model(directory.string(), options);
+  c.config = model.config;
+  c.preprocessor = model.preprocessor;
+  c.parameters = model.parameters;
+  const fs::path optimizer_path = directory / "optimizer.safetensors";
+  if (fs::exists(optimizer_path)) {
+    SafetensorsFile file = read_safetensors(optimizer_path);
+    for (auto& [name, tensor] : file.tensors) {
+      VP_REQUIRE(tensor.dtype() == DType::f32 && tensor.numel() == c.parameters.numel(), optimizer_path.string(),
+                 ": tensor '", name, "' must be F32 with ", c.parameters.numel(), " elements (the model's size)");
+      c.optimizer_state[name] = tensor.clone();
+    }
+    c.optimizer_metadata = file.metadata;
+  }
+  return c;
+}
+
+void replace_directory_atomically(const fs::path& target, const std::function<void(const fs::path&)>& write) {
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  fs::create_directories(parent);
+  const fs::path staging = parent / concat(target.filename().string(), ".tmp-", ::getpid());
+  std::error_code ignored;
+  fs::remove_all(staging, ignored);
+  fs::create_directories(staging);
+  try {
+    write(staging);
+    fsync_directory(staging);
+    if (fs::exists(target)) {
+      // Swap in one step; the old contents end up in `staging` and are removed.
+      VP_REQUIRE(::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0,
+                 "cannot replace ", target.string(), ": ", std::strerror(errno));
+      fs::remove_all(staging, ignored);
+    } else {
+      fs::rename(staging, target);
+    }
+    fsync_directory(parent);
+  } catch (...) {
+    fs::remove_all(staging, ignored);
+    throw;
+  }
+}
+
+}  // namespace vitpipe

@@ -1,0 +1,5 @@
+# `vitpipe data inspect` checked against Python's csv module; `vitpipe data prepare` end to end.
+add_test(NAME data_inspect_matches_csv COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_inspect.py)
+set_tests_properties(data_inspect_matches_csv PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS data)
+add_test(NAME data_prepare_cli COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/check_prepare.sh)
+set_tests_properties(data_prepare_cli PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS data)
