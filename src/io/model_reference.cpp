@@ -34,7 +34,7 @@ std::filesystem::path resolve_model_reference(const std::string& reference, cons
          ": is a file; expected a directory holding config.json and the weights, or a Hub "
          "repo id (org/name)");
   }
-  if (looks_like_path(reference)) fail("--model ", reference, ": no such directory");
+  if (looks_like_path(reference)) fail("--model ", reference, ": not a directory (no such path)");
   VP_REQUIRE(is_valid_repo_id(reference), "--model ", reference,
              ": neither an existing directory nor a valid Hub repo id (org/name, letters, digits, '-', '_', '.')");
 

@@ -435,7 +435,7 @@ class HubDownloadTest(unittest.TestCase):
         self.assertEqual(self.run_cli([local], program=RESOLVE).stdout.strip(), local)
         for path in ("./no-such-dir", os.path.join(self.tmp.name, "missing"), "a/b/c", "models/"):
             out = self.run_cli([path], program=RESOLVE, expect_rc=1)
-            self.assertIn(": no such directory", out.stderr)
+            self.assertIn(": not a directory (no such path)", out.stderr)
         out = self.run_cli(["bad id!"], program=RESOLVE, expect_rc=1)
         self.assertIn("neither an existing directory nor a valid Hub repo id", out.stderr)
         file_path = os.path.join(self.tmp.name, "config.json")

@@ -31,3 +31,12 @@ foreach(case ${HUB_PYTORCH_BIN_CASES})
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_pytorch_bin.py PytorchBinTest.test_${case})
   set_tests_properties(hub.pytorch_bin.${case} PROPERTIES ENVIRONMENT "${HUB_TEST_ENV}" LABELS hub TIMEOUT 120)
 endforeach()
+
+# Model directories with only pytorch_model.bin, through load_model (the io layer's probe and HF-structured torch model).
+foreach(case pytorch_model_bin_formats_load_like_safetensors sharded_bin_index bf16_backbone_bin_gets_a_fresh_head
+             safetensors_preferred_and_hostile_bin_refused)
+  add_test(NAME hub.model_dir.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_model_dir_bin.py ModelDirectoryBinTest.test_${case})
+  set_tests_properties(hub.model_dir.${case} PROPERTIES
+    ENVIRONMENT "${HUB_TEST_ENV};IO_PROBE=$<TARGET_FILE:io_probe>" LABELS hub TIMEOUT 120)
+endforeach()
