@@ -58,7 +58,8 @@ class Backend {
   // qkv [B, T, 3D] = q | k | v, each [H, d] per token; probs [B, H, T, T] saved; out [B, T, D].
   // qkv and out share a dtype (f32 or bf16); probs f32 or bf16. Scores and softmax are computed in f32.
   virtual void attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) = 0;
-  // grad_qkv [B, T, 3D] overwritten (f32 or bf16); grad_qkv_bias [3D] (optional, f32) adds its column sums in f32.
+  // grad_qkv [B, T, 3D] overwritten (f32 or bf16); grad_qkv_bias [3D] (optional, f32) adds the column sums of the
+  // query and value parts in f32 (the key bias gradient is exactly zero and is left untouched).
   virtual void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
                                   const Tensor& grad_qkv, const Tensor* grad_qkv_bias) = 0;
 

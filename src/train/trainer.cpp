@@ -500,7 +500,10 @@ void RankTrainer::train_loop() {
 void RankTrainer::finish() {
   const fs::path model_dir = output_ / "model";
   const bool has_val = !dataset_->split_indices(Split::val).empty();
-  if (o_.export_last || !has_val || !fs::exists(model_dir) || !state_.best_metric) {
+  // Rank 0 knows whether a best model was exported; the export is collective, so it decides for everyone.
+  double export_last = root() && (o_.export_last || !has_val || !fs::exists(model_dir) || !state_.best_metric);
+  world_.broadcast_bytes(&export_last, sizeof(export_last), 0);
+  if (export_last != 0) {
     export_model(model_dir);
     info("exported the last weights to ", model_dir.string());
   }

@@ -220,7 +220,9 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
     const int64_t offset = b * T * 3 * D + h * hd;
     const float* parts[3] = {dq, dk, dv};
     for (int which = 0; which < 3; ++which) {
-      float* part_colsum = cs ? cs + which * D + h * hd : nullptr;
+      // The key bias gradient is exactly zero (softmax ignores the per-row constant q.b_k): summing dK would only
+      // add rounding noise, which Adam's normalisation turns into full-size random updates of the key bias.
+      float* part_colsum = cs && which != 1 ? cs + which * D + h * hd : nullptr;
       if (grad_type == DType::f32) {
         write_head_gradient(parts[which], T, hd, static_cast<float*>(grad_base) + offset + which * D, 3 * D,
                             part_colsum);
