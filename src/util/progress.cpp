@@ -15,7 +15,7 @@ bool ProgressBar::stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit)
     : label_(std::move(label)), total_(total), unit_(std::move(unit)), terminal_(stderr_is_terminal()) {
   start_ = std::chrono::steady_clock::now();
-  // A terminal shows the bar at once; a log gets its first line after one interval (a short job: only finish()'s).
+  // A terminal shows the bar at once; a log gets its first line after one interval (a short job: only its last).
   last_draw_ = terminal_ ? start_ - std::chrono::hours(1) : start_;
 }
 
@@ -28,8 +28,12 @@ void ProgressBar::update(int64_t done, const std::string& detail) {
   auto now = std::chrono::steady_clock::now();
   // Terminals get ~10 redraws per second; logs get a line every 10 s so they stay readable.
   auto interval = terminal_ ? std::chrono::milliseconds(100) : std::chrono::milliseconds(10000);
-  // Reaching the total redraws a terminal's bar; a log leaves the last line to finish(), so it is not written twice.
-  if (now - last_draw_ < interval && (done_ < total_ || !terminal_)) return;
+  // In a log, reaching the total writes the closing line (with the elapsed time) once; finish() adds nothing.
+  if (!terminal_ && total_ > 0 && done_ >= total_) {
+    finish(detail);
+    return;
+  }
+  if (now - last_draw_ < interval && done_ < total_) return;
   last_draw_ = now;
   draw(false, detail);
 }
@@ -47,15 +51,20 @@ void ProgressBar::draw(bool final_line, const std::string& detail) {
   std::string eta = (rate > 0 && total_ > done_) ? format_duration(static_cast<double>(total_ - done_) / rate) : "-";
   char rate_text[64];
   std::snprintf(rate_text, sizeof(rate_text), "%.1f %s/s", rate, unit_.c_str());
+  // Unit "B": sizes and rates in KiB/MiB/GiB (downloads).
+  bool bytes = unit_ == "B";
+  if (bytes) std::snprintf(rate_text, sizeof(rate_text), "%s/s", format_bytes(rate).c_str());
+  std::string done_text = bytes ? format_bytes(static_cast<double>(done_)) : std::to_string(done_);
+  std::string total_text = bytes ? format_bytes(static_cast<double>(total_)) : std::to_string(total_);
   std::string line;
   if (total_ > 0) {
     double fraction = std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_));
     int width = 24;
     int filled = static_cast<int>(std::lround(fraction * width));
-    line = concat(label_, " [", std::string(filled, '#'), std::string(width - filled, '.'), "] ", done_, "/", total_,
-                  " ", rate_text, " ETA ", eta);
+    line = concat(label_, " [", std::string(filled, '#'), std::string(width - filled, '.'), "] ", done_text, "/",
+                  total_text, " ", rate_text, " ETA ", eta);
   } else {
-    line = concat(label_, " ", done_, " ", rate_text);
+    line = concat(label_, " ", done_text, " ", rate_text);
   }
   if (!detail.empty()) line += "  " + detail;
   if (final_line) line += concat("  (", format_duration(elapsed), ")");

@@ -1,4 +1,5 @@
-// A progress line: redrawn in place on a terminal, plain log lines at a modest rate when stderr is a file or pipe.
+// A progress line: redrawn in place on a terminal, plain log lines at a modest rate when stderr is a file or pipe
+// (one every 10 s, and one closing line when the total is reached or finish() is called, whichever comes first).
 #pragma once
 
 #include <chrono>

@@ -2,12 +2,12 @@
 // JIT-compiles a kernel, which costs far more than running it on a ViT-sized problem.
 #pragma once
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "tensor/dtype.h"
@@ -21,8 +21,8 @@ struct MatmulShape {
   int64_t b_row = 0, b_col = 1;  // B strides
   int64_t c_row = 0;             // C row stride (columns contiguous)
   DType a_type = DType::f32, b_type = DType::f32, c_type = DType::f32;
-  bool bias = false;      // + bias[N] (f32)
-  bool residual = false;  // + R[M,N] (f32, contiguous rows of stride c_row)
+  bool bias = false;        // + bias[N] (f32)
+  bool residual = false;    // + R[M,N] (f32, contiguous rows of stride c_row)
   bool accumulate = false;  // C += instead of C =
 
   auto key() const {
@@ -52,7 +52,6 @@ class MatmulCache {
   std::map<Key, std::shared_ptr<Prepared>> cache_;
   std::map<Key, std::shared_ptr<Prepared>> thread_cache_;
   std::vector<std::unique_ptr<dnnl::stream>> thread_streams_;
-  std::vector<std::vector<char>> thread_scratch_;
 };
 
 struct MatmulCache::Prepared {
@@ -60,6 +59,13 @@ struct MatmulCache::Prepared {
   dnnl::matmul primitive;
   dnnl::memory::desc a_desc, b_desc, c_desc, bias_desc, residual_desc;
   size_t scratchpad_bytes = 0;
+  // Per OpenMP thread: memory objects and the argument map, made once; each run only swaps data pointers.
+  struct ThreadArgs {
+    dnnl::memory a, b, c;
+    std::vector<char> scratchpad;
+    std::unordered_map<int, dnnl::memory> args;
+  };
+  std::vector<ThreadArgs> thread_args;
 };
 
 }  // namespace vitpipe::cpu
