@@ -87,7 +87,7 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tenso
   const size_t out_es = element_size(out.dtype());
   float* scratch_base = attention_scratch_.data();
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth_it(a.batch * T * T * D))
   for (int64_t task = 0; task < a.batch * heads; ++task) {
     const int64_t b = task / heads, h = task % heads;
     float* s = scratch_base + omp_get_thread_num() * scratch_stride;
@@ -193,7 +193,7 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   const DType grad_type = grad_qkv.dtype();
   void* grad_base = grad_qkv.raw();
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth_it(a.batch * T * T * D))
   for (int64_t task = 0; task < a.batch * heads; ++task) {
     const int64_t b = task / heads, h = task % heads;
     const int thread = omp_get_thread_num();

@@ -14,7 +14,7 @@ void patchify_impl(const float* images, int64_t batch, int64_t channels, int64_t
                    Out* patches) {
   const int64_t gh = height / p, gw = width / p;
   const int64_t patch_dim = channels * p * p;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth_it(batch * channels * height * width))
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t py = 0; py < gh; ++py) {
       for (int64_t px = 0; px < gw; ++px) {
@@ -36,7 +36,7 @@ template <class G>
 void embeddings_backward_impl(const float* grad_x, int64_t batch, int64_t tokens, int64_t d, float* grad_cls,
                               float* grad_pos, G* grad_patch, ThreadPartials& bias_partials, float* grad_bias) {
   // Position gradient = sum over the batch; threads split tokens so each owns its rows (no reduction needed).
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth_it(batch * tokens * d))
   for (int64_t t = 0; t < tokens; ++t) {
     float* gp = grad_pos + t * d;
     for (int64_t b = 0; b < batch; ++b) {
@@ -51,7 +51,7 @@ void embeddings_backward_impl(const float* grad_x, int64_t batch, int64_t tokens
   }
   const bool bias = grad_bias != nullptr;
   if (bias) bias_partials.reset(omp_get_max_threads(), d);
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth_it(batch * tokens * d))
   {
     float* cs = bias ? bias_partials.row(omp_get_thread_num()) : nullptr;
 #pragma omp for collapse(2) schedule(static)
@@ -95,7 +95,7 @@ void CpuBackend::embeddings_forward(const Tensor& patch_proj, const Tensor& cls,
   const float* c = cls.f32();
   const float* p = pos.f32();
   float* out = x.f32();
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth_it(batch * tokens * d))
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t t = 0; t < tokens; ++t) {
       const float* src = t == 0 ? c : proj + (b * (tokens - 1) + t - 1) * d;
@@ -137,7 +137,7 @@ void CpuBackend::gather_cls(const Tensor& x, const Tensor& out) {
 void CpuBackend::scatter_cls(const Tensor& grad, const Tensor& grad_x) {
   VP_REQUIRE(grad_x.rank() == 3 && grad.numel() == grad_x.dim(0) * grad_x.dim(2), "scatter_cls: shapes");
   const int64_t batch = grad_x.dim(0), tokens = grad_x.dim(1), d = grad_x.dim(2);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth_it(batch * tokens * d))
   for (int64_t b = 0; b < batch; ++b) {
     float* dst = grad_x.f32() + b * tokens * d;
     const float* src = grad.f32() + b * d;

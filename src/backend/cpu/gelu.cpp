@@ -9,7 +9,7 @@ namespace {
 
 template <class Out>
 void gelu_rows(const float* in, Out* out, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel_worth_it(n))
   for (int64_t i = 0; i < n; ++i) store(out + i, gelu(in[i]));
 }
 
@@ -17,7 +17,7 @@ template <class GradOut, class GradIn>
 void gelu_backward_rows(const GradOut* grad_out, const float* in, GradIn* grad_in, int64_t rows, int64_t cols,
                         ThreadPartials* partials, float* grad_bias) {
   if (partials) partials->reset(omp_get_max_threads(), cols);
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth_it(rows * cols))
   {
     float* cs = partials ? partials->row(omp_get_thread_num()) : nullptr;
 #pragma omp for schedule(static)

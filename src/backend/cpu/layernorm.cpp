@@ -13,7 +13,7 @@ namespace {
 template <class Out>
 void layernorm_rows(const float* in, const float* weight, const float* bias, float eps, Out* out, float* mean_out,
                     float* rstd_out, int64_t rows, int64_t d) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth_it(rows * d))
   for (int64_t i = 0; i < rows; ++i) {
     const float* x = in + i * d;
     float sum = 0.0f;
@@ -53,7 +53,7 @@ void layernorm_backward_rows(const LayerNormBackwardArgs& a, const GradOut* grad
   dbias_partials.reset(threads, d);
   if (colsum) colsum_partials.reset(threads, d);
   const float inv_d = 1.0f / static_cast<float>(d);
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth_it(rows * d))
   {
     const int t = omp_get_thread_num();
     float* dw = dweight_partials.row(t);

@@ -77,7 +77,7 @@ namespace {
 template <class T>
 void column_sums(const T* grad, int64_t m, int64_t n, ThreadPartials& partials, float* out) {
   partials.reset(omp_get_max_threads(), n);
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth_it(m * n))
   {
     float* acc = partials.row(omp_get_thread_num());
 #pragma omp for schedule(static)

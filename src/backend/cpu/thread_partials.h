@@ -10,6 +10,11 @@
 
 namespace vitpipe::cpu {
 
+// Below this many elements of work a kernel runs on the calling thread: waking a team costs more than it saves, and
+// on a busy machine a team whose other threads are descheduled spins at the barrier.
+constexpr int64_t kMinParallelWork = int64_t{1} << 15;
+inline bool parallel_worth_it(int64_t work) { return work >= kMinParallelWork; }
+
 class ThreadPartials {
  public:
   // Zeroes `threads` rows of `width` floats, reusing memory across calls (no allocation in a steady state).
