@@ -27,7 +27,7 @@ void TraceRecorder::set_lane_name(int lane, std::string name) {
 
 void TraceRecorder::record(std::string_view name, std::string_view category, int64_t start_ns, int64_t end_ns, int lane,
                            int micro_batch, int64_t value) {
-  if (!enabled_) return;
+  if (!enabled()) return;
   TraceEvent event{std::string(name),
                    std::string(category),
                    start_ns,

@@ -3,6 +3,7 @@
 // measured bubble fraction of the end-of-run summary.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -40,7 +41,9 @@ class TraceRecorder {
  public:
   explicit TraceRecorder(bool enabled = true, int rank = 0);
 
-  bool enabled() const { return enabled_; }
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  // Stops (or resumes) recording; what was recorded stays. E.g. after the first N steps of a long run.
+  void set_enabled(bool enabled) { enabled_.store(enabled, std::memory_order_relaxed); }
   int rank() const { return rank_; }
   // Collective: a barrier, then every rank restarts its clock, so the ranks' times share an origin (to within the
   // barrier's skew, microseconds on one machine). Also takes the rank from `world`.
@@ -78,7 +81,7 @@ class TraceRecorder {
   void clear();
 
  private:
-  bool enabled_;
+  std::atomic<bool> enabled_;
   int rank_;
   int step_ = -1;
   std::chrono::steady_clock::time_point origin_;

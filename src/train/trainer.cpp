@@ -26,6 +26,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/progress.h"
+#include "util/threads.h"
 
 namespace vitpipe {
 namespace fs = std::filesystem;
@@ -123,6 +124,7 @@ class RankTrainer {
   int64_t batches_per_epoch_ = 0;
   bool use_partial_ = true;
   int64_t loader_epoch_ = -1;
+  int traced_steps_ = 0;
   std::vector<double> bubble_samples_, hidden_samples_;
 };
 
@@ -224,7 +226,7 @@ void RankTrainer::build_pipeline() {
   }
   resumed_ = TrainingCheckpoint{};  // the whole-model copies are no longer needed
 
-  trace_ = std::make_unique<TraceRecorder>(true, world_.rank());
+  trace_ = std::make_unique<TraceRecorder>(!o_.trace.empty(), world_.rank());
   trace_->synchronize_start(world_);
   ExecutorOptions eo;
   eo.schedule = pc.schedule;
@@ -250,7 +252,7 @@ void RankTrainer::build_pipeline() {
        precision_name(precision), model_.fresh_head ? ", fresh classifier head" : "");
   info("parallelism: ", world_.size(), launched_as_mpi_job() ? " MPI ranks" : " rank(s) in this process", " = ",
        o_.pipeline_stages, " pipeline stage(s) x ", grid_->replicas(), " replica(s), schedule ", o_.pipeline_schedule,
-       o_.recompute ? ", activations recomputed" : "");
+       o_.recompute ? ", activations recomputed" : "", "; ", configured_threads(), " CPU thread(s) per rank");
   if (o_.pipeline_stages > 1 || interleaved) info(plan_.describe());
   info("global batch ", o_.batch_size, " = micro-batch ", micro_batch_, " x ", micro_batches_,
        " accumulation step(s) x ", grid_->replicas(), " replica(s)");
@@ -459,7 +461,9 @@ void RankTrainer::train_loop() {
       bubble_samples_.push_back(1.0 - result.compute_seconds / result.seconds);
       hidden_samples_.push_back(result.reduction.hidden_fraction());
     }
-    if (!o_.trace.empty() ? state_.step + 1 >= kMaxTracedSteps : true) trace_->clear();
+    // --trace keeps the first kMaxTracedSteps steps of this run; recording stops there (clearing would throw the
+    // whole trace away).
+    if (++traced_steps_ >= kMaxTracedSteps) trace_->set_enabled(false);
 
     ++state_.step;
     ++state_.batch_in_epoch;
