@@ -210,7 +210,10 @@ MeasuredBubble measured_bubble_fraction(std::span<const TraceEvent> events) {
   // step -> rank -> compute intervals
   std::map<int, std::map<int, std::vector<Interval>>> compute;
   for (const auto& e : events) {
-    if (e.category == kTraceCompute) compute[e.step][e.rank].push_back({e.start_ns, e.start_ns + e.duration_ns});
+    // Events outside optimizer steps (step -1: evaluation) belong to no step's window.
+    if (e.category == kTraceCompute && e.step >= 0) {
+      compute[e.step][e.rank].push_back({e.start_ns, e.start_ns + e.duration_ns});
+    }
   }
   MeasuredBubble result;
   std::map<int, std::pair<double, int>> per_rank;  // rank -> (sum, count)

@@ -51,7 +51,7 @@ class TraceRecorder {
   int64_t now_ns() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
   }
-  void set_step(int step) { step_ = step; }  // stamped on the events recorded afterwards
+  void set_step(int step) { step_ = step; }  // stamped on the events recorded afterwards; -1: outside steps
   int step() const { return step_; }
   void set_lane_name(int lane, std::string name);
 
@@ -110,7 +110,8 @@ void write_chrome_trace(Communicator& world, const TraceRecorder& recorder, cons
 
 // Bubble = idle compute: for each step, the window from the first compute event's start to the last one's end over
 // all ranks; each rank's bubble is 1 - (its compute time in the step) / window. Returns the mean over ranks and
-// steps (0 when there is no compute event). Comparable with SimulationResult::bubble_fraction.
+// steps (0 when there is no compute event). Events of step -1 (outside optimizer steps, e.g. evaluation) are left
+// out. Comparable with SimulationResult::bubble_fraction.
 struct MeasuredBubble {
   double fraction = 0.0;
   int steps = 0;

@@ -353,6 +353,14 @@ void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* recor
 }
 
 EvaluationReport RankTrainer::evaluate(Split split) {
+  // Evaluation's forward passes are not part of a training step (the trace's per-step bubble leaves them out).
+  const int step = trace_->step();
+  trace_->set_step(-1);
+  struct RestoreStep {
+    TraceRecorder* trace;
+    int step;
+    ~RestoreStep() { trace->set_step(step); }
+  } restore{trace_.get(), step};
   EvaluationSettings s;
   s.micro_batch = micro_batch_;
   s.micro_batches = micro_batches_;
@@ -522,10 +530,15 @@ void RankTrainer::finish() {
                                                       o_.pipeline_schedule == "interleaved" ? o_.virtual_stages : 1);
     char line[200];
     std::snprintf(line, sizeof(line),
-                  "pipeline bubble: measured %.1f%% of step time idle (mean over ranks and steps), theory %.1f%%; "
-                  "gradient all-reduce hidden behind backward: %.0f%%",
-                  100.0 * sums[0] / sums[2], 100.0 * theory, 100.0 * sums[1] / sums[2]);
-    info(line);
+                  "pipeline bubble: measured %.1f%% of step time idle (mean over ranks and steps), theory %.1f%%",
+                  100.0 * sums[0] / sums[2], 100.0 * theory);
+    std::string text = line;
+    if (grid_->replicas() > 1) {  // with one replica there is no all-reduce to hide
+      std::snprintf(line, sizeof(line), "; gradient all-reduce hidden behind backward: %.0f%%",
+                    100.0 * sums[1] / sums[2]);
+      text += line;
+    }
+    info(text);
   }
   if (!o_.trace.empty()) {
     write_chrome_trace(world_, *trace_, grid_->describe(), o_.trace);

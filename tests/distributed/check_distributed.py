@@ -47,6 +47,7 @@ LAYOUTS = {  # name: (processes, extra flags)
     "interleaved2": (2, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved", "--virtual-stages", "2"]),
     "interleaved2x2-recompute": (4, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
                                      "--virtual-stages", "2", "--recompute"]),
+    "threads-stages2": (0, ["--pipeline-stages", "2"]),  # no mpirun: the stages run as threads of one process
 }
 
 
@@ -128,7 +129,10 @@ def case_equal(job, layout):
     result = job.train(processes, ["--model", job.model("mini")] + data_flag() + COMMON + BATCH + SGD + STEPS +
                        threads + flags + ["--output-dir", out])
     log = result.stderr
-    assert f"{processes} MPI ranks" in log, "the job did not run as MPI ranks:\n" + log
+    if processes:
+        assert f"{processes} MPI ranks" in log, "the job did not run as MPI ranks:\n" + log
+    else:
+        assert "2 rank(s) in this process" in log, "the stages did not run as threads:\n" + log
     if default_threads:
         share = max(1, (os.cpu_count() or 1) // processes)
         used = int(log.split(" CPU thread(s) per rank")[0].rsplit(" ", 1)[1])
@@ -137,7 +141,8 @@ def case_equal(job, layout):
             sys.exit(f"FAIL: {processes} ranks on {os.cpu_count()} cores each use {used} threads (oversubscribed)")
     compare(os.path.join(job.model("mini"), "model.safetensors"),
             os.path.join(job.model("reference-sgd"), "model", "model.safetensors"),
-            os.path.join(out, "model", "model.safetensors"), f"{processes} ranks {' '.join(flags)}")
+            os.path.join(out, "model", "model.safetensors"),
+            f"{processes} MPI ranks {' '.join(flags)}" if processes else f"one process, {' '.join(flags)}")
     for line in log.splitlines():
         if "pipeline bubble" in line:
             print(line)
@@ -159,8 +164,8 @@ def case_refuse(job, name):
     processes, model, flags, expected = REFUSALS[name]
     out = os.path.join(job.work, "refuse." + name)
     shutil.rmtree(out, ignore_errors=True)
-    result = job.train(processes, ["--model", job.model(model)] + data_flag() + COMMON + THREADS + SGD + STEPS + flags +
-                       ["--output-dir", out], expect_ok=False, timeout=60)
+    result = job.train(processes, ["--model", job.model(model)] + data_flag() + COMMON + THREADS + SGD + STEPS +
+                       flags + ["--output-dir", out], expect_ok=False, timeout=60)
     output = result.stdout + result.stderr
     print(output)
     print(f"exit status {result.returncode} after {result.seconds:.1f} s")
@@ -243,8 +248,8 @@ def rank_pids(mpirun_pid):
 def case_rank_killed(job):
     out = os.path.join(job.work, "fail.rank-killed")
     shutil.rmtree(out, ignore_errors=True)
-    command = job.mpirun(4) + [VITPIPE, "train", "--model", job.model("mini")] + data_flag() + COMMON + THREADS + BATCH + SGD + [
-        "--pipeline-stages", "2", "--max-steps", "1000000", "--output-dir", out]
+    command = job.mpirun(4) + [VITPIPE, "train", "--model", job.model("mini")] + data_flag() + COMMON + THREADS + \
+        BATCH + SGD + ["--pipeline-stages", "2", "--max-steps", "1000000", "--output-dir", out]
     print("$", " ".join(command), flush=True)
     log_path = os.path.join(job.work, "fail.rank-killed.log")
     with open(log_path, "w") as log:
@@ -342,7 +347,8 @@ def case_trace(job):
         print(f"rank {rank}: {dict(sorted(counts.items()))}")
         for name in ["forward", "backward"] + p2p:
             if counts.get(name, 0) != traced * micro_batches:
-                failures.append(f"rank {rank}: {counts.get(name, 0)} '{name}' events, expected {traced * micro_batches}")
+                failures.append(f"rank {rank}: {counts.get(name, 0)} '{name}' events, "
+                                f"expected {traced * micro_batches}")
         if not any(e["cat"] == "allreduce" and e["name"] == "allreduce" for e in mine):
             failures.append(f"rank {rank}: no gradient all-reduce event")
         traced_steps = sorted({e["args"]["step"] for e in mine if e["name"] == "forward"})
