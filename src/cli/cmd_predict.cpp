@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "data/image.h"
 #include "data/image_processor.h"
 #include "io/model_files.h"
 #include "model/vit_stage.h"
@@ -42,9 +43,10 @@ void run_predict(const PredictOptions& o) {
   const ViTConfig& c = model.config;
   VP_REQUIRE(c.num_labels() > 0, o.model, ": the model has no classifier labels to predict");
   const ImageProcessor processor(model.preprocessor);
-  VP_REQUIRE(model.preprocessor.height == c.image_size && model.preprocessor.width == c.image_size, o.model,
-             ": preprocessor_config.json resizes to ", model.preprocessor.height, "x", model.preprocessor.width,
-             " but the model takes ", c.image_size, "x", c.image_size, " images");
+  VP_REQUIRE(!model.preprocessor.do_resize ||
+                 (model.preprocessor.height == c.image_size && model.preprocessor.width == c.image_size),
+             o.model, ": preprocessor_config.json resizes to ", model.preprocessor.height, "x",
+             model.preprocessor.width, " but the model takes ", c.image_size, "x", c.image_size, " images");
 
   auto backend = make_cpu_backend();
   StageOptions so;
@@ -54,7 +56,9 @@ void run_predict(const PredictOptions& o) {
   stage.parameters().flat().copy_from(model.parameters.flat());
   stage.parameters_changed();
 
-  const bool multi = c.problem_type == ProblemType::multi_label;
+  // transformers' image-classification pipeline: sigmoid for multi-label or a single label (softmax over one logit
+  // would always say 1), softmax otherwise.
+  const bool multi = c.problem_type == ProblemType::multi_label || c.num_labels() == 1;
   const int64_t labels = c.num_labels();
   if (o.format == "csv") {
     std::printf("image");
@@ -65,7 +69,17 @@ void run_predict(const PredictOptions& o) {
   for (size_t start = 0; start < o.images.size(); start += static_cast<size_t>(so.max_micro_batch)) {
     const int64_t b = std::min<int64_t>(so.max_micro_batch, static_cast<int64_t>(o.images.size() - start));
     Tensor input = stage.input(0, b);
-    for (int64_t i = 0; i < b; ++i) processor.process_file(o.images[start + static_cast<size_t>(i)], input.f32() + i * pixels);
+    for (int64_t i = 0; i < b; ++i) {
+      const std::string& path = o.images[start + static_cast<size_t>(i)];
+      const DecodedImage image = decode_image_file_keep_gray(path);
+      // Without do_resize the image keeps its size, which must then be the model's (as transformers requires).
+      VP_REQUIRE(
+          processor.output_height(image.height) == c.image_size && processor.output_width(image.width) == c.image_size,
+          path, ": the image is ", image.width, "x", image.height,
+          " and preprocessor_config.json has do_resize false, but the model takes ", c.image_size, "x", c.image_size,
+          " images");
+      processor.process(image, input.f32() + i * pixels);
+    }
     stage.forward(0, b);
     const Tensor logits = stage.output(0, b);
     for (int64_t i = 0; i < b; ++i) {

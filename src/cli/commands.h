@@ -14,5 +14,6 @@ void add_export_command(CLI::App& app);
 void add_predict_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_init_command(CLI::App& app);
+void add_download_command(CLI::App& app);
 
 }  // namespace vitpipe::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   vitpipe::cli::add_predict_command(app);
   vitpipe::cli::add_data_command(app);
   vitpipe::cli::add_init_command(app);
+  vitpipe::cli::add_download_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "io/hf_config.h"
+#include "io/pytorch_bin.h"
 #include "io/safetensors.h"
 #include "model/initializer.h"
 #include "model/position_interpolation.h"
@@ -50,17 +51,25 @@ Checkpoint open_weights(const fs::path& directory) {
     checkpoint.mappings = std::move(sharded.mappings);
     return checkpoint;
   }
-  for (const char* name : {"pytorch_model.bin", "pytorch_model.bin.index.json"}) {
-    VP_REQUIRE(!fs::exists(directory / name), directory.string(), " holds ", name,
-               " but no model.safetensors; reading PyTorch .bin checkpoints is not supported yet. Convert it to "
-               "safetensors (e.g. transformers' save_pretrained(dir, safe_serialization=True)).");
+  // Legacy checkpoints, read without executing their pickle (io/pytorch_bin.h).
+  if (fs::exists(directory / "pytorch_model.bin")) {
+    checkpoint.weights_file = "pytorch_model.bin";
+    checkpoint.tensors = read_pytorch_bin(directory / "pytorch_model.bin");
+    for (const auto& [name, tensor] : checkpoint.tensors) checkpoint.file_of.emplace(name, checkpoint.weights_file);
+    return checkpoint;
+  }
+  if (fs::exists(directory / "pytorch_model.bin.index.json")) {
+    checkpoint.weights_file = "pytorch_model.bin.index.json";
+    checkpoint.tensors = read_pytorch_bin_index(directory / "pytorch_model.bin.index.json", &checkpoint.file_of);
+    return checkpoint;
   }
   for (const char* name : {"tf_model.h5", "flax_model.msgpack"}) {
     VP_REQUIRE(!fs::exists(directory / name), directory.string(), " holds only ", name,
                " (TensorFlow/Flax weights), which vitpipe does not read; it needs model.safetensors");
   }
   fail("no model weights in ", directory.string(),
-       ": expected model.safetensors or model.safetensors.index.json with its shards");
+       ": expected model.safetensors, model.safetensors.index.json with its shards, pytorch_model.bin or "
+       "pytorch_model.bin.index.json");
 }
 
 bool is_float_dtype(DType dtype) {

@@ -1,5 +1,5 @@
 // A Hugging Face model directory (config.json, preprocessor_config.json, model.safetensors or sharded
-// model-0000i-of-0000N.safetensors + index) <-> ViTConfig + PreprocessorConfig + FlatParameters (whole model, fp32).
+// model-0000i-of-0000N.safetensors + index; for reading also pytorch_model.bin or its sharded index) <-> ViTConfig + PreprocessorConfig + FlatParameters (whole model, fp32).
 //
 // Loading maps checkpoint names onto ParameterLayout's names (ViTForImageClassification):
 //   - ViTForImageClassification files use them as they are; DeiT files say "deit." where we say "vit.";
@@ -48,14 +48,14 @@ struct LoadedModel {
   FlatParameters parameters;        // whole model (all segments), fp32, ParameterLayout(config)
   bool fresh_head = false;          // the classifier was initialised here, not loaded
   bool has_preprocessor_file = false;
-  std::string weights_file;                                // "model.safetensors" or "model.safetensors.index.json"
+  std::string weights_file;                                // "model.safetensors", "pytorch_model.bin", or an index
   nlohmann::json config_extra = nlohmann::json::object();  // config.json keys vitpipe does not read; save_model
                                                            // writes them back when given in SaveOptions
 };
 
 // `reference`: a directory or Hub repo id (resolve_model_reference). Throws vitpipe::Error naming the file and
-// tensor for missing/unexpected/wrongly-shaped tensors, config/weights disagreements, pytorch_model.bin-only
-// directories (not supported yet), or a fresh head that options do not allow.
+// tensor for missing/unexpected/wrongly-shaped tensors, config/weights disagreements, a pytorch_model.bin whose
+// pickle needs more than a state dict (refused, never executed), or a fresh head that options do not allow.
 LoadedModel load_model(const std::string& reference, const LoadOptions& options = {});
 
 struct SaveOptions {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "data/loader.h"
+#include "train/batch_source.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -160,22 +161,7 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
     if (loader) {
       VP_REQUIRE(loader->next(&batch) && batch.size() == mine, "evaluation loader out of step at batch ", step);
     }
-    std::vector<int64_t> offsets(shape.micro_batch_sizes.size(), 0);
-    for (size_t i = 1; i < offsets.size(); ++i) offsets[i] = offsets[i - 1] + shape.micro_batch_sizes[i - 1];
-    const MicroBatchSource source = [&](int mb) {
-      const int64_t begin = offsets[static_cast<size_t>(mb)];
-      const int64_t end = begin + shape.micro_batch_sizes[static_cast<size_t>(mb)];
-      MicroBatchData data;
-      data.images = batch.images.slice(begin, end);
-      if (multi_label) {
-        data.targets = batch.labels.slice(begin, end);
-      } else {
-        data.targets = Tensor::empty({end - begin}, DType::i64);
-        for (int64_t r = begin; r < end; ++r) data.targets.data<int64_t>()[r - begin] = batch.classes[static_cast<size_t>(r)];
-      }
-      data.indices.assign(batch.indices.begin() + begin, batch.indices.begin() + end);
-      return data;
-    };
+    const MicroBatchSource source = micro_batches_of(batch, shape.micro_batch_sizes, multi_label);
     executor.forward_only(shape, source, sink);
     if (progress) progress->update(std::min(total, (step + 1) * global_batch));
   }

@@ -185,7 +185,7 @@ const std::vector<OptionDef>& option_table() {
       {"data-seed", "N", "Seed of the patient division into train and val (default 0)",
        [](O& o, const V& v) { o.data_seed = v.null ? defaults().data_seed : v.unsigned_integer(); }},
       {"view", "PA|AP", "Keep only images of this View Position (ChestX-ray14)",
-       [](O& o, const V& v) { o.view = v.null ? defaults().view : v.choice({"PA", "AP"}); }},
+       [](O& o, const V& v) { o.view = v.null ? defaults().view : v.choice({"", "PA", "AP"}); }},
       {"add-no-finding", nullptr, "ChestX-ray14: add \"No Finding\" as a 15th label",
        [](O& o, const V& v) { o.add_no_finding = v.null ? defaults().add_no_finding : v.boolean(); }},
       {"partial-batch", "MODE",

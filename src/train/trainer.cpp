@@ -15,6 +15,7 @@
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
 #include "parallel/trace.h"
+#include "train/batch_source.h"
 #include "train/distributed_state.h"
 #include "train/evaluation.h"
 #include "train/grad_clip.h"
@@ -445,23 +446,7 @@ void RankTrainer::train_loop() {
       TraceRecorder::Scope scope(trace_.get(), "load batch", kTraceData, 0);
       shape = step_shape(epoch, index, &batch);
     }
-    std::vector<int64_t> offsets(shape.micro_batch_sizes.size(), 0);
-    for (size_t i = 1; i < offsets.size(); ++i) offsets[i] = offsets[i - 1] + shape.micro_batch_sizes[i - 1];
-    const bool multi_label = dataset_->multi_label();
-    const MicroBatchSource source = [&](int mb) {
-      const int64_t begin = offsets[static_cast<size_t>(mb)];
-      const int64_t end = begin + shape.micro_batch_sizes[static_cast<size_t>(mb)];
-      MicroBatchData data;
-      data.images = batch.images.slice(begin, end);
-      if (multi_label) {
-        data.targets = batch.labels.slice(begin, end);
-      } else {
-        data.targets = Tensor::empty({end - begin}, DType::i64);
-        for (int64_t r = begin; r < end; ++r) data.targets.data<int64_t>()[r - begin] = batch.classes[static_cast<size_t>(r)];
-      }
-      data.indices.assign(batch.indices.begin() + begin, batch.indices.begin() + end);
-      return data;
-    };
+    const MicroBatchSource source = micro_batches_of(batch, shape.micro_batch_sizes, dataset_->multi_label());
     const StepResult result = executor_->train_step(shape, source);
     nlohmann::json record = {{"type", "train"}, {"step", state_.step + 1}};
     optimizer_step(result, &record);

@@ -45,15 +45,20 @@ void ProgressBar::draw(bool final_line, const std::string& detail) {
   std::string eta = (rate > 0 && total_ > done_) ? format_duration(static_cast<double>(total_ - done_) / rate) : "-";
   char rate_text[64];
   std::snprintf(rate_text, sizeof(rate_text), "%.1f %s/s", rate, unit_.c_str());
+  // Unit "B": sizes and rates in KiB/MiB/GiB (downloads).
+  bool bytes = unit_ == "B";
+  if (bytes) std::snprintf(rate_text, sizeof(rate_text), "%s/s", format_bytes(rate).c_str());
+  std::string done_text = bytes ? format_bytes(static_cast<double>(done_)) : std::to_string(done_);
+  std::string total_text = bytes ? format_bytes(static_cast<double>(total_)) : std::to_string(total_);
   std::string line;
   if (total_ > 0) {
     double fraction = std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_));
     int width = 24;
     int filled = static_cast<int>(std::lround(fraction * width));
-    line = concat(label_, " [", std::string(filled, '#'), std::string(width - filled, '.'), "] ", done_, "/", total_,
+    line = concat(label_, " [", std::string(filled, '#'), std::string(width - filled, '.'), "] ", done_text, "/", total_text,
                   " ", rate_text, " ETA ", eta);
   } else {
-    line = concat(label_, " ", done_, " ", rate_text);
+    line = concat(label_, " ", done_text, " ", rate_text);
   }
   if (!detail.empty()) line += "  " + detail;
   if (final_line) line += concat("  (", format_duration(elapsed), ")");

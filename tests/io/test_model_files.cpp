@@ -281,9 +281,7 @@ TEST(ModelFiles, RefusesDirectoriesWithoutUsableWeights) {
   write_text_file_atomically(dir / "config.json", hf_config_text(micro_config()));
   expect_load_error(dir, "no model weights in");
   write_text_file_atomically(dir / "pytorch_model.bin", "PK");
-  expect_load_error(dir,
-                    "holds pytorch_model.bin but no model.safetensors; reading PyTorch .bin checkpoints is not "
-                    "supported yet");
+  expect_load_error(dir, "pytorch_model.bin: not a PyTorch checkpoint");  // read by io/pytorch_bin.h
   expect_load_error(dir / "nonexistent", "not a directory");
 }
 

@@ -79,30 +79,34 @@ const MatmulCache::Prepared& MatmulCache::prepare(const MatmulShape& shape) {
   auto it = thread_cache_.find(key);
   if (it == thread_cache_.end()) it = thread_cache_.emplace(key, create(shape, true)).first;
   const int threads = omp_get_max_threads();
-  if (static_cast<int>(thread_streams_.size()) < threads) {
-    thread_scratch_.resize(static_cast<size_t>(threads));
-    while (static_cast<int>(thread_streams_.size()) < threads) {
-      thread_streams_.push_back(std::make_unique<dnnl::stream>(engine_));
+  while (static_cast<int>(thread_streams_.size()) < threads) {
+    thread_streams_.push_back(std::make_unique<dnnl::stream>(engine_));
+  }
+  Prepared& p = *it->second;
+  if (static_cast<int>(p.thread_args.size()) < threads) {
+    p.thread_args.resize(static_cast<size_t>(threads));
+    for (auto& ta : p.thread_args) {
+      ta.a = dnnl::memory(p.a_desc, engine_, DNNL_MEMORY_NONE);
+      ta.b = dnnl::memory(p.b_desc, engine_, DNNL_MEMORY_NONE);
+      ta.c = dnnl::memory(p.c_desc, engine_, DNNL_MEMORY_NONE);
+      ta.args = {{DNNL_ARG_SRC, ta.a}, {DNNL_ARG_WEIGHTS, ta.b}, {DNNL_ARG_DST, ta.c}};
+      if (p.scratchpad_bytes > 0) {
+        ta.scratchpad.resize(p.scratchpad_bytes);
+        ta.args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.pd.scratchpad_desc(), engine_, ta.scratchpad.data()));
+      }
     }
   }
-  for (auto& scratch : thread_scratch_) {
-    if (scratch.size() < it->second->scratchpad_bytes) scratch.resize(it->second->scratchpad_bytes);
-  }
-  return *it->second;
+  return p;
 }
 
 void MatmulCache::run_prepared(const Prepared& p, const void* a, const void* b, void* c) {
   const size_t thread = static_cast<size_t>(omp_get_thread_num());
   dnnl::stream& stream = *thread_streams_[thread];
-  std::unordered_map<int, dnnl::memory> args;
-  args.emplace(DNNL_ARG_SRC, dnnl::memory(p.a_desc, engine_, const_cast<void*>(a)));
-  args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.b_desc, engine_, const_cast<void*>(b)));
-  args.emplace(DNNL_ARG_DST, dnnl::memory(p.c_desc, engine_, c));
-  if (p.scratchpad_bytes > 0) {
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(p.pd.scratchpad_desc(), engine_, thread_scratch_[thread].data()));
-  }
-  p.primitive.execute(stream, args);
+  auto& ta = const_cast<Prepared::ThreadArgs&>(p.thread_args[thread]);  // this thread's alone
+  ta.a.set_data_handle(const_cast<void*>(a));
+  ta.b.set_data_handle(const_cast<void*>(b));
+  ta.c.set_data_handle(c);
+  p.primitive.execute(stream, ta.args);
   stream.wait();
 }
 

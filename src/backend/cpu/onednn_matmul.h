@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "tensor/dtype.h"
@@ -52,7 +53,6 @@ class MatmulCache {
   std::map<Key, std::shared_ptr<Prepared>> cache_;
   std::map<Key, std::shared_ptr<Prepared>> thread_cache_;
   std::vector<std::unique_ptr<dnnl::stream>> thread_streams_;
-  std::vector<std::vector<char>> thread_scratch_;
 };
 
 struct MatmulCache::Prepared {
@@ -60,6 +60,13 @@ struct MatmulCache::Prepared {
   dnnl::matmul primitive;
   dnnl::memory::desc a_desc, b_desc, c_desc, bias_desc, residual_desc;
   size_t scratchpad_bytes = 0;
+  // Per OpenMP thread: memory objects and the argument map, made once; each run only swaps data pointers.
+  struct ThreadArgs {
+    dnnl::memory a, b, c;
+    std::vector<char> scratchpad;
+    std::unordered_map<int, dnnl::memory> args;
+  };
+  std::vector<ThreadArgs> thread_args;
 };
 
 }  // namespace vitpipe::cpu

@@ -1,0 +1,9 @@
+# Golden test of `vitpipe predict` against transformers' ViTImageProcessor + ViTForImageClassification (transcribed
+# in hf_vit.py), on checkpoints and images written by Python: logits to 1e-4, probabilities, CSV, refusals.
+foreach(case chestxray14-p16 p8-no-qkv-bias-old-size bicubic-one-label-legacy-names sharded-two-labels f16-weights
+        single-label-problem-one-label no-resize-native-images vit-tiny-224
+        refusals)
+  add_test(NAME predict.golden.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/predict_golden.py --case ${case})
+  set_tests_properties(predict.golden.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS predict TIMEOUT 300)
+endforeach()
