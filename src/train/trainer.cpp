@@ -88,6 +88,8 @@ class RankTrainer {
   void run();
 
  private:
+  ParallelConfig parallel_config(int layers) const;
+  void check_layout_before_loading();
   void open_data();
   void load_model_and_state();
   void build_pipeline();
@@ -142,6 +144,7 @@ void RankTrainer::run() {
     VP_REQUIRE(!latest_checkpoint(output_).has_value(), "--output-dir ", output_.string(),
                " already holds a training run; add --resume to continue it or choose another directory");
   }
+  check_layout_before_loading();
   open_data();
   load_model_and_state();
   build_pipeline();
@@ -182,18 +185,34 @@ void RankTrainer::load_model_and_state() {
   layout_ = model_.parameters.layout_ptr();
 }
 
-void RankTrainer::build_pipeline() {
-  const ViTConfig& config = model_.config;
-  const bool interleaved = o_.pipeline_schedule == "interleaved";
+ParallelConfig RankTrainer::parallel_config(int layers) const {
   ParallelConfig pc;
   pc.world_size = world_.size();
   pc.stages = o_.pipeline_stages;
-  pc.layers = static_cast<int>(config.num_hidden_layers);
+  pc.layers = layers;
   pc.micro_batch = static_cast<int>(*o_.micro_batch_size);
   pc.global_batch = static_cast<int>(o_.batch_size);
   pc.schedule = schedule_of(o_);
-  pc.virtual_stages = interleaved ? o_.virtual_stages : 1;
+  pc.virtual_stages = o_.pipeline_schedule == "interleaved" ? o_.virtual_stages : 1;
   pc.layers_per_stage = o_.layers_per_stage;
+  return pc;
+}
+
+void RankTrainer::check_layout_before_loading() {
+  // What the layout needs of the model is its layer count; assume as many as the layout asks for here, so that
+  // every other mistake (processes vs stages, batch vs micro-batches x replicas) is refused before the data set and
+  // the weights are read. build_pipeline() checks again with the model's real count.
+  const int pieces = o_.pipeline_stages * (o_.pipeline_schedule == "interleaved" ? o_.virtual_stages : 1);
+  const int asked = o_.layers_per_stage.empty()
+                        ? std::max(0, pieces - 2)
+                        : std::accumulate(o_.layers_per_stage.begin(), o_.layers_per_stage.end(), 0);
+  validate_parallel_config(parallel_config(asked));
+}
+
+void RankTrainer::build_pipeline() {
+  const ViTConfig& config = model_.config;
+  const bool interleaved = o_.pipeline_schedule == "interleaved";
+  const ParallelConfig pc = parallel_config(static_cast<int>(config.num_hidden_layers));
   plan_ = validate_parallel_config(pc);
   grid_ = std::make_unique<ProcessGrid>(world_.size(), world_.rank(), o_.pipeline_stages);
   micro_batch_ = *o_.micro_batch_size;

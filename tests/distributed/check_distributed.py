@@ -148,14 +148,14 @@ def case_equal(job, layout):
             print(line)
 
 
-REFUSALS = {  # name: (processes, model, flags, expected message)
-    "ranks-not-multiple-of-stages": (3, "mini", ["--pipeline-stages", "2", "--batch-size", "8"],
+REFUSALS = {  # name: (processes, model or None when the refusal must come before reading any, flags, message)
+    "ranks-not-multiple-of-stages": (3, None, ["--pipeline-stages", "2", "--batch-size", "8"],
                                      "cannot arrange 3 processes into 2 pipeline stages"),
     "more-stages-than-pieces": (5, "micro", ["--pipeline-stages", "5", "--batch-size", "10"],
                                 "allow at most 4 stages"),
-    "fewer-micro-batches-than-stages": (2, "mini", ["--pipeline-stages", "2", "--batch-size", "2"],
+    "fewer-micro-batches-than-stages": (2, None, ["--pipeline-stages", "2", "--batch-size", "2"],
                                         "1 micro-batches per step, fewer than the 2 pipeline stages"),
-    "batch-not-divisible": (2, "mini", ["--batch-size", "6"],
+    "batch-not-divisible": (2, None, ["--batch-size", "6"],
                             "global batch size 6 is not divisible by micro-batch size 2 x 2 replicas"),
 }
 
@@ -164,8 +164,14 @@ def case_refuse(job, name):
     processes, model, flags, expected = REFUSALS[name]
     out = os.path.join(job.work, "refuse." + name)
     shutil.rmtree(out, ignore_errors=True)
-    result = job.train(processes, ["--model", job.model(model)] + data_flag() + COMMON + THREADS + SGD + STEPS +
-                       flags + ["--output-dir", out], expect_ok=False, timeout=60)
+    # A layout that is wrong whatever the model must be refused before the data set or the weights are read: give
+    # paths that do not exist, so reading either would fail with another message. Only the stage count needs the
+    # model (its layers).
+    missing = os.path.join(job.work, "does-not-exist")
+    model_flags = ["--model", job.model(model)] + data_flag() if model else \
+        ["--model", missing, "--data", "chestxray14:" + missing]
+    result = job.train(processes, model_flags + COMMON + THREADS + SGD + STEPS + flags + ["--output-dir", out],
+                       expect_ok=False, timeout=60)
     output = result.stdout + result.stderr
     print(output)
     print(f"exit status {result.returncode} after {result.seconds:.1f} s")
