@@ -128,7 +128,9 @@ class RankTrainer {
   bool use_partial_ = true;
   int64_t loader_epoch_ = -1;
   int traced_steps_ = 0;
-  std::vector<double> bubble_samples_, hidden_samples_;
+  // Per measured step (the first is not: it includes one-time JIT compilation): this rank's step and compute time,
+  // and the share of the gradient all-reduce hidden behind its backward pass.
+  std::vector<double> step_seconds_, compute_seconds_, hidden_samples_;
 };
 
 void RankTrainer::run() {
@@ -470,7 +472,8 @@ void RankTrainer::train_loop() {
     nlohmann::json record = {{"type", "train"}, {"step", state_.step + 1}};
     optimizer_step(result, &record);
     if (state_.step > 0 && result.seconds > 0) {  // the first step includes one-time JIT compilation
-      bubble_samples_.push_back(1.0 - result.compute_seconds / result.seconds);
+      step_seconds_.push_back(result.seconds);
+      compute_seconds_.push_back(result.compute_seconds);
       hidden_samples_.push_back(result.reduction.hidden_fraction());
     }
     // --trace keeps the first kMaxTracedSteps steps of this run; recording stops there (clearing would throw the
@@ -523,11 +526,15 @@ void RankTrainer::finish() {
     export_model(model_dir);
     info("exported the last weights to ", model_dir.string());
   }
-  // Bubble and gradient reduction figures, averaged over steps and ranks.
+  // Bubble and gradient reduction figures, averaged over steps and ranks. A step's window is its pipeline's longest
+  // rank's step, as in the theory: a last stage that finishes early idles until the first one is done (it waits in
+  // the optimizer's norm reduction, outside its own step time).
+  std::vector<double> window = step_seconds_;  // every rank measured the same steps
+  executor_->pipeline_group().allreduce(window.data(), window.size(), ReduceOp::max);
   double sums[3] = {0, 0, 0};
-  for (double b : bubble_samples_) sums[0] += b;
+  for (size_t i = 0; i < window.size(); ++i) sums[0] += window[i] > 0 ? 1.0 - compute_seconds_[i] / window[i] : 0.0;
   for (double h : hidden_samples_) sums[1] += h;
-  sums[2] = static_cast<double>(bubble_samples_.size());
+  sums[2] = static_cast<double>(window.size());
   world_.allreduce(sums, 3, ReduceOp::sum);
   if (sums[2] > 0 && (o_.pipeline_stages > 1 || grid_->replicas() > 1)) {
     const double theory = theoretical_bubble_fraction(schedule_of(o_), o_.pipeline_stages, micro_batches_,
