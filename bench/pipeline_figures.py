@@ -1,9 +1,11 @@
 """Figures of pipeline x data parallelism, measured by running `vitpipe train` under mpirun (nothing is asserted):
 
   1. pipeline bubble, measured vs theory, for P = 2 and 4 stages at several micro-batch counts (1F1B, GPipe,
-     interleaved 1F1B): the trainer's own figure (1 - compute / step time, mean over ranks and steps after the
-     first) and one recomputed from the --trace file (per step, the window from the first forward to the last
-     backward over all ranks; a rank's bubble is the part of it where the rank did not compute);
+     interleaved 1F1B): the trainer's own figure (1 - a rank's compute / its pipeline's longest step, mean over
+     ranks and steps after the first) and one recomputed independently from the --trace file (per step, the window
+     from the first forward to the last backward over all ranks; a rank's bubble is the part of it where the rank
+     did not compute). The theory, (P-1)/(m+P-1) (interleaved: (P-1)/(v m+P-1)), assumes equal stages and free
+     messages;
   2. how much of the gradient all-reduce is hidden behind the backward pass with 2 replicas;
   3. peak activation memory per rank with and without --recompute: the trainer's plan and each rank's max RSS.
 
