@@ -21,7 +21,7 @@ foreach(case
     refuse.ranks-not-multiple-of-stages refuse.more-stages-than-pieces refuse.fewer-micro-batches-than-stages
     refuse.batch-not-divisible
     fail.rank-raises fail.rank-killed
-    resume.2x2-to-1 resume.1-to-2x2
+    resume.2x2-to-1 resume.1-to-2x2 resume.4stages-gpipe-to-2x2-interleaved
     trace)
   add_test(NAME distributed.${case} COMMAND ${VITPIPE_DISTRIBUTED_CHECK} ${case})
   list(APPEND VITPIPE_DISTRIBUTED_TESTS distributed.${case})
