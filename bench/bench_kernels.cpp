@@ -72,8 +72,9 @@ void BM_AttentionForward(benchmark::State& state) {
   Tensor qkv = random_tensor({kBatch, kTokens, 3 * kHidden}, type);
   Tensor probs = Tensor::empty({kBatch, kHeads, kTokens, kTokens}, type), out = Tensor::empty({kRows, kHidden}, type);
   for (auto _ : state) be->attention_forward(qkv, kHeads, probs, out);
-  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * kBatch * kTokens * kTokens * kHidden,
-                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(4.0 * kBatch * kTokens * kTokens * kHidden, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
 }
 
 void BM_AttentionBackward(benchmark::State& state) {
@@ -85,8 +86,9 @@ void BM_AttentionBackward(benchmark::State& state) {
   Tensor grad_out = random_tensor({kRows, kHidden}, type), grad_qkv = Tensor::empty({kBatch, kTokens, 3 * kHidden});
   Tensor bias = Tensor::zeros({3 * kHidden});
   for (auto _ : state) be->attention_backward(grad_out, qkv, probs, kHeads, grad_qkv, &bias);
-  state.counters["GFLOP/s"] = benchmark::Counter(8.0 * kBatch * kTokens * kTokens * kHidden,
-                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(8.0 * kBatch * kTokens * kTokens * kHidden, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
 }
 
 }  // namespace

@@ -3,11 +3,10 @@
 // parameter gradient, so tests/model/reference_vit.py can compare them with a PyTorch reference.
 // Dump format: <out>/index.json {name: {"shape": [...], "offset": n}} + <out>/data.f32 (float32, little-endian).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "model/parameter_layout.h"

@@ -17,17 +17,17 @@
 namespace vitpipe {
 
 struct LayerNormBackwardArgs {
-  Tensor grad_out;       // [M, D] f32 or bf16
-  Tensor in;             // [M, D] f32: the forward input
-  Tensor weight;         // [D] f32
-  Tensor mean, rstd;     // [M] f32 saved by the forward pass
-  Tensor grad_in;        // [M, D] f32: OVERWRITTEN with grad_residual + d(LayerNorm)/d(in)
-  Tensor grad_residual;  // optional [M, D] f32 added into grad_in; may alias grad_in (in-place)
-  Tensor grad_weight;    // [D] f32, adds
-  Tensor grad_bias;      // [D] f32, adds
-  Tensor grad_in_copy;   // optional [M, D] f32 or bf16: a second copy of grad_in (bf16 GEMM input)
-  Tensor grad_in_colsum; // optional [D] f32, adds the column sums of grad_in (the bias gradient of the linear layer
-                         // whose output joined the residual stream here)
+  Tensor grad_out;        // [M, D] f32 or bf16
+  Tensor in;              // [M, D] f32: the forward input
+  Tensor weight;          // [D] f32
+  Tensor mean, rstd;      // [M] f32 saved by the forward pass
+  Tensor grad_in;         // [M, D] f32: OVERWRITTEN with grad_residual + d(LayerNorm)/d(in)
+  Tensor grad_residual;   // optional [M, D] f32 added into grad_in; may alias grad_in (in-place)
+  Tensor grad_weight;     // [D] f32, adds
+  Tensor grad_bias;       // [D] f32, adds
+  Tensor grad_in_copy;    // optional [M, D] f32 or bf16: a second copy of grad_in (bf16 GEMM input)
+  Tensor grad_in_colsum;  // optional [D] f32, adds the column sums of grad_in (the bias gradient of the linear layer
+                          // whose output joined the residual stream here)
 };
 
 class Backend {

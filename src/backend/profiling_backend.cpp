@@ -4,14 +4,22 @@ namespace vitpipe {
 
 const char* op_kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::gemm: return "GEMM";
-    case OpKind::attention: return "attention";
-    case OpKind::layernorm: return "LayerNorm";
-    case OpKind::gelu: return "GELU";
-    case OpKind::embedding: return "embedding";
-    case OpKind::loss: return "loss";
-    case OpKind::other: return "other";
-    case OpKind::count: break;
+    case OpKind::gemm:
+      return "GEMM";
+    case OpKind::attention:
+      return "attention";
+    case OpKind::layernorm:
+      return "LayerNorm";
+    case OpKind::gelu:
+      return "GELU";
+    case OpKind::embedding:
+      return "embedding";
+    case OpKind::loss:
+      return "loss";
+    case OpKind::other:
+      return "other";
+    case OpKind::count:
+      break;
   }
   return "?";
 }
@@ -39,8 +47,8 @@ void ProfilingBackend::layernorm_backward(const LayerNormBackwardArgs& args) {
 void ProfilingBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) {
   timed(OpKind::attention, [&] { inner_.attention_forward(qkv, heads, probs, out); });
 }
-void ProfilingBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs,
-                                          int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
+void ProfilingBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                                          const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
   timed(OpKind::attention, [&] { inner_.attention_backward(grad_out, qkv, probs, heads, grad_qkv, grad_qkv_bias); });
 }
 void ProfilingBackend::gelu_forward(const Tensor& in, const Tensor& out) {

@@ -140,7 +140,8 @@ void run_bench(const BenchOptions& o) {
   std::printf("  peak memory (max RSS) %.2f GiB, activations + gradient workspace %.2f GiB\n",
               peak_rss_bytes() / (1 << 30), static_cast<double>(model.activation_bytes()) / (1 << 30));
   std::printf("  time by operation:");
-  for (auto& [name, fraction] : breakdown.items()) std::printf(" %s %.1f%%", name.c_str(), 100.0 * fraction.get<double>());
+  for (auto& [name, fraction] : breakdown.items())
+    std::printf(" %s %.1f%%", name.c_str(), 100.0 * fraction.get<double>());
   std::printf("\n");
 }
 

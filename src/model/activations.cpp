@@ -129,8 +129,6 @@ GradientWorkspace GradientWorkspace::rows_for(const ViTConfig& c, int64_t b) con
   return w;
 }
 
-size_t GradientWorkspace::bytes() const {
-  return sum_bytes({&residual_low, &ln, &attention, &qkv, &mlp, &patches});
-}
+size_t GradientWorkspace::bytes() const { return sum_bytes({&residual_low, &ln, &attention, &qkv, &mlp, &patches}); }
 
 }  // namespace vitpipe

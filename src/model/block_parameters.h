@@ -6,10 +6,10 @@
 namespace vitpipe {
 
 struct EmbeddingParameters {
-  Tensor cls;         // [D]
-  Tensor position;    // [T, D]
+  Tensor cls;           // [D]
+  Tensor position;      // [T, D]
   Tensor patch_weight;  // [D, C*P*P]
-  Tensor patch_bias;  // [D]
+  Tensor patch_bias;    // [D]
 };
 
 struct BlockParameters {

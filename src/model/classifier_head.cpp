@@ -22,9 +22,8 @@ double head_loss(const LayerContext& ctx, const HeadActivations& a, const Tensor
   return ctx.backend.cross_entropy(a.logits, targets, grad_scale, a.grad_logits);
 }
 
-void head_backward(const LayerContext& ctx, const HeadParameters& w, const HeadParameters& g,
-                   const HeadActivations& a, const Tensor& grad, const Tensor* grad_low,
-                   const Tensor* last_fc2_bias_grad) {
+void head_backward(const LayerContext& ctx, const HeadParameters& w, const HeadParameters& g, const HeadActivations& a,
+                   const Tensor& grad, const Tensor* grad_low, const Tensor* last_fc2_bias_grad) {
   Backend& be = ctx.backend;
   be.linear_backward_weight(a.grad_logits, a.cls_norm, g.classifier_weight);
   be.bias_backward(a.grad_logits, g.classifier_bias);

@@ -9,8 +9,8 @@ namespace vitpipe {
 
 // images [b, C, S, S] f32 -> output [b, T, D] f32.
 void embeddings_forward(const LayerContext& ctx, const EmbeddingParameters& weights,
-                        const EmbeddingParameters& gemm_weights, const Tensor& images, const EmbeddingActivations& saved,
-                        const Tensor& output);
+                        const EmbeddingParameters& gemm_weights, const Tensor& images,
+                        const EmbeddingActivations& saved, const Tensor& output);
 // grad [b, T, D] f32: gradient w.r.t. the embeddings output. Parameter gradients add.
 void embeddings_backward(const LayerContext& ctx, const EmbeddingParameters& grads, const EmbeddingActivations& saved,
                          const Tensor& grad, const GradientWorkspace& workspace);

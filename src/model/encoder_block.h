@@ -14,8 +14,8 @@ void encoder_block_forward(const LayerContext& ctx, const BlockParameters& weigh
                            const Tensor& input, const BlockActivations& saved, const Tensor* output);
 
 struct BlockGradientFlow {
-  Tensor grad;      // [rows, D] f32: gradient w.r.t. the block output on entry, w.r.t. its input on exit
-  Tensor grad_low;  // the act-dtype copy of `grad` (the same tensor in fp32); valid on entry
+  Tensor grad;                    // [rows, D] f32: gradient w.r.t. the block output on entry, w.r.t. its input on exit
+  Tensor grad_low;                // the act-dtype copy of `grad` (the same tensor in fp32); valid on entry
   bool need_low_on_exit = false;  // refresh grad_low on exit (the block before this one, in this stage, needs it)
   const Tensor* previous_fc2_bias_grad = nullptr;  // receives the column sums of the input gradient, if given
 };

@@ -72,8 +72,8 @@ const ParamSpec* ParameterLayout::find(std::string_view name) const {
 
 FlatParameters::FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment)
     : layout_(std::move(layout)), first_(first_segment), last_(last_segment) {
-  VP_REQUIRE(0 <= first_ && first_ <= last_ && last_ < layout_->num_segments(), "segment range [", first_, ", ",
-             last_, "] is outside the model's ", layout_->num_segments(), " segments");
+  VP_REQUIRE(0 <= first_ && first_ <= last_ && last_ < layout_->num_segments(), "segment range [", first_, ", ", last_,
+             "] is outside the model's ", layout_->num_segments(), " segments");
   begin_ = layout_->segment_begin(first_);
   flat_ = Tensor::zeros({layout_->segment_end(last_) - begin_});
 }

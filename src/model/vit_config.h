@@ -22,15 +22,15 @@ struct ViTConfig {
   int64_t num_channels = 3;
   bool qkv_bias = true;
   double initializer_range = 0.02;
-  std::string model_type = "vit";          // "vit" or "deit" (non-distilled DeiT loads as ViT)
-  std::vector<std::string> labels;         // id2label in id order; empty for a backbone
+  std::string model_type = "vit";   // "vit" or "deit" (non-distilled DeiT loads as ViT)
+  std::vector<std::string> labels;  // id2label in id order; empty for a backbone
   ProblemType problem_type = ProblemType::multi_label;
 
   int64_t num_labels() const { return static_cast<int64_t>(labels.size()); }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t grid() const { return image_size / patch_size; }  // patches per side
   int64_t num_patches() const { return grid() * grid(); }
-  int64_t tokens() const { return num_patches() + 1; }      // CLS + patches
+  int64_t tokens() const { return num_patches() + 1; }  // CLS + patches
   int64_t patch_dim() const { return num_channels * patch_size * patch_size; }
 
   // Throws vitpipe::Error naming the offending field (`source` is e.g. the config.json path).

@@ -107,7 +107,9 @@ Tensor ViTStage::output(int slot, int64_t batch) const {
 Tensor ViTStage::grad(int slot, int64_t batch) const {
   VP_REQUIRE(options_.training, "grad() needs a training stage");
   const ViTConfig& c = config();
-  return slots_.at(static_cast<size_t>(slot)).grad.slice(0, batch * c.tokens()).view({batch, c.tokens(), c.hidden_size});
+  return slots_.at(static_cast<size_t>(slot))
+      .grad.slice(0, batch * c.tokens())
+      .view({batch, c.tokens(), c.hidden_size});
 }
 
 void ViTStage::forward(int slot, int64_t batch) {
@@ -141,8 +143,8 @@ void ViTStage::forward(int slot, int64_t batch) {
 
 double ViTStage::loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight) {
   VP_REQUIRE(has_head(), "loss() is computed by the stage holding the head");
-  return head_loss(context(), slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch), targets,
-                   grad_scale, pos_weight);
+  return head_loss(context(), slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch), targets, grad_scale,
+                   pos_weight);
 }
 
 void ViTStage::backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done) {

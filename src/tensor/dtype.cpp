@@ -6,32 +6,52 @@ namespace vitpipe {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::f64: return 8;
-    case DType::i64: return 8;
-    case DType::i32: return 4;
-    case DType::u8: return 1;
-    case DType::boolean: return 1;
-    case DType::i16: return 2;
-    case DType::i8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::f64:
+      return 8;
+    case DType::i64:
+      return 8;
+    case DType::i32:
+      return 4;
+    case DType::u8:
+      return 1;
+    case DType::boolean:
+      return 1;
+    case DType::i16:
+      return 2;
+    case DType::i8:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::f64: return "F64";
-    case DType::i64: return "I64";
-    case DType::i32: return "I32";
-    case DType::u8: return "U8";
-    case DType::boolean: return "BOOL";
-    case DType::i16: return "I16";
-    case DType::i8: return "I8";
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::f64:
+      return "F64";
+    case DType::i64:
+      return "I64";
+    case DType::i32:
+      return "I32";
+    case DType::u8:
+      return "U8";
+    case DType::boolean:
+      return "BOOL";
+    case DType::i16:
+      return "I16";
+    case DType::i8:
+      return "I8";
   }
   return "?";
 }
@@ -56,7 +76,7 @@ uint16_t float_to_f16(float value) {
   uint32_t bits = std::bit_cast<uint32_t>(value);
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow rounds to inf
   if (magnitude < 0x38800000u) {
     // Subnormal or zero in f16: shift the 24-bit significand into place with round to nearest even.

@@ -69,8 +69,7 @@ float* Tensor::f32() const {
 }
 
 uint16_t* Tensor::u16() const {
-  VP_REQUIRE(dtype_ == DType::bf16 || dtype_ == DType::f16, "expected a BF16 or F16 tensor, got ",
-             dtype_name(dtype_));
+  VP_REQUIRE(dtype_ == DType::bf16 || dtype_ == DType::f16, "expected a BF16 or F16 tensor, got ", dtype_name(dtype_));
   return static_cast<uint16_t*>(data_);
 }
 

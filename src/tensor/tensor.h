@@ -46,13 +46,13 @@ class Tensor {
   T* data() const {
     return static_cast<T*>(data_);
   }
-  float* f32() const;      // checks dtype
-  uint16_t* u16() const;   // bf16 or f16 bits; checks dtype
+  float* f32() const;     // checks dtype
+  uint16_t* u16() const;  // bf16 or f16 bits; checks dtype
 
-  Tensor view(const Shape& shape) const;                 // same elements, new shape
-  Tensor slice(int64_t begin, int64_t end) const;        // rows [begin, end) of the first dimension
-  Tensor clone() const;                                  // deep copy
-  void copy_from(const Tensor& other) const;             // same element count and dtype
+  Tensor view(const Shape& shape) const;           // same elements, new shape
+  Tensor slice(int64_t begin, int64_t end) const;  // rows [begin, end) of the first dimension
+  Tensor clone() const;                            // deep copy
+  void copy_from(const Tensor& other) const;       // same element count and dtype
   void fill_zero() const;
 
   // A new tensor of another dtype (fp32 <-> bf16/f16 and identity).

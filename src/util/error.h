@@ -27,9 +27,9 @@ template <class... Parts>
 }  // namespace vitpipe
 
 // A check that stays on in release builds: the message says what was expected.
-#define VP_REQUIRE(cond, ...)          \
-  do {                                 \
-    if (!(cond)) {                     \
-      ::vitpipe::fail(__VA_ARGS__);    \
-    }                                  \
+#define VP_REQUIRE(cond, ...)       \
+  do {                              \
+    if (!(cond)) {                  \
+      ::vitpipe::fail(__VA_ARGS__); \
+    }                               \
   } while (0)

@@ -55,8 +55,8 @@ void ProgressBar::draw(bool final_line, const std::string& detail) {
     double fraction = std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_));
     int width = 24;
     int filled = static_cast<int>(std::lround(fraction * width));
-    line = concat(label_, " [", std::string(filled, '#'), std::string(width - filled, '.'), "] ", done_text, "/", total_text,
-                  " ", rate_text, " ETA ", eta);
+    line = concat(label_, " [", std::string(filled, '#'), std::string(width - filled, '.'), "] ", done_text, "/",
+                  total_text, " ", rate_text, " ETA ", eta);
   } else {
     line = concat(label_, " ", done_text, " ", rate_text);
   }

@@ -17,10 +17,10 @@ class Rng {
   Rng(std::initializer_list<uint64_t> parts) : Rng(mix_seed(parts)) {}
 
   uint64_t next_u64();
-  double uniform();                            // [0, 1)
-  double uniform(double low, double high);     // [low, high)
-  uint64_t below(uint64_t bound);              // [0, bound), unbiased
-  double normal();                             // standard normal (Box-Muller)
+  double uniform();                         // [0, 1)
+  double uniform(double low, double high);  // [low, high)
+  uint64_t below(uint64_t bound);           // [0, bound), unbiased
+  double normal();                          // standard normal (Box-Muller)
   double normal(double mean, double stddev) { return mean + stddev * normal(); }
 
   // Saved and restored with training checkpoints.

@@ -42,9 +42,9 @@ TEST(DType, Bf16RoundsToNearestEven) {
 TEST(DType, F16RoundTripAndEdges) {
   EXPECT_EQ(float_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(float_to_f16(65504.0f), 0x7bff);
-  EXPECT_EQ(float_to_f16(65520.0f), 0x7c00);             // halfway to the next power: overflows to inf
-  EXPECT_EQ(float_to_f16(5.9604645e-08f), 0x0001);       // smallest subnormal
-  EXPECT_EQ(float_to_f16(2.9802322e-08f), 0x0000);       // half of it ties to even (zero)
+  EXPECT_EQ(float_to_f16(65520.0f), 0x7c00);        // halfway to the next power: overflows to inf
+  EXPECT_EQ(float_to_f16(5.9604645e-08f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_f16(2.9802322e-08f), 0x0000);  // half of it ties to even (zero)
   EXPECT_EQ(f16_to_float(0x0001), 5.9604645e-08f);
   for (uint32_t bits = 0; bits < 0x7c00; ++bits) {
     ASSERT_EQ(float_to_f16(f16_to_float(static_cast<uint16_t>(bits))), bits) << bits;

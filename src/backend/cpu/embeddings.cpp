@@ -34,8 +34,7 @@ void patchify_impl(const float* images, int64_t batch, int64_t channels, int64_t
 
 template <class G>
 void embeddings_backward_impl(const float* grad_x, int64_t batch, int64_t tokens, int64_t d, float* grad_cls,
-                              float* grad_pos, G* grad_patch, ThreadPartials& bias_partials,
-                              float* grad_bias) {
+                              float* grad_pos, G* grad_patch, ThreadPartials& bias_partials, float* grad_bias) {
   // Position gradient = sum over the batch; threads split tokens so each owns its rows (no reduction needed).
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tokens; ++t) {
@@ -112,9 +111,9 @@ void CpuBackend::embeddings_backward(const Tensor& grad_x, const Tensor& grad_cl
                                      const Tensor& grad_patch_proj, const Tensor* grad_patch_bias) {
   VP_REQUIRE(grad_x.rank() == 3, "embeddings_backward: grad_x must be [B, T, D]");
   const int64_t batch = grad_x.dim(0), tokens = grad_x.dim(1), d = grad_x.dim(2);
-  VP_REQUIRE(grad_patch_proj.numel() == batch * (tokens - 1) * d && grad_cls.numel() == d &&
-                 grad_pos.numel() == tokens * d,
-             "embeddings_backward: inconsistent shapes");
+  VP_REQUIRE(
+      grad_patch_proj.numel() == batch * (tokens - 1) * d && grad_cls.numel() == d && grad_pos.numel() == tokens * d,
+      "embeddings_backward: inconsistent shapes");
   float* bias = grad_patch_bias ? grad_patch_bias->f32() : nullptr;
   if (grad_patch_proj.dtype() == DType::f32) {
     embeddings_backward_impl(grad_x.f32(), batch, tokens, d, grad_cls.f32(), grad_pos.f32(), grad_patch_proj.f32(),

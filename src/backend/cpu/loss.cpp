@@ -12,10 +12,11 @@ double CpuBackend::bce_with_logits(const Tensor& logits, const Tensor& targets, 
                                    double grad_scale, const Tensor& grad_logits) {
   VP_REQUIRE(logits.rank() == 2 && targets.numel() == logits.numel() && grad_logits.numel() == logits.numel() &&
                  targets.dtype() == DType::f32,
-             "bce_with_logits: logits ", shape_string(logits.shape()), " and targets ",
-             shape_string(targets.shape()), " must match");
+             "bce_with_logits: logits ", shape_string(logits.shape()), " and targets ", shape_string(targets.shape()),
+             " must match");
   const int64_t rows = logits.dim(0), labels = logits.dim(1);
-  if (pos_weight) VP_REQUIRE(pos_weight->numel() == labels, "bce_with_logits: pos_weight must have ", labels, " entries");
+  if (pos_weight)
+    VP_REQUIRE(pos_weight->numel() == labels, "bce_with_logits: pos_weight must have ", labels, " entries");
   const float* x = logits.f32();
   const float* y = targets.f32();
   float* g = grad_logits.f32();

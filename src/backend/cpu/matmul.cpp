@@ -19,9 +19,8 @@ void CpuBackend::linear_forward(const Tensor& in, const Tensor& weight, const Te
   require_2d(in, "input");
   require_2d(weight, "weight");
   const int64_t m = in.dim(0), k = in.dim(1), n = weight.dim(0);
-  VP_REQUIRE(weight.dim(1) == k && out.numel() == m * n && in.dtype() == weight.dtype(),
-             "linear_forward: shapes ", shape_string(in.shape()), " x ", shape_string(weight.shape()), "^T -> ",
-             shape_string(out.shape()));
+  VP_REQUIRE(weight.dim(1) == k && out.numel() == m * n && in.dtype() == weight.dtype(), "linear_forward: shapes ",
+             shape_string(in.shape()), " x ", shape_string(weight.shape()), "^T -> ", shape_string(out.shape()));
   MatmulShape s;
   s.m = m, s.n = n, s.k = k;
   s.a_row = k, s.a_col = 1;
@@ -32,8 +31,8 @@ void CpuBackend::linear_forward(const Tensor& in, const Tensor& weight, const Te
   s.residual = residual != nullptr;
   if (bias) VP_REQUIRE(bias->numel() == n && bias->dtype() == DType::f32, "linear_forward: bias must be [", n, "] f32");
   if (residual) {
-    VP_REQUIRE(residual->numel() == m * n && residual->dtype() == DType::f32,
-               "linear_forward: residual must be [", m, ", ", n, "] f32");
+    VP_REQUIRE(residual->numel() == m * n && residual->dtype() == DType::f32, "linear_forward: residual must be [", m,
+               ", ", n, "] f32");
   }
   matmuls_.run(s, in.raw(), weight.raw(), out.raw(), bias ? bias->f32() : nullptr,
                residual ? residual->f32() : nullptr);

@@ -11,10 +11,14 @@ namespace {
 
 dnnl::memory::data_type to_dnnl(DType type) {
   switch (type) {
-    case DType::f32: return dnnl::memory::data_type::f32;
-    case DType::bf16: return dnnl::memory::data_type::bf16;
-    case DType::f16: return dnnl::memory::data_type::f16;
-    default: fail("matmul: unsupported dtype ", dtype_name(type));
+    case DType::f32:
+      return dnnl::memory::data_type::f32;
+    case DType::bf16:
+      return dnnl::memory::data_type::bf16;
+    case DType::f16:
+      return dnnl::memory::data_type::f16;
+    default:
+      fail("matmul: unsupported dtype ", dtype_name(type));
   }
 }
 

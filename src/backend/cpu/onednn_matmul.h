@@ -2,11 +2,10 @@
 // JIT-compiles a kernel, which costs far more than running it on a ViT-sized problem.
 #pragma once
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -22,8 +21,8 @@ struct MatmulShape {
   int64_t b_row = 0, b_col = 1;  // B strides
   int64_t c_row = 0;             // C row stride (columns contiguous)
   DType a_type = DType::f32, b_type = DType::f32, c_type = DType::f32;
-  bool bias = false;      // + bias[N] (f32)
-  bool residual = false;  // + R[M,N] (f32, contiguous rows of stride c_row)
+  bool bias = false;        // + bias[N] (f32)
+  bool residual = false;    // + R[M,N] (f32, contiguous rows of stride c_row)
   bool accumulate = false;  // C += instead of C =
 
   auto key() const {
