@@ -8,6 +8,7 @@
 // each segment's backward) so the reductions move while the CPU computes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -40,10 +41,15 @@ struct GradientReductionStats {
   int buckets = 0;
   size_t bytes = 0;
   double window_seconds = 0;   // first all-reduce launched -> last one seen complete
-  double exposed_seconds = 0;  // the part of that window spent waiting in finish()
+  // The part of that window this rank spent inside the reduction's MPI calls: launching and testing buckets during
+  // the backward pass (MPI progresses a reduction only inside its calls, so that work is not hidden) and waiting
+  // in finish().
+  double exposed_seconds = 0;
   double finish_seconds = 0;   // all of finish(), scaling included
   // "All-reduce time hidden behind backward": 1 - exposed / window (1 when there was nothing to wait for).
-  double hidden_fraction() const { return window_seconds > 0 ? 1.0 - exposed_seconds / window_seconds : 1.0; }
+  double hidden_fraction() const {
+    return window_seconds > 0 ? std::clamp(1.0 - exposed_seconds / window_seconds, 0.0, 1.0) : 1.0;
+  }
 };
 
 // Cuts the parameters of `ranges` (one FlatParameters per model chunk this rank holds) into buckets, from the end.
@@ -85,6 +91,7 @@ class GradientBuckets {
   std::vector<Flight> flights_;           // per bucket
   GradientReductionStats stats_;
   int64_t first_launch_ns_ = -1;
+  int64_t blocked_ns_ = 0;  // this step's time in launches and tests of in-flight buckets
 };
 
 }  // namespace vitpipe

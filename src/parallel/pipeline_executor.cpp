@@ -136,6 +136,11 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
            static_cast<size_t>(b) * sizeof(int64_t);
   };
 
+  auto record = [&](const char* name, const char* category, int64_t start_ns, int lane, int mb, int64_t value = -1) {
+    if (trace_) trace_->record(name, category, start_ns, trace_->now_ns(), lane, mb, value);
+  };
+  auto now = [&] { return trace_ ? trace_->now_ns() : 0; };
+
   // A slot for (chunk, mb): the one it already has, or a free one. A slot frees once its micro-batch is done
   // (backward in training, forward in evaluation) and its sends completed.
   auto slot_for = [&](int chunk, int mb) {
@@ -147,9 +152,11 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         auto& state = slots[s];
         if (state.owner >= 0 && state.backward_done) {
           // Finished micro-batch: its buffers are reusable once its sends are through (wait on the second pass).
-          if (attempt == 1) {
+          if (attempt == 1 && (state.send_activation.pending() || state.send_grad.pending())) {
+            const int64_t t0 = now();
             state.send_activation.wait();
             state.send_grad.wait();
+            record("send wait", kTraceP2p, t0, 1, state.owner);
           }
           if (!state.send_activation.pending() && !state.send_grad.pending()) state.owner = -1;
         }
@@ -170,10 +177,6 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     return slot;
   };
 
-  auto record = [&](const char* name, const char* category, int64_t start_ns, int lane, int mb) {
-    if (trace_) trace_->record(name, category, start_ns, trace_->now_ns(), lane, mb);
-  };
-  auto now = [&] { return trace_ ? trace_->now_ns() : 0; };
 
   for (const Instruction& in : program) {
     const int chunk = in.chunk, mb = in.micro_batch;
@@ -264,10 +267,13 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const Tensor output = stage->output(slot, size_of(mb));
+        const int64_t t0 = now();
         state.send_activation =
             world_.isend(std::span<const float>(output.f32(), static_cast<size_t>(output.numel())),
                          grid_.rank_of_virtual_stage(vs + 1),
                          p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
+        // Non-blocking: the event is the posting (value: bytes); a later wait for it shows as "send wait".
+        record("send activation", kTraceP2p, t0, 1, mb, static_cast<int64_t>(output.nbytes()));
         break;
       }
       case Op::recv_grad: {
@@ -304,9 +310,11 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const Tensor grad = stage->grad(slot, size_of(mb));
+        const int64_t t0 = now();
         state.send_grad = world_.isend(std::span<const float>(grad.f32(), static_cast<size_t>(grad.numel())),
                                        grid_.rank_of_virtual_stage(vs - 1),
                                        p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
+        record("send grad", kTraceP2p, t0, 1, mb, static_cast<int64_t>(grad.nbytes()));
         break;
       }
       case Op::reduce_grads: {

@@ -27,7 +27,7 @@ void TraceRecorder::set_lane_name(int lane, std::string name) {
 
 void TraceRecorder::record(std::string_view name, std::string_view category, int64_t start_ns, int64_t end_ns, int lane,
                            int micro_batch, int64_t value) {
-  if (!enabled_) return;
+  if (!enabled()) return;
   TraceEvent event{std::string(name),
                    std::string(category),
                    start_ns,
@@ -210,7 +210,10 @@ MeasuredBubble measured_bubble_fraction(std::span<const TraceEvent> events) {
   // step -> rank -> compute intervals
   std::map<int, std::map<int, std::vector<Interval>>> compute;
   for (const auto& e : events) {
-    if (e.category == kTraceCompute) compute[e.step][e.rank].push_back({e.start_ns, e.start_ns + e.duration_ns});
+    // Events outside optimizer steps (step -1: evaluation) belong to no step's window.
+    if (e.category == kTraceCompute && e.step >= 0) {
+      compute[e.step][e.rank].push_back({e.start_ns, e.start_ns + e.duration_ns});
+    }
   }
   MeasuredBubble result;
   std::map<int, std::pair<double, int>> per_rank;  // rank -> (sum, count)

@@ -3,6 +3,7 @@
 // measured bubble fraction of the end-of-run summary.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -40,7 +41,9 @@ class TraceRecorder {
  public:
   explicit TraceRecorder(bool enabled = true, int rank = 0);
 
-  bool enabled() const { return enabled_; }
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  // Stops (or resumes) recording; what was recorded stays. E.g. after the first N steps of a long run.
+  void set_enabled(bool enabled) { enabled_.store(enabled, std::memory_order_relaxed); }
   int rank() const { return rank_; }
   // Collective: a barrier, then every rank restarts its clock, so the ranks' times share an origin (to within the
   // barrier's skew, microseconds on one machine). Also takes the rank from `world`.
@@ -48,7 +51,7 @@ class TraceRecorder {
   int64_t now_ns() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
   }
-  void set_step(int step) { step_ = step; }  // stamped on the events recorded afterwards
+  void set_step(int step) { step_ = step; }  // stamped on the events recorded afterwards; -1: outside steps
   int step() const { return step_; }
   void set_lane_name(int lane, std::string name);
 
@@ -78,7 +81,7 @@ class TraceRecorder {
   void clear();
 
  private:
-  bool enabled_;
+  std::atomic<bool> enabled_;
   int rank_;
   int step_ = -1;
   std::chrono::steady_clock::time_point origin_;
@@ -107,7 +110,8 @@ void write_chrome_trace(Communicator& world, const TraceRecorder& recorder, cons
 
 // Bubble = idle compute: for each step, the window from the first compute event's start to the last one's end over
 // all ranks; each rank's bubble is 1 - (its compute time in the step) / window. Returns the mean over ranks and
-// steps (0 when there is no compute event). Comparable with SimulationResult::bubble_fraction.
+// steps (0 when there is no compute event). Events of step -1 (outside optimizer steps, e.g. evaluation) are left
+// out. Comparable with SimulationResult::bubble_fraction.
 struct MeasuredBubble {
   double fraction = 0.0;
   int steps = 0;

@@ -10,7 +10,8 @@ namespace vitpipe {
 
 // `local_ranks`: ranks to run as threads when not launched by mpirun. Under mpirun the world is MPI's and a
 // failure on any rank aborts the job (parallel/communicator.h: run_or_abort); MPI is finalised at the end.
-// `threads`: CPU threads for the whole process (0 = all cores), shared evenly by local ranks.
+// `threads`: CPU threads for the whole process (0 = all cores), shared evenly by local ranks; under mpirun, 0 means
+// this rank's share of its node's cores (the node's cores / the ranks mpirun started on it), at least 1.
 void run_on_world(int local_ranks, int threads, const std::function<void(Communicator& world)>& body);
 
 bool launched_as_mpi_job();

@@ -28,6 +28,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/progress.h"
+#include "util/threads.h"
 
 namespace vitpipe {
 namespace fs = std::filesystem;
@@ -88,6 +89,8 @@ class RankTrainer {
   void run();
 
  private:
+  ParallelConfig parallel_config(int layers) const;
+  void check_layout_before_loading();
   void open_data();
   void load_model_and_state();
   void build_pipeline();
@@ -125,7 +128,10 @@ class RankTrainer {
   int64_t batches_per_epoch_ = 0;
   bool use_partial_ = true;
   int64_t loader_epoch_ = -1;
-  std::vector<double> bubble_samples_, hidden_samples_;
+  int traced_steps_ = 0;
+  // Per measured step (the first is not: it includes one-time JIT compilation): this rank's step and compute time,
+  // and the share of the gradient all-reduce hidden behind its backward pass.
+  std::vector<double> step_seconds_, compute_seconds_, hidden_samples_;
 };
 
 void RankTrainer::run() {
@@ -145,6 +151,7 @@ void RankTrainer::run() {
                " already holds an exported model (model/) but no checkpoint to resume; choose another directory or "
                "remove it");
   }
+  check_layout_before_loading();
   open_data();
   load_model_and_state();
   build_pipeline();
@@ -185,18 +192,34 @@ void RankTrainer::load_model_and_state() {
   layout_ = model_.parameters.layout_ptr();
 }
 
-void RankTrainer::build_pipeline() {
-  const ViTConfig& config = model_.config;
-  const bool interleaved = o_.pipeline_schedule == "interleaved";
+ParallelConfig RankTrainer::parallel_config(int layers) const {
   ParallelConfig pc;
   pc.world_size = world_.size();
   pc.stages = o_.pipeline_stages;
-  pc.layers = static_cast<int>(config.num_hidden_layers);
+  pc.layers = layers;
   pc.micro_batch = static_cast<int>(*o_.micro_batch_size);
   pc.global_batch = static_cast<int>(o_.batch_size);
   pc.schedule = schedule_of(o_);
-  pc.virtual_stages = interleaved ? o_.virtual_stages : 1;
+  pc.virtual_stages = o_.pipeline_schedule == "interleaved" ? o_.virtual_stages : 1;
   pc.layers_per_stage = o_.layers_per_stage;
+  return pc;
+}
+
+void RankTrainer::check_layout_before_loading() {
+  // What the layout needs of the model is its layer count; assume as many as the layout asks for here, so that
+  // every other mistake (processes vs stages, batch vs micro-batches x replicas) is refused before the data set and
+  // the weights are read. build_pipeline() checks again with the model's real count.
+  const int pieces = o_.pipeline_stages * (o_.pipeline_schedule == "interleaved" ? o_.virtual_stages : 1);
+  const int asked = o_.layers_per_stage.empty()
+                        ? std::max(0, pieces - 2)
+                        : std::accumulate(o_.layers_per_stage.begin(), o_.layers_per_stage.end(), 0);
+  validate_parallel_config(parallel_config(asked));
+}
+
+void RankTrainer::build_pipeline() {
+  const ViTConfig& config = model_.config;
+  const bool interleaved = o_.pipeline_schedule == "interleaved";
+  const ParallelConfig pc = parallel_config(static_cast<int>(config.num_hidden_layers));
   plan_ = validate_parallel_config(pc);
   grid_ = std::make_unique<ProcessGrid>(world_.size(), world_.rank(), o_.pipeline_stages);
   micro_batch_ = *o_.micro_batch_size;
@@ -230,7 +253,7 @@ void RankTrainer::build_pipeline() {
   }
   resumed_ = TrainingCheckpoint{};  // the whole-model copies are no longer needed
 
-  trace_ = std::make_unique<TraceRecorder>(true, world_.rank());
+  trace_ = std::make_unique<TraceRecorder>(!o_.trace.empty(), world_.rank());
   trace_->synchronize_start(world_);
   ExecutorOptions eo;
   eo.schedule = pc.schedule;
@@ -256,7 +279,7 @@ void RankTrainer::build_pipeline() {
        precision_name(precision), model_.fresh_head ? ", fresh classifier head" : "");
   info("parallelism: ", world_.size(), launched_as_mpi_job() ? " MPI ranks" : " rank(s) in this process", " = ",
        o_.pipeline_stages, " pipeline stage(s) x ", grid_->replicas(), " replica(s), schedule ", o_.pipeline_schedule,
-       o_.recompute ? ", activations recomputed" : "");
+       o_.recompute ? ", activations recomputed" : "", "; ", configured_threads(), " CPU thread(s) per rank");
   if (o_.pipeline_stages > 1 || interleaved) info(plan_.describe());
   info("global batch ", o_.batch_size, " = micro-batch ", micro_batch_, " x ", micro_batches_,
        " accumulation step(s) x ", grid_->replicas(), " replica(s)");
@@ -358,6 +381,14 @@ void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* recor
 }
 
 EvaluationReport RankTrainer::evaluate(Split split) {
+  // Evaluation's forward passes are not part of a training step (the trace's per-step bubble leaves them out).
+  const int step = trace_->step();
+  trace_->set_step(-1);
+  struct RestoreStep {
+    TraceRecorder* trace;
+    int step;
+    ~RestoreStep() { trace->set_step(step); }
+  } restore{trace_.get(), step};
   EvaluationSettings s;
   s.micro_batch = micro_batch_;
   s.micro_batches = micro_batches_;
@@ -448,10 +479,13 @@ void RankTrainer::train_loop() {
     nlohmann::json record = {{"type", "train"}, {"step", state_.step + 1}};
     optimizer_step(result, &record);
     if (state_.step > 0 && result.seconds > 0) {  // the first step includes one-time JIT compilation
-      bubble_samples_.push_back(1.0 - result.compute_seconds / result.seconds);
+      step_seconds_.push_back(result.seconds);
+      compute_seconds_.push_back(result.compute_seconds);
       hidden_samples_.push_back(result.reduction.hidden_fraction());
     }
-    if (!o_.trace.empty() ? state_.step + 1 >= kMaxTracedSteps : true) trace_->clear();
+    // --trace keeps the first kMaxTracedSteps steps of this run; recording stops there (clearing would throw the
+    // whole trace away).
+    if (++traced_steps_ >= kMaxTracedSteps) trace_->set_enabled(false);
 
     ++state_.step;
     ++state_.batch_in_epoch;
@@ -500,21 +534,30 @@ void RankTrainer::finish() {
     export_model(model_dir);
     info("exported the last weights to ", model_dir.string());
   }
-  // Bubble and gradient reduction figures, averaged over steps and ranks.
+  // Bubble and gradient reduction figures, averaged over steps and ranks. A step's window is its pipeline's longest
+  // rank's step, as in the theory: a last stage that finishes early idles until the first one is done (it waits in
+  // the optimizer's norm reduction, outside its own step time).
+  std::vector<double> window = step_seconds_;  // every rank measured the same steps
+  executor_->pipeline_group().allreduce(window.data(), window.size(), ReduceOp::max);
   double sums[3] = {0, 0, 0};
-  for (double b : bubble_samples_) sums[0] += b;
+  for (size_t i = 0; i < window.size(); ++i) sums[0] += window[i] > 0 ? 1.0 - compute_seconds_[i] / window[i] : 0.0;
   for (double h : hidden_samples_) sums[1] += h;
-  sums[2] = static_cast<double>(bubble_samples_.size());
+  sums[2] = static_cast<double>(window.size());
   world_.allreduce(sums, 3, ReduceOp::sum);
   if (sums[2] > 0 && (o_.pipeline_stages > 1 || grid_->replicas() > 1)) {
     const double theory = theoretical_bubble_fraction(schedule_of(o_), o_.pipeline_stages, micro_batches_,
                                                       o_.pipeline_schedule == "interleaved" ? o_.virtual_stages : 1);
     char line[200];
     std::snprintf(line, sizeof(line),
-                  "pipeline bubble: measured %.1f%% of step time idle (mean over ranks and steps), theory %.1f%%; "
-                  "gradient all-reduce hidden behind backward: %.0f%%",
-                  100.0 * sums[0] / sums[2], 100.0 * theory, 100.0 * sums[1] / sums[2]);
-    info(line);
+                  "pipeline bubble: measured %.1f%% of step time idle (mean over ranks and steps), theory %.1f%%",
+                  100.0 * sums[0] / sums[2], 100.0 * theory);
+    std::string text = line;
+    if (grid_->replicas() > 1) {  // with one replica there is no all-reduce to hide
+      std::snprintf(line, sizeof(line), "; gradient all-reduce hidden behind backward: %.0f%%",
+                    100.0 * sums[1] / sums[2]);
+      text += line;
+    }
+    info(text);
   }
   if (!o_.trace.empty()) {
     write_chrome_trace(world_, *trace_, grid_->describe(), o_.trace);

@@ -1,0 +1,412 @@
+"""`vitpipe train` under real mpirun: pipeline stages x data-parallel replicas against one process.
+
+    check_distributed.py --work DIR --mpiexec MPIRUN --probe REPLICA_ITEMS CASE
+
+Cases (each one ctest test; `setup` is their fixture, it writes the models and the single-process references):
+  setup                    vit-mini (4 layers, 32 px) and vit-micro (2 layers); reference runs in one process
+  equal.<layout>           final weights of an mpirun job == the single-process run on the same global batch
+  refuse.<what>            a bad layout refused before any work, with a message saying what to change
+  fail.rank-raises         a corrupted image that only rank 2 loads: the job ends within seconds, reason shown
+  fail.rank-killed         SIGKILL to rank 3 mid-training: mpirun exits non-zero within 10 s
+  resume.<from>-to-<to>    a checkpoint of one layout resumed under another reaches the uninterrupted weights
+  trace                    --trace: valid Chrome trace JSON with every rank's compute and communication events
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_numpy import read_safetensors  # noqa: E402
+
+VITPIPE = os.environ["VITPIPE"]
+SAMPLE = os.path.join(os.environ["VITPIPE_SOURCE_DIR"], "data", "chestxray14-sample")
+TOLERANCE = 1e-4  # relative, per tensor: max |a - b| / max |a|
+
+# One global batch of 8 = micro-batch 2 x (4 / replicas) micro-batches x replicas, in every layout below.
+COMMON = ["--micro-batch-size", "2", "--schedule", "constant", "--warmup-steps", "0", "--val-fraction", "0",
+          "--seed", "5", "--log-every", "1"]
+THREADS = ["--threads", "1"]
+BATCH = ["--batch-size", "8"]
+# SGD moves each weight by lr x its gradient, so a wrong gradient shows in the weights (Adam's first steps move
+# every weight by about lr whatever the gradient's size). Gradient clipping (default 1.0) stays on: it needs the
+# global norm across stages.
+SGD = ["--optimizer", "sgd", "--lr", "2"]
+STEPS = ["--max-steps", "3"]
+ADAMW = ["--optimizer", "adamw", "--lr", "1e-3"]  # the resume tests: the moments must travel too
+
+LAYOUTS = {  # name: (processes, extra flags)
+    "stages2": (2, ["--pipeline-stages", "2"]),
+    "replicas2": (2, []),
+    "stages2x2-1f1b": (4, ["--pipeline-stages", "2", "--pipeline-schedule", "1f1b"]),
+    "stages4-gpipe-recompute": (4, ["--pipeline-stages", "4", "--pipeline-schedule", "gpipe", "--recompute"]),
+    "interleaved2": (2, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved", "--virtual-stages", "2"]),
+    "interleaved2x2-recompute": (4, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
+                                     "--virtual-stages", "2", "--recompute"]),
+    "threads-stages2": (0, ["--pipeline-stages", "2"]),  # no mpirun: the stages run as threads of one process
+}
+
+
+class Job:
+    def __init__(self, args):
+        self.work = args.work
+        self.shared = os.path.join(args.work, "shared")
+        self.mpiexec = args.mpiexec
+        self.probe = args.probe
+        self.env = dict(os.environ)
+        self.env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                         "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1",
+                         "OMPI_MCA_mpi_yield_when_idle": "1"})
+
+    def model(self, name):
+        return os.path.join(self.shared, name)
+
+    def mpirun(self, processes):
+        return [self.mpiexec, "--oversubscribe", "--allow-run-as-root", "-np", str(processes)]
+
+    def run(self, command, expect_ok=True, timeout=120):
+        start = time.monotonic()
+        result = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=timeout)
+        result.seconds = time.monotonic() - start
+        if expect_ok and result.returncode != 0:
+            print(result.stdout + result.stderr)
+            sys.exit(f"FAIL: exit status {result.returncode}: {' '.join(command)}")
+        return result
+
+    def train(self, processes, flags, expect_ok=True, timeout=120):
+        command = ([] if processes == 0 else self.mpirun(processes)) + [VITPIPE, "train"] + flags
+        print("$", " ".join(command), flush=True)
+        return self.run(command, expect_ok, timeout)
+
+
+def data_flag(root=SAMPLE):
+    return ["--data", "chestxray14:" + root]
+
+
+def compare(initial_path, expected_path, actual_path, what):
+    """Every tensor within TOLERANCE of the reference, and the run must have moved the weights well beyond it."""
+    initial, expected, actual = (read_safetensors(p) for p in (initial_path, expected_path, actual_path))
+    assert expected.keys() == actual.keys(), f"{what}: tensor names differ"
+    import numpy as np
+    worst, worst_name, least_moved = 0.0, "", float("inf")
+    for name, reference in expected.items():
+        scale = max(np.abs(reference).max(), 1e-30)
+        error = np.abs(actual[name] - reference).max() / scale
+        if error > worst:
+            worst, worst_name = error, name
+        moved = np.abs(reference - initial[name]).max() / scale
+        if moved > 0:
+            least_moved = min(least_moved, moved)
+    print(f"{what}: worst relative difference {worst:.2e} ({worst_name or '-'}); every moving tensor moved by at "
+          f"least {least_moved:.2e} of its scale")
+    if worst > TOLERANCE:
+        sys.exit(f"FAIL: {what}: {worst_name} differs by {worst:.2e} relative (tolerance {TOLERANCE})")
+    if least_moved < 10 * TOLERANCE:
+        sys.exit(f"FAIL: {what}: the weights moved too little ({least_moved:.2e}) for the comparison to mean much")
+
+
+def case_setup(job):
+    shutil.rmtree(job.shared, ignore_errors=True)
+    os.makedirs(job.shared)
+    job.run([VITPIPE, "init", "--preset", "vit-mini", "--image-size", "32", "--seed", "2", "--out", job.model("mini")])
+    job.run([VITPIPE, "init", "--preset", "vit-micro", "--seed", "1", "--out", job.model("micro")])
+    mini = ["--model", job.model("mini")] + data_flag() + COMMON + THREADS + BATCH
+    job.train(0, mini + SGD + STEPS + ["--output-dir", job.model("reference-sgd")])
+    job.train(0, mini + ADAMW + ["--max-steps", "4", "--output-dir", job.model("reference-adamw")])
+
+
+def case_equal(job, layout):
+    processes, flags = LAYOUTS[layout]
+    out = os.path.join(job.work, "equal." + layout)
+    shutil.rmtree(out, ignore_errors=True)
+    # One layout runs with the default --threads (0: all cores): under mpirun that must mean this rank's share.
+    default_threads = layout == "stages2x2-1f1b"
+    threads = [] if default_threads else THREADS
+    result = job.train(processes, ["--model", job.model("mini")] + data_flag() + COMMON + BATCH + SGD + STEPS +
+                       threads + flags + ["--output-dir", out])
+    log = result.stderr
+    if processes:
+        assert f"{processes} MPI ranks" in log, "the job did not run as MPI ranks:\n" + log
+    else:
+        assert "2 rank(s) in this process" in log, "the stages did not run as threads:\n" + log
+    if default_threads:
+        share = max(1, (os.cpu_count() or 1) // processes)
+        used = int(log.split(" CPU thread(s) per rank")[0].rsplit(" ", 1)[1])
+        print(f"--threads 0 under mpirun: {used} thread(s) per rank, {os.cpu_count()} cores, {processes} ranks")
+        if used > share:
+            sys.exit(f"FAIL: {processes} ranks on {os.cpu_count()} cores each use {used} threads (oversubscribed)")
+    compare(os.path.join(job.model("mini"), "model.safetensors"),
+            os.path.join(job.model("reference-sgd"), "model", "model.safetensors"),
+            os.path.join(out, "model", "model.safetensors"),
+            f"{processes} MPI ranks {' '.join(flags)}" if processes else f"one process, {' '.join(flags)}")
+    for line in log.splitlines():
+        if "pipeline bubble" in line:
+            print(line)
+
+
+REFUSALS = {  # name: (processes, model or None when the refusal must come before reading any, flags, message)
+    "ranks-not-multiple-of-stages": (3, None, ["--pipeline-stages", "2", "--batch-size", "8"],
+                                     "cannot arrange 3 processes into 2 pipeline stages"),
+    "more-stages-than-pieces": (5, "micro", ["--pipeline-stages", "5", "--batch-size", "10"],
+                                "allow at most 4 stages"),
+    "fewer-micro-batches-than-stages": (2, None, ["--pipeline-stages", "2", "--batch-size", "2"],
+                                        "1 micro-batches per step, fewer than the 2 pipeline stages"),
+    "batch-not-divisible": (2, None, ["--batch-size", "6"],
+                            "global batch size 6 is not divisible by micro-batch size 2 x 2 replicas"),
+}
+
+
+def case_refuse(job, name):
+    processes, model, flags, expected = REFUSALS[name]
+    out = os.path.join(job.work, "refuse." + name)
+    shutil.rmtree(out, ignore_errors=True)
+    # A layout that is wrong whatever the model must be refused before the data set or the weights are read: give
+    # paths that do not exist, so reading either would fail with another message. Only the stage count needs the
+    # model (its layers).
+    missing = os.path.join(job.work, "does-not-exist")
+    model_flags = ["--model", job.model(model)] + data_flag() if model else \
+        ["--model", missing, "--data", "chestxray14:" + missing]
+    result = job.train(processes, model_flags + COMMON + THREADS + SGD + STEPS + flags + ["--output-dir", out],
+                       expect_ok=False, timeout=60)
+    output = result.stdout + result.stderr
+    print(output)
+    print(f"exit status {result.returncode} after {result.seconds:.1f} s")
+    if result.returncode == 0:
+        sys.exit("FAIL: the bad configuration was accepted")
+    if expected not in output:
+        sys.exit(f"FAIL: the message does not say {expected!r}")
+    if os.path.exists(out):
+        sys.exit(f"FAIL: {out} was created: work started before the configuration was refused")
+    if "training [" in output:
+        sys.exit("FAIL: training started before the configuration was refused")
+
+
+def linked_copy_of_sample(root):
+    """The sample dataset with every image a symlink to the original, so one can be replaced cheaply."""
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(os.path.join(root, "images"))
+    for name in ("Data_Entry_2017_v2020.csv", "train_val_list.txt", "test_list.txt"):
+        shutil.copy(os.path.join(SAMPLE, name), root)
+    for name in os.listdir(os.path.join(SAMPLE, "images")):
+        os.symlink(os.path.join(SAMPLE, "images", name), os.path.join(root, "images", name))
+
+
+def case_rank_raises(job):
+    # 2 stages x 2 replicas: ranks 0 and 2 are the first stages and load replica 0's and replica 1's images. An image
+    # of replica 1's share of step 2 is truncated, so rank 2 alone fails, in the middle of training, while rank 0
+    # waits for it in the data-parallel all-reduce and ranks 1 and 3 wait for activations.
+    root = os.path.join(job.work, "fail.rank-raises.data")
+    linked_copy_of_sample(root)
+    items = job.run([job.probe, "chestxray14:" + root, "--batch-size", "8", "--replicas", "2", "--replica", "1",
+                     "--step", "1", "--seed", "5", "--val-fraction", "0"]).stdout.split()
+    assert len(items) == 4, items
+    victim = items[0]
+    with open(os.path.join(SAMPLE, "images", os.path.basename(victim)), "rb") as f:
+        head = f.read(200)
+    os.unlink(victim)
+    with open(victim, "wb") as f:
+        f.write(head)  # a PNG cut short: the decoder fails on it
+    out = os.path.join(job.work, "fail.rank-raises")
+    shutil.rmtree(out, ignore_errors=True)
+    result = job.train(4, ["--model", job.model("mini")] + data_flag(root) + COMMON + THREADS + BATCH + SGD +
+                       ["--pipeline-stages", "2", "--max-steps", "50", "--output-dir", out], expect_ok=False,
+                       timeout=60)
+    output = result.stdout + result.stderr
+    print(output)
+    print(f"exit status {result.returncode} after {result.seconds:.1f} s")
+    if result.returncode == 0:
+        sys.exit("FAIL: the job exited 0")
+    if "error: rank 2:" not in output or os.path.basename(victim) not in output:
+        sys.exit(f"FAIL: the output does not name rank 2 and {os.path.basename(victim)}")
+    if result.seconds > 15:  # start-up and one step included
+        sys.exit(f"FAIL: {result.seconds:.1f} s for the job to go down")
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        steps = [json.loads(line)["step"] for line in f if line.strip()]
+    print(f"steps logged before the failure: {steps}")
+    if steps and max(steps) > 1:
+        sys.exit("FAIL: training went past the step whose image was corrupted")
+
+
+def rank_pids(mpirun_pid):
+    """rank -> pid of mpirun's children (the ranks on this node)."""
+    pids = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            if parent != mpirun_pid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                for variable in f.read().split(b"\0"):
+                    if variable.startswith(b"OMPI_COMM_WORLD_RANK="):
+                        pids[int(variable.split(b"=")[1])] = int(entry)
+        except (OSError, IndexError, ValueError):
+            continue
+    return pids
+
+
+def case_rank_killed(job):
+    out = os.path.join(job.work, "fail.rank-killed")
+    shutil.rmtree(out, ignore_errors=True)
+    command = job.mpirun(4) + [VITPIPE, "train", "--model", job.model("mini")] + data_flag() + COMMON + THREADS + \
+        BATCH + SGD + ["--pipeline-stages", "2", "--max-steps", "1000000", "--output-dir", out]
+    print("$", " ".join(command), flush=True)
+    log_path = os.path.join(job.work, "fail.rank-killed.log")
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, env=job.env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        metrics = os.path.join(out, "metrics.jsonl")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:  # wait for a few steps
+            if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3:
+                break
+            time.sleep(0.05)
+        if process.poll() is not None:
+            sys.exit(f"FAIL: the job ended before the kill:\n{open(log_path).read()}")
+        pids = rank_pids(process.pid)
+        if set(pids) != {0, 1, 2, 3}:
+            sys.exit(f"FAIL: expected 4 ranks as children of mpirun, found {pids}")
+        steps_before = sum(1 for _ in open(metrics))
+        os.kill(pids[3], signal.SIGKILL)
+        killed = time.monotonic()
+        try:
+            status = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            sys.exit("FAIL: mpirun still running 30 s after a rank was killed: the job hangs")
+        elapsed = time.monotonic() - killed
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = open(log_path).read()
+    print(output)
+    print(f"killed rank 3 (pid {pids[3]}) after {steps_before} steps; mpirun exited {status} {elapsed:.1f} s later")
+    if status == 0:
+        sys.exit("FAIL: mpirun exited 0 after a rank was killed")
+    if elapsed > 10:
+        sys.exit(f"FAIL: {elapsed:.1f} s for the job to go down (limit 10 s)")
+    if "rank 3" not in output:
+        sys.exit("FAIL: the output does not say which rank died")
+    time.sleep(0.5)
+    survivors = [pid for pid in pids.values() if os.path.exists(f"/proc/{pid}") and
+                 open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    if survivors:
+        sys.exit(f"FAIL: ranks still alive after mpirun exited: {survivors}")
+
+
+RESUMES = {  # name: (first layout, second layout), each (processes, flags)
+    "2x2-to-1": ((4, ["--pipeline-stages", "2"]), (0, [])),
+    "1-to-2x2": ((0, []), (4, ["--pipeline-stages", "2"])),
+    "4stages-gpipe-to-2x2-interleaved": ((4, ["--pipeline-stages", "4", "--pipeline-schedule", "gpipe"]),
+                                         (4, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
+                                              "--virtual-stages", "2"])),
+}
+
+
+def case_resume(job, name):
+    (first_processes, first_flags), (second_processes, second_flags) = RESUMES[name]
+    out = os.path.join(job.work, "resume." + name)
+    shutil.rmtree(out, ignore_errors=True)
+    flags = ["--model", job.model("mini")] + data_flag() + COMMON + THREADS + BATCH + ADAMW + ["--output-dir", out]
+    job.train(first_processes, flags + first_flags + ["--max-steps", "2"])
+    result = job.train(second_processes, flags + second_flags + ["--max-steps", "4", "--resume"])
+    if "resuming from" not in result.stderr or "at step 2" not in result.stderr:
+        sys.exit("FAIL: the second run did not resume from step 2:\n" + result.stderr)
+    # The layout really changed: the checkpoint holds the whole model and its optimizer moments.
+    compare(os.path.join(job.model("mini"), "model.safetensors"),
+            os.path.join(job.model("reference-adamw"), "model", "model.safetensors"),
+            os.path.join(out, "model", "model.safetensors"), f"resumed {name}")
+
+
+def case_trace(job):
+    out = os.path.join(job.work, "trace")
+    shutil.rmtree(out, ignore_errors=True)
+    trace_path = os.path.join(job.work, "trace.json")
+    if os.path.exists(trace_path):
+        os.remove(trace_path)
+    steps, traced = 52, 50  # the trainer keeps the first 50 steps
+    job.train(4, ["--model", job.model("micro")] + data_flag() + COMMON + THREADS + BATCH + SGD +
+              ["--pipeline-stages", "2", "--max-steps", str(steps), "--trace", trace_path, "--output-dir", out])
+    with open(trace_path) as f:
+        trace = json.load(f)  # valid JSON or this throws
+    events = trace["traceEvents"]
+    names = {(e["pid"], e["args"]["name"]) for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    print("processes:", sorted(names))
+    assert {pid for pid, _ in names} == {0, 1, 2, 3}, names
+    spans = [e for e in events if e.get("ph") == "X"]
+    for e in spans:
+        assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
+        assert e["pid"] in (0, 1, 2, 3), e
+    micro_batches = 2  # 8 / (2 x 2 replicas)
+    # rank -> what it must show: first stages send activations and receive gradients, last stages the reverse.
+    expected = {0: ["send activation", "recv grad"], 1: ["recv activation", "send grad"],
+                2: ["send activation", "recv grad"], 3: ["recv activation", "send grad"]}
+    failures = []
+    for rank, p2p in expected.items():
+        mine = [e for e in spans if e["pid"] == rank]
+        counts = {}
+        for e in mine:
+            counts[e["name"]] = counts.get(e["name"], 0) + 1
+        print(f"rank {rank}: {dict(sorted(counts.items()))}")
+        for name in ["forward", "backward"] + p2p:
+            if counts.get(name, 0) != traced * micro_batches:
+                failures.append(f"rank {rank}: {counts.get(name, 0)} '{name}' events, "
+                                f"expected {traced * micro_batches}")
+        if not any(e["cat"] == "allreduce" and e["name"] == "allreduce" for e in mine):
+            failures.append(f"rank {rank}: no gradient all-reduce event")
+        traced_steps = sorted({e["args"]["step"] for e in mine if e["name"] == "forward"})
+        if traced_steps != list(range(traced)):
+            failures.append(f"rank {rank}: forward events of steps {traced_steps[:3]}..{traced_steps[-3:]}, "
+                            f"expected 0..{traced - 1}")
+        # Per step, on this rank: micro-batches forward in order, backward in order, each forward before its backward.
+        for step in range(traced):
+            compute = sorted((e for e in mine if e["cat"] == "compute" and e["args"]["step"] == step),
+                             key=lambda e: e["ts"])
+            forwards = [e["args"]["micro_batch"] for e in compute if e["name"] == "forward"]
+            backwards = [e["args"]["micro_batch"] for e in compute if e["name"] == "backward"]
+            order = [(e["name"], e["args"]["micro_batch"]) for e in compute]
+            if forwards != list(range(micro_batches)) or backwards != list(range(micro_batches)) or any(
+                    order.index(("forward", mb)) > order.index(("backward", mb)) for mb in range(micro_batches)):
+                failures.append(f"rank {rank} step {step}: compute order {order}")
+                break
+    if failures:
+        sys.exit("FAIL:\n" + "\n".join(failures))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--mpiexec", required=True)
+    parser.add_argument("--probe", required=True)
+    parser.add_argument("case")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    job = Job(args)
+    kind, _, name = args.case.partition(".")
+    if args.case == "setup":
+        case_setup(job)
+    elif kind == "equal":
+        case_equal(job, name)
+    elif kind == "refuse":
+        case_refuse(job, name)
+    elif args.case == "fail.rank-raises":
+        case_rank_raises(job)
+    elif args.case == "fail.rank-killed":
+        case_rank_killed(job)
+    elif kind == "resume":
+        case_resume(job, name)
+    elif args.case == "trace":
+        case_trace(job)
+    else:
+        sys.exit(f"unknown case {args.case}")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
