@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd_avx512.h"
 #include "backend/cpu/vector_math.h"
 #include "util/error.h"
 
@@ -29,6 +30,28 @@ template <class P>
 void softmax_rows(float* s, P* p, int64_t rows, int64_t cols, float scale) {
   for (int64_t i = 0; i < rows; ++i) {
     float* row = s + i * cols;
+    P* out = p + i * cols;
+#ifdef VITPIPE_AVX512
+    using namespace simd;
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < cols; j += 16) {
+      vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(cols - j), row + j));
+    }
+    const __m512 max = _mm512_set1_ps(reduce_max(vmax));
+    const __m512 vscale = _mm512_set1_ps(scale);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 m = tail_mask(cols - j);
+      const __m512 e = _mm512_maskz_mov_ps(m, exp_ps(_mm512_mul_ps(_mm512_sub_ps(load(row + j, m), max), vscale)));
+      _mm512_mask_storeu_ps(row + j, m, e);
+      vsum = _mm512_add_ps(vsum, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / reduce_add(vsum));
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 m = tail_mask(cols - j);
+      store(out + j, _mm512_mul_ps(load(row + j, m), inv), m);
+    }
+#else
     float max = row[0];
 #pragma omp simd reduction(max : max)
     for (int64_t j = 0; j < cols; ++j) max = row[j] > max ? row[j] : max;
@@ -40,9 +63,9 @@ void softmax_rows(float* s, P* p, int64_t rows, int64_t cols, float scale) {
       sum += e;
     }
     const float inv = 1.0f / sum;
-    P* out = p + i * cols;
 #pragma omp simd
     for (int64_t j = 0; j < cols; ++j) store(out + j, row[j] * inv);
+#endif
   }
 }
 
@@ -114,12 +137,27 @@ void softmax_backward_rows(const P* p, const float* dp, S* ds, int64_t rows, int
   for (int64_t i = 0; i < rows; ++i) {
     const P* pr = p + i * cols;
     const float* dpr = dp + i * cols;
+    S* out = ds + i * cols;
+#ifdef VITPIPE_AVX512
+    using namespace simd;
+    __m512 vdot = _mm512_setzero_ps();
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 m = tail_mask(cols - j);
+      vdot = _mm512_fmadd_ps(load(pr + j, m), load(dpr + j, m), vdot);
+    }
+    const __m512 dot = _mm512_set1_ps(reduce_add(vdot));
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 m = tail_mask(cols - j);
+      store(out + j, _mm512_mul_ps(_mm512_mul_ps(load(pr + j, m), _mm512_sub_ps(load(dpr + j, m), dot)), vscale), m);
+    }
+#else
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
     for (int64_t j = 0; j < cols; ++j) dot += load(pr + j) * dpr[j];
-    S* out = ds + i * cols;
 #pragma omp simd
     for (int64_t j = 0; j < cols; ++j) store(out + j, load(pr + j) * (dpr[j] - dot) * scale);
+#endif
   }
 }
 
@@ -128,12 +166,21 @@ void write_head_gradient(const float* src, int64_t T, int64_t hd, G* dst, int64_
   for (int64_t t = 0; t < T; ++t) {
     const float* s = src + t * hd;
     G* d = dst + t * dst_row;
+#ifdef VITPIPE_AVX512
+    for (int64_t j = 0; j < hd; j += 16) {
+      const __mmask16 m = simd::tail_mask(hd - j);
+      const __m512 v = simd::load(s + j, m);
+      simd::store(d + j, v, m);
+      if (colsum) _mm512_mask_storeu_ps(colsum + j, m, _mm512_add_ps(simd::load(colsum + j, m), v));
+    }
+#else
 #pragma omp simd
     for (int64_t j = 0; j < hd; ++j) store(d + j, s[j]);
     if (colsum) {
 #pragma omp simd
       for (int64_t j = 0; j < hd; ++j) colsum[j] += s[j];
     }
+#endif
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd_avx512.h"
 #include "backend/cpu/vector_math.h"
 #include "util/error.h"
 
@@ -28,8 +29,16 @@ void layernorm_rows(const float* in, const float* weight, const float* bias, flo
     }
     const float rstd = 1.0f / std::sqrt(sq / static_cast<float>(d) + eps);
     Out* y = out + i * d;
+#ifdef VITPIPE_AVX512
+    for (int64_t j = 0; j < d; j += 16) {
+      const __mmask16 m = simd::tail_mask(d - j);
+      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(simd::load(x + j, m), _mm512_set1_ps(mean)), _mm512_set1_ps(rstd));
+      simd::store(y + j, _mm512_fmadd_ps(xhat, simd::load(weight + j, m), simd::load(bias + j, m)), m);
+    }
+#else
 #pragma omp simd
     for (int64_t j = 0; j < d; ++j) store(y + j, (x[j] - mean) * rstd * weight[j] + bias[j]);
+#endif
     mean_out[i] = mean;
     rstd_out[i] = rstd;
   }
@@ -87,8 +96,15 @@ void layernorm_backward_rows(const LayerNormBackwardArgs& a, const GradOut* grad
       }
       if (copy) {
         Copy* c = copy + i * d;
+#ifdef VITPIPE_AVX512
+        for (int64_t j = 0; j < d; j += 16) {
+          const __mmask16 m = simd::tail_mask(d - j);
+          simd::store(c + j, simd::load(dx + j, m), m);
+        }
+#else
 #pragma omp simd
         for (int64_t j = 0; j < d; ++j) store(c + j, dx[j]);
+#endif
       }
       if (cs) {
 #pragma omp simd

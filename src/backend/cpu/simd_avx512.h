@@ -1,0 +1,73 @@
+// AVX-512 versions of the pieces GCC does not vectorise well by itself: exp through vscalefps, masked row tails and
+// bf16 stores (vcvtneps2bf16 where the CPU has it), for softmax and LayerNorm. Same formulas as vector_math.h (so
+// the same accuracy); built only when the compiler targets AVX-512, the portable loops serve everywhere else.
+// (GELU's erf was tried here too and ran slower than GCC's own vectorisation of vector_math.h, so it stays there.)
+#pragma once
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define VITPIPE_AVX512 1
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace vitpipe::cpu::simd {
+
+// Horizontal sums/maxima by halving (GCC 12's _mm512_reduce_* expand to code it then warns about itself).
+inline float reduce_add(__m512 v) {
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee)));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+inline float reduce_max(__m512 v) {
+  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee)));
+  __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_max_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+inline __mmask16 tail_mask(int64_t remaining) {
+  return remaining >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << remaining) - 1u);
+}
+
+// exp(x) = 2^n * p(r): n = round(x / ln2) applied by vscalefps (no integer exponent arithmetic).
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Masked loads and stores of f32 or bf16 (uint16_t bits) as 16 floats.
+inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load(const uint16_t* p, __mmask16 m) {
+  const __m256i bits = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+inline void store(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
+inline void store(uint16_t* p, __m512 v, __mmask16 m) {
+#if defined(__AVX512BF16__)
+  const __m256i bits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));  // round to nearest even, in hardware
+#else
+  // Round to nearest even by hand (NaN inputs do not occur in these kernels' outputs).
+  __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __m256i bits = _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+#endif
+  _mm256_mask_storeu_epi16(p, m, bits);
+}
+
+}  // namespace vitpipe::cpu::simd
+#endif
