@@ -64,8 +64,9 @@ class Backend {
                                   const Tensor& grad_qkv, const Tensor* grad_qkv_bias) = 0;
 
   // ---- GELU (exact erf form) ----
-  virtual void gelu_forward(const Tensor& in, const Tensor& out) = 0;  // in f32; out f32 or bf16
-  // grad_in = grad_out * gelu'(in) (overwrites; f32 or bf16); grad_bias [N] (optional) adds column sums of grad_in.
+  virtual void gelu_forward(const Tensor& in, const Tensor& out) = 0;  // in f32 or bf16; out f32 or bf16
+  // grad_in = grad_out * gelu'(in) (overwrites): all f32 or all bf16; grad_bias [N] (optional, f32) adds the
+  // column sums of grad_in, summed before rounding.
   virtual void gelu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
                              const Tensor* grad_bias) = 0;
 

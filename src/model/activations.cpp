@@ -30,7 +30,7 @@ BlockActivations BlockActivations::allocate(const ViTConfig& c, int64_t b, DType
   a.ln2 = Tensor::empty({rows, d}, act);
   a.mean2 = Tensor::empty({rows});
   a.rstd2 = Tensor::empty({rows});
-  a.pre_gelu = Tensor::empty({rows, inner});
+  a.pre_gelu = Tensor::empty({rows, inner}, act);
   a.gelu = Tensor::empty({rows, inner}, act);
   return a;
 }

@@ -20,7 +20,7 @@ struct BlockActivations {
   Tensor attention;          // [rows, D] act: attention output before the projection
   Tensor mid;                // [rows, D] f32: residual stream after attention
   Tensor ln2, mean2, rstd2;  // [rows, D] act
-  Tensor pre_gelu;           // [rows, I] f32
+  Tensor pre_gelu;           // [rows, I] act (fc1 output, before GELU)
   Tensor gelu;               // [rows, I] act
 
   static BlockActivations allocate(const ViTConfig& config, int64_t batch, DType act);
