@@ -1,5 +1,7 @@
 #include "tensor/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -7,6 +9,9 @@
 #include "util/error.h"
 
 namespace vitpipe {
+namespace {
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+}
 
 std::string shape_string(const Shape& shape) {
   std::ostringstream out;
@@ -31,8 +36,13 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   t.numel_ = shape_numel(shape);
   t.dtype_ = dtype;
   size_t bytes = t.nbytes();
-  size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-  void* memory = std::aligned_alloc(kTensorAlignment, rounded == 0 ? kTensorAlignment : rounded);
+  // Large buffers (activations, weights) go on 2 MiB pages where the kernel allows it on request
+  // (transparent_hugepage=madvise): the kernels stream through them, and 4 KiB pages cost TLB misses.
+  const bool huge = bytes >= kHugePageBytes;
+  const size_t alignment = huge ? kHugePageBytes : kTensorAlignment;
+  size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void* memory = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
+  if (memory != nullptr && huge) ::madvise(memory, rounded, MADV_HUGEPAGE);
   VP_REQUIRE(memory != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
              shape_string(shape));
   t.storage_ = std::shared_ptr<const void>(memory, [](const void* p) { std::free(const_cast<void*>(p)); });
