@@ -86,7 +86,8 @@ void run_predict(const PredictOptions& o) {
       const float* z = logits.f32() + i * labels;
       std::vector<double> p(static_cast<size_t>(labels));
       if (multi) {
-        for (int64_t l = 0; l < labels; ++l) p[static_cast<size_t>(l)] = 1.0 / (1.0 + std::exp(-static_cast<double>(z[l])));
+        for (int64_t l = 0; l < labels; ++l)
+          p[static_cast<size_t>(l)] = 1.0 / (1.0 + std::exp(-static_cast<double>(z[l])));
       } else {
         double max = z[0], sum = 0;
         for (int64_t l = 1; l < labels; ++l) max = std::max(max, static_cast<double>(z[l]));
@@ -97,7 +98,8 @@ void run_predict(const PredictOptions& o) {
       if (o.format == "json") {
         nlohmann::json probabilities = nlohmann::json::object();
         std::vector<float> raw(z, z + labels);
-        for (int64_t l = 0; l < labels; ++l) probabilities[c.labels[static_cast<size_t>(l)]] = p[static_cast<size_t>(l)];
+        for (int64_t l = 0; l < labels; ++l)
+          probabilities[c.labels[static_cast<size_t>(l)]] = p[static_cast<size_t>(l)];
         nlohmann::json line = {{"image", path}, {"logits", raw}, {"probabilities", probabilities}};
         std::printf("%s\n", line.dump().c_str());
       } else {

@@ -1,5 +1,6 @@
 // A Hugging Face model directory (config.json, preprocessor_config.json, model.safetensors or sharded
-// model-0000i-of-0000N.safetensors + index; for reading also pytorch_model.bin or its sharded index) <-> ViTConfig + PreprocessorConfig + FlatParameters (whole model, fp32).
+// model-0000i-of-0000N.safetensors + index; for reading also pytorch_model.bin or its sharded index) <-> ViTConfig +
+// PreprocessorConfig + FlatParameters (whole model, fp32).
 //
 // Loading maps checkpoint names onto ParameterLayout's names (ViTForImageClassification):
 //   - ViTForImageClassification files use them as they are; DeiT files say "deit." where we say "vit.";

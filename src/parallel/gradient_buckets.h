@@ -40,12 +40,12 @@ struct GradientBucket {
 struct GradientReductionStats {
   int buckets = 0;
   size_t bytes = 0;
-  double window_seconds = 0;   // first all-reduce launched -> last one seen complete
+  double window_seconds = 0;  // first all-reduce launched -> last one seen complete
   // The part of that window this rank spent inside the reduction's MPI calls: launching and testing buckets during
   // the backward pass (MPI progresses a reduction only inside its calls, so that work is not hidden) and waiting
   // in finish().
   double exposed_seconds = 0;
-  double finish_seconds = 0;   // all of finish(), scaling included
+  double finish_seconds = 0;  // all of finish(), scaling included
   // "All-reduce time hidden behind backward": 1 - exposed / window (1 when there was nothing to wait for).
   double hidden_fraction() const {
     return window_seconds > 0 ? std::clamp(1.0 - exposed_seconds / window_seconds, 0.0, 1.0) : 1.0;

@@ -25,21 +25,21 @@ struct PipelineExecutor::Pending {
     CommRequest send_activation, send_grad, recv_activation, recv_grad;
     bool backward_done = false;
   };
-  std::vector<std::vector<SlotState>> slots;           // [chunk][slot]
-  std::vector<std::vector<int>> slot_of;               // [chunk][micro_batch]
-  std::vector<MicroBatchData> loaded;                  // first stage: kept until their labels are sent
-  std::vector<CommRequest> label_sends;                // first stage
-  std::vector<std::vector<std::byte>> label_buffers;   // last stage: received labels + items, per micro-batch
-  std::vector<CommRequest> label_recvs;                // last stage
-  std::vector<Tensor> targets;                         // last stage, per micro-batch
-  std::vector<std::vector<int64_t>> items;             // last stage, per micro-batch
+  std::vector<std::vector<SlotState>> slots;          // [chunk][slot]
+  std::vector<std::vector<int>> slot_of;              // [chunk][micro_batch]
+  std::vector<MicroBatchData> loaded;                 // first stage: kept until their labels are sent
+  std::vector<CommRequest> label_sends;               // first stage
+  std::vector<std::vector<std::byte>> label_buffers;  // last stage: received labels + items, per micro-batch
+  std::vector<CommRequest> label_recvs;               // last stage
+  std::vector<Tensor> targets;                        // last stage, per micro-batch
+  std::vector<std::vector<int64_t>> items;            // last stage, per micro-batch
 };
 
 PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world, std::vector<ViTStage*> chunks,
                                    ExecutorOptions options, TraceRecorder* trace)
     : grid_(grid), world_(world), chunks_(std::move(chunks)), options_(options), trace_(trace) {
-  VP_REQUIRE(!chunks_.empty() && static_cast<int>(chunks_.size()) == options_.virtual_stages,
-             "executor: expected ", options_.virtual_stages, " model chunks on this rank, got ", chunks_.size());
+  VP_REQUIRE(!chunks_.empty() && static_cast<int>(chunks_.size()) == options_.virtual_stages, "executor: expected ",
+             options_.virtual_stages, " model chunks on this rank, got ", chunks_.size());
   VP_REQUIRE(!schedule_splits_backward(options_.schedule), "--pipeline-schedule ",
              schedule_kind_name(options_.schedule),
              " splits the backward pass into input and weight parts, which the executor does not run yet; use "
@@ -81,7 +81,8 @@ StepResult PipelineExecutor::train_step(const StepShape& requested, const MicroB
   return result;
 }
 
-void PipelineExecutor::forward_only(const StepShape& requested, const MicroBatchSource& source, const LogitsSink& sink) {
+void PipelineExecutor::forward_only(const StepShape& requested, const MicroBatchSource& source,
+                                    const LogitsSink& sink) {
   StepShape shape = requested;
   exchange_shape(shape);
   const int m = static_cast<int>(shape.micro_batch_sizes.size());
@@ -109,8 +110,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
   const ViTConfig& config = chunks_.front()->config();
   const bool multi_label = config.problem_type == ProblemType::multi_label;
   const int64_t labels = config.num_labels();
-  const double grad_scale =
-      1.0 / static_cast<double>(shape.global_rows * (multi_label ? labels : 1));
+  const double grad_scale = 1.0 / static_cast<double>(shape.global_rows * (multi_label ? labels : 1));
 
   Pending st;
   st.slots.resize(chunks_.size());
@@ -177,7 +177,6 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     return slot;
   };
 
-
   for (const Instruction& in : program) {
     const int chunk = in.chunk, mb = in.micro_batch;
     ViTStage* stage = in.micro_batch >= 0 ? chunks_[static_cast<size_t>(chunk)] : nullptr;
@@ -204,9 +203,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
             std::vector<int64_t> items = data.indices;
             items.resize(static_cast<size_t>(b), -1);
             std::memcpy(bytes.data() + data.targets.nbytes(), items.data(), items.size() * sizeof(int64_t));
-            st.label_sends[static_cast<size_t>(mb)] =
-                world_.isend_bytes(bytes.data(), bytes.size(), grid_.rank_of_virtual_stage(last_virtual),
-                                   label_tag(mb));
+            st.label_sends[static_cast<size_t>(mb)] = world_.isend_bytes(
+                bytes.data(), bytes.size(), grid_.rank_of_virtual_stage(last_virtual), label_tag(mb));
           }
           record("load", kTraceData, t0, 0, mb);
         }
@@ -224,8 +222,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const Tensor input = stage->input(slot, size_of(mb));
         state.recv_activation =
             world_.irecv(std::span<float>(input.f32(), static_cast<size_t>(input.numel())),
-                         grid_.rank_of_virtual_stage(vs - 1),
-                         p2p_tag(MessageKind::activation, mb, chunk, v));
+                         grid_.rank_of_virtual_stage(vs - 1), p2p_tag(MessageKind::activation, mb, chunk, v));
         break;
       }
       case Op::forward: {
@@ -251,8 +248,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
           }
           const Tensor& targets = st.targets[static_cast<size_t>(mb)];
           if (training) {
-            result->loss_sum += stage->loss(slot, b, targets, grad_scale,
-                                            options_.pos_weight.numel() ? &options_.pos_weight : nullptr);
+            result->loss_sum +=
+                stage->loss(slot, b, targets, grad_scale, options_.pos_weight.numel() ? &options_.pos_weight : nullptr);
             result->loss_elements += multi_label ? b * labels : b;
           } else {
             (*sink)(stage->output(slot, b), targets, st.items[static_cast<size_t>(mb)]);
@@ -280,8 +277,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const Tensor grad = stage->grad(slot, size_of(mb));
-        state.recv_grad = world_.irecv(std::span<float>(grad.f32(), static_cast<size_t>(grad.numel())),
-                                       grid_.rank_of_virtual_stage(vs + 1), p2p_tag(MessageKind::gradient, mb, chunk, v));
+        state.recv_grad =
+            world_.irecv(std::span<float>(grad.f32(), static_cast<size_t>(grad.numel())),
+                         grid_.rank_of_virtual_stage(vs + 1), p2p_tag(MessageKind::gradient, mb, chunk, v));
         break;
       }
       case Op::backward: {

@@ -37,8 +37,8 @@ struct StepShape {
 };
 
 struct StepResult {
-  double loss_sum = 0;       // last stage: the loss summed over this replica's elements (others: 0)
-  int64_t loss_elements = 0; // the matching count (rows x labels for multi-label, rows for single-label)
+  double loss_sum = 0;        // last stage: the loss summed over this replica's elements (others: 0)
+  int64_t loss_elements = 0;  // the matching count (rows x labels for multi-label, rows for single-label)
   double seconds = 0;
   double compute_seconds = 0;  // forward + backward on this rank
   GradientReductionStats reduction;

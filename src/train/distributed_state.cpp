@@ -73,7 +73,8 @@ GatheredState gather_state(Communicator& world, const ProcessGrid& grid, const s
       read(&numel, sizeof(numel));
       VP_REQUIRE(begin >= 0 && begin + numel <= layout->numel(), "gather_state: range outside the model");
       read(out.parameters.data() + begin, static_cast<size_t>(numel) * sizeof(float));
-      for (const auto& name : names) read(out.optimizer_state[name].f32() + begin, static_cast<size_t>(numel) * sizeof(float));
+      for (const auto& name : names)
+        read(out.optimizer_state[name].f32() + begin, static_cast<size_t>(numel) * sizeof(float));
       covered += numel;
     }
   }
@@ -93,7 +94,7 @@ void load_chunk_state(ViTStage& chunk, Optimizer* optimizer, const FlatParameter
   VP_REQUIRE(!state.empty(), source, ": no optimizer state to resume from");
   TensorMap views;
   for (const auto& [name, tensor] : state) views[name] = tensor.slice(params.begin(), params.begin() + params.numel());
-  StringMap meta = optimizer->state_metadata();  // this chunk's range ...
+  StringMap meta = optimizer->state_metadata();    // this chunk's range ...
   for (const char* key : {"optimizer", "step"}) {  // ... and what the checkpoint says about the run
     auto it = metadata.find(key);
     VP_REQUIRE(it != metadata.end(), source, ": optimizer metadata lacks \"", key, "\"");

@@ -14,8 +14,8 @@
 namespace vitpipe {
 
 struct GatheredState {
-  FlatParameters parameters;    // whole model (rank 0 only)
-  TensorMap optimizer_state;    // name -> whole-model f32 buffer (rank 0 only; empty without optimizers)
+  FlatParameters parameters;  // whole model (rank 0 only)
+  TensorMap optimizer_state;  // name -> whole-model f32 buffer (rank 0 only; empty without optimizers)
   StringMap optimizer_metadata;
 };
 

@@ -14,7 +14,9 @@
 namespace vitpipe {
 namespace {
 
-nlohmann::json optional_value(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+nlohmann::json optional_value(const std::optional<double>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
 
 // Rows [begin, end) of each replica's share of a global batch of `rows` (epoch_plan.h's rule).
 int64_t replica_rows(int64_t rows, int replica, int replicas) {
@@ -35,10 +37,13 @@ nlohmann::json EvaluationReport::to_json() const {
     auc[labels[l]] = optional_value(metrics.roc_auc.per_label[l]);
     pr[labels[l]] = optional_value(metrics.average_precision.per_label[l]);
   }
-  nlohmann::json j = {{"split", split},     {"rows", rows},
-                      {"loss", loss},       {"auc", auc},
+  nlohmann::json j = {{"split", split},
+                      {"rows", rows},
+                      {"loss", loss},
+                      {"auc", auc},
                       {"mean_auc", optional_value(metrics.roc_auc.mean)},
-                      {"pr_auc", pr},       {"mean_pr_auc", optional_value(metrics.average_precision.mean)},
+                      {"pr_auc", pr},
+                      {"mean_pr_auc", optional_value(metrics.average_precision.mean)},
                       {"detail", metrics_to_json(metrics, labels)}};
   if (!metrics.roc_auc.per_label_ci.empty()) {
     nlohmann::json ci = nlohmann::json::object();
@@ -151,7 +156,8 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
   };
 
   std::unique_ptr<ProgressBar> progress;
-  if (settings.progress) progress = std::make_unique<ProgressBar>(concat("evaluating ", split_name(split)), total, "img");
+  if (settings.progress)
+    progress = std::make_unique<ProgressBar>(concat("evaluating ", split_name(split)), total, "img");
   for (int64_t step = 0; step < steps; ++step) {
     const int64_t rows = std::min(global_batch, total - step * global_batch);
     const int64_t mine = replica_rows(rows, grid.replica(), replicas);

@@ -30,8 +30,8 @@ struct EvaluationReport {
 };
 
 struct EvaluationSettings {
-  int64_t micro_batch = 8;   // rows per forward pass (at most the stages' max micro-batch)
-  int micro_batches = 4;     // per replica per step
+  int64_t micro_batch = 8;  // rows per forward pass (at most the stages' max micro-batch)
+  int micro_batches = 4;    // per replica per step
   int loader_threads = 2;
   std::optional<BootstrapOptions> bootstrap;
   bool progress = true;

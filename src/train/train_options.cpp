@@ -185,7 +185,9 @@ const std::vector<OptionDef>& option_table() {
       {"data-seed", "N", "Seed of the patient division into train and val (default 0)",
        [](O& o, const V& v) { o.data_seed = v.null ? defaults().data_seed : v.unsigned_integer(); }},
       {"view", "PA|AP", "Keep only images of this View Position (ChestX-ray14)",
-       [](O& o, const V& v) { o.view = v.null ? defaults().view : v.choice({"", "PA", "AP"}); }},
+       [](O& o, const V& v) {
+         o.view = v.null ? defaults().view : v.choice({"", "PA", "AP"});
+       }},
       {"add-no-finding", nullptr, "ChestX-ray14: add \"No Finding\" as a 15th label",
        [](O& o, const V& v) { o.add_no_finding = v.null ? defaults().add_no_finding : v.boolean(); }},
       {"partial-batch", "MODE",
@@ -196,8 +198,8 @@ const std::vector<OptionDef>& option_table() {
        }},
       {"loader-threads", "N", "Threads decoding and augmenting images (default 2)",
        [](O& o, const V& v) {
-         o.loader_threads = v.null ? defaults().loader_threads
-                                   : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
+         o.loader_threads =
+             v.null ? defaults().loader_threads : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
        }},
       {"aug-crop-scale", "MIN,MAX",
        "Random resized crop keeping a fraction of the area in [MIN, MAX] (0 < MIN <= MAX <= 1)",
@@ -245,8 +247,8 @@ const std::vector<OptionDef>& option_table() {
        }},
       {"virtual-stages", "V", "Model chunks per rank for --pipeline-schedule interleaved (default 2)",
        [](O& o, const V& v) {
-         o.virtual_stages = v.null ? defaults().virtual_stages
-                                   : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
+         o.virtual_stages =
+             v.null ? defaults().virtual_stages : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
        }},
       {"recompute", nullptr, "Recompute activations in the backward pass instead of keeping them",
        [](O& o, const V& v) { o.recompute = v.null ? false : v.boolean(); }},
@@ -469,9 +471,8 @@ void TrainOptions::validate() const {
              "--pipeline-schedule must be 1f1b, gpipe or interleaved (got '", pipeline_schedule, "')");
   VP_REQUIRE(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
   VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = each epoch) (got ", checkpoint_every, ")");
-  VP_REQUIRE(loader_threads >= 1 && loader_threads <= 256, "--loader-threads must be in [1, 256] (got ",
-             loader_threads, ")");
-
+  VP_REQUIRE(loader_threads >= 1 && loader_threads <= 256, "--loader-threads must be in [1, 256] (got ", loader_threads,
+             ")");
 }
 
 nlohmann::json TrainOptions::to_json() const {

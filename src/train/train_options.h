@@ -31,7 +31,7 @@ namespace vitpipe {
 // Defaults suit chest X-rays: mild crops, rotations and exposure changes, no horizontal flip (anatomy is not
 // left-right symmetric). --no-augment switches everything off; each part is off at 0 (or with no crop scale).
 struct AugmentOptions {
-  bool enabled = true;                                                    // --augment / --no-augment
+  bool enabled = true;                                                             // --augment / --no-augment
   std::optional<std::pair<double, double>> crop_scale = std::make_pair(0.7, 1.0);  // --aug-crop-scale MIN,MAX
   double rotate_degrees = 7.0;  // --aug-rotate DEG: uniform in [-DEG, DEG]
   double brightness = 0.1;      // --aug-brightness X: factor in [max(0, 1-X), 1+X]
@@ -79,8 +79,8 @@ struct TrainOptions {
   int threads = 0;  // 0 = every core this process may use
 
   // Evaluation and logging.
-  int64_t eval_every = 0;  // steps; 0 = at the end of each epoch
-  int64_t log_every = 10;  // steps; 0 = no per-step log lines
+  int64_t eval_every = 0;        // steps; 0 = at the end of each epoch
+  int64_t log_every = 10;        // steps; 0 = no per-step log lines
   int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch
   double val_fraction = 0.1;
   bool test = false;  // also evaluate on the test split at the end
@@ -88,9 +88,9 @@ struct TrainOptions {
   // Data.
   int64_t image_size = 0;  // 0 = the model's
   bool skip_unreadable = false;
-  uint64_t data_seed = 0;         // seeds the patient division into train/val (kept apart from --seed)
-  std::string view;               // "" = all, "PA" or "AP"
-  bool add_no_finding = false;    // ChestX-ray14: "No Finding" as a 15th label
+  uint64_t data_seed = 0;              // seeds the patient division into train/val (kept apart from --seed)
+  std::string view;                    // "" = all, "PA" or "AP"
+  bool add_no_finding = false;         // ChestX-ray14: "No Finding" as a 15th label
   std::string partial_batch = "auto";  // auto | use | drop: the last, smaller global batch of an epoch
   int loader_threads = 2;
   AugmentOptions augment;

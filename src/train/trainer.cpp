@@ -184,8 +184,8 @@ void RankTrainer::load_model_and_state() {
     state_ = resumed_.state;
     lo.allow_fresh_head = false;
     model_ = load_model(resume_from_->string(), lo);
-    info("resuming from ", resume_from_->string(), " at step ", state_.step, " (epoch ", state_.epoch + 1,
-         ", batch ", state_.batch_in_epoch, ")");
+    info("resuming from ", resume_from_->string(), " at step ", state_.step, " (epoch ", state_.epoch + 1, ", batch ",
+         state_.batch_in_epoch, ")");
   } else {
     model_ = load_model(o_.model, lo);
   }
@@ -262,7 +262,8 @@ void RankTrainer::build_pipeline() {
     VP_REQUIRE(dataset_->multi_label(), "--pos-weight auto needs a multi-label dataset");
     const auto items = dataset_->split_indices(Split::train);
     std::vector<float> targets(items.size() * static_cast<size_t>(dataset_->num_labels()));
-    for (size_t i = 0; i < items.size(); ++i) dataset_->write_labels(items[i], targets.data() + i * dataset_->num_labels());
+    for (size_t i = 0; i < items.size(); ++i)
+      dataset_->write_labels(items[i], targets.data() + i * dataset_->num_labels());
     const auto positives = count_positives(targets, dataset_->num_labels());
     const auto weights = pos_weight_from_counts(positives, static_cast<int64_t>(items.size()));
     eo.pos_weight = Tensor::empty({dataset_->num_labels()});
@@ -293,9 +294,8 @@ void RankTrainer::plan_epochs() {
   // A partial batch is usable when every replica's share still gives each micro-batch at least one image.
   const bool usable = remainder > 0 && remainder / replicas >= micro_batches_;
   if (o_.partial_batch == "use") {
-    VP_REQUIRE(remainder == 0 || usable, "--partial-batch use: the last batch of ", remainder,
-               " images cannot feed ", micro_batches_, " micro-batches on each of ", replicas,
-               " replicas; use --partial-batch drop or auto");
+    VP_REQUIRE(remainder == 0 || usable, "--partial-batch use: the last batch of ", remainder, " images cannot feed ",
+               micro_batches_, " micro-batches on each of ", replicas, " replicas; use --partial-batch drop or auto");
     use_partial_ = true;
   } else {
     use_partial_ = o_.partial_batch == "auto" && usable;
@@ -590,11 +590,13 @@ void RankTrainer::finish() {
       record["type"] = "final_eval";
       record["step"] = state_.step;
       metrics_->write(record);
-      info("\n", report.split, " split (", report.rows, " images), model ", model_dir.string(), ", loss ",
-           report.loss, ":\n", report.table());
+      info("\n", report.split, " split (", report.rows, " images), model ", model_dir.string(), ", loss ", report.loss,
+           ":\n", report.table());
     }
-    info("model written to ", model_dir.string(), " (Hugging Face format: config.json, model.safetensors, "
-         "preprocessor_config.json); metrics in ", (output_ / "metrics.jsonl").string());
+    info("model written to ", model_dir.string(),
+         " (Hugging Face format: config.json, model.safetensors, "
+         "preprocessor_config.json); metrics in ",
+         (output_ / "metrics.jsonl").string());
   }
 }
 

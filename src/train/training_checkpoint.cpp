@@ -21,12 +21,9 @@ namespace vitpipe {
 namespace fs = std::filesystem;
 
 nlohmann::json TrainerState::to_json() const {
-  nlohmann::json j = {{"step", step},
-                      {"epoch", epoch},
-                      {"batch_in_epoch", batch_in_epoch},
-                      {"total_steps", total_steps},
-                      {"best_step", best_step},
-                      {"options", options}};
+  nlohmann::json j = {
+      {"step", step},           {"epoch", epoch},    {"batch_in_epoch", batch_in_epoch}, {"total_steps", total_steps},
+      {"best_step", best_step}, {"options", options}};
   j["best_metric"] = best_metric ? nlohmann::json(*best_metric) : nlohmann::json(nullptr);
   return j;
 }
@@ -79,7 +76,8 @@ fs::path write_training_checkpoint(const fs::path& output_dir, const TrainingChe
   fs::create_directories(staging);
   try {
     save_model(staging, c.config, c.preprocessor, c.parameters);
-    if (!c.optimizer_state.empty()) write_safetensors(staging / "optimizer.safetensors", c.optimizer_state, c.optimizer_metadata);
+    if (!c.optimizer_state.empty())
+      write_safetensors(staging / "optimizer.safetensors", c.optimizer_state, c.optimizer_metadata);
     write_text_file_atomically(staging / "trainer_state.json", c.state.to_json().dump(2) + "\n");
     fsync_directory(staging);
     fs::remove_all(final_dir, ignored);  // a checkpoint of the same step from an interrupted earlier run

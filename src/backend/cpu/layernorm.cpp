@@ -32,7 +32,8 @@ void layernorm_rows(const float* in, const float* weight, const float* bias, flo
 #ifdef VITPIPE_AVX512
     for (int64_t j = 0; j < d; j += 16) {
       const __mmask16 m = simd::tail_mask(d - j);
-      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(simd::load(x + j, m), _mm512_set1_ps(mean)), _mm512_set1_ps(rstd));
+      const __m512 xhat =
+          _mm512_mul_ps(_mm512_sub_ps(simd::load(x + j, m), _mm512_set1_ps(mean)), _mm512_set1_ps(rstd));
       simd::store(y + j, _mm512_fmadd_ps(xhat, simd::load(weight + j, m), simd::load(bias + j, m)), m);
     }
 #else
