@@ -72,7 +72,9 @@ void check_resume_compatible(const TrainOptions& now, const nlohmann::json& save
   for (const char* key : {"data", "batch_size", "seed", "data_seed", "val_fraction", "view", "add_no_finding",
                           "optimizer", "partial_batch", "image_size"}) {
     if (saved.contains(key) && saved[key] != current[key]) {
-      fail(source, ": --", key, " was ", saved[key].dump(), " when the checkpoint was written, now ",
+      std::string flag = key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      fail(source, ": --", flag, " was ", saved[key].dump(), " when the checkpoint was written, now ",
            current[key].dump(), "; resume with the same value (or start a new --output-dir)");
     }
   }
