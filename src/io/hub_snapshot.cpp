@@ -5,6 +5,7 @@
 
 #include "io/hub_cache.h"
 #include "io/hub_client.h"
+#include "io/weight_index.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -17,20 +18,8 @@ constexpr const char* kWeightCandidates[] = {"model.safetensors", "model.safeten
 
 // The shard file names an index's weight_map points at.
 std::set<std::string> shards_of_index(const std::filesystem::path& index_path) {
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(read_text_file(index_path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(index_path.string(), ": invalid JSON: ", e.what());
-  }
-  VP_REQUIRE(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), index_path.string(),
-             ": expected an object with a \"weight_map\" object");
   std::set<std::string> shards;
-  for (const auto& [name, shard] : index["weight_map"].items()) {
-    VP_REQUIRE(shard.is_string() && is_safe_repo_path(shard.get<std::string>()), index_path.string(), ": weight_map[\"",
-               name, "\"] must be a file name in the repository");
-    shards.insert(shard.get<std::string>());
-  }
+  for (const auto& [shard, names] : read_weight_index(index_path).tensors_by_shard) shards.insert(shard);
   return shards;
 }
 

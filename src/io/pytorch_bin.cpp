@@ -10,6 +10,7 @@
 #include <set>
 
 #include "io/restricted_unpickler.h"
+#include "io/weight_index.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -374,11 +375,6 @@ TensorMap read_legacy_checkpoint(const std::filesystem::path& path, const Mapped
   return collect_state_dict(source, state, source_storages);
 }
 
-bool is_plain_file_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-         name.find('\\') == std::string::npos && name.find('\0') == std::string::npos;
-}
-
 }  // namespace
 
 TensorMap read_pytorch_bin(const std::filesystem::path& path) {
@@ -397,22 +393,7 @@ TensorMap read_pytorch_bin(const std::filesystem::path& path) {
 }
 
 TensorMap read_pytorch_bin_index(const std::filesystem::path& index_path, StringMap* shard_of) {
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(read_text_file(index_path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(index_path.string(), ": invalid JSON: ", e.what());
-  }
-  VP_REQUIRE(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), index_path.string(),
-             ": expected an object with a \"weight_map\" object");
-  std::map<std::string, std::vector<std::string>> names_by_shard;
-  for (const auto& [name, shard] : index["weight_map"].items()) {
-    VP_REQUIRE(shard.is_string(), index_path.string(), ": weight_map[\"", name, "\"] must be a file name");
-    std::string file = shard.get<std::string>();
-    VP_REQUIRE(is_plain_file_name(file), index_path.string(), ": weight_map[\"", name, "\"] = \"", file,
-               "\" is not a file name in the index's directory");
-    names_by_shard[file].push_back(name);
-  }
+  const auto names_by_shard = read_weight_index(index_path).tensors_by_shard;
   TensorMap tensors;
   for (const auto& [file, names] : names_by_shard) {
     std::filesystem::path shard_path = index_path.parent_path() / file;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "io/safetensors.h"
+#include "io/weight_index.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -16,45 +17,13 @@ namespace {
 using Json = nlohmann::json;
 
 // A shard must sit next to its index: no directories, no "..", nothing absolute.
-bool is_plain_file_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-         name.find('\\') == std::string::npos && name.find('\0') == std::string::npos;
-}
-
 }  // namespace
 
 ShardedSafetensors read_sharded_safetensors(const std::filesystem::path& index_path) {
   const std::string file = index_path.string();
-  Json index;
-  try {
-    index = Json::parse(read_text_file(index_path));
-  } catch (const Json::exception& e) {
-    fail(file, ": not valid JSON: ", e.what());
-  }
-  VP_REQUIRE(index.is_object(), file, ": expected a JSON object with \"weight_map\"");
-  VP_REQUIRE(index.contains("weight_map") && index["weight_map"].is_object(), file,
-             ": field \"weight_map\" must be an object {tensor name: shard file}");
-  std::optional<uint64_t> total_size;
-  if (index.contains("metadata") && !index["metadata"].is_null()) {
-    const Json& metadata = index["metadata"];
-    VP_REQUIRE(metadata.is_object(), file, ": field \"metadata\" must be an object");
-    if (metadata.contains("total_size")) {
-      // Some writers store it as a float; only its value matters.
-      VP_REQUIRE(metadata["total_size"].is_number() && metadata["total_size"].get<double>() >= 0, file,
-                 ": field \"metadata.total_size\" must be a non-negative number");
-      total_size = static_cast<uint64_t>(metadata["total_size"].get<double>());
-    }
-  }
-
-  std::map<std::string, std::vector<std::string>> by_shard;
-  for (const auto& [name, shard] : index["weight_map"].items()) {
-    VP_REQUIRE(shard.is_string(), file, ": weight_map[\"", name, "\"] must be a file name string");
-    const std::string shard_name = shard.get<std::string>();
-    VP_REQUIRE(is_plain_file_name(shard_name), file, ": weight_map[\"", name, "\"] = \"", shard_name,
-               "\" is not a file name in the index's directory");
-    by_shard[shard_name].push_back(name);
-  }
-  VP_REQUIRE(!by_shard.empty(), file, ": weight_map lists no tensors");
+  const WeightIndex index = read_weight_index(index_path);
+  const std::optional<uint64_t> total_size = index.total_size;
+  const auto& by_shard = index.tensors_by_shard;
 
   ShardedSafetensors result;
   const std::filesystem::path directory = index_path.parent_path();
