@@ -69,6 +69,18 @@ void softmax_rows(float* s, P* p, int64_t rows, int64_t cols, float scale) {
   }
 }
 
+// A small per-head GEMM C[m,n] = A[m,k] . B[k,n] on strided views (strides as MatmulShape's).
+MatmulShape head_gemm(int64_t m, int64_t n, int64_t k, int64_t a_row, int64_t a_col, int64_t b_row, int64_t b_col,
+                      int64_t c_row, DType operands, DType result) {
+  MatmulShape s;
+  s.m = m, s.n = n, s.k = k;
+  s.a_row = a_row, s.a_col = a_col;
+  s.b_row = b_row, s.b_col = b_col;
+  s.c_row = c_row;
+  s.a_type = operands, s.b_type = operands, s.c_type = result;
+  return s;
+}
+
 size_t element_size(DType t) { return dtype_size(t); }
 
 }  // namespace
@@ -83,18 +95,9 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tenso
   const DType type = qkv.dtype();
   const size_t es = element_size(type);
 
-  MatmulShape scores;  // S[T,T] = Q[T,hd] . K[T,hd]^T
-  scores.m = T, scores.n = T, scores.k = hd;
-  scores.a_row = 3 * D, scores.a_col = 1;
-  scores.b_row = 1, scores.b_col = 3 * D;
-  scores.c_row = T;
-  scores.a_type = type, scores.b_type = type, scores.c_type = DType::f32;
-  MatmulShape context;  // O[T,hd] = P[T,T] . V[T,hd]
-  context.m = T, context.n = hd, context.k = T;
-  context.a_row = T, context.a_col = 1;
-  context.b_row = 3 * D, context.b_col = 1;
-  context.c_row = D;
-  context.a_type = type, context.b_type = type, context.c_type = out.dtype();
+  // S[T,T] = Q[T,hd] . K[T,hd]^T;  O[T,hd] = P[T,T] . V[T,hd]
+  const MatmulShape scores = head_gemm(T, T, hd, 3 * D, 1, 1, 3 * D, T, type, DType::f32);
+  const MatmulShape context = head_gemm(T, hd, T, T, 1, 3 * D, 1, D, type, out.dtype());
   const auto& scores_mm = matmuls_.prepare(scores);
   const auto& context_mm = matmuls_.prepare(context);
 
@@ -198,26 +201,11 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   VP_REQUIRE(grad_qkv.numel() == qkv.numel(), "attention_backward: grad_qkv must be [B, T, 3D]");
   const size_t es = element_size(type);
 
-  MatmulShape dv_shape;  // dV[T,hd] = P^T[T,T] . dO[T,hd]
-  dv_shape.m = T, dv_shape.n = hd, dv_shape.k = T;
-  dv_shape.a_row = 1, dv_shape.a_col = T;
-  dv_shape.b_row = D, dv_shape.b_col = 1;
-  dv_shape.c_row = hd;
-  dv_shape.a_type = type, dv_shape.b_type = type, dv_shape.c_type = DType::f32;
-  MatmulShape dp_shape;  // dP[T,T] = dO[T,hd] . V^T
-  dp_shape.m = T, dp_shape.n = T, dp_shape.k = hd;
-  dp_shape.a_row = D, dp_shape.a_col = 1;
-  dp_shape.b_row = 1, dp_shape.b_col = 3 * D;
-  dp_shape.c_row = T;
-  dp_shape.a_type = type, dp_shape.b_type = type, dp_shape.c_type = DType::f32;
-  MatmulShape dq_shape;  // dQ[T,hd] = dS[T,T] . K[T,hd]
-  dq_shape.m = T, dq_shape.n = hd, dq_shape.k = T;
-  dq_shape.a_row = T, dq_shape.a_col = 1;
-  dq_shape.b_row = 3 * D, dq_shape.b_col = 1;
-  dq_shape.c_row = hd;
-  dq_shape.a_type = type, dq_shape.b_type = type, dq_shape.c_type = DType::f32;
-  MatmulShape dk_shape = dq_shape;  // dK[T,hd] = dS^T . Q[T,hd]
-  dk_shape.a_row = 1, dk_shape.a_col = T;
+  // dV = P^T dO;  dP = dO V^T;  dQ = dS K;  dK = dS^T Q  (all [T, hd] or [T, T], into f32 scratch)
+  const MatmulShape dv_shape = head_gemm(T, hd, T, 1, T, D, 1, hd, type, DType::f32);
+  const MatmulShape dp_shape = head_gemm(T, T, hd, D, 1, 1, 3 * D, T, type, DType::f32);
+  const MatmulShape dq_shape = head_gemm(T, hd, T, T, 1, 3 * D, 1, hd, type, DType::f32);
+  const MatmulShape dk_shape = head_gemm(T, hd, T, 1, T, 3 * D, 1, hd, type, DType::f32);
   const auto& dv_mm = matmuls_.prepare(dv_shape);
   const auto& dp_mm = matmuls_.prepare(dp_shape);
   const auto& dq_mm = matmuls_.prepare(dq_shape);
