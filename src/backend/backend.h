@@ -63,6 +63,14 @@ class Backend {
   virtual void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
                                   const Tensor& grad_qkv, const Tensor* grad_qkv_bias) = 0;
 
+  // ---- attention for the classifier token only (the final block, whose other outputs nothing reads) ----
+  // qkv [B, T, 3D] as above; probs [B, H, T] saved (qkv dtype); out [B, D] (qkv dtype): token 0's attention output.
+  virtual void cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) = 0;
+  // grad_out [B, D]; grad_qkv [B, T, 3D] overwritten (f32 or bf16): the query gradient at token 0 (zero at every
+  // other token), key and value gradients at every token; grad_qkv_bias as attention_backward's.
+  virtual void cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
+                                      const Tensor& grad_qkv, const Tensor* grad_qkv_bias) = 0;
+
   // ---- GELU (exact erf form) ----
   virtual void gelu_forward(const Tensor& in, const Tensor& out) = 0;  // in f32 or bf16; out f32 or bf16
   // grad_in = grad_out * gelu'(in) (overwrites): all f32 or all bf16; grad_bias [N] (optional, f32) adds the

@@ -51,6 +51,14 @@ void ProfilingBackend::attention_backward(const Tensor& grad_out, const Tensor& 
                                           const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
   timed(OpKind::attention, [&] { inner_.attention_backward(grad_out, qkv, probs, heads, grad_qkv, grad_qkv_bias); });
 }
+void ProfilingBackend::cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) {
+  timed(OpKind::attention, [&] { inner_.cls_attention_forward(qkv, heads, probs, out); });
+}
+void ProfilingBackend::cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs,
+                                              int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
+  timed(OpKind::attention,
+        [&] { inner_.cls_attention_backward(grad_out, qkv, probs, heads, grad_qkv, grad_qkv_bias); });
+}
 void ProfilingBackend::gelu_forward(const Tensor& in, const Tensor& out) {
   timed(OpKind::gelu, [&] { inner_.gelu_forward(in, out); });
 }

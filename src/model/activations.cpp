@@ -32,6 +32,7 @@ BlockActivations BlockActivations::allocate(const ViTConfig& c, int64_t b, DType
   a.rstd2 = Tensor::empty({rows});
   a.pre_gelu = Tensor::empty({rows, inner}, act);
   a.gelu = Tensor::empty({rows, inner}, act);
+  a.cls_input = Tensor::empty({b, d});
   return a;
 }
 
@@ -50,11 +51,27 @@ BlockActivations BlockActivations::rows_for(const ViTConfig& c, int64_t b) const
   a.rstd2 = prefix(rstd2, {rows});
   a.pre_gelu = prefix(pre_gelu, {rows, inner});
   a.gelu = prefix(gelu, {rows, inner});
+  a.cls_input = prefix(cls_input, {b, d});
+  return a;
+}
+
+BlockActivations BlockActivations::classifier_token_rows(const ViTConfig& c, int64_t b) const {
+  const int64_t d = c.hidden_size, inner = c.intermediate_size, t = c.tokens();
+  BlockActivations a = rows_for(c, b);
+  a.probs = prefix(probs, {b, c.num_attention_heads, t});
+  a.attention = prefix(attention, {b, d});
+  a.mid = prefix(mid, {b, d});
+  a.ln2 = prefix(ln2, {b, d});
+  a.mean2 = prefix(mean2, {b});
+  a.rstd2 = prefix(rstd2, {b});
+  a.pre_gelu = prefix(pre_gelu, {b, inner});
+  a.gelu = prefix(gelu, {b, inner});
   return a;
 }
 
 size_t BlockActivations::bytes() const {
-  return sum_bytes({&ln1, &mean1, &rstd1, &qkv, &probs, &attention, &mid, &ln2, &mean2, &rstd2, &pre_gelu, &gelu});
+  return sum_bytes(
+      {&ln1, &mean1, &rstd1, &qkv, &probs, &attention, &mid, &ln2, &mean2, &rstd2, &pre_gelu, &gelu, &cls_input});
 }
 
 EmbeddingActivations EmbeddingActivations::allocate(const ViTConfig& c, int64_t b, DType act) {

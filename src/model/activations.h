@@ -22,9 +22,13 @@ struct BlockActivations {
   Tensor ln2, mean2, rstd2;  // [rows, D] act
   Tensor pre_gelu;           // [rows, I] act (fc1 output, before GELU)
   Tensor gelu;               // [rows, I] act
+  Tensor cls_input;          // [b, D] f32: token 0 of the block input (classifier-token blocks only)
 
   static BlockActivations allocate(const ViTConfig& config, int64_t batch, DType act);
   BlockActivations rows_for(const ViTConfig& config, int64_t batch) const;  // views for a smaller micro-batch
+  // Views for a classifier-token block (model/classifier_token_block.h): ln1 and qkv keep every token; probs are
+  // [b, H, T]; everything after the attention holds token 0 only ([b, D] / [b, I]).
+  BlockActivations classifier_token_rows(const ViTConfig& config, int64_t batch) const;
   size_t bytes() const;
 };
 

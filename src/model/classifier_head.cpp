@@ -4,9 +4,8 @@
 
 namespace vitpipe {
 
-void head_forward(const LayerContext& ctx, const HeadParameters& w, const Tensor& input, const HeadActivations& a) {
+void head_forward(const LayerContext& ctx, const HeadParameters& w, const HeadActivations& a) {
   Backend& be = ctx.backend;
-  be.gather_cls(input, a.cls);
   be.layernorm_forward(a.cls, w.norm_weight, w.norm_bias, ctx.config.layer_norm_eps, a.cls_norm, a.mean, a.rstd);
   be.linear_forward(a.cls_norm, w.classifier_weight, &w.classifier_bias, nullptr, a.logits);
 }
@@ -23,7 +22,7 @@ double head_loss(const LayerContext& ctx, const HeadActivations& a, const Tensor
 }
 
 void head_backward(const LayerContext& ctx, const HeadParameters& w, const HeadParameters& g, const HeadActivations& a,
-                   const Tensor& grad, const Tensor* grad_low, const Tensor* last_fc2_bias_grad) {
+                   const Tensor* grad_cls_low, const Tensor* last_fc2_bias_grad) {
   Backend& be = ctx.backend;
   be.linear_backward_weight(a.grad_logits, a.cls_norm, g.classifier_weight);
   be.bias_backward(a.grad_logits, g.classifier_bias);
@@ -38,9 +37,8 @@ void head_backward(const LayerContext& ctx, const HeadParameters& w, const HeadP
   ln.grad_weight = g.norm_weight;
   ln.grad_bias = g.norm_bias;
   if (last_fc2_bias_grad) ln.grad_in_colsum = *last_fc2_bias_grad;
+  if (grad_cls_low) ln.grad_in_copy = *grad_cls_low;
   be.layernorm_backward(ln);
-  be.scatter_cls(a.grad_cls, grad);
-  if (grad_low) be.convert(grad, *grad_low);
 }
 
 }  // namespace vitpipe

@@ -8,18 +8,18 @@
 
 namespace vitpipe {
 
-void head_forward(const LayerContext& ctx, const HeadParameters& weights, const Tensor& input /*[b, T, D] f32*/,
-                  const HeadActivations& saved);
+// Reads saved.cls ([b, D] f32, the final hidden state of token 0): the final encoder block writes it directly
+// (model/classifier_token_block.h), or the stage gathers it from [b, T, D] hidden states it received.
+void head_forward(const LayerContext& ctx, const HeadParameters& weights, const HeadActivations& saved);
 
 // Multi-label: targets [b, L] f32 (0/1), BCE-with-logits; single-label: targets [b] int64, cross-entropy.
 // Returns the loss summed over the micro-batch's elements; grad_scale turns it into the mean over the global batch.
 double head_loss(const LayerContext& ctx, const HeadActivations& saved, const Tensor& targets, double grad_scale,
                  const Tensor* pos_weight);
 
-// grad [b, T, D] f32 receives the gradient w.r.t. the input (zero except CLS rows). grad_low (optional) gets an
-// act-dtype copy; last_fc2_bias_grad (optional) the column sums (the last block's fc2 bias gradient).
+// saved.grad_cls [b, D] f32 receives the gradient w.r.t. saved.cls. grad_cls_low (optional) gets an act-dtype
+// copy; last_fc2_bias_grad (optional) the column sums (the last block's fc2 bias gradient).
 void head_backward(const LayerContext& ctx, const HeadParameters& weights, const HeadParameters& grads,
-                   const HeadActivations& saved, const Tensor& grad, const Tensor* grad_low,
-                   const Tensor* last_fc2_bias_grad);
+                   const HeadActivations& saved, const Tensor* grad_cls_low, const Tensor* last_fc2_bias_grad);
 
 }  // namespace vitpipe

@@ -1,5 +1,7 @@
-// Floating-point operations of a ViT pass, counted from the GEMMs (2 per multiply-add); elementwise work is not
-// counted. A training step costs forward + backward = 3x the forward GEMMs.
+// Floating-point operations of a ViT pass as vitpipe executes it, counted from the GEMMs (2 per multiply-add);
+// elementwise work is not counted. The final block computes the classifier token's path only
+// (model/classifier_token_block.h), so it counts its q/k/v projection for every token and the rest for one.
+// A training step costs forward + backward = 3x the forward GEMMs.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +17,7 @@ struct FlopCount {
 };
 
 FlopCount forward_flops_per_image(const ViTConfig& config);
+// The same pass with every block computed for every token (as eager PyTorch and transformers run it).
+FlopCount full_model_forward_flops_per_image(const ViTConfig& config);
 
 }  // namespace vitpipe

@@ -1,6 +1,7 @@
 #include "model/vit_stage.h"
 
 #include "model/classifier_head.h"
+#include "model/classifier_token_block.h"
 #include "model/embeddings.h"
 #include "model/encoder_block.h"
 #include "util/error.h"
@@ -22,6 +23,7 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
   const int last_block = std::min(options_.last_segment, layers) - 1;
   num_blocks_ = std::max(0, last_block - first_block_ + 1);
   if (!has_embeddings() && num_blocks_ == 0 && !has_head()) fail("a stage must hold at least one segment");
+  classifier_token_block_ = has_head() && num_blocks_ > 0;
 
   parameters_ = FlatParameters(layout_, options_.first_segment, options_.last_segment);
   gradients_ = FlatParameters(layout_, options_.first_segment, options_.last_segment);
@@ -53,7 +55,11 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
     }
     for (int i = 0; i <= num_blocks_; ++i) {
       const bool boundary = i == 0 || i == num_blocks_;
-      slot.residual.push_back(options_.training || boundary ? hidden() : (i % 2 ? ping : pong));
+      if (i == num_blocks_ && classifier_token_block_) {
+        slot.residual.emplace_back();  // the final block writes token 0 straight into the head's input
+      } else {
+        slot.residual.push_back(options_.training || boundary ? hidden() : (i % 2 ? ping : pong));
+      }
     }
     if (save_blocks) {
       for (int i = 0; i < num_blocks_; ++i) {
@@ -127,17 +133,25 @@ void ViTStage::forward(int slot, int64_t batch) {
                        s.embeddings.rows_for(c, batch),
                        residual(slot, 0, batch).view({batch, c.tokens(), c.hidden_size}));
   }
+  const HeadActivations head = has_head() ? s.head.rows_for(c, batch) : HeadActivations{};
   for (int i = 0; i < num_blocks_; ++i) {
     const int block = first_block_ + i;
-    const BlockActivations acts = s.blocks.empty() ? workspace_.rows_for(c, batch) : s.blocks[i].rows_for(c, batch);
-    const Tensor out = residual(slot, i + 1, batch);
-    encoder_block_forward(ctx, block_parameters(*layout_, block, values, begin),
-                          block_parameters(*layout_, block, gemm_values, begin), residual(slot, i, batch), acts, &out);
+    const BlockActivations& saved = s.blocks.empty() ? workspace_ : s.blocks[i];
+    const BlockParameters w = block_parameters(*layout_, block, values, begin);
+    const BlockParameters gw = block_parameters(*layout_, block, gemm_values, begin);
+    if (is_classifier_token_block(i)) {
+      classifier_token_block_forward(ctx, w, gw, residual(slot, i, batch), saved.classifier_token_rows(c, batch),
+                                     &head.cls);
+    } else {
+      const Tensor out = residual(slot, i + 1, batch);
+      encoder_block_forward(ctx, w, gw, residual(slot, i, batch), saved.rows_for(c, batch), &out);
+    }
   }
   if (has_head()) {
-    head_forward(ctx, head_parameters(*layout_, values, begin),
-                 residual(slot, num_blocks_, batch).view({batch, c.tokens(), c.hidden_size}),
-                 s.head.rows_for(c, batch));
+    if (!classifier_token_block_) {
+      backend_.gather_cls(residual(slot, num_blocks_, batch).view({batch, c.tokens(), c.hidden_size}), head.cls);
+    }
+    head_forward(ctx, head_parameters(*layout_, values, begin), head);
   }
 }
 
@@ -165,10 +179,13 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
   if (num_blocks_ > 0) {
     last_fc2_bias = block_parameters(*layout_, first_block_ + num_blocks_ - 1, grads, begin).fc2_bias;
   }
+  const HeadActivations head = has_head() ? s.head.rows_for(c, batch) : HeadActivations{};
+  // bf16: the act-dtype copy of the head's input gradient, for the final block's GEMMs.
+  const Tensor grad_cls_low = low ? ws.residual_low.slice(0, batch) : head.grad_cls;
   if (has_head()) {
-    head_backward(ctx, head_parameters(*layout_, values, begin), head_parameters(*layout_, grads, begin),
-                  s.head.rows_for(c, batch), grad.view({batch, c.tokens(), c.hidden_size}),
-                  low && num_blocks_ > 0 ? &grad_low : nullptr, num_blocks_ > 0 ? &last_fc2_bias : nullptr);
+    head_backward(ctx, head_parameters(*layout_, values, begin), head_parameters(*layout_, grads, begin), head,
+                  low && num_blocks_ > 0 ? &grad_cls_low : nullptr, num_blocks_ > 0 ? &last_fc2_bias : nullptr);
+    if (num_blocks_ == 0) backend_.scatter_cls(head.grad_cls, grad.view({batch, c.tokens(), c.hidden_size}));
     if (segment_done) segment_done(options_.last_segment);
   } else if (num_blocks_ > 0) {
     // The gradient arrived from the next stage: the fused column sums and bf16 copy happen here instead.
@@ -179,22 +196,37 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
     const int block = first_block_ + i;
     const BlockParameters w = block_parameters(*layout_, block, values, begin);
     const BlockParameters gw = block_parameters(*layout_, block, gemm_values, begin);
+    const BlockParameters g = block_parameters(*layout_, block, grads, begin);
     const Tensor input = residual(slot, i, batch);
-    BlockActivations acts;
-    if (s.blocks.empty()) {
-      acts = workspace_.rows_for(c, batch);
-      encoder_block_forward(ctx, w, gw, input, acts, nullptr);
-    } else {
-      acts = s.blocks[i].rows_for(c, batch);
+    const bool classifier_token = is_classifier_token_block(i);
+    const BlockActivations& saved = s.blocks.empty() ? workspace_ : s.blocks[i];
+    const BlockActivations acts = classifier_token ? saved.classifier_token_rows(c, batch) : saved.rows_for(c, batch);
+    if (s.blocks.empty()) {  // recomputation
+      if (classifier_token) {
+        classifier_token_block_forward(ctx, w, gw, input, acts, nullptr);
+      } else {
+        encoder_block_forward(ctx, w, gw, input, acts, nullptr);
+      }
     }
     Tensor previous_bias;
     if (i > 0) previous_bias = block_parameters(*layout_, block - 1, grads, begin).fc2_bias;
-    BlockGradientFlow flow;
-    flow.grad = grad;
-    flow.grad_low = grad_low;
-    flow.need_low_on_exit = i > 0;
-    flow.previous_fc2_bias_grad = i > 0 ? &previous_bias : nullptr;
-    encoder_block_backward(ctx, w, gw, block_parameters(*layout_, block, grads, begin), input, acts, ws, flow);
+    if (classifier_token) {
+      ClassifierTokenGradientFlow flow;
+      flow.grad_cls = head.grad_cls;
+      flow.grad_cls_low = grad_cls_low;
+      flow.grad = grad;
+      flow.grad_low = grad_low;
+      flow.need_low_on_exit = i > 0;
+      flow.previous_fc2_bias_grad = i > 0 ? &previous_bias : nullptr;
+      classifier_token_block_backward(ctx, w, gw, g, input, acts, ws, flow);
+    } else {
+      BlockGradientFlow flow;
+      flow.grad = grad;
+      flow.grad_low = grad_low;
+      flow.need_low_on_exit = i > 0;
+      flow.previous_fc2_bias_grad = i > 0 ? &previous_bias : nullptr;
+      encoder_block_backward(ctx, w, gw, g, input, acts, ws, flow);
+    }
     // Block i's fc2 bias gradient was completed by block i+1's backward (or above); the rest just now.
     if (segment_done) segment_done(block + 1);
   }

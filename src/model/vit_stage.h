@@ -71,12 +71,15 @@ class ViTStage {
   };
   LayerContext context() const { return LayerContext{backend_, config(), options_.precision}; }
   Tensor residual(int slot, int index, int64_t batch) const;
+  // The stage's last block feeds the head: it computes token 0's output only (model/classifier_token_block.h).
+  bool is_classifier_token_block(int index) const { return classifier_token_block_ && index == num_blocks_ - 1; }
 
   std::shared_ptr<const ParameterLayout> layout_;
   Backend& backend_;
   StageOptions options_;
   int first_block_ = 0;
   int num_blocks_ = 0;
+  bool classifier_token_block_ = false;
   FlatParameters parameters_;
   FlatParameters gradients_;
   Tensor gemm_copy_;  // bf16 copy of parameters_ (bf16 only)

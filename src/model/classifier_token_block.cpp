@@ -1,0 +1,73 @@
+#include "model/classifier_token_block.h"
+
+namespace vitpipe {
+
+void classifier_token_block_forward(const LayerContext& ctx, const BlockParameters& w, const BlockParameters& gw,
+                                    const Tensor& input, const BlockActivations& a, const Tensor* output) {
+  Backend& be = ctx.backend;
+  const int64_t rows = input.dim(0), d = ctx.config.hidden_size, b = a.cls_input.dim(0);
+  be.layernorm_forward(input, w.ln1_weight, w.ln1_bias, ctx.config.layer_norm_eps, a.ln1, a.mean1, a.rstd1);
+  be.linear_forward(a.ln1, gw.qkv_weight, w.qkv_bias.numel() ? &w.qkv_bias : nullptr, nullptr,
+                    a.qkv.view({rows, 3 * d}));
+  be.cls_attention_forward(a.qkv, ctx.config.num_attention_heads, a.probs, a.attention);
+  be.gather_cls(input.view({b, rows / b, d}), a.cls_input);
+  be.linear_forward(a.attention, gw.out_weight, &w.out_bias, &a.cls_input, a.mid);
+  be.layernorm_forward(a.mid, w.ln2_weight, w.ln2_bias, ctx.config.layer_norm_eps, a.ln2, a.mean2, a.rstd2);
+  be.linear_forward(a.ln2, gw.fc1_weight, &w.fc1_bias, nullptr, a.pre_gelu);
+  be.gelu_forward(a.pre_gelu, a.gelu);
+  if (output) be.linear_forward(a.gelu, gw.fc2_weight, &w.fc2_bias, &a.mid, *output);
+}
+
+void classifier_token_block_backward(const LayerContext& ctx, const BlockParameters& w, const BlockParameters& gw,
+                                     const BlockParameters& g, const Tensor& input, const BlockActivations& a,
+                                     const GradientWorkspace& ws, const ClassifierTokenGradientFlow& flow) {
+  Backend& be = ctx.backend;
+  const int64_t rows = input.dim(0), d = ctx.config.hidden_size, b = flow.grad_cls.dim(0);
+  const Tensor mlp = ws.mlp.slice(0, b), ln_cls = ws.ln.slice(0, b), attention = ws.attention.slice(0, b);
+
+  // MLP branch, token 0: out = mid + gelu(ln2 W1^T + b1) W2^T + b2
+  be.linear_backward_weight(flow.grad_cls_low, a.gelu, g.fc2_weight);
+  be.linear_backward_input(flow.grad_cls_low, gw.fc2_weight, mlp);
+  be.gelu_backward(mlp, a.pre_gelu, mlp, &g.fc1_bias);
+  be.linear_backward_weight(mlp, a.ln2, g.fc1_weight);
+  be.linear_backward_input(mlp, gw.fc1_weight, ln_cls);
+  LayerNormBackwardArgs ln2;
+  ln2.grad_out = ln_cls;
+  ln2.in = a.mid;
+  ln2.weight = w.ln2_weight;
+  ln2.mean = a.mean2;
+  ln2.rstd = a.rstd2;
+  ln2.grad_in = flow.grad_cls;
+  ln2.grad_residual = flow.grad_cls;
+  ln2.grad_weight = g.ln2_weight;
+  ln2.grad_bias = g.ln2_bias;
+  if (ctx.low_precision()) ln2.grad_in_copy = flow.grad_cls_low;
+  ln2.grad_in_colsum = g.out_bias;
+  be.layernorm_backward(ln2);
+
+  // Attention branch: token 0 attends; keys and values of every token receive gradients.
+  be.linear_backward_weight(flow.grad_cls_low, a.attention, g.out_weight);
+  be.linear_backward_input(flow.grad_cls_low, gw.out_weight, attention);
+  be.cls_attention_backward(attention, a.qkv, a.probs, ctx.config.num_attention_heads, ws.qkv,
+                            g.qkv_bias.numel() ? &g.qkv_bias : nullptr);
+  const Tensor grad_qkv = ws.qkv.view({rows, 3 * d});
+  be.linear_backward_weight(grad_qkv, a.ln1, g.qkv_weight);
+  be.linear_backward_input(grad_qkv, gw.qkv_weight, ws.ln);
+  // The residual path reaches the input at token 0 only (mid exists for token 0 alone).
+  be.scatter_cls(flow.grad_cls, flow.grad.view({b, rows / b, d}));
+  LayerNormBackwardArgs ln1;
+  ln1.grad_out = ws.ln;
+  ln1.in = input;
+  ln1.weight = w.ln1_weight;
+  ln1.mean = a.mean1;
+  ln1.rstd = a.rstd1;
+  ln1.grad_in = flow.grad;
+  ln1.grad_residual = flow.grad;
+  ln1.grad_weight = g.ln1_weight;
+  ln1.grad_bias = g.ln1_bias;
+  if (ctx.low_precision() && flow.need_low_on_exit) ln1.grad_in_copy = flow.grad_low;
+  if (flow.previous_fc2_bias_grad) ln1.grad_in_colsum = *flow.previous_fc2_bias_grad;
+  be.layernorm_backward(ln1);
+}
+
+}  // namespace vitpipe
