@@ -4,6 +4,7 @@
   bench/compare_with_pytorch.py                        # the table: ViT-Tiny/Small, train/infer, fp32/bf16
   bench/compare_with_pytorch.py --cases vit-tiny:train:fp32 --steps 3
   bench/compare_with_pytorch.py --peer /path/to/torch_vit_bench.py --vitpipe build/vitpipe
+  bench/compare_with_pytorch.py --repeat 3               # each case 3 times, alternating; one row per run
 
 The peer (eager PyTorch, Debian's python3-torch) is ../shared/peers/torch_vit_bench.py by default. Its fp32 GEMMs go
 through the system BLAS: install libopenblas0-pthread (scripts/setup.sh --tests does) or it falls back to the
@@ -40,13 +41,17 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every case this many times (vitpipe and peer alternate), one row per run")
     ap.add_argument("--json", action="store_true", help="print one JSON object per case")
     a = ap.parse_args()
     if not os.path.exists(a.peer):
         sys.exit(f"peer not found: {a.peer} (pass --peer PATH)")
 
+    if a.repeat < 1:
+        sys.exit("--repeat must be at least 1")
     rows = []
-    for case in a.cases.split(","):
+    for case in [c for c in a.cases.split(",") for _ in range(a.repeat)]:
         preset, mode, precision = case.split(":")
         ours, our_rss = run_with_rss([a.vitpipe, "bench", "--preset", preset, "--mode", mode, "--precision", precision,
                                       "--batch", str(a.batch), "--steps", str(a.steps), "--threads", str(a.threads),
@@ -63,8 +68,8 @@ def main():
             print(json.dumps(row), flush=True)
     if a.json:
         return
-    print(f"batch {a.batch}, {a.threads} threads, {a.steps} timed steps each, one run (ratios, not absolutes, are "
-          f"meaningful on a shared machine)")
+    print(f"batch {a.batch}, {a.threads} threads, {a.steps} timed steps each, one row per side-by-side run (ratios, "
+          f"not absolutes, are meaningful on a shared machine)")
     print(f"{'case':<22}{'vitpipe img/s':>14}{'peer img/s':>12}{'ratio':>8}{'GEMM peak':>11}{'RSS vitpipe':>13}"
           f"{'RSS peer':>10}")
     for r in rows:
