@@ -120,16 +120,16 @@ void backward_pair(const T* q, const T* k, const T* v, const T* probs, const T* 
 template <class T, class G>
 void backward_all(const ClsAttentionDims& a, const T* qkv, const T* probs, const T* dout, G* grad, float* scratch,
                   int64_t scratch_stride, ThreadPartials* partials) {
-  const int64_t T_ = a.tokens, D = a.hidden, hd = a.head_dim, row = 3 * D;
+  const int64_t tokens = a.tokens, D = a.hidden, hd = a.head_dim, row = 3 * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for schedule(static) if (parallel_worth_it(a.batch * T_ * D))
+#pragma omp parallel for schedule(static) if (parallel_worth_it(a.batch * tokens * D))
   for (int64_t task = 0; task < a.batch * a.heads; ++task) {
     const int64_t b = task / a.heads, h = task % a.heads;
     const int thread = omp_get_thread_num();
-    const int64_t offset = b * T_ * row + h * hd;
+    const int64_t offset = b * tokens * row + h * hd;
     float* cs = partials ? partials->row(thread) : nullptr;
-    backward_pair(qkv + offset, qkv + offset + D, qkv + offset + 2 * D, probs + task * T_, dout + b * D + h * hd, T_,
-                  row, hd, scale, scratch + thread * scratch_stride, grad + offset, grad + offset + D,
+    backward_pair(qkv + offset, qkv + offset + D, qkv + offset + 2 * D, probs + task * tokens, dout + b * D + h * hd,
+                  tokens, row, hd, scale, scratch + thread * scratch_stride, grad + offset, grad + offset + D,
                   grad + offset + 2 * D, row, cs ? cs + h * hd : nullptr, cs ? cs + 2 * D + h * hd : nullptr);
   }
 }
