@@ -1,5 +1,7 @@
 #include "model/classifier_token_block.h"
 
+#include "model/encoder_block.h"
+
 namespace vitpipe {
 
 void classifier_token_block_forward(const LayerContext& ctx, const BlockParameters& w, const BlockParameters& gw,
@@ -31,16 +33,8 @@ void classifier_token_block_backward(const LayerContext& ctx, const BlockParamet
   be.gelu_backward(mlp, a.pre_gelu, mlp, &g.fc1_bias);
   be.linear_backward_weight(mlp, a.ln2, g.fc1_weight);
   be.linear_backward_input(mlp, gw.fc1_weight, ln_cls);
-  LayerNormBackwardArgs ln2;
-  ln2.grad_out = ln_cls;
-  ln2.in = a.mid;
-  ln2.weight = w.ln2_weight;
-  ln2.mean = a.mean2;
-  ln2.rstd = a.rstd2;
-  ln2.grad_in = flow.grad_cls;
-  ln2.grad_residual = flow.grad_cls;
-  ln2.grad_weight = g.ln2_weight;
-  ln2.grad_bias = g.ln2_bias;
+  LayerNormBackwardArgs ln2 = residual_layernorm_backward(ln_cls, a.mid, w.ln2_weight, a.mean2, a.rstd2, flow.grad_cls,
+                                                          g.ln2_weight, g.ln2_bias);
   if (ctx.low_precision()) ln2.grad_in_copy = flow.grad_cls_low;
   ln2.grad_in_colsum = g.out_bias;
   be.layernorm_backward(ln2);
@@ -55,16 +49,8 @@ void classifier_token_block_backward(const LayerContext& ctx, const BlockParamet
   be.linear_backward_input(grad_qkv, gw.qkv_weight, ws.ln);
   // The residual path reaches the input at token 0 only (mid exists for token 0 alone).
   be.scatter_cls(flow.grad_cls, flow.grad.view({b, rows / b, d}));
-  LayerNormBackwardArgs ln1;
-  ln1.grad_out = ws.ln;
-  ln1.in = input;
-  ln1.weight = w.ln1_weight;
-  ln1.mean = a.mean1;
-  ln1.rstd = a.rstd1;
-  ln1.grad_in = flow.grad;
-  ln1.grad_residual = flow.grad;
-  ln1.grad_weight = g.ln1_weight;
-  ln1.grad_bias = g.ln1_bias;
+  LayerNormBackwardArgs ln1 =
+      residual_layernorm_backward(ws.ln, input, w.ln1_weight, a.mean1, a.rstd1, flow.grad, g.ln1_weight, g.ln1_bias);
   if (ctx.low_precision() && flow.need_low_on_exit) ln1.grad_in_copy = flow.grad_low;
   if (flow.previous_fc2_bias_grad) ln1.grad_in_colsum = *flow.previous_fc2_bias_grad;
   be.layernorm_backward(ln1);

@@ -2,6 +2,22 @@
 
 namespace vitpipe {
 
+LayerNormBackwardArgs residual_layernorm_backward(const Tensor& grad_out, const Tensor& in, const Tensor& weight,
+                                                  const Tensor& mean, const Tensor& rstd, const Tensor& grad,
+                                                  const Tensor& grad_weight, const Tensor& grad_bias) {
+  LayerNormBackwardArgs args;
+  args.grad_out = grad_out;
+  args.in = in;
+  args.weight = weight;
+  args.mean = mean;
+  args.rstd = rstd;
+  args.grad_in = grad;
+  args.grad_residual = grad;
+  args.grad_weight = grad_weight;
+  args.grad_bias = grad_bias;
+  return args;
+}
+
 void encoder_block_forward(const LayerContext& ctx, const BlockParameters& w, const BlockParameters& gw,
                            const Tensor& input, const BlockActivations& a, const Tensor* output) {
   Backend& be = ctx.backend;
@@ -31,16 +47,8 @@ void encoder_block_backward(const LayerContext& ctx, const BlockParameters& w, c
   be.gelu_backward(ws.mlp, a.pre_gelu, ws.mlp, &g.fc1_bias);
   be.linear_backward_weight(ws.mlp, a.ln2, g.fc1_weight);
   be.linear_backward_input(ws.mlp, gw.fc1_weight, ws.ln);
-  LayerNormBackwardArgs ln2;
-  ln2.grad_out = ws.ln;
-  ln2.in = a.mid;
-  ln2.weight = w.ln2_weight;
-  ln2.mean = a.mean2;
-  ln2.rstd = a.rstd2;
-  ln2.grad_in = flow.grad;
-  ln2.grad_residual = flow.grad;
-  ln2.grad_weight = g.ln2_weight;
-  ln2.grad_bias = g.ln2_bias;
+  LayerNormBackwardArgs ln2 =
+      residual_layernorm_backward(ws.ln, a.mid, w.ln2_weight, a.mean2, a.rstd2, flow.grad, g.ln2_weight, g.ln2_bias);
   if (low) ln2.grad_in_copy = flow.grad_low;
   ln2.grad_in_colsum = g.out_bias;  // the attention projection's bias sees the gradient at `mid`
   be.layernorm_backward(ln2);
@@ -53,16 +61,8 @@ void encoder_block_backward(const LayerContext& ctx, const BlockParameters& w, c
   const Tensor grad_qkv = ws.qkv.view({rows, 3 * d});
   be.linear_backward_weight(grad_qkv, a.ln1, g.qkv_weight);
   be.linear_backward_input(grad_qkv, gw.qkv_weight, ws.ln);
-  LayerNormBackwardArgs ln1;
-  ln1.grad_out = ws.ln;
-  ln1.in = input;
-  ln1.weight = w.ln1_weight;
-  ln1.mean = a.mean1;
-  ln1.rstd = a.rstd1;
-  ln1.grad_in = flow.grad;
-  ln1.grad_residual = flow.grad;
-  ln1.grad_weight = g.ln1_weight;
-  ln1.grad_bias = g.ln1_bias;
+  LayerNormBackwardArgs ln1 =
+      residual_layernorm_backward(ws.ln, input, w.ln1_weight, a.mean1, a.rstd1, flow.grad, g.ln1_weight, g.ln1_bias);
   if (low && flow.need_low_on_exit) ln1.grad_in_copy = flow.grad_low;
   if (flow.previous_fc2_bias_grad) ln1.grad_in_colsum = *flow.previous_fc2_bias_grad;
   be.layernorm_backward(ln1);

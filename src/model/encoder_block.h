@@ -13,6 +13,13 @@ namespace vitpipe {
 void encoder_block_forward(const LayerContext& ctx, const BlockParameters& weights, const BlockParameters& gemm_weights,
                            const Tensor& input, const BlockActivations& saved, const Tensor* output);
 
+// Arguments for a block LayerNorm's backward pass that joins the residual stream in place: `grad` (the f32
+// residual-stream gradient) += dLayerNorm(in)/d(in) applied to grad_out; grad_weight/grad_bias add. Callers set the
+// optional act-dtype copy and column sums.
+LayerNormBackwardArgs residual_layernorm_backward(const Tensor& grad_out, const Tensor& in, const Tensor& weight,
+                                                  const Tensor& mean, const Tensor& rstd, const Tensor& grad,
+                                                  const Tensor& grad_weight, const Tensor& grad_bias);
+
 struct BlockGradientFlow {
   Tensor grad;                    // [rows, D] f32: gradient w.r.t. the block output on entry, w.r.t. its input on exit
   Tensor grad_low;                // the act-dtype copy of `grad` (the same tensor in fp32); valid on entry

@@ -4,6 +4,7 @@
 // once and executed on the calling thread.
 #include <cmath>
 
+#include "backend/cpu/attention_dims.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd_avx512.h"
 #include "backend/cpu/vector_math.h"
@@ -11,19 +12,6 @@
 
 namespace vitpipe::cpu {
 namespace {
-
-struct AttentionDims {
-  int64_t batch, tokens, hidden, heads, head_dim;
-};
-
-AttentionDims attention_dims(const Tensor& qkv, int64_t heads) {
-  VP_REQUIRE(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be [B, T, 3D], got ",
-             shape_string(qkv.shape()));
-  AttentionDims a{qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, heads, 0};
-  VP_REQUIRE(heads > 0 && a.hidden % heads == 0, "attention: ", heads, " heads do not divide hidden size ", a.hidden);
-  a.head_dim = a.hidden / heads;
-  return a;
-}
 
 // Row-wise softmax of scale * s in place, then stored to p (f32 or bf16).
 template <class P>
@@ -86,7 +74,7 @@ size_t element_size(DType t) { return dtype_size(t); }
 }  // namespace
 
 void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) {
-  const AttentionDims a = attention_dims(qkv, heads);
+  const AttentionDims a = attention_dims(qkv, heads, "attention_forward");
   const int64_t T = a.tokens, D = a.hidden, hd = a.head_dim;
   VP_REQUIRE(probs.numel() == a.batch * heads * T * T && probs.dtype() == qkv.dtype(),
              "attention_forward: probs must be [B, H, T, T] of the qkv dtype");
@@ -191,7 +179,7 @@ void write_head_gradient(const float* src, int64_t T, int64_t hd, G* dst, int64_
 
 void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
                                     const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
-  const AttentionDims a = attention_dims(qkv, heads);
+  const AttentionDims a = attention_dims(qkv, heads, "attention_backward");
   const int64_t T = a.tokens, D = a.hidden, hd = a.head_dim;
   const DType type = qkv.dtype();
   VP_REQUIRE(grad_out.numel() == a.batch * T * D && grad_out.dtype() == type,

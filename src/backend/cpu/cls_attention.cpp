@@ -3,26 +3,13 @@
 // O(T * head_dim), memory-bound, so plain vectorised loops do it; the pairs are spread over the threads.
 #include <cmath>
 
+#include "backend/cpu/attention_dims.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vector_math.h"
 #include "util/error.h"
 
 namespace vitpipe::cpu {
 namespace {
-
-struct ClsAttentionDims {
-  int64_t batch, tokens, hidden, heads, head_dim;
-};
-
-ClsAttentionDims cls_attention_dims(const Tensor& qkv, int64_t heads) {
-  VP_REQUIRE(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "cls attention: qkv must be [B, T, 3D], got ",
-             shape_string(qkv.shape()));
-  ClsAttentionDims a{qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, heads, 0};
-  VP_REQUIRE(heads > 0 && a.hidden % heads == 0, "cls attention: ", heads, " heads do not divide hidden size ",
-             a.hidden);
-  a.head_dim = a.hidden / heads;
-  return a;
-}
 
 template <class T>
 float dot(const float* x, const T* y, int64_t n) {
@@ -118,7 +105,7 @@ void backward_pair(const T* q, const T* k, const T* v, const T* probs, const T* 
 }
 
 template <class T, class G>
-void backward_all(const ClsAttentionDims& a, const T* qkv, const T* probs, const T* dout, G* grad, float* scratch,
+void backward_all(const AttentionDims& a, const T* qkv, const T* probs, const T* dout, G* grad, float* scratch,
                   int64_t scratch_stride, ThreadPartials* partials) {
   const int64_t tokens = a.tokens, D = a.hidden, hd = a.head_dim, row = 3 * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -137,7 +124,7 @@ void backward_all(const ClsAttentionDims& a, const T* qkv, const T* probs, const
 }  // namespace
 
 void CpuBackend::cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) {
-  const ClsAttentionDims a = cls_attention_dims(qkv, heads);
+  const AttentionDims a = attention_dims(qkv, heads, "cls_attention_forward");
   const int64_t T = a.tokens, D = a.hidden, hd = a.head_dim;
   VP_REQUIRE(probs.numel() == a.batch * heads * T && probs.dtype() == qkv.dtype(),
              "cls_attention_forward: probs must be [B, H, T] of the qkv dtype");
@@ -170,7 +157,7 @@ void CpuBackend::cls_attention_forward(const Tensor& qkv, int64_t heads, const T
 
 void CpuBackend::cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
                                         const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
-  const ClsAttentionDims a = cls_attention_dims(qkv, heads);
+  const AttentionDims a = attention_dims(qkv, heads, "cls_attention_backward");
   const int64_t T = a.tokens, D = a.hidden, hd = a.head_dim;
   const DType type = qkv.dtype();
   VP_REQUIRE(type == DType::f32 || type == DType::bf16, "cls_attention_backward: qkv must be f32 or bf16");
