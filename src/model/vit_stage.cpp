@@ -155,10 +155,11 @@ void ViTStage::forward(int slot, int64_t batch) {
   }
 }
 
-double ViTStage::loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight) {
+double ViTStage::loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight,
+                      const Tensor* weights) {
   VP_REQUIRE(has_head(), "loss() is computed by the stage holding the head");
   return head_loss(context(), slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch), targets, grad_scale,
-                   pos_weight);
+                   pos_weight, weights);
 }
 
 void ViTStage::backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done) {

@@ -52,7 +52,8 @@ class ViTStage {
   Tensor grad(int slot, int64_t batch) const;    // [b, T, D] f32, see above
 
   void forward(int slot, int64_t batch);
-  double loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight = nullptr);
+  double loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight = nullptr,
+              const Tensor* weights = nullptr);
   // `segment_done` (optional) is called as each segment's parameter gradients for this micro-batch are complete,
   // last segment first: the executor starts the gradient all-reduce of finished buckets while the rest runs.
   void backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
