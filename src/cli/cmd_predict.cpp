@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "cli/data_flags.h"
 #include "data/image.h"
 #include "data/image_processor.h"
 #include "io/model_files.h"
@@ -19,6 +20,7 @@ struct PredictOptions {
   std::string model;
   std::string revision = "main";
   std::vector<std::string> images;
+  ImageReadFlags read;
   int64_t image_size = 0;
   int threads = 0;
   std::string format = "json";
@@ -40,6 +42,7 @@ void run_predict(const PredictOptions& o) {
   load.image_size = o.image_size;
   load.reference.revision = o.revision;
   LoadedModel model = load_model(o.model, load);
+  const ImageReadOptions reading = resolve_image_read(o.read, model.preprocessor, model.directory.string());
   const ViTConfig& c = model.config;
   VP_REQUIRE(c.num_labels() > 0, o.model, ": the model has no classifier labels to predict");
   const ImageProcessor processor(model.preprocessor);
@@ -71,7 +74,7 @@ void run_predict(const PredictOptions& o) {
     Tensor input = stage.input(0, b);
     for (int64_t i = 0; i < b; ++i) {
       const std::string& path = o.images[start + static_cast<size_t>(i)];
-      const DecodedImage image = decode_image_file_keep_gray(path);
+      const DecodedImage image = decode_image_file_keep_gray(path, reading);
       // Without do_resize the image keeps its size, which must then be the model's (as transformers requires).
       VP_REQUIRE(
           processor.output_height(image.height) == c.image_size && processor.output_width(image.width) == c.image_size,
@@ -115,14 +118,16 @@ void run_predict(const PredictOptions& o) {
 
 void add_predict_command(CLI::App& app) {
   auto o = std::make_shared<PredictOptions>();
-  auto* cmd = app.add_subcommand("predict", "Run a model on PNG/JPEG images: logits and per-label probabilities");
+  auto* cmd =
+      app.add_subcommand("predict", "Run a model on PNG, JPEG or DICOM images: logits and per-label probabilities");
   cmd->add_option("--model", o->model, "Model directory or Hugging Face repo id")->required();
   cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
   cmd->add_option("--image-size", o->image_size, "Run at another resolution (position embeddings resized bicubically)");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
   cmd->add_option("--format", o->format, "json (one object per line) or csv")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "Images per forward pass")->capture_default_str();
-  cmd->add_option("images", o->images, "Image files (PNG or JPEG)")->required();
+  add_image_read_flags(cmd, &o->read);
+  cmd->add_option("images", o->images, "Image files (PNG, JPEG or DICOM)")->required();
   cmd->callback([o] { run_predict(*o); });
 }
 

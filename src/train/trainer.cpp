@@ -70,7 +70,8 @@ AugmentationSettings augmentation_settings(const AugmentOptions& a) {
 void check_resume_compatible(const TrainOptions& now, const nlohmann::json& saved, const std::string& source) {
   const nlohmann::json current = now.to_json();
   for (const char* key : {"data", "batch_size", "seed", "data_seed", "val_fraction", "view", "add_no_finding",
-                          "optimizer", "partial_batch", "image_size"}) {
+                          "optimizer", "partial_batch", "image_size", "intensity", "dicom_window", "dicom_first_frame",
+                          "uncertain", "blank", "label_vote", "mimic_labels", "labels"}) {
     if (saved.contains(key) && saved[key] != current[key]) {
       std::string flag = key;
       std::replace(flag.begin(), flag.end(), '_', '-');
@@ -111,6 +112,7 @@ class RankTrainer {
   TrainOptions o_;
   fs::path output_;
   std::shared_ptr<Dataset> dataset_;
+  ImageReadOptions image_read_;  // as asked (a cache must have been prepared so)
   std::optional<fs::path> resume_from_;
   TrainingCheckpoint resumed_;
   LoadedModel model_;
@@ -169,8 +171,28 @@ void RankTrainer::open_data() {
   d.add_no_finding = o_.add_no_finding;
   d.view = o_.view;
   d.skip_unreadable = o_.skip_unreadable;
+  d.image_read.intensity = parse_intensity_policy(o_.intensity, "--intensity");
+  d.image_read.dicom_window = parse_dicom_window(o_.dicom_window, "--dicom-window");
+  d.image_read.dicom_first_frame = o_.dicom_first_frame;
+  d.uncertain = o_.uncertain == "ones"    ? UncertainPolicy::ones
+                : o_.uncertain == "zeros" ? UncertainPolicy::zeros
+                                          : UncertainPolicy::ignore;
+  d.blank = o_.blank == "ignore" ? BlankPolicy::ignore : BlankPolicy::zeros;
+  d.label_vote = o_.label_vote == "majority" ? LabelVote::majority : LabelVote::any;
+  d.mimic_labels = o_.mimic_labels;
+  d.labels = o_.labels;
+  image_read_ = d.image_read;
   dataset_ = open_dataset(o_.data, d);
   VP_REQUIRE(!dataset_->split_indices(Split::train).empty(), o_.data, ": the train split has no images");
+  if (dataset_->has_masked_labels()) {
+    int64_t masked = 0, elements = 0;
+    for (int64_t i : dataset_->split_indices(Split::train)) {
+      masked += static_cast<int64_t>(dataset_->item(i).masked.size());
+      elements += dataset_->num_labels();
+    }
+    info("labels: ", masked, " of ", elements, " training labels are unknown (--uncertain ", o_.uncertain, ", --blank ",
+         o_.blank, "): masked out of the loss, its gradient and the metrics");
+  }
 }
 
 void RankTrainer::load_model_and_state() {
@@ -191,6 +213,8 @@ void RankTrainer::load_model_and_state() {
   } else {
     model_ = load_model(o_.model, lo);
   }
+  // How this run reads images goes into the exported preprocessor_config.json, so predict and eval read the same.
+  model_.preprocessor.vitpipe_intensity = image_read_options_json(image_read_);
   layout_ = model_.parameters.layout_ptr();
 }
 
@@ -263,11 +287,18 @@ void RankTrainer::build_pipeline() {
   if (o_.pos_weight_auto) {
     VP_REQUIRE(dataset_->multi_label(), "--pos-weight auto needs a multi-label dataset");
     const auto items = dataset_->split_indices(Split::train);
-    std::vector<float> targets(items.size() * static_cast<size_t>(dataset_->num_labels()));
-    for (size_t i = 0; i < items.size(); ++i)
-      dataset_->write_labels(items[i], targets.data() + i * dataset_->num_labels());
+    const auto labels = static_cast<size_t>(dataset_->num_labels());
+    std::vector<float> targets(items.size() * labels), known(items.size() * labels);
+    for (size_t i = 0; i < items.size(); ++i) {
+      dataset_->write_labels(items[i], targets.data() + i * labels);
+      dataset_->write_label_weights(items[i], known.data() + i * labels);
+    }
+    // Among the known labels only: a masked label is neither positive nor negative.
+    for (size_t k = 0; k < targets.size(); ++k) targets[k] *= known[k];
     const auto positives = count_positives(targets, dataset_->num_labels());
-    const auto weights = pos_weight_from_counts(positives, static_cast<int64_t>(items.size()));
+    std::vector<int64_t> known_counts(labels, 0);
+    for (size_t k = 0; k < known.size(); ++k) known_counts[k % labels] += known[k] != 0.0f ? 1 : 0;
+    const auto weights = pos_weight_from_known_counts(positives, known_counts);
     eo.pos_weight = Tensor::empty({dataset_->num_labels()});
     std::copy(weights.begin(), weights.end(), eo.pos_weight.f32());
   }
@@ -349,8 +380,17 @@ StepShape RankTrainer::step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* 
              " usable images on this replica, fewer than its ", micro_batches_,
              " micro-batches (too many unreadable images were skipped?)");
   shape.micro_batch_sizes = even_split(rows, micro_batches_);
-  // The loss is the mean over the rows every replica actually uses (unreadable images skipped).
-  shape.global_rows = static_cast<int64_t>(executor_->data_parallel_group().allreduce(static_cast<double>(rows)));
+  // The loss is the mean over the rows every replica actually uses (unreadable images skipped) and, with masked
+  // labels, over the known labels of the whole global batch: summed over the replicas before any backward pass, so
+  // every layout divides by what one process training on the global batch would.
+  double totals[2] = {static_cast<double>(rows), 0.0};
+  if (loader_->label_weights()) {
+    const float* w = batch->label_weights.f32();
+    for (int64_t k = 0; k < batch->label_weights.numel(); ++k) totals[1] += w[k];
+  }
+  executor_->data_parallel_group().allreduce(totals, 2, ReduceOp::sum);
+  shape.global_rows = static_cast<int64_t>(totals[0]);
+  if (loader_->label_weights()) shape.global_label_weight = totals[1];
   return shape;
 }
 
