@@ -242,10 +242,11 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
   VP_REQUIRE(status.good(), name, ": ", read_failure(file, size, status));
   DcmDataset& dataset = *file.getDataset();
 
-  const E_TransferSyntax xfer = dataset.getOriginalXfer();
+  // The syntax the file declares: DCMTK guesses an encoding for a UID it does not know and reads on.
   OFString uid;
   file.getMetaInfo()->findAndGetOFString(DCM_TransferSyntaxUID, uid);
-  const DcmXfer syntax(xfer);
+  const DcmXfer syntax(trimmed(uid).c_str());
+  const E_TransferSyntax xfer = syntax.getXfer();
   VP_REQUIRE(decodable_syntaxes().count(xfer) > 0, name, ": ", label(DCM_TransferSyntaxUID), " ", trimmed(uid), " (",
              xfer == EXS_Unknown ? "unknown to DCMTK" : syntax.getXferName(), ") cannot be decoded; vitpipe reads ",
              kDecodableList);
