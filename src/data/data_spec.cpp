@@ -45,6 +45,12 @@ DataSpec parse_data_spec(const std::string& text) {
   for (const char* name :
        {"Data_Entry_2017_v2020.csv", "Data_Entry_2017.csv", "Data_Entry_2017_v2020.csv.gz", "Data_Entry_2017.csv.gz"})
     if (fs::exists(path / name)) return {"chestxray14", path};
+  if (fs::exists(path / "train.csv") && fs::exists(path / "valid.csv")) return {"chexpert", path};
+  if (fs::exists(path / "mimic-cxr-2.0.0-split.csv.gz") || fs::exists(path / "mimic-cxr-2.0.0-split.csv"))
+    return {"mimic-cxr-jpg", path};
+  if (fs::exists(path / "annotations" / "image_labels_train.csv")) return {"vindr-cxr", path};
+  for (const auto& entry : fs::directory_iterator(path))
+    if (entry.path().filename().string().rfind("PADCHEST_", 0) == 0) return {"padchest", path};
   return {"folder", path};
 }
 

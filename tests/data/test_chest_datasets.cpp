@@ -8,6 +8,7 @@
 #include "data/chestxray14_findings.h"
 #include "data/chexpert_observations.h"
 #include "data/data_spec.h"
+#include "data/dataset_summary.h"
 #include "data/file_dataset.h"
 #include "data/label_harmonisation.h"
 #include "data/loader.h"
@@ -153,6 +154,13 @@ TEST(ChexpertDataset, SplitsPatientsViewsAndUncertaintyPolicies) {
   EXPECT_EQ(item_named(*b, first).masked.size(), 12u);           // 11 blanks + the uncertain Edema
   // The validation set has no blanks or uncertain labels.
   EXPECT_TRUE(item_named(*b, "CheXpert-v1.0-small/valid/patient00007/study1/view1_frontal.jpg").masked.empty());
+
+  // `data inspect` counts the masked labels.
+  const auto summary = summarize_dataset(*b);
+  EXPECT_EQ(summary["masked_counts"]["Edema"].get<int64_t>(), 12);  // -1 in every training row
+  EXPECT_EQ(summary["masked_counts"]["Atelectasis"].get<int64_t>(), 0);
+  EXPECT_EQ(summary["label_counts"]["Cardiomegaly"].get<int64_t>(), 12);
+  EXPECT_NE(format_dataset_summary(summary).find("masked"), std::string::npos);
 
   DatasetOptions frontal = options;
   frontal.view = "frontal";
