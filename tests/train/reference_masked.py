@@ -7,8 +7,6 @@ import sys
 import warnings
 
 import numpy as np
-import torch
-from sklearn.metrics import average_precision_score, roc_auc_score
 
 
 def f32(values):
@@ -20,6 +18,7 @@ def loss_case(name, rng, rows, labels, known_share, pos_weight):
     targets = np.asarray(rng.random((rows, labels)) < 0.4, dtype=np.float32)
     weights = np.asarray(rng.random((rows, labels)) < known_share, dtype=np.float32)
     pw = np.asarray(rng.uniform(0.5, 4.0, size=labels), dtype=np.float32) if pos_weight else None
+    import torch  # only the loss cases need it (its import takes seconds)
     x = torch.tensor(logits.astype(np.float64), requires_grad=True)
     criterion = torch.nn.BCEWithLogitsLoss(reduction="none",
                                            pos_weight=None if pw is None else torch.tensor(pw.astype(np.float64)))
@@ -36,6 +35,7 @@ def loss_case(name, rng, rows, labels, known_share, pos_weight):
 
 
 def auc_case(name, scores, targets, weights):
+    from sklearn.metrics import average_precision_score, roc_auc_score
     auc, ap, known = [], [], []
     for label in range(scores.shape[1]):
         keep = weights[:, label] != 0
@@ -53,23 +53,26 @@ def auc_case(name, scores, targets, weights):
             "known": known}
 
 
-def main(out_dir):
+def main(what, out_dir):
+    """what: "loss" (torch) or "auc" (scikit-learn)."""
     rng = np.random.default_rng(13)
-    losses = [loss_case("half known, pos_weight", rng, 24, 7, 0.5, True),
-              loss_case("mostly known", rng, 16, 14, 0.9, False),
-              loss_case("few known", rng, 9, 5, 0.15, True)]
-    n = 400
-    scores = np.round(rng.normal(size=(n, 5)), 1).astype(np.float32)  # ties
-    targets = (rng.random((n, 5)) < 0.3).astype(np.float32)
-    weights = (rng.random((n, 5)) < np.array([1.0, 0.6, 0.2, 0.0, 0.5])).astype(np.float32)
-    targets[weights[:, 4] != 0, 4] = 1  # label 4: its known rows hold one class only
-    # Masked rows carry targets and scores that would change the AUC if they were used.
-    targets[weights[:, 1] == 0, 1] = 1
-    scores[weights[:, 1] == 0, 1] = 9.0
-    aucs = [auc_case("masked labels", scores, targets, weights)]
-    with open(f"{out_dir}/masked_cases.json", "w") as f:
-        json.dump({"losses": losses, "aucs": aucs}, f)
+    if what == "loss":
+        cases = [loss_case("half known, pos_weight", rng, 24, 7, 0.5, True),
+                 loss_case("mostly known", rng, 16, 14, 0.9, False),
+                 loss_case("few known", rng, 9, 5, 0.15, True)]
+    else:
+        n = 400
+        scores = np.round(rng.normal(size=(n, 5)), 1).astype(np.float32)  # ties
+        targets = (rng.random((n, 5)) < 0.3).astype(np.float32)
+        weights = (rng.random((n, 5)) < np.array([1.0, 0.6, 0.2, 0.0, 0.5])).astype(np.float32)
+        targets[weights[:, 4] != 0, 4] = 1  # label 4: its known rows hold one class only
+        # Masked rows carry targets and scores that would change the AUC if they were used.
+        targets[weights[:, 1] == 0, 1] = 1
+        scores[weights[:, 1] == 0, 1] = 9.0
+        cases = [auc_case("masked labels", scores, targets, weights)]
+    with open(f"{out_dir}/masked_{what}.json", "w") as f:
+        json.dump(cases, f)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

@@ -21,26 +21,19 @@ Tensor tensor_of(const nlohmann::json& values, std::vector<int64_t> shape) {
   return t;
 }
 
-class MaskedLabels : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    scratch_ = new ScratchDir("masked");
-    ok_ = run_reference_script("reference_masked.py", scratch_->path());
-    if (ok_) cases_ = read_json_file(scratch_->path() / "masked_cases.json");
-  }
-  static void TearDownTestSuite() { delete scratch_; }
-  static ScratchDir* scratch_;
-  static bool ok_;
-  static nlohmann::json cases_;
-};
-ScratchDir* MaskedLabels::scratch_ = nullptr;
-bool MaskedLabels::ok_ = false;
-nlohmann::json MaskedLabels::cases_;
+// Runs reference_masked.py WHAT (torch for "loss", scikit-learn for "auc") and reads its cases.
+bool reference_cases(const std::string& what, nlohmann::json* cases) {
+  ScratchDir scratch("masked_" + what);
+  if (!run_reference_script("reference_masked.py", scratch.path(), what)) return false;
+  *cases = read_json_file(scratch.path() / ("masked_" + what + ".json"));
+  return true;
+}
 
-TEST_F(MaskedLabels, LossAndGradientMatchTorch) {
-  ASSERT_TRUE(ok_);
+TEST(MaskedLabels, LossAndGradientMatchTorch) {
+  nlohmann::json cases;
+  ASSERT_TRUE(reference_cases("loss", &cases));
   auto backend = make_cpu_backend();
-  for (const auto& c : cases_["losses"]) {
+  for (const auto& c : cases) {
     SCOPED_TRACE(c["name"].get<std::string>());
     const int64_t rows = c["rows"], labels = c["labels"];
     const Tensor logits = tensor_of(c["logits"], {rows, labels});
@@ -75,9 +68,10 @@ TEST_F(MaskedLabels, LossAndGradientMatchTorch) {
   }
 }
 
-TEST_F(MaskedLabels, AucOverKnownRowsMatchesScikitLearn) {
-  ASSERT_TRUE(ok_);
-  for (const auto& c : cases_["aucs"]) {
+TEST(MaskedLabels, AucOverKnownRowsMatchesScikitLearn) {
+  nlohmann::json cases;
+  ASSERT_TRUE(reference_cases("auc", &cases));
+  for (const auto& c : cases) {
     const int64_t rows = c["rows"], labels = c["labels"];
     const std::vector<float> scores = c["scores"], targets = c["targets"], weights = c["weights"];
     const EvaluationMetrics m = evaluate_multilabel(scores, targets, labels, std::nullopt, weights);
