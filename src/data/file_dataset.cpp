@@ -14,8 +14,8 @@ bool is_image_file_name(const std::filesystem::path& path) {
 }
 
 bool is_image_file(const std::filesystem::path& path) {
-  if (is_image_file_name(path)) return true;
-  return !path.has_extension() && has_image_signature(path);
+  // DICOM files are often named by their UID ("1.2.826.0.1.3680043...."): whatever follows a dot, look inside.
+  return is_image_file_name(path) || has_image_signature(path);
 }
 
 FileDataset::FileDataset(Source source, const DatasetOptions& options) : source_(std::move(source)) {

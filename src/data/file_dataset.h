@@ -54,7 +54,8 @@ std::shared_ptr<FileDataset> open_vindr_cxr_dataset(const std::filesystem::path&
 
 // True for .png / .jpg / .jpeg / .dcm / .dicom (any case).
 bool is_image_file_name(const std::filesystem::path& path);
-// An image file by name, or (no extension) by its first bytes: a DICOM file is often named by its UID alone.
+// An image file by name, or by its first bytes (PNG, JPEG or DICOM signature): a DICOM file is often named by its UID
+// alone, dots included.
 bool is_image_file(const std::filesystem::path& path);
 
 }  // namespace vitpipe

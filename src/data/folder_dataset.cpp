@@ -1,5 +1,5 @@
-// folder:ROOT: one subfolder per class (single-label), images (.png/.jpg/.jpeg/.dcm/.dicom, or DICOM files without an
-// extension) anywhere below it. If ROOT's
+// folder:ROOT: one subfolder per class (single-label), images (.png/.jpg/.jpeg/.dcm/.dicom, or any file with a PNG,
+// JPEG or DICOM signature, such as DICOM files named by their UID) anywhere below it. If ROOT's
 // subfolders are train/ val/ test/ (ImageNet style), each holds the class folders and gives the split; otherwise
 // everything is train_val and divided by image.
 #include <algorithm>

@@ -10,6 +10,7 @@ same windows by truncating where vitpipe rounds: its output must equal floor(y) 
 MONOCHROME1, which DCMTK inverts before truncating)."""
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -344,6 +345,28 @@ tool("dcmdjpeg", rgb_baseline, rgb_raw)
 compare("RGB JPEG baseline (YBR_FULL_422) = DCMTK's dcmdjpeg RGB", rgb_baseline, pydicom.dcmread(rgb_raw).pixel_array)
 
 check(len(syntaxes_seen) == 13, "every transfer syntax vitpipe decodes was tested", f"{sorted(syntaxes_seen)}")
+
+# DICOM wherever images are: a folder: dataset (.dcm, .dicom, no extension), data prepare, and predict, which must
+# see exactly the pixels `image convert` shows.
+folder = P("folder")
+for cls, source, name in (("a", "m2_12_window.dcm", "x.dcm"), ("a", "ct.dcm", "1.2.3.4"),
+                          ("b", "m2_12_window_RLE.dcm", "y.dicom"), ("b", "m2_8.dcm", "z.dcm")):
+    os.makedirs(os.path.join(folder, cls), exist_ok=True)
+    shutil.copy(P(source), os.path.join(folder, cls, name))
+result = run("data", "inspect", "--data", "folder:" + folder, "--json")
+check(result.returncode == 0 and '"total":4' in result.stdout.replace(" ", ""),
+      "folder: dataset finds .dcm, .dicom and extensionless DICOM files", result.stdout.strip()[:120])
+result = run("data", "prepare", "--data", "folder:" + folder, "--out", P("cache"), "--image-size", "32")
+check(result.returncode == 0, "data prepare reads them", result.stderr.strip()[-200:])
+tool(VITPIPE, "init", "--preset", "vit-micro", "--labels", "a,b", "--seed", "1", "--out", P("model"))
+dicom = os.path.join(folder, "a", "1.2.3.4")
+_, seen = convert(dicom)
+Image.fromarray(seen).save(P("seen.png"))
+a = run("predict", "--model", P("model"), "--threads", "1", dicom)
+b = run("predict", "--model", P("model"), "--threads", "1", P("seen.png"))
+
+check(a.returncode == 0 and json.loads(a.stdout)["logits"] == json.loads(b.stdout)["logits"],
+      "predict on a DICOM file = predict on the 8-bit image `image convert` writes", a.stderr.strip()[-200:])
 
 if os.environ.get("VITPIPE_KEEP_TEMP"):
     print(f"kept {work}")
