@@ -153,7 +153,8 @@ std::string svg_chart(const ChartSpec& s, size_t max_points) {
     size_t longest = 0;
     for (const auto* series : named) longest = std::max(longest, series->name.size());
     const double lw = std::min(pw - 8, 26.0 + 6.2 * static_cast<double>(longest)), lh = 6.0 + 14.0 * named.size();
-    const double lx = kLeft + pw - lw - 4, ly = s.legend_top ? kTop + 4 : kTop + ph - lh - 4;
+    const double lx = s.legend_left ? kLeft + 4 : kLeft + pw - lw - 4,
+                 ly = s.legend_top ? kTop + 4 : kTop + ph - lh - 4;
     out += "<rect class=\"legend\" x=\"" + format("%.1f", lx) + "\" y=\"" + format("%.1f", ly) + "\" width=\"" +
            format("%.1f", lw) + "\" height=\"" + format("%.1f", lh) + "\"/>";
     for (size_t i = 0; i < named.size(); ++i) {

@@ -186,7 +186,7 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica 
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 34px 0 10px; border-bottom: 2px solid var(--line);
 padding-bottom: 4px; } h3 { font-size: 15px; margin: 22px 0 8px; }
 .subtitle, .note { color: var(--muted); } .note { font-size: 12.5px; max-width: 900px; }
-table { border-collapse: collapse; margin: 6px 0 10px; font-size: 13px; }
+table { border-collapse: collapse; margin: 6px 0 10px; font-size: 13px; display: block; max-width: 100%; overflow-x: auto; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 9px; text-align: right; white-space: nowrap; }
 th { background: var(--band); font-weight: 600; } td:first-child, th:first-child { text-align: left; }
 tr.mean td { font-weight: 600; border-top: 2px solid var(--line); }
@@ -479,7 +479,7 @@ std::string evaluation_section(const std::vector<SplitSummary>& splits, const Re
         if (!roc && !points.empty()) {
           series.name += ", prev. " + fmt(static_cast<double>(ls.positives) / static_cast<double>(ls.known), "%.2f");
         }
-        c.legend_top = !roc;
+        c.legend_left = !roc;  // PR curves run high on the left and end low on the right
         c.series.push_back(std::move(series));
       }
       out += svg_chart(c);

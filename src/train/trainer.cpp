@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "data/data_spec.h"
 #include "data/loader.h"
+#include "explain/explain_images.h"
 #include "io/model_files.h"
 #include "model/vit_stage.h"
 #include "parallel/pipeline_executor.h"
@@ -108,6 +109,7 @@ class RankTrainer {
   EvaluationReport evaluate(Split split);
   nlohmann::json data_summary_record() const;
   void write_report(const std::vector<EvaluationReport>& reports);
+  void write_report_heatmaps(const EvaluationReport& report);
   void save_checkpoint();
   void export_model(const fs::path& directory);
   void after_evaluation(const EvaluationReport& report);
@@ -712,11 +714,45 @@ void RankTrainer::finish() {
   }
 }
 
+// The report's "where the model looks": the exported model's gradient-weighted rollout on the kReportHeatmaps
+// images of the last evaluated split (test when evaluated) whose most probable finding scores highest. A dataset
+// without image files (a packed cache) has none to show; a failure here costs the run nothing but the maps.
+void RankTrainer::write_report_heatmaps(const EvaluationReport& report) {
+  constexpr size_t kReportHeatmaps = 4;
+  const size_t labels = static_cast<size_t>(dataset_->num_labels());
+  if (report.items.empty() || labels == 0 || report.scores.size() != report.items.size() * labels) return;
+  std::vector<std::pair<double, size_t>> best;  // (highest score of the row, row)
+  for (size_t r = 0; r < report.items.size(); ++r) {
+    const float* row = report.scores.data() + r * labels;
+    best.emplace_back(*std::max_element(row, row + labels), r);  // logits rank as their probabilities do
+  }
+  std::stable_sort(best.begin(), best.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> images;
+  for (const auto& [score, r] : best) {
+    const fs::path file = dataset_->file_path(report.items[r]);
+    if (file.empty()) return;
+    images.push_back(file.string());
+    if (images.size() == kReportHeatmaps) break;
+  }
+  try {
+    const fs::path dir = output_ / "heatmaps";
+    LoadedModel exported = load_model((output_ / "model").string());
+    ExplainRequest request;
+    request.out_dir = dir;
+    request.reading = image_read_;
+    explain_images(exported, (output_ / "model").string(), images, request);
+    info("heatmaps: ", images.size(), " ", report.split, " images in ", dir.string());
+  } catch (const Error& e) {
+    warn("heatmaps for the report not written: ", e.what());
+  }
+}
+
 // Rank 0: the exported model's predictions on each evaluated split, then the HTML report over the run's files.
 void RankTrainer::write_report(const std::vector<EvaluationReport>& reports) {
   for (const auto& report : reports) {
     write_predictions_csv(output_ / ("predictions-" + report.split + ".csv"), report, *dataset_);
   }
+  if (!reports.empty()) write_report_heatmaps(reports.back());
   const fs::path html = output_ / "report.html";
   write_text_file_atomically(html, training_report_html(read_run_directory(output_), ReportOptions{}));
   info("report: ", html.string(), " (predictions of the exported model: predictions-SPLIT.csv)");
