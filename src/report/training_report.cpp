@@ -492,7 +492,7 @@ std::string evaluation_section(const std::vector<SplitSummary>& splits, const Re
     const SplitSummary& s = splits[si];
     ChartSpec c{"calibration-" + s.name, s.name + ": reliability (all findings)", "mean predicted probability",
                 "fraction positive"};
-    c.width = 340, c.height = 280, c.diagonal = true, c.legend_top = true;
+    c.width = 340, c.height = 280, c.diagonal = true;  // legend bottom-right: reliability curves rarely go there
     ChartSeries series{s.name + " ECE " + fmt(s.calibration.expected_calibration_error), kChartColors[si % 8]};
     series.dots = true;
     for (const auto& b : s.calibration.bins) {
@@ -548,7 +548,8 @@ std::string heatmap_section(const std::vector<ReportHeatmap>& heatmaps) {
     const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
     VP_REQUIRE(!bytes.empty(), h.overlay_png.string(), ": missing or empty heatmap overlay");
     out += "<figure><img alt=\"" + html_escape(h.finding + " on " + h.image) + "\" src=\"data:image/png;base64," +
-           base64(bytes) + "\"><figcaption>" + html_escape(h.image) + ": " + html_escape(h.finding) +
+           base64(bytes) + "\" title=\"" + html_escape(h.image) + "\"><figcaption>" +
+           html_escape(fs::path(h.image).filename().string()) + ": " + html_escape(h.finding) +
            " p = " + fmt(h.probability) + " (" + html_escape(h.method) + ")</figcaption></figure>\n";
   }
   return out + "</div></section>\n";
