@@ -1,6 +1,7 @@
 // csv:FILE: a column of image paths (relative to the CSV's folder, or absolute) and labels given either as one
 // '|'-joined column or as one 0/1 column per label. Optional columns: split (train/val/test), patient, view.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -14,6 +15,32 @@ namespace {
 namespace fs = std::filesystem;
 
 bool is_binary_value(const std::string& v) { return v == "0" || v == "1" || v == "0.0" || v == "1.0"; }
+
+// A number that is not 0/1 ("2", "-1", "0.5", "nan"): neither a 0/1 label nor a label name.
+bool is_other_number(const std::string& v) {
+  if (v.empty() || is_binary_value(v)) return false;
+  char* end = nullptr;
+  std::strtod(v.c_str(), &end);
+  return end == v.c_str() + v.size();
+}
+
+// "lines 2, 5 and 9" / "lines 2, 5, 9 and 40 more": the rows for which `pick` holds, for messages.
+template <class Pick>
+std::string lines_where(const CsvTable& table, Pick pick) {
+  std::vector<int64_t> lines;
+  size_t count = 0;
+  for (size_t r = 0; r < table.rows.size(); ++r) {
+    if (!pick(table.rows[r])) continue;
+    if (++count <= 3) lines.push_back(table.row_lines[r]);
+  }
+  std::string text = count == 1 ? "line " : "lines ";
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) text += (i + 1 == lines.size() && count == lines.size()) ? " and " : ", ";
+    text += std::to_string(lines[i]);
+  }
+  if (count > lines.size()) text += concat(" and ", count - lines.size(), " more");
+  return text;
+}
 
 }  // namespace
 
@@ -40,6 +67,27 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
     return std::all_of(table.rows.begin(), table.rows.end(), [&](const auto& row) { return is_binary_value(row[c]); });
   };
   const bool joined = label_cols.size() == 1 && !column_is_binary(label_cols[0]);
+  if (joined) {
+    // A label column holds 0/1 or label names: numbers other than 0/1 (class indices, regression targets,
+    // CheXpert's -1 for "uncertain") or 0/1 mixed with names cannot be read as either.
+    const int c = label_cols[0];
+    const std::string& column = table.header[c];
+    auto other_number = [&](const auto& row) { return is_other_number(row[c]); };
+    auto binary = [&](const auto& row) { return is_binary_value(row[c]); };
+    auto first_value = [&](auto pick) {
+      for (const auto& row : table.rows)
+        if (pick(row)) return row[c];
+      return std::string();
+    };
+    VP_REQUIRE(!std::any_of(table.rows.begin(), table.rows.end(), other_number), csv.string(), ": column \"", column,
+               "\" holds numbers other than 0 and 1 (\"", first_value(other_number), "\" at ",
+               lines_where(table, other_number),
+               "); a label column must hold 0/1 or label names ('|'-joined when an image has several)");
+    VP_REQUIRE(!std::any_of(table.rows.begin(), table.rows.end(), binary), csv.string(), ": column \"", column,
+               "\" mixes 0/1 values (", lines_where(table, binary), ") with label names (\"",
+               first_value([&](const auto& row) { return !binary(row) && !row[c].empty(); }),
+               "\"); a label column must hold either 0/1 or label names");
+  }
 
   FileDataset::Source source;
   source.spec = "csv:" + csv.string();
@@ -124,6 +172,10 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
   // A '|' column where every image has exactly one label is a single-label (softmax) task; 0/1 columns and
   // rows with zero or several labels make it multi-label.
   source.multi_label = !(joined && every_row_one_label);
+  // Cross-entropy over one class is zero whatever the model does: nothing could be learned.
+  VP_REQUIRE(source.multi_label || source.label_names.size() >= 2, csv.string(), ": column \"",
+             table.header[label_cols[0]], "\" holds one class (\"", source.label_names.front(), "\") in every row (",
+             lines_where(table, [](const auto&) { return true; }), "): a single-label task needs at least two classes");
   source.no_finding_allowed = source.multi_label;
   return std::make_shared<FileDataset>(std::move(source), options);
 }

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "data/data_spec.h"
+#include "data/label_checks.h"
 #include "data/loader.h"
 #include "io/model_files.h"
 #include "model/vit_stage.h"
@@ -171,6 +172,8 @@ void RankTrainer::open_data() {
   d.skip_unreadable = o_.skip_unreadable;
   dataset_ = open_dataset(o_.data, d);
   VP_REQUIRE(!dataset_->split_indices(Split::train).empty(), o_.data, ": the train split has no images");
+  for (const auto& warning : check_trainable_labels(*dataset_, Split::train))
+    if (root()) warn(warning);
 }
 
 void RankTrainer::load_model_and_state() {

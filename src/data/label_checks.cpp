@@ -1,0 +1,34 @@
+#include "data/label_checks.h"
+
+#include "util/error.h"
+
+namespace vitpipe {
+
+std::vector<std::string> check_trainable_labels(const Dataset& dataset, Split split) {
+  const int64_t labels = dataset.num_labels();
+  VP_REQUIRE(dataset.multi_label() || labels >= 2, dataset.spec(), ": a single-label data set with ", labels,
+             labels == 1 ? concat(" class (\"", dataset.label_names().front(), "\")") : std::string(" classes"),
+             ": a single-label task needs at least two classes");
+  const std::vector<int64_t> items = dataset.split_indices(split);
+  std::vector<int64_t> positives(static_cast<size_t>(labels), 0);
+  for (int64_t i : items)
+    for (int32_t label : dataset.item(i).labels) ++positives[static_cast<size_t>(label)];
+  const auto n = static_cast<int64_t>(items.size());
+  std::vector<std::string> warnings;
+  for (int64_t k = 0; k < labels; ++k) {
+    const int64_t p = positives[static_cast<size_t>(k)];
+    const std::string& name = dataset.label_names()[static_cast<size_t>(k)];
+    if (!dataset.multi_label()) {
+      if (p == 0)
+        warnings.push_back(concat(dataset.spec(), ": class \"", name, "\" has no image in the ", split_name(split),
+                                  " split (", n, " images): it cannot be learned"));
+    } else if (p == 0 || p == n) {
+      warnings.push_back(concat(dataset.spec(), ": label \"", name, "\" has ", p == 0 ? "no positive" : "no negative",
+                                " image in the ", split_name(split), " split (", p, " of ", n,
+                                " images positive): it cannot be learned and its ROC-AUC is undefined"));
+    }
+  }
+  return warnings;
+}
+
+}  // namespace vitpipe
