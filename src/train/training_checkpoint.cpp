@@ -81,7 +81,8 @@ fs::path write_training_checkpoint(const fs::path& output_dir, const TrainingChe
     write_text_file_atomically(staging / "trainer_state.json", c.state.to_json().dump(2) + "\n");
     fsync_directory(staging);
     fs::remove_all(final_dir, ignored);  // a checkpoint of the same step from an interrupted earlier run
-    fs::rename(staging, final_dir);
+    VP_REQUIRE(::rename(staging.c_str(), final_dir.c_str()) == 0, "cannot rename ", staging.string(), " to ",
+               final_dir.string(), ": ", std::strerror(errno));
     fsync_directory(root);
   } catch (...) {
     fs::remove_all(staging, ignored);
@@ -180,7 +181,8 @@ void replace_directory_atomically(const fs::path& target, const std::function<vo
                  "cannot replace ", target.string(), ": ", std::strerror(errno));
       fs::remove_all(staging, ignored);
     } else {
-      fs::rename(staging, target);
+      VP_REQUIRE(::rename(staging.c_str(), target.c_str()) == 0, "cannot rename ", staging.string(), " to ",
+                 target.string(), ": ", std::strerror(errno));
     }
     fsync_directory(parent);
   } catch (...) {
