@@ -26,7 +26,7 @@ endforeach()
 set(HUB_PYTORCH_BIN_CASES
     zip_formats_match_torch legacy_format_matches_torch sharded_index_matches_torch dtypes_and_shapes torch2_layout
     hostile_reduce_os_system hostile_builtins_eval hostile_unknown_torch_global hostile_recursion_bombs
-    hostile_out_of_bounds_storage truncated_files)
+    hostile_out_of_bounds_storage truncated_files hostile_record_sizes)
 foreach(case ${HUB_PYTORCH_BIN_CASES})
   add_test(NAME hub.pytorch_bin.${case}
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_pytorch_bin.py PytorchBinTest.test_${case})
