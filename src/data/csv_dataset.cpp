@@ -162,7 +162,8 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
       }
     }
     fs::path path = fs::path(entry.item.name).is_absolute() ? fs::path(entry.item.name) : root / entry.item.name;
-    if (fs::is_regular_file(path)) {
+    std::error_code unusable;  // a name too long for the file system is an image that is not there
+    if (fs::is_regular_file(path, unusable)) {
       source.entries.push_back(std::move(entry));
       source.paths.push_back(path);
     } else {

@@ -252,7 +252,9 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   return report;
 }
 
-std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, const DatasetOptions& options) {
+// A function-try-block: a field of manifest.json of the wrong type, read by json::value() outside the checks
+// below, becomes an error naming the file instead of nlohmann's bare message.
+std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, const DatasetOptions& options) try {
   const fs::path dir = fs::absolute(dir_in).lexically_normal();
   const fs::path manifest_path = dir / kPackedCacheManifestName;
   VP_REQUIRE(fs::is_regular_file(manifest_path), "cache:", dir.string(), ": no ", kPackedCacheManifestName,
@@ -379,6 +381,9 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   cache->rerun_ = rerun;
   cache->missing_ = manifest.value("missing", std::vector<std::string>{});
   return cache;
+} catch (const json::exception& e) {
+  fail("cache:", fs::absolute(dir_in).lexically_normal().string(), ": malformed ", kPackedCacheManifestName, " (",
+       e.what(), ")");
 }
 
 bool PackedCacheDataset::stored(int64_t i, StoredImage* out) const {

@@ -108,9 +108,14 @@ std::optional<fs::path> latest_checkpoint(const fs::path& output_dir) {
   if (!fs::exists(pointer)) return std::nullopt;
   std::string name = read_text_file(pointer);
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  // What write_training_checkpoint writes: a step-N directory beside the pointer, nothing else (not "../x").
+  const bool plain = name.starts_with("step-") && name.size() < 64 && name.find('/') == std::string::npos;
+  VP_REQUIRE(plain, pointer.string(), " names '", name.substr(0, 64), name.size() > 64 ? "...'" : "'",
+             ", which is not a checkpoint directory (step-NNNNNNNN)");
   const fs::path dir = root / name;
-  VP_REQUIRE(fs::is_directory(dir) && fs::exists(dir / "trainer_state.json"), pointer.string(), " names ", name,
-             ", which is not a complete checkpoint");
+  std::error_code unusable;
+  VP_REQUIRE(fs::is_directory(dir, unusable) && fs::exists(dir / "trainer_state.json", unusable), pointer.string(),
+             " names ", name, ", which is not a complete checkpoint");
   return dir;
 }
 
