@@ -56,7 +56,9 @@ TEST(PackedCacheTampering, RecordsEditedAfterPrepareAreUnreadableImages) {
   ASSERT_GE(second_item, 0);
   expect_error([&] { cache->stored(second_item, &view); }, {"the pixels of " + second});
   for (int64_t i = 0; i < 3; ++i)
-    if (i != first_item && i != second_item) EXPECT_TRUE(cache->stored(i, &view)) << cache->name(i);
+    if (i != first_item && i != second_item) {
+      EXPECT_TRUE(cache->stored(i, &view)) << cache->name(i);
+    }
 
   // A loader over every item: without skip_unreadable the first edited record stops it naming the image; with it,
   // both are left out and counted.
