@@ -17,6 +17,8 @@ packages=(build-essential cmake pkg-config
 if [[ "${1:-}" == "--tests" ]]; then
   # Reference implementations the tests check against; OpenBLAS so the PyTorch peer runs at its real speed.
   packages+=(python3 python3-torch python3-pil python3-sklearn python3-numpy libopenblas0-pthread)
+  # The fuzz harnesses (tools/fuzz): clang, its libFuzzer and sanitizer runtimes, its OpenMP.
+  packages+=(clang libclang-rt-14-dev libomp-dev)
 fi
 
 missing=()
