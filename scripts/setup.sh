@@ -16,7 +16,8 @@ packages=(build-essential cmake pkg-config
   libgtest-dev libbenchmark-dev)    # unit tests, micro-benchmarks
 if [[ "${1:-}" == "--tests" ]]; then
   # Reference implementations the tests check against; OpenBLAS so the PyTorch peer runs at its real speed.
-  packages+=(python3 python3-torch python3-pil python3-sklearn python3-numpy libopenblas0-pthread)
+  packages+=(python3 python3-torch python3-pil python3-sklearn python3-numpy libopenblas0-pthread
+    qemu-user)                      # runs the binary on an emulated AVX2-only and a pre-AVX2 CPU
   # The fuzz harnesses (tools/fuzz): clang, its libFuzzer and sanitizer runtimes, its OpenMP.
   packages+=(clang libclang-rt-14-dev libomp-dev)
 fi

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/cpu_level.h"
 #include "backend/cpu/gemm_peak.h"
 #include "backend/profiling_backend.h"
 #include "cli/commands.h"
@@ -129,6 +131,10 @@ void run_bench(const BenchOptions& o) {
       {"activation_bytes", model.activation_bytes()},
       {"breakdown", breakdown},
       {"includes_optimizer", train},
+      {"cpu_model", cpu::cpu_features().model},
+      {"cpu_kernels", cpu::cpu_level_name(cpu::selected_cpu_level())},
+      {"onednn_isa", cpu::onednn_isa_name()},
+      {"bf16_in_hardware", cpu::has_native_bf16(cpu::selected_cpu_level())},
   };
   if (o.json) {
     std::printf("%s\n", result.dump().c_str());
@@ -138,6 +144,11 @@ void run_bench(const BenchOptions& o) {
               model_name.c_str(), static_cast<long long>(config.image_size), static_cast<long long>(config.patch_size),
               static_cast<long long>(config.hidden_size), static_cast<long long>(config.num_hidden_layers),
               static_cast<long long>(o.batch), precision_name(precision), o.mode.c_str(), threads);
+  std::printf("  CPU %s: kernels %s, oneDNN ISA %s%s\n", cpu::cpu_features().model.c_str(),
+              cpu::cpu_level_name(cpu::selected_cpu_level()), cpu::onednn_isa_name().c_str(),
+              precision == Precision::bf16 && !cpu::has_native_bf16(cpu::selected_cpu_level())
+                  ? " (no bf16 instructions: bf16 runs as fp32 GEMMs on bf16-rounded operands)"
+                  : "");
   std::printf("  %.2f images/s  (%.3f s per step)\n", images_per_s, seconds / o.steps);
   std::printf(
       "  %.1f GFLOP/s executed = %.0f%% of the measured GEMM peak (%.1f GFLOP/s); %.1f GFLOP/s counting every\n"
@@ -161,7 +172,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--batch", options->batch, "images per step");
   cmd->add_option("--steps", options->steps, "timed steps after one warm-up step");
   cmd->add_option("--threads", options->threads, "CPU threads (0 = all cores)");
-  cmd->add_option("--precision", options->precision, "fp32 or bf16");
+  cmd->add_option("--precision", options->precision, "fp32, bf16 or auto (bf16 where the CPU has bf16 instructions)");
   cmd->add_option("--mode", options->mode, "train or infer");
   cmd->add_flag("--json", options->json, "print one JSON object");
   cmd->callback([options] { run_bench(*options); });

@@ -2,6 +2,7 @@
 // and PR-AUC (scikit-learn's definitions; null where a label has one class only), their means, and bootstrap
 // confidence intervals. The same evaluation code as training's.
 #include <cstdio>
+#include <filesystem>
 
 #include "backend/backend.h"
 #include "cli/commands.h"
@@ -11,6 +12,7 @@
 #include "model/vit_stage.h"
 #include "parallel/pipeline_executor.h"
 #include "train/evaluation.h"
+#include "train/predictions_file.h"
 #include "train/run_world.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -31,12 +33,18 @@ struct EvalOptions {
   int threads = 0;
   int loader_threads = 2;
   int64_t image_size = 0;
+  std::string save_predictions;
 };
 
 void run_eval(const EvalOptions& o) {
   VP_REQUIRE(o.batch_size >= 1 && o.batch_size <= 4096, "--batch-size: expected 1..4096, got ", o.batch_size);
   VP_REQUIRE(o.bootstrap >= 0 && o.bootstrap <= 100000, "--bootstrap: expected 0..100000, got ", o.bootstrap);
   const Split split = parse_split(o.split, "--split");
+  if (!o.save_predictions.empty()) {
+    const auto parent = std::filesystem::absolute(o.save_predictions).parent_path();
+    VP_REQUIRE(std::filesystem::is_directory(parent), "--save-predictions ", o.save_predictions, ": directory ",
+               parent.string(), " does not exist");
+  }
   VP_REQUIRE(split != Split::none, "--split: expected train, val or test");
   auto dataset = open_dataset(o.data, o.dataset);
   LoadOptions load;
@@ -66,6 +74,7 @@ void run_eval(const EvalOptions& o) {
     if (o.bootstrap > 0) settings.bootstrap = BootstrapOptions{o.bootstrap, 0.95, o.bootstrap_seed};
     report = evaluate_split(executor, world, dataset, split, model.preprocessor, settings);
   });
+  if (!o.save_predictions.empty()) write_predictions_csv(o.save_predictions, report, *dataset);
   if (o.json) {
     nlohmann::json j = report.to_json();
     j["model"] = model.directory.string();
@@ -87,6 +96,8 @@ void add_eval_command(CLI::App& app) {
   add_dataset_flags(cmd, &o->data, &o->dataset);
   cmd->add_option("--split", o->split, "train, val or test")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_option("--save-predictions", o->save_predictions,
+                  "Also write FILE.csv: per image its path, patient, true labels, logits and probabilities");
   cmd->add_option("--bootstrap", o->bootstrap, "Bootstrap resamples for 95% confidence intervals (0 = none)");
   cmd->add_option("--bootstrap-seed", o->bootstrap_seed, "Seed of the bootstrap resampling");
   cmd->add_option("--batch-size", o->batch_size, "Images per forward pass")->capture_default_str();

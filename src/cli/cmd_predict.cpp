@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "data/csv_table.h"
 #include "data/image.h"
 #include "data/image_processor.h"
 #include "io/model_files.h"
@@ -24,13 +25,6 @@ struct PredictOptions {
   std::string format = "json";
   int64_t batch_size = 16;
 };
-
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
-  std::string quoted = "\"";
-  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return quoted + "\"";
-}
 
 void run_predict(const PredictOptions& o) {
   VP_REQUIRE(o.format == "json" || o.format == "csv", "--format: expected json or csv, got \"", o.format, "\"");
@@ -62,7 +56,7 @@ void run_predict(const PredictOptions& o) {
   const int64_t labels = c.num_labels();
   if (o.format == "csv") {
     std::printf("image");
-    for (const auto& label : c.labels) std::printf(",%s", csv_field(label).c_str());
+    for (const auto& label : c.labels) std::printf(",%s", csv_escape(label).c_str());
     std::printf("\n");
   }
   const int64_t pixels = c.num_channels * c.image_size * c.image_size;
@@ -103,7 +97,7 @@ void run_predict(const PredictOptions& o) {
         nlohmann::json line = {{"image", path}, {"logits", raw}, {"probabilities", probabilities}};
         std::printf("%s\n", line.dump().c_str());
       } else {
-        std::printf("%s", csv_field(path).c_str());
+        std::printf("%s", csv_escape(path).c_str());
         for (double v : p) std::printf(",%.6g", v);
         std::printf("\n");
       }

@@ -265,4 +265,11 @@ std::vector<std::string> read_line_list(const std::filesystem::path& path) {
   return lines;
 }
 
+std::string csv_escape(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
 }  // namespace vitpipe

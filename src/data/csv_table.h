@@ -27,6 +27,9 @@ struct CsvTable {
 CsvTable parse_csv(std::string_view text, const std::string& source);
 CsvTable read_csv(const std::filesystem::path& path);
 
+// A field for a CSV line: quoted (with doubled quotes) when it holds a comma, quote or line break.
+std::string csv_escape(const std::string& text);
+
 // The whole file; gunzipped when the name ends in .gz.
 std::string read_file_maybe_gzip(const std::filesystem::path& path);
 

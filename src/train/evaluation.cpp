@@ -239,6 +239,11 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
   report.rows = total;
   report.loss = total > 0 ? all_loss / static_cast<double>(total * (multi_label ? labels : 1)) : 0.0;
   report.metrics = evaluate_multilabel(sorted_scores, sorted_targets, labels, settings.bootstrap);
+  report.scores_are_logits = multi_label;
+  report.items.resize(order.size());
+  for (size_t r = 0; r < order.size(); ++r) report.items[r] = all_items[order[r]];
+  report.scores = std::move(sorted_scores);
+  report.targets = std::move(sorted_targets);
   return report;
 }
 

@@ -22,6 +22,11 @@ struct EvaluationReport {
   double loss = 0;  // mean BCE-with-logits over rows x labels (multi-label) or cross-entropy over rows
   std::vector<std::string> labels;
   EvaluationMetrics metrics;
+  // Per row, in dataset order (rank 0 only): the item, its scores as ranked (multi-label: the logits; single-label:
+  // the softmax probabilities) and its targets, labels.size() values each.
+  bool scores_are_logits = true;
+  std::vector<int64_t> items;
+  std::vector<float> scores, targets;
 
   // {"split", "rows", "loss", "auc": {label: value|null}, "mean_auc", "pr_auc": {...}, "mean_pr_auc",
   //  "auc_ci"/"mean_auc_ci" with a bootstrap, "detail": positives per label and everything else}

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <set>
 
+#include "model/precision.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -158,9 +159,12 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) {
          o.pos_weight_auto = v.null ? defaults().pos_weight_auto : v.choice({"none", "auto"}) == "auto";
        }},
-      {"precision", "P", "Compute precision: fp32 | bf16 (master weights stay fp32) (default fp32)",
+      {"precision", "P",
+       "Compute precision: fp32 | bf16 | auto (bf16 where the CPU has bf16 instructions, else fp32; the effective "
+       "one is saved) (master weights stay fp32) (default fp32)",
        [](O& o, const V& v) {
-         o.precision = v.null ? defaults().precision : v.choice({"fp32", "bf16"}) == "bf16" ? DType::bf16 : DType::f32;
+         o.precision =
+             v.null ? defaults().precision : compute_dtype(parse_precision(v.choice({"fp32", "bf16", "auto"})));
        }},
       {"seed", "N", "Random seed (default 42)",
        [](O& o, const V& v) { o.seed = v.null ? defaults().seed : v.unsigned_integer(); }},

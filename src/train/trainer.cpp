@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -129,6 +130,10 @@ class RankTrainer {
   int64_t micro_batch_ = 0;
   int micro_batches_ = 0;
   int64_t batches_per_epoch_ = 0;
+  // The latest validation evaluation of this process and the one of the weights in model/ (known to every rank;
+  // the reports' contents are on rank 0), so finish() need not evaluate the same weights again.
+  std::optional<int64_t> last_eval_step_, best_eval_step_;
+  EvaluationReport last_eval_, best_eval_;
   bool use_partial_ = true;
   int64_t loader_epoch_ = -1;
   int traced_steps_ = 0;
@@ -283,6 +288,7 @@ void RankTrainer::build_pipeline() {
        layout_->numel(), " parameters, ", config.num_labels(), " labels (",
        config.problem_type == ProblemType::multi_label ? "multi-label, BCE" : "single-label, cross-entropy", "), ",
        precision_name(precision), model_.fresh_head ? ", fresh classifier head" : "");
+  if (const std::string note = bf16_speed_note(precision); !note.empty()) info(note);
   info("parallelism: ", world_.size(), launched_as_mpi_job() ? " MPI ranks" : " rank(s) in this process", " = ",
        o_.pipeline_stages, " pipeline stage(s) x ", grid_->replicas(), " replica(s), schedule ", o_.pipeline_schedule,
        o_.recompute ? ", activations recomputed" : "", "; ", configured_threads(), " CPU thread(s) per rank");
@@ -431,6 +437,8 @@ void RankTrainer::save_checkpoint() {
 }
 
 void RankTrainer::after_evaluation(const EvaluationReport& report) {
+  last_eval_ = report;
+  last_eval_step_ = state_.step;
   // Rank 0 decides; everyone must agree whether to take part in the export (it is collective).
   double improved = 0;
   if (root()) {
@@ -454,6 +462,8 @@ void RankTrainer::after_evaluation(const EvaluationReport& report) {
   }
   world_.broadcast_bytes(&improved, sizeof(improved), 0);
   if (improved != 0) {
+    best_eval_ = report;
+    best_eval_step_ = state_.step;
     export_model(output_ / "model");
     info("best so far (mean ROC-AUC ", *state_.best_metric, "): exported to ", (output_ / "model").string());
   }
@@ -569,25 +579,27 @@ void RankTrainer::finish() {
     info("trace (first ", kMaxTracedSteps, " steps at most) written to ", o_.trace,
          " (open in chrome://tracing or ui.perfetto.dev)");
   }
-  // Final report on the exported model: reload it so val/test numbers describe exactly what was written.
-  LoadOptions lo;
-  lo.reference.allow_download = false;
-  LoadedModel exported = load_model(model_dir.string(), lo);
-  for (auto& chunk : chunks_) {
-    std::copy(exported.parameters.at(chunk->parameters().begin()),
-              exported.parameters.at(chunk->parameters().begin()) + chunk->parameters().numel(),
-              chunk->parameters().data());
-    chunk->parameters_changed();
-  }
-  std::vector<EvaluationReport> reports;
-  if (has_val) reports.push_back(evaluate(Split::val));
-  if (o_.test) {
-    if (dataset_->split_indices(Split::test).empty()) {
-      info("--test: the dataset has no test split images");
-    } else {
-      reports.push_back(evaluate(Split::test));
+  // Final report on the exported model. Its validation numbers are already at hand when this process evaluated
+  // exactly those weights (the best step's, or the last step's when the last weights were exported): they are not
+  // computed twice. Anything else runs on the model reloaded from model/, so the numbers describe what was written.
+  const std::optional<int64_t>& exported_eval = export_last != 0 ? last_eval_step_ : best_eval_step_;
+  const bool val_known = has_val && exported_eval && (export_last == 0 || *exported_eval == state_.step);
+  const bool test = o_.test && !dataset_->split_indices(Split::test).empty();
+  if (o_.test && !test) info("--test: the dataset has no test split images");
+  if ((has_val && !val_known) || test) {
+    LoadOptions lo;
+    lo.reference.allow_download = false;
+    LoadedModel exported = load_model(model_dir.string(), lo);
+    for (auto& chunk : chunks_) {
+      std::copy(exported.parameters.at(chunk->parameters().begin()),
+                exported.parameters.at(chunk->parameters().begin()) + chunk->parameters().numel(),
+                chunk->parameters().data());
+      chunk->parameters_changed();
     }
   }
+  std::vector<EvaluationReport> reports;
+  if (has_val) reports.push_back(val_known ? (export_last != 0 ? last_eval_ : best_eval_) : evaluate(Split::val));
+  if (test) reports.push_back(evaluate(Split::test));
   if (root()) {
     for (const auto& report : reports) {
       nlohmann::json record = report.to_json();

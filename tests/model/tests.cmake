@@ -7,4 +7,13 @@ foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-one-channel-big-patch
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/reference_vit.py
                    --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})
   set_tests_properties(golden_vit.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS model)
+  # The same at each CPU level below this machine's best (skipped where there is none).
+  foreach(level avx2 avx512 avx512_bf16)
+    add_test(NAME golden_vit.${case}.at-${level}
+             COMMAND ${VITPIPE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/backend/at_cpu_level.py ${level} --
+                     ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/reference_vit.py
+                     --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})
+    set_tests_properties(golden_vit.${case}.at-${level} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS model
+                         SKIP_RETURN_CODE 77)
+  endforeach()
 endforeach()

@@ -1,7 +1,7 @@
 """`vitpipe eval --json` on the bundled ChestX-ray14 sample (real 64x64 images resized to a vit-micro's 32 px)
 against scikit-learn: after a short training, the per-finding ROC-AUCs of the official test split equal
-roc_auc_score on the probabilities `vitpipe predict` gives for the same images, with labels read from the sample's
-Data_Entry CSV here; "auc" lists all 14 findings, null exactly where the split has one class only (the validation
+roc_auc_score on the scores eval ranked (`--save-predictions`; they equal `vitpipe predict`'s logits up to batch
+rounding), with labels read from the sample's Data_Entry CSV here; "auc" lists all 14 findings, null exactly where the split has one class only (the validation
 split of this sample lacks some findings), and "mean_auc" is the mean of the defined ones."""
 
 import csv
@@ -38,19 +38,32 @@ predictions = [json.loads(line) for line in e2e.run("predict", "--model", model,
 checks.check(len(predictions) == len(paths), "predict: one line per test image", f"{len(predictions)}")
 probabilities = np.array([[p["probabilities"][name] for name in FINDINGS] for p in predictions])
 
+saved = os.path.join(root, "test-predictions.csv")
 evaluation = json.loads(e2e.run("eval", "--model", model, "--data", data, "--split", "test", "--json", "--threads",
-                                "1").stdout)
+                                "1", "--save-predictions", saved).stdout)
 checks.check(evaluation["rows"] == len(test_images), "eval counts the test split's images", f"{evaluation['rows']}")
 checks.check(list(evaluation["auc"]) == FINDINGS or sorted(evaluation["auc"]) == sorted(FINDINGS),
              "eval --json: \"auc\" has the 14 findings", f"{list(evaluation['auc'])}")
+# The scores eval ranked: its logits, which equal predict's up to batch rounding (oneDNN may round a row differently
+# by its position in a batch), with the labels read here from the Data_Entry CSV.
+saved_rows = {os.path.basename(x["image"]): x for x in e2e.read_csv_rows(saved)}
+checks.check(sorted(saved_rows) == sorted(test_images), "--save-predictions: a row per test image",
+             f"{len(saved_rows)} rows")
+rows = [saved_rows[image] for image in test_images]
+saved_targets = np.array([[int(x["true:" + name]) for name in FINDINGS] for x in rows])
+checks.check(np.array_equal(saved_targets, targets), "--save-predictions: labels equal the Data_Entry CSV's")
+logits = np.array([[float(x["logit:" + name]) for name in FINDINGS] for x in rows])
+predict_logits = np.array([p["logits"] for p in predictions])
+difference = np.max(np.abs(logits - predict_logits))
+checks.check(difference < 1e-4, "eval's logits equal predict's", f"max abs {difference:.2e}")
 worst = 0.0
 for l, name in enumerate(FINDINGS):
     if 0 < targets[:, l].sum() < len(targets):
-        expected = roc_auc_score(targets[:, l], probabilities[:, l])
+        expected = roc_auc_score(targets[:, l], logits[:, l])
         worst = max(worst, abs(evaluation["auc"][name] - expected))
     else:
         checks.check(evaluation["auc"][name] is None, f"test: {name} has one class: null")
-checks.check(worst < 1e-9, "eval --json test AUC = sklearn roc_auc_score on predict's probabilities, per finding",
+checks.check(worst < 1e-12, "eval --json test AUC = sklearn roc_auc_score on the scores eval ranked, per finding",
              f"max difference {worst:.2e}")
 defined = [v for v in evaluation["auc"].values() if v is not None]
 checks.check(abs(evaluation["mean_auc"] - np.mean(defined)) < 1e-12, "mean_auc is the mean of the defined AUCs")

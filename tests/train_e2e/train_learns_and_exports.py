@@ -7,9 +7,9 @@
   ViTForImageClassification on those files gives `vitpipe predict`'s logits, and `vitpipe eval` on it gives the
   trainer's final evaluation;
 - `vitpipe export OUTPUT_DIR --out DIR` writes the latest checkpoint's weights bit for bit;
-- `vitpipe eval --json` ROC-AUCs equal scikit-learn's roc_auc_score on the probabilities `vitpipe predict` gives for
-  the same images (the test split holds relabelled copies of images, so scores tie across different targets);
-  --bootstrap N adds 95% intervals;
+- `vitpipe eval --json` ROC-AUCs equal scikit-learn's roc_auc_score on the scores eval ranked (`--save-predictions`),
+  which equal `vitpipe predict`'s logits up to batch rounding (the test split holds relabelled copies of images, so
+  scores tie across different targets); --bootstrap N adds 95% intervals;
 - model/ holds the best validation step's weights, or the last step's with --export-last (a validation split whose
   labels are inverted makes the first evaluation the best one)."""
 
@@ -121,18 +121,39 @@ checks.check(abs(evaluation["mean_auc"] - finals["val"]["mean_auc"]) < 1e-12 and
              evaluation["auc"] == finals["val"]["auc"], "eval --split val equals the trainer's final evaluation",
              f"{evaluation['mean_auc']} vs {finals['val']['mean_auc']}")
 
-# vitpipe eval --json AUCs equal sklearn's on vitpipe predict's probabilities, ties included.
+# vitpipe eval --json AUCs equal sklearn's on the very scores eval ranked (--save-predictions), ties included. With
+# --batch-size 1 every image runs through the same GEMM shapes, so the relabelled copies get identical logits on any
+# CPU (a GEMM may round a row differently by its position in a batch: oneDNN's AVX2 kernels do).
 targets = np.array([[int(x[name]) for name in e2e.BLOB_LABELS] for x in test_rows])
+saved = os.path.join(root, "test-predictions.csv")
 evaluation = json.loads(e2e.run("eval", "--model", model, "--data", data, "--split", "test", "--json", "--bootstrap",
-                                "200", "--threads", "1", "--batch-size", "5").stdout)
+                                "200", "--threads", "1", "--batch-size", "1", "--save-predictions", saved).stdout)
 checks.check(evaluation["rows"] == len(test_rows), "eval --split test counts every row", f"{evaluation['rows']}")
-sklearn = {name: roc_auc_score(targets[:, l], probabilities[:, l]) for l, name in enumerate(e2e.BLOB_LABELS)}
+saved_rows = e2e.read_csv_rows(saved)
+checks.check([x["image"] for x in saved_rows] == paths and [x["patient"] for x in saved_rows] == [
+    x.get("patient", "") for x in test_rows], "--save-predictions: one row per test image, in dataset order")
+saved_targets = np.array([[int(x["true:" + name]) for name in e2e.BLOB_LABELS] for x in saved_rows])
+saved_logits = np.array([[float(x["logit:" + name]) for name in e2e.BLOB_LABELS] for x in saved_rows])
+saved_probabilities = np.array([[float(x["probability:" + name]) for name in e2e.BLOB_LABELS] for x in saved_rows])
+checks.check(np.array_equal(saved_targets, targets), "--save-predictions: the CSV's labels")
+checks.check(np.allclose(saved_probabilities, 1 / (1 + np.exp(-saved_logits)), rtol=0, atol=1e-15),
+             "--save-predictions: probabilities = sigmoid(logits)")
+difference = np.max(np.abs(saved_logits - logits))
+checks.check(difference < 1e-4, "--save-predictions: logits equal predict's (up to batch rounding)",
+             f"max abs {difference:.2e}")
+sklearn = {name: roc_auc_score(targets[:, l], saved_logits[:, l]) for l, name in enumerate(e2e.BLOB_LABELS)}
 worst = max(abs(evaluation["auc"][name] - sklearn[name]) for name in e2e.BLOB_LABELS)
-checks.check(worst < 1e-9, "eval --json per-label AUC equals sklearn on predict's probabilities", f"max diff {worst:.2e}")
-checks.check(abs(evaluation["mean_auc"] - np.mean(list(sklearn.values()))) < 1e-9, "mean_auc equals sklearn's mean")
-checks.check(abs(evaluation["mean_auc"] - finals["test"]["mean_auc"]) < 1e-12, "eval test equals the trainer's --test")
-tied = len(probabilities) - len(np.unique(probabilities[:, 0]))
+checks.check(worst < 1e-12, "eval --json per-label AUC equals sklearn on the scores eval ranked",
+             f"max diff {worst:.2e}")
+checks.check(abs(evaluation["mean_auc"] - np.mean(list(sklearn.values()))) < 1e-12, "mean_auc equals sklearn's mean")
+tied = len(saved_logits) - len(np.unique(saved_logits[:, 0]))
 checks.check(tied >= 16, "the test split has tied scores", f"{tied} repeated scores")
+# The trainer evaluated --test in micro-batches of 8: eval with --batch-size 8 runs the same shapes, so the same AUCs.
+same_shapes = json.loads(e2e.run("eval", "--model", model, "--data", data, "--split", "test", "--json", "--threads",
+                                 "1", "--batch-size", "8").stdout)
+checks.check(same_shapes["auc"] == finals["test"]["auc"] and
+             abs(same_shapes["mean_auc"] - finals["test"]["mean_auc"]) < 1e-12,
+             "eval test (batch 8) equals the trainer's --test", f"{same_shapes['mean_auc']} vs {finals['test']['mean_auc']}")
 intervals = evaluation.get("auc_ci", {})
 checks.check(sorted(intervals) == sorted(e2e.BLOB_LABELS) and
              all(0 <= intervals[n][0] <= intervals[n][1] <= 1 for n in e2e.BLOB_LABELS) and

@@ -4,6 +4,7 @@
 
 #include <unordered_map>
 
+#include "backend/cpu/bf16_widening.h"
 #include "util/error.h"
 
 namespace vitpipe::cpu {
@@ -22,20 +23,58 @@ dnnl::memory::data_type to_dnnl(DType type) {
   }
 }
 
+// Whether oneDNN has bf16 matmul kernels in this process (it needs AVX-512 and honours ONEDNN_MAX_CPU_ISA).
+bool onednn_has_bf16_matmul(const dnnl::engine& engine) {
+  static const bool available = [&] {
+    using dims = dnnl::memory::dims;
+    const dnnl::memory::desc a(dims{16, 16}, dnnl::memory::data_type::bf16, dims{16, 1});
+    const dnnl::memory::desc c(dims{16, 16}, dnnl::memory::data_type::f32, dims{16, 1});
+    try {
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+// Grows `buffer` to at least `count` floats (aligned, reused across calls).
+float* fp32_scratch(Tensor& buffer, int64_t count) {
+  if (buffer.numel() < count) buffer = Tensor::empty({count});
+  return buffer.f32();
+}
+
+float* fp32_scratch(std::vector<float>& buffer, int64_t count) {
+  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(static_cast<size_t>(count));
+  return buffer.data();
+}
+
 }  // namespace
 
-MatmulCache::MatmulCache() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+MatmulCache::MatmulCache()
+    : level_(selected_cpu_level()),
+      engine_(dnnl::engine::kind::cpu, 0),
+      stream_(engine_),
+      bf16_kernels_(onednn_has_bf16_matmul(engine_)) {}
 
-std::shared_ptr<MatmulCache::Prepared> MatmulCache::create(const MatmulShape& s, bool user_scratchpad) {
+MatmulCache::~MatmulCache() = default;
+
+std::shared_ptr<MatmulCache::Prepared> MatmulCache::create(const MatmulShape& shape, bool user_scratchpad) {
   using dims = dnnl::memory::dims;
   auto p = std::make_shared<Prepared>();
+  const bool widen =
+      !bf16_kernels_ && (shape.a_type == DType::bf16 || shape.b_type == DType::bf16 || shape.c_type == DType::bf16);
+  if (widen) p->widening = std::make_unique<Bf16Widening>(plan_bf16_widening(shape));
+  const MatmulShape& s = widen ? p->widening->f32_shape : shape;
   p->a_desc = dnnl::memory::desc(dims{s.m, s.k}, to_dnnl(s.a_type), dims{s.a_row, s.a_col});
   p->b_desc = dnnl::memory::desc(dims{s.k, s.n}, to_dnnl(s.b_type), dims{s.b_row, s.b_col});
   p->c_desc = dnnl::memory::desc(dims{s.m, s.n}, to_dnnl(s.c_type), dims{s.c_row, 1});
   dnnl::primitive_attr attr;
   dnnl::post_ops ops;
   if (s.residual) {
-    p->residual_desc = dnnl::memory::desc(dims{s.m, s.n}, dnnl::memory::data_type::f32, dims{s.c_row, 1});
+    // The residual is read where the caller keeps it (its own row stride), even when the result is widened.
+    p->residual_desc = dnnl::memory::desc(dims{s.m, s.n}, dnnl::memory::data_type::f32, dims{shape.c_row, 1});
     ops.append_binary(dnnl::algorithm::binary_add, p->residual_desc);
   }
   if (s.accumulate) ops.append_sum(1.0f);
@@ -51,7 +90,8 @@ std::shared_ptr<MatmulCache::Prepared> MatmulCache::create(const MatmulShape& s,
     }
   } catch (const dnnl::error& e) {
     fail("oneDNN cannot create a matmul for M=", s.m, " N=", s.n, " K=", s.k, " (", dtype_name(s.a_type), " x ",
-         dtype_name(s.b_type), " -> ", dtype_name(s.c_type), "): ", e.what());
+         dtype_name(s.b_type), " -> ", dtype_name(s.c_type), ") on this CPU (oneDNN ISA ", onednn_isa_name(),
+         "): ", e.what());
   }
   p->primitive = dnnl::matmul(p->pd);
   p->scratchpad_bytes = user_scratchpad ? p->pd.scratchpad_desc().get_size() : 0;
@@ -64,10 +104,25 @@ void MatmulCache::run(const MatmulShape& shape, const void* a, const void* b, vo
   auto it = cache_.find(key);
   if (it == cache_.end()) it = cache_.emplace(key, create(shape, false)).first;
   Prepared& p = *it->second;
+  void* c_out = c;
+  if (p.widening) {
+    const Bf16Widening& w = *p.widening;
+    if (w.a) {
+      float* wide = fp32_scratch(wide_a_, w.a_elements());
+      widen_bf16(static_cast<const uint16_t*>(a), w.a_view, wide, true);
+      a = wide;
+    }
+    if (w.b) {
+      float* wide = fp32_scratch(wide_b_, w.b_elements());
+      widen_bf16(static_cast<const uint16_t*>(b), w.b_view, wide, true);
+      b = wide;
+    }
+    if (w.c) c_out = fp32_scratch(wide_c_, w.c_elements());
+  }
   std::unordered_map<int, dnnl::memory> args;
   args.emplace(DNNL_ARG_SRC, dnnl::memory(p.a_desc, engine_, const_cast<void*>(a)));
   args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.b_desc, engine_, const_cast<void*>(b)));
-  args.emplace(DNNL_ARG_DST, dnnl::memory(p.c_desc, engine_, c));
+  args.emplace(DNNL_ARG_DST, dnnl::memory(p.c_desc, engine_, c_out));
   if (shape.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_desc, engine_, const_cast<float*>(bias)));
   if (shape.residual) {
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
@@ -75,6 +130,9 @@ void MatmulCache::run(const MatmulShape& shape, const void* a, const void* b, vo
   }
   p.primitive.execute(stream_, args);
   stream_.wait();
+  if (p.widening && p.widening->c) {
+    narrow_to_bf16(static_cast<const float*>(c_out), shape.m, shape.n, static_cast<uint16_t*>(c), shape.c_row, true);
+  }
 }
 
 const MatmulCache::Prepared& MatmulCache::prepare(const MatmulShape& shape) {
@@ -107,11 +165,30 @@ void MatmulCache::run_prepared(const Prepared& p, const void* a, const void* b, 
   const size_t thread = static_cast<size_t>(omp_get_thread_num());
   dnnl::stream& stream = *thread_streams_[thread];
   auto& ta = const_cast<Prepared::ThreadArgs&>(p.thread_args[thread]);  // this thread's alone
+  void* c_out = c;
+  if (p.widening) {
+    const Bf16Widening& w = *p.widening;
+    if (w.a) {
+      float* wide = fp32_scratch(ta.wide_a, w.a_elements());
+      widen_bf16(static_cast<const uint16_t*>(a), w.a_view, wide, false);
+      a = wide;
+    }
+    if (w.b) {
+      float* wide = fp32_scratch(ta.wide_b, w.b_elements());
+      widen_bf16(static_cast<const uint16_t*>(b), w.b_view, wide, false);
+      b = wide;
+    }
+    if (w.c) c_out = fp32_scratch(ta.wide_c, w.c_elements());
+  }
   ta.a.set_data_handle(const_cast<void*>(a));
   ta.b.set_data_handle(const_cast<void*>(b));
-  ta.c.set_data_handle(c);
+  ta.c.set_data_handle(c_out);
   p.primitive.execute(stream, ta.args);
   stream.wait();
+  if (p.widening && p.widening->c) {
+    const MatmulShape& s = p.widening->f32_shape;
+    narrow_to_bf16(static_cast<const float*>(c_out), s.m, s.n, static_cast<uint16_t*>(c), p.widening->c_row, false);
+  }
 }
 
 }  // namespace vitpipe::cpu

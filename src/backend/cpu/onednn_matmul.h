@@ -10,7 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tensor/dtype.h"
+#include "backend/cpu/cpu_level.h"
+#include "tensor/tensor.h"
 
 namespace vitpipe::cpu {
 
@@ -31,9 +32,12 @@ struct MatmulShape {
   }
 };
 
+struct Bf16Widening;
+
 class MatmulCache {
  public:
   MatmulCache();
+  ~MatmulCache();
   // Runs on the calling thread's OpenMP team (the whole team when called outside a parallel region).
   void run(const MatmulShape& shape, const void* a, const void* b, void* c, const float* bias = nullptr,
            const float* residual = nullptr);
@@ -43,15 +47,20 @@ class MatmulCache {
   const Prepared& prepare(const MatmulShape& shape);
   void run_prepared(const Prepared& prepared, const void* a, const void* b, void* c);
   dnnl::engine& engine() { return engine_; }
+  // Whether bf16 shapes run on oneDNN's bf16 kernels (false: widened to fp32, see bf16_widening.h).
+  bool bf16_in_hardware() const { return bf16_kernels_; }
 
  private:
   using Key = decltype(MatmulShape{}.key());
   std::shared_ptr<Prepared> create(const MatmulShape& shape, bool user_scratchpad);
+  CpuLevel level_;  // first: choosing it may cap oneDNN's ISA, which must precede the engine
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::map<Key, std::shared_ptr<Prepared>> cache_;
   std::map<Key, std::shared_ptr<Prepared>> thread_cache_;
   std::vector<std::unique_ptr<dnnl::stream>> thread_streams_;
+  bool bf16_kernels_;
+  Tensor wide_a_, wide_b_, wide_c_;  // run()'s fp32 copies of bf16 operands, kept for reuse
 };
 
 struct MatmulCache::Prepared {
@@ -59,10 +68,12 @@ struct MatmulCache::Prepared {
   dnnl::matmul primitive;
   dnnl::memory::desc a_desc, b_desc, c_desc, bias_desc, residual_desc;
   size_t scratchpad_bytes = 0;
+  std::unique_ptr<Bf16Widening> widening;  // set when bf16 operands run on an fp32 primitive
   // Per OpenMP thread: memory objects and the argument map, made once; each run only swaps data pointers.
   struct ThreadArgs {
     dnnl::memory a, b, c;
     std::vector<char> scratchpad;
+    std::vector<float> wide_a, wide_b, wide_c;  // fp32 copies when widening
     std::unordered_map<int, dnnl::memory> args;
   };
   std::vector<ThreadArgs> thread_args;

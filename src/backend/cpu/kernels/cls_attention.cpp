@@ -3,12 +3,15 @@
 // O(T * head_dim), memory-bound, so plain vectorised loops do it; the pairs are spread over the threads.
 #include <cmath>
 
-#include "backend/cpu/attention_dims.h"
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/vector_math.h"
+#include "backend/cpu/kernels/attention_dims.h"
+#include "backend/cpu/kernels/cpu_backend.h"
+#include "backend/cpu/kernels/vector_math.h"
 #include "util/error.h"
 
-namespace vitpipe::cpu {
+// Last: everything below is compiled for this copy's CPU level (level_target.h).
+#include "backend/cpu/kernels/level_target.h"
+
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
 template <class T>
@@ -192,4 +195,4 @@ void CpuBackend::cls_attention_backward(const Tensor& grad_out, const Tensor& qk
   if (partials) partials->add_into(grad_qkv_bias->f32(), 3 * D);
 }
 
-}  // namespace vitpipe::cpu
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

@@ -3,10 +3,13 @@
 // micro-batches into the mean over the global batch.
 #include <cmath>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels/cpu_backend.h"
 #include "util/error.h"
 
-namespace vitpipe::cpu {
+// Last: everything below is compiled for this copy's CPU level (level_target.h).
+#include "backend/cpu/kernels/level_target.h"
+
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 
 double CpuBackend::bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight,
                                    double grad_scale, const Tensor& grad_logits) {
@@ -63,4 +66,4 @@ double CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, do
   return total;
 }
 
-}  // namespace vitpipe::cpu
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

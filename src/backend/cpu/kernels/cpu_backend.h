@@ -1,16 +1,27 @@
 // The CPU backend: oneDNN for every GEMM, OpenMP + vectorised loops for the rest. One instance per thread of
 // execution (a pipeline stage): it caches primitives and scratch memory and is not thread-safe itself.
+// This class is compiled once per CPU level (every file under kernels/, CMakeLists.txt), each copy in its own
+// namespace (VITPIPE_CPU_LEVEL_NS = avx2, avx512, avx512_bf16): its vtable is the level's kernel table, and
+// make_cpu_backend() picks one at run time.
 #pragma once
 
+#include <memory>
+
 #include "backend/backend.h"
+#include "backend/cpu/cpu_level.h"
 #include "backend/cpu/onednn_matmul.h"
 #include "backend/cpu/thread_partials.h"
 
-namespace vitpipe::cpu {
+#ifndef VITPIPE_CPU_LEVEL_NS
+#error "kernels/cpu_backend.h is compiled once per CPU level with VITPIPE_CPU_LEVEL_NS set"
+#endif
+
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 
 class CpuBackend final : public Backend {
  public:
-  std::string name() const override { return "cpu (oneDNN + OpenMP)"; }
+  explicit CpuBackend(CpuLevel level) : level_(level) {}
+  std::string name() const override;
 
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                       const Tensor& out) override;
@@ -48,6 +59,7 @@ class CpuBackend final : public Backend {
   void convert(const Tensor& src, const Tensor& dst) override;
 
  private:
+  CpuLevel level_;
   MatmulCache matmuls_;
   ThreadPartials partials_;
   ThreadPartials partials2_;
@@ -55,4 +67,7 @@ class CpuBackend final : public Backend {
   std::vector<float> attention_scratch_;
 };
 
-}  // namespace vitpipe::cpu
+// This level's backend; `level` is what it reports (amx runs the avx512_bf16 kernels).
+std::unique_ptr<Backend> make_backend(CpuLevel level);
+
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

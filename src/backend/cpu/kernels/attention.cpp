@@ -4,13 +4,15 @@
 // once and executed on the calling thread.
 #include <cmath>
 
-#include "backend/cpu/attention_dims.h"
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/simd_avx512.h"
-#include "backend/cpu/vector_math.h"
+#include "backend/cpu/kernels/attention_dims.h"
+#include "backend/cpu/kernels/cpu_backend.h"
+#include "backend/cpu/kernels/vector_math.h"
 #include "util/error.h"
 
-namespace vitpipe::cpu {
+// Last: everything below is compiled for this copy's CPU level (level_target.h).
+#include "backend/cpu/kernels/level_target.h"
+
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
 // Row-wise softmax of scale * s in place, then stored to p (f32 or bf16).
@@ -258,4 +260,4 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   if (colsum) partials_.add_into(grad_qkv_bias->f32(), 3 * D);
 }
 
-}  // namespace vitpipe::cpu
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

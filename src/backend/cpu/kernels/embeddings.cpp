@@ -2,11 +2,14 @@
 // Conv2d(kernel = stride = P) weight [D, C, P, P] viewed as [D, C*P*P]. Then CLS + position embeddings.
 #include <algorithm>
 
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/vector_math.h"
+#include "backend/cpu/kernels/cpu_backend.h"
+#include "backend/cpu/kernels/vector_math.h"
 #include "util/error.h"
 
-namespace vitpipe::cpu {
+// Last: everything below is compiled for this copy's CPU level (level_target.h).
+#include "backend/cpu/kernels/level_target.h"
+
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
 template <class Out>
@@ -146,4 +149,4 @@ void CpuBackend::scatter_cls(const Tensor& grad, const Tensor& grad_x) {
   }
 }
 
-}  // namespace vitpipe::cpu
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

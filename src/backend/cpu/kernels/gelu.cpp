@@ -1,11 +1,14 @@
 // Exact (erf) GELU. Forward reads the pre-activation once and writes the activation (f32 or bf16: it only feeds
 // the next GEMM). Backward fuses the fc1 bias gradient (column sums, fp32) into the same pass. In bf16 training the
 // pre-activation is kept in bf16 too (as autocast does): half the memory traffic of the largest activation.
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/vector_math.h"
+#include "backend/cpu/kernels/cpu_backend.h"
+#include "backend/cpu/kernels/vector_math.h"
 #include "util/error.h"
 
-namespace vitpipe::cpu {
+// Last: everything below is compiled for this copy's CPU level (level_target.h).
+#include "backend/cpu/kernels/level_target.h"
+
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
 template <class In, class Out>
@@ -78,4 +81,4 @@ void CpuBackend::gelu_backward(const Tensor& grad_out, const Tensor& in, const T
   }
 }
 
-}  // namespace vitpipe::cpu
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

@@ -1,16 +1,14 @@
 // AVX-512 versions of the pieces GCC does not vectorise well by itself: exp through vscalefps, masked row tails and
-// bf16 stores (vcvtneps2bf16 where the CPU has it), for softmax and LayerNorm. Same formulas as vector_math.h (so
-// the same accuracy); built only when the compiler targets AVX-512, the portable loops serve everywhere else.
+// bf16 stores (vcvtneps2bf16 at the avx512_bf16 level), for softmax and LayerNorm. Same formulas as vector_math.h (so
+// the same accuracy); built only into the AVX-512 levels' kernels (level_target.h includes it after its target
+// pragma), the portable loops serve the avx2 level.
 // (GELU's erf was tried here too and ran slower than GCC's own vectorisation of vector_math.h, so it stays there.)
 #pragma once
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if VITPIPE_LEVEL_AVX512
 #define VITPIPE_AVX512 1
-#include <immintrin.h>
 
-#include <cstdint>
-
-namespace vitpipe::cpu::simd {
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS::simd {
 
 // Horizontal sums/maxima by halving (GCC 12's _mm512_reduce_* expand to code it then warns about itself).
 inline float reduce_add(__m512 v) {
@@ -57,7 +55,7 @@ inline __m512 load(const uint16_t* p, __mmask16 m) {
 }
 inline void store(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
 inline void store(uint16_t* p, __m512 v, __mmask16 m) {
-#if defined(__AVX512BF16__)
+#if VITPIPE_LEVEL_AVX512_BF16
   const __m256i bits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));  // round to nearest even, in hardware
 #else
   // Round to nearest even by hand (NaN inputs do not occur in these kernels' outputs).
@@ -69,5 +67,5 @@ inline void store(uint16_t* p, __m512 v, __mmask16 m) {
   _mm256_mask_storeu_epi16(p, m, bits);
 }
 
-}  // namespace vitpipe::cpu::simd
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS::simd
 #endif

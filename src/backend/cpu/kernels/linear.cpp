@@ -1,11 +1,14 @@
 // Linear layers on oneDNN matmul. Weights are [out, in] (torch.nn.Linear); oneDNN sees them through strides, so
 // no transposed copy is ever made. Memory: forward reads in + weight, writes out once (bias and the residual add
 // are fused as oneDNN post-ops); the weight gradient accumulates in place with a sum post-op.
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/vector_math.h"
+#include "backend/cpu/kernels/cpu_backend.h"
+#include "backend/cpu/kernels/vector_math.h"
 #include "util/error.h"
 
-namespace vitpipe::cpu {
+// Last: everything below is compiled for this copy's CPU level (level_target.h).
+#include "backend/cpu/kernels/level_target.h"
+
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
 void require_2d(const Tensor& t, const char* what) {
@@ -117,10 +120,4 @@ void CpuBackend::convert(const Tensor& src, const Tensor& dst) {
   }
 }
 
-std::unique_ptr<Backend> make_cpu_backend_impl() { return std::make_unique<CpuBackend>(); }
-
-}  // namespace vitpipe::cpu
-
-namespace vitpipe {
-std::unique_ptr<Backend> make_cpu_backend() { return cpu::make_cpu_backend_impl(); }
-}  // namespace vitpipe
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

@@ -3,12 +3,14 @@
 // the column sums the upstream linear layer's bias needs, so the residual gradient is touched in one pass.
 #include <cmath>
 
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/simd_avx512.h"
-#include "backend/cpu/vector_math.h"
+#include "backend/cpu/kernels/cpu_backend.h"
+#include "backend/cpu/kernels/vector_math.h"
 #include "util/error.h"
 
-namespace vitpipe::cpu {
+// Last: everything below is compiled for this copy's CPU level (level_target.h).
+#include "backend/cpu/kernels/level_target.h"
+
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
 template <class Out>
@@ -161,4 +163,4 @@ void CpuBackend::layernorm_backward(const LayerNormBackwardArgs& a) {
   }
 }
 
-}  // namespace vitpipe::cpu
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

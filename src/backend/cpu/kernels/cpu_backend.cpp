@@ -1,0 +1,13 @@
+// This level's entry point: the factory (backend/cpu/cpu_backend_factory.cpp) calls it when the level is chosen.
+#include "backend/cpu/kernels/cpu_backend.h"
+
+// Last: everything below is compiled for this copy's CPU level (level_target.h).
+#include "backend/cpu/kernels/level_target.h"
+
+namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
+
+std::string CpuBackend::name() const { return std::string("cpu ") + cpu_level_name(level_) + " (oneDNN + OpenMP)"; }
+
+std::unique_ptr<Backend> make_backend(CpuLevel level) { return std::make_unique<CpuBackend>(level); }
+
+}  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

@@ -1,0 +1,409 @@
+// Every CPU backend kernel at every CPU level this machine runs, against a float64 reference written here from the
+// math (not from the kernels). Levels the CPU lacks are skipped visibly. bf16 cases compare with the reference on
+// the same bf16-rounded operands: a bf16 GEMM with fp32 accumulation differs from it only by summation order (and
+// bf16 outputs by their final rounding), whether it runs in hardware or widened to fp32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend_factory.h"
+#include "backend/cpu/cpu_level.h"
+#include "util/random.h"
+
+using namespace vitpipe;
+using cpu::CpuLevel;
+
+namespace {
+
+using Doubles = std::vector<double>;
+
+Tensor random_tensor(const Shape& shape, uint64_t seed, DType dtype, double scale = 1.0) {
+  Tensor t = Tensor::empty(shape);
+  Rng rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(scale * rng.normal());
+  return dtype == DType::f32 ? t : t.to(dtype);
+}
+
+Doubles values(const Tensor& t) {
+  const Tensor f = t.to(DType::f32);
+  return Doubles(f.f32(), f.f32() + f.numel());
+}
+
+// max |a - b| / max(1e-3, max |b|): relative to the size of the expected values.
+double relative_difference(const Tensor& actual, const Doubles& expected) {
+  const Doubles a = values(actual);
+  EXPECT_EQ(a.size(), expected.size());
+  double diff = 0.0, scale = 1e-3;
+  for (size_t i = 0; i < a.size() && i < expected.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - expected[i]));
+    scale = std::max(scale, std::abs(expected[i]));
+  }
+  return diff / scale;
+}
+
+// C[m][n] = sum_k A[m][k] * W[n][k] (a linear layer's forward, weights [out, in]).
+Doubles matmul_nt(const Doubles& a, const Doubles& w, int64_t m, int64_t n, int64_t k) {
+  Doubles c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < k; ++p) s += a[i * k + p] * w[j * k + p];
+      c[i * n + j] = s;
+    }
+  return c;
+}
+
+double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_derivative(double x) {
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+}
+
+class KernelsAtLevel : public ::testing::TestWithParam<CpuLevel> {
+ protected:
+  void SetUp() override {
+    const CpuLevel level = GetParam();
+    if (level > cpu::best_cpu_level()) {
+      GTEST_SKIP() << "this CPU offers up to " << cpu::cpu_level_name(cpu::best_cpu_level()) << ", not "
+                   << cpu::cpu_level_name(level);
+    }
+    if (!cpu::cpu_level_compiled(level))
+      GTEST_SKIP() << "this build has no " << cpu::cpu_level_name(level) << " kernels";
+    backend_ = cpu::make_cpu_backend_at(level);
+  }
+  Backend& be() { return *backend_; }
+  std::unique_ptr<Backend> backend_;
+};
+
+// fp32 within 1e-5 relative; bf16 results are rounded to bf16 (2^-9 relative) on top of the summation order.
+double tolerance(DType out) { return out == DType::f32 ? 1e-5 : 8e-3; }
+
+TEST_P(KernelsAtLevel, ReportsItsLevel) {
+  EXPECT_NE(be().name().find(cpu::cpu_level_name(GetParam())), std::string::npos) << be().name();
+}
+
+TEST_P(KernelsAtLevel, LinearForwardWithBiasAndResidual) {
+  for (DType type : {DType::f32, DType::bf16}) {
+    for (DType out_type : {DType::f32, DType::bf16}) {
+      const int64_t m = 37, k = 70, n = 45;
+      const Tensor in = random_tensor({m, k}, 1, type), weight = random_tensor({n, k}, 2, type, 0.2);
+      const Tensor bias = random_tensor({n}, 3, DType::f32), residual = random_tensor({m, n}, 4, DType::f32);
+      Doubles expected = matmul_nt(values(in), values(weight), m, n, k);
+      const Doubles b = values(bias), r = values(residual);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) expected[i * n + j] += b[j] + (out_type == DType::f32 ? r[i * n + j] : 0.0);
+      const Tensor out = Tensor::empty({m, n}, out_type);
+      be().linear_forward(in, weight, &bias, out_type == DType::f32 ? &residual : nullptr, out);
+      EXPECT_LT(relative_difference(out, expected), tolerance(out_type))
+          << dtype_name(type) << " -> " << dtype_name(out_type);
+    }
+  }
+}
+
+TEST_P(KernelsAtLevel, LinearBackward) {
+  for (DType type : {DType::f32, DType::bf16}) {
+    const int64_t m = 50, k = 33, n = 24;
+    const Tensor grad_out = random_tensor({m, n}, 5, type), weight = random_tensor({n, k}, 6, type);
+    const Tensor in = random_tensor({m, k}, 7, type);
+    const Doubles go = values(grad_out), w = values(weight), x = values(in);
+    // grad_in = grad_out . W  (overwrites), in the GEMM dtype
+    Doubles expected_in(static_cast<size_t>(m * k), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j) expected_in[i * k + p] += go[i * n + j] * w[j * k + p];
+    const Tensor grad_in = Tensor::empty({m, k}, type);
+    be().linear_backward_input(grad_out, weight, grad_in);
+    EXPECT_LT(relative_difference(grad_in, expected_in), tolerance(type)) << dtype_name(type);
+    // grad_weight += grad_out^T . in (adds to what is there), always f32
+    const Tensor grad_weight = random_tensor({n, k}, 8, DType::f32);
+    Doubles expected_w = values(grad_weight);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t i = 0; i < m; ++i) expected_w[j * k + p] += go[i * n + j] * x[i * k + p];
+    be().linear_backward_weight(grad_out, in, grad_weight);
+    EXPECT_LT(relative_difference(grad_weight, expected_w), 1e-5) << dtype_name(type);
+    // bias gradient adds the column sums
+    const Tensor grad_bias = random_tensor({n}, 9, DType::f32);
+    Doubles expected_b = values(grad_bias);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) expected_b[j] += go[i * n + j];
+    be().bias_backward(grad_out, grad_bias);
+    EXPECT_LT(relative_difference(grad_bias, expected_b), 1e-5) << dtype_name(type);
+  }
+}
+
+TEST_P(KernelsAtLevel, GeluForwardAndBackward) {
+  // 4099 columns: odd row lengths exercise every vector tail.
+  for (DType type : {DType::f32, DType::bf16}) {
+    const int64_t rows = 9, cols = 4099;
+    const Tensor in = random_tensor({rows, cols}, 10, type, 3.0);
+    const Doubles x = values(in);
+    const Tensor out = Tensor::empty({rows, cols}, type);
+    be().gelu_forward(in, out);
+    Doubles expected(x.size());
+    for (size_t i = 0; i < x.size(); ++i) expected[i] = gelu(x[i]);
+    EXPECT_LT(relative_difference(out, expected), type == DType::f32 ? 2e-6 : 8e-3) << dtype_name(type);
+
+    const Tensor grad_out = random_tensor({rows, cols}, 11, type);
+    const Doubles g = values(grad_out);
+    const Tensor grad_in = Tensor::empty({rows, cols}, type), grad_bias = random_tensor({cols}, 12, DType::f32);
+    Doubles expected_bias = values(grad_bias);
+    Doubles expected_in(x.size());
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const double v = g[i * cols + j] * gelu_derivative(x[i * cols + j]);
+        expected_in[i * cols + j] = v;
+        expected_bias[j] += v;
+      }
+    be().gelu_backward(grad_out, in, grad_in, &grad_bias);
+    EXPECT_LT(relative_difference(grad_in, expected_in), type == DType::f32 ? 2e-6 : 8e-3) << dtype_name(type);
+    EXPECT_LT(relative_difference(grad_bias, expected_bias), type == DType::f32 ? 2e-6 : 8e-3) << dtype_name(type);
+  }
+}
+
+TEST_P(KernelsAtLevel, LayerNormForwardAndBackward) {
+  for (DType type : {DType::f32, DType::bf16}) {
+    const int64_t rows = 13, d = 197;  // a row length that is not a multiple of any vector width
+    const double eps = 1e-6;
+    const Tensor in = random_tensor({rows, d}, 13, DType::f32, 2.0);
+    const Tensor weight = random_tensor({d}, 14, DType::f32), bias = random_tensor({d}, 15, DType::f32);
+    const Doubles x = values(in), w = values(weight), b = values(bias);
+    const Tensor out = Tensor::empty({rows, d}, type), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+    be().layernorm_forward(in, weight, bias, eps, out, mean, rstd);
+    Doubles expected(x.size()), xhat(x.size()), rs(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) {
+      double mu = 0, var = 0;
+      for (int64_t j = 0; j < d; ++j) mu += x[i * d + j];
+      mu /= static_cast<double>(d);
+      for (int64_t j = 0; j < d; ++j) var += (x[i * d + j] - mu) * (x[i * d + j] - mu);
+      rs[i] = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
+      for (int64_t j = 0; j < d; ++j) {
+        xhat[i * d + j] = (x[i * d + j] - mu) * rs[i];
+        expected[i * d + j] = xhat[i * d + j] * w[j] + b[j];
+      }
+    }
+    EXPECT_LT(relative_difference(out, expected), tolerance(type)) << dtype_name(type);
+
+    // Backward with the residual gradient added, a copy of the result and the column sums.
+    const Tensor grad_out = random_tensor({rows, d}, 16, type), residual = random_tensor({rows, d}, 17, DType::f32);
+    const Doubles g = values(grad_out), r = values(residual);
+    Doubles expected_in(x.size()), expected_dw(static_cast<size_t>(d), 0.0), expected_db(static_cast<size_t>(d), 0.0),
+        expected_colsum(static_cast<size_t>(d), 0.0);
+    for (int64_t i = 0; i < rows; ++i) {
+      double mean_g = 0, mean_gx = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        mean_g += g[i * d + j] * w[j];
+        mean_gx += g[i * d + j] * w[j] * xhat[i * d + j];
+        expected_dw[j] += g[i * d + j] * xhat[i * d + j];
+        expected_db[j] += g[i * d + j];
+      }
+      mean_g /= static_cast<double>(d), mean_gx /= static_cast<double>(d);
+      for (int64_t j = 0; j < d; ++j) {
+        const double v = rs[i] * (g[i * d + j] * w[j] - mean_g - xhat[i * d + j] * mean_gx) + r[i * d + j];
+        expected_in[i * d + j] = v;
+        expected_colsum[j] += v;
+      }
+    }
+    LayerNormBackwardArgs args;
+    args.grad_out = grad_out, args.in = in, args.weight = weight, args.mean = mean, args.rstd = rstd;
+    args.grad_in = Tensor::empty({rows, d});
+    args.grad_residual = residual;
+    args.grad_weight = Tensor::zeros({d}), args.grad_bias = Tensor::zeros({d});
+    args.grad_in_copy = Tensor::empty({rows, d}, type);
+    args.grad_in_colsum = Tensor::zeros({d});
+    be().layernorm_backward(args);
+    EXPECT_LT(relative_difference(args.grad_in, expected_in), 1e-5) << dtype_name(type);
+    EXPECT_LT(relative_difference(args.grad_in_copy, expected_in), tolerance(type)) << dtype_name(type);
+    EXPECT_LT(relative_difference(args.grad_weight, expected_dw), 1e-5) << dtype_name(type);
+    EXPECT_LT(relative_difference(args.grad_bias, expected_db), 1e-5) << dtype_name(type);
+    EXPECT_LT(relative_difference(args.grad_in_colsum, expected_colsum), 1e-5) << dtype_name(type);
+  }
+}
+
+// softmax(Q K^T / sqrt(d)) V per (batch, head) and its gradients, in double.
+struct AttentionReference {
+  Doubles probs, out, grad_qkv, grad_bias;
+};
+
+AttentionReference attention_reference(const Doubles& qkv, const Doubles& grad_out, int64_t B, int64_t T, int64_t D,
+                                       int64_t H) {
+  const int64_t hd = D / H;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  AttentionReference r;
+  r.probs.assign(static_cast<size_t>(B * H * T * T), 0.0);
+  r.out.assign(static_cast<size_t>(B * T * D), 0.0);
+  r.grad_qkv.assign(qkv.size(), 0.0);
+  r.grad_bias.assign(static_cast<size_t>(3 * D), 0.0);
+  auto at = [&](int64_t b, int64_t t, int64_t part, int64_t h, int64_t j) {
+    return static_cast<size_t>((b * T + t) * 3 * D + part * D + h * hd + j);
+  };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      double* p = r.probs.data() + (b * H + h) * T * T;
+      for (int64_t i = 0; i < T; ++i) {
+        double max = -INFINITY;
+        for (int64_t t = 0; t < T; ++t) {
+          double s = 0;
+          for (int64_t j = 0; j < hd; ++j) s += qkv[at(b, i, 0, h, j)] * qkv[at(b, t, 1, h, j)];
+          p[i * T + t] = s * scale;
+          max = std::max(max, p[i * T + t]);
+        }
+        double sum = 0;
+        for (int64_t t = 0; t < T; ++t) sum += p[i * T + t] = std::exp(p[i * T + t] - max);
+        for (int64_t t = 0; t < T; ++t) p[i * T + t] /= sum;
+        for (int64_t j = 0; j < hd; ++j) {
+          double o = 0;
+          for (int64_t t = 0; t < T; ++t) o += p[i * T + t] * qkv[at(b, t, 2, h, j)];
+          r.out[(b * T + i) * D + h * hd + j] = o;
+        }
+      }
+      // dV = P^T dO; dP = dO V^T; dS = P * (dP - rowsum(dP * P)); dQ = dS K * scale; dK = dS^T Q * scale.
+      for (int64_t i = 0; i < T; ++i) {
+        Doubles dp(static_cast<size_t>(T));
+        double dot = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          double v = 0;
+          for (int64_t j = 0; j < hd; ++j) v += grad_out[(b * T + i) * D + h * hd + j] * qkv[at(b, t, 2, h, j)];
+          dp[t] = v;
+          dot += v * p[i * T + t];
+        }
+        for (int64_t t = 0; t < T; ++t) {
+          const double ds = p[i * T + t] * (dp[t] - dot) * scale;
+          for (int64_t j = 0; j < hd; ++j) {
+            r.grad_qkv[at(b, i, 0, h, j)] += ds * qkv[at(b, t, 1, h, j)];
+            r.grad_qkv[at(b, t, 1, h, j)] += ds * qkv[at(b, i, 0, h, j)];
+            r.grad_qkv[at(b, t, 2, h, j)] += p[i * T + t] * grad_out[(b * T + i) * D + h * hd + j];
+          }
+        }
+      }
+    }
+  for (int64_t row = 0; row < B * T; ++row)
+    for (int64_t c = 0; c < 3 * D; ++c) {
+      if (c < D || c >= 2 * D) r.grad_bias[c] += r.grad_qkv[row * 3 * D + c];  // the key bias gradient is zero
+    }
+  return r;
+}
+
+TEST_P(KernelsAtLevel, AttentionForwardAndBackward) {
+  for (DType type : {DType::f32, DType::bf16}) {
+    const int64_t B = 2, T = 37, D = 48, H = 3;
+    const Tensor qkv = random_tensor({B, T, 3 * D}, 18, type), grad_out = random_tensor({B, T, D}, 19, type);
+    const AttentionReference ref = attention_reference(values(qkv), values(grad_out), B, T, D, H);
+    const Tensor probs = Tensor::empty({B, H, T, T}, type), out = Tensor::empty({B, T, D}, type);
+    be().attention_forward(qkv, H, probs, out);
+    // bf16 probabilities feed P V rounded: the output carries that rounding too.
+    EXPECT_LT(relative_difference(probs, ref.probs), tolerance(type)) << dtype_name(type);
+    EXPECT_LT(relative_difference(out, ref.out), type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type);
+    for (DType grad_type : {DType::f32, type}) {
+      const Tensor grad_qkv = Tensor::empty({B, T, 3 * D}, grad_type), grad_bias = Tensor::zeros({3 * D});
+      be().attention_backward(grad_out, qkv, probs, H, grad_qkv, &grad_bias);
+      EXPECT_LT(relative_difference(grad_qkv, ref.grad_qkv), type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type);
+      EXPECT_LT(relative_difference(grad_bias, ref.grad_bias), type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type);
+      for (int64_t j = D; j < 2 * D; ++j) ASSERT_EQ(grad_bias.f32()[j], 0.0f) << "the key bias gradient stays zero";
+    }
+  }
+}
+
+TEST_P(KernelsAtLevel, EmbeddingsForwardAndBackward) {
+  for (DType type : {DType::f32, DType::bf16}) {
+    const int64_t B = 2, C = 3, P = 4, G = 3, D = 20, Np = G * G, T = Np + 1;
+    const Tensor images = random_tensor({B, C, G * P, G * P}, 20, DType::f32);
+    const Doubles img = values(images);
+    const Tensor patches = Tensor::empty({B * Np, C * P * P}, type);
+    be().patchify(images, P, patches);
+    Doubles expected(static_cast<size_t>(B * Np * C * P * P));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t py = 0; py < G; ++py)
+        for (int64_t px = 0; px < G; ++px)
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t ky = 0; ky < P; ++ky)
+              for (int64_t kx = 0; kx < P; ++kx)
+                expected[((b * Np + py * G + px) * C + c) * P * P + ky * P + kx] =
+                    img[((b * C + c) * G * P + py * P + ky) * G * P + px * P + kx];
+    EXPECT_LT(relative_difference(patches, expected), tolerance(type)) << dtype_name(type);
+
+    const Tensor proj = random_tensor({B * Np, D}, 21, DType::f32), cls = random_tensor({D}, 22, DType::f32);
+    const Tensor pos = random_tensor({T, D}, 23, DType::f32), x = Tensor::empty({B, T, D});
+    be().embeddings_forward(proj, cls, pos, x);
+    const Doubles pr = values(proj), cl = values(cls), po = values(pos);
+    Doubles expected_x(static_cast<size_t>(B * T * D));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < D; ++j)
+          expected_x[(b * T + t) * D + j] = (t == 0 ? cl[j] : pr[(b * Np + t - 1) * D + j]) + po[t * D + j];
+    EXPECT_LT(relative_difference(x, expected_x), 1e-6);
+
+    const Tensor grad_x = random_tensor({B, T, D}, 24, DType::f32);
+    const Doubles g = values(grad_x);
+    const Tensor grad_cls = Tensor::zeros({D}), grad_pos = Tensor::zeros({T, D}), grad_bias = Tensor::zeros({D});
+    const Tensor grad_proj = Tensor::empty({B * Np, D}, type);
+    be().embeddings_backward(grad_x, grad_cls, grad_pos, grad_proj, &grad_bias);
+    Doubles e_cls(static_cast<size_t>(D), 0.0), e_pos(static_cast<size_t>(T * D), 0.0),
+        e_bias(static_cast<size_t>(D), 0.0), e_proj(static_cast<size_t>(B * Np * D));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < D; ++j) {
+          const double v = g[(b * T + t) * D + j];
+          e_pos[t * D + j] += v;
+          if (t == 0) {
+            e_cls[j] += v;
+          } else {
+            e_proj[(b * Np + t - 1) * D + j] = v;
+            e_bias[j] += v;
+          }
+        }
+    EXPECT_LT(relative_difference(grad_cls, e_cls), 1e-6);
+    EXPECT_LT(relative_difference(grad_pos, e_pos), 1e-6);
+    EXPECT_LT(relative_difference(grad_bias, e_bias), 1e-6);
+    EXPECT_LT(relative_difference(grad_proj, e_proj), tolerance(type)) << dtype_name(type);
+  }
+}
+
+TEST_P(KernelsAtLevel, LossesAndConversions) {
+  const int64_t B = 6, L = 5;
+  const Tensor logits = random_tensor({B, L}, 25, DType::f32, 4.0), pos_weight = random_tensor({L}, 26, DType::f32);
+  Tensor targets = Tensor::empty({B, L});
+  for (int64_t i = 0; i < B * L; ++i) targets.f32()[i] = (i * 7) % 3 == 0 ? 1.0f : 0.0f;
+  for (int64_t i = 0; i < L; ++i) pos_weight.f32()[i] = 1.0f + std::abs(pos_weight.f32()[i]);
+  const Doubles z = values(logits), y = values(targets), pw = values(pos_weight);
+  double expected_loss = 0;
+  Doubles expected_grad(static_cast<size_t>(B * L));
+  for (int64_t i = 0; i < B * L; ++i) {
+    const double sig = 1.0 / (1.0 + std::exp(-z[i])), w = pw[i % L];
+    expected_loss += -(w * y[i] * std::log(sig) + (1 - y[i]) * std::log(1 - sig));
+    expected_grad[i] = 0.5 * (w * y[i] * (sig - 1) + (1 - y[i]) * sig);
+  }
+  const Tensor grad = Tensor::empty({B, L});
+  EXPECT_NEAR(be().bce_with_logits(logits, targets, &pos_weight, 0.5, grad), expected_loss, 1e-9 * expected_loss);
+  EXPECT_LT(relative_difference(grad, expected_grad), 1e-6);
+
+  Tensor classes = Tensor::empty({B}, DType::i64);
+  for (int64_t i = 0; i < B; ++i) classes.data<int64_t>()[i] = i % L;
+  double expected_ce = 0;
+  for (int64_t i = 0; i < B; ++i) {
+    double sum = 0;
+    for (int64_t l = 0; l < L; ++l) sum += std::exp(z[i * L + l]);
+    for (int64_t l = 0; l < L; ++l) expected_grad[i * L + l] = std::exp(z[i * L + l]) / sum - (l == i % L ? 1 : 0);
+    expected_ce += std::log(sum) - z[i * L + i % L];
+  }
+  EXPECT_NEAR(be().cross_entropy(logits, classes, 1.0, grad), expected_ce, 1e-9 * expected_ce);
+  EXPECT_LT(relative_difference(grad, expected_grad), 1e-6);
+
+  const Tensor wide = random_tensor({1001}, 27, DType::f32), narrow = Tensor::empty({1001}, DType::bf16);
+  be().convert(wide, narrow);
+  for (int64_t i = 0; i < 1001; ++i) ASSERT_EQ(narrow.u16()[i], float_to_bf16(wide.f32()[i])) << i;
+  const Tensor back = Tensor::empty({1001});
+  be().convert(narrow, back);
+  for (int64_t i = 0; i < 1001; ++i) ASSERT_EQ(back.f32()[i], bf16_to_float(narrow.u16()[i])) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, KernelsAtLevel,
+                         ::testing::Values(CpuLevel::avx2, CpuLevel::avx512, CpuLevel::avx512_bf16, CpuLevel::amx),
+                         [](const ::testing::TestParamInfo<CpuLevel>& info) {
+                           return std::string(cpu::cpu_level_name(info.param));
+                         });
+
+}  // namespace
