@@ -9,8 +9,8 @@ if(VITPIPE_TSAN_TESTS)
        ${PROJECT_SOURCE_DIR}/src/util/*.cpp ${PROJECT_SOURCE_DIR}/src/tensor/*.cpp ${PROJECT_SOURCE_DIR}/src/io/*.cpp
        ${PROJECT_SOURCE_DIR}/src/data/*.cpp)
   foreach(file parallel/communicator parallel/local_communicator parallel/mpi_communicator parallel/gradient_buckets
-          parallel/process_grid parallel/trace model/vit_config model/parameter_layout model/initializer
-          model/position_interpolation)
+          parallel/schedule parallel/process_grid parallel/trace model/vit_config model/parameter_layout
+          model/initializer model/position_interpolation)
     list(APPEND tsan_sources ${PROJECT_SOURCE_DIR}/src/${file}.cpp)
   endforeach()
   add_executable(test_threads_tsan ${tsan_sources}
@@ -28,4 +28,12 @@ if(VITPIPE_TSAN_TESTS)
   add_test(NAME tsan.threads COMMAND test_threads_tsan)
   set_tests_properties(tsan.threads PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV};TSAN_OPTIONS=halt_on_error=1"
                        LABELS tsan TIMEOUT 600)
+  # The negative control: a program with a data race must be reported.
+  add_executable(tsan_race_canary ${CMAKE_CURRENT_LIST_DIR}/race_canary.cpp)
+  target_compile_options(tsan_race_canary PRIVATE -fsanitize=thread -O1 -g1)
+  target_link_options(tsan_race_canary PRIVATE -fsanitize=thread)
+  target_link_libraries(tsan_race_canary PRIVATE Threads::Threads)
+  add_test(NAME tsan.canary COMMAND tsan_race_canary)
+  set_tests_properties(tsan.canary PROPERTIES ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1" LABELS tsan
+                       PASS_REGULAR_EXPRESSION "WARNING: ThreadSanitizer: data race")
 endif()
