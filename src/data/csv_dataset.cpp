@@ -1,5 +1,7 @@
 // csv:FILE: a column of image paths (relative to the CSV's folder, or absolute) and labels given either as one
-// '|'-joined column or as one 0/1 column per label. Optional columns: split (train/val/test), patient, view.
+// '|'-joined column or as one column per label, read as CheXpert's are (data/label_codes.h: 1, 0, -1 uncertain,
+// blank or NaN not mentioned). Optional columns: split (train, val, test, or train_val: divided into train and val by
+// patient as ChestX-ray14's official list is), patient, view.
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -7,6 +9,7 @@
 
 #include "data/csv_table.h"
 #include "data/file_dataset.h"
+#include "data/label_codes.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -14,11 +17,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_binary_value(const std::string& v) { return v == "0" || v == "1" || v == "0.0" || v == "1.0"; }
+bool is_code(const std::string& v) { return parse_label_code(v) != LabelCode::invalid; }
+bool is_blank(const std::string& v) { return parse_label_code(v) == LabelCode::blank; }
 
-// A number that is not 0/1 ("2", "-1", "0.5", "nan"): neither a 0/1 label nor a label name.
+// A number that is not a label code ("2", "0.5", "1e3"): neither a label code nor a label name.
 bool is_other_number(const std::string& v) {
-  if (v.empty() || is_binary_value(v)) return false;
+  if (is_code(v)) return false;
   char* end = nullptr;
   std::strtod(v.c_str(), &end);
   return end == v.c_str() + v.size();
@@ -63,30 +67,32 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
              "either one '|'-joined label column or one 0/1 column per label)");
   VP_REQUIRE(!table.rows.empty(), csv.string(), ": no rows");
 
-  auto column_is_binary = [&](int c) {
-    return std::all_of(table.rows.begin(), table.rows.end(), [&](const auto& row) { return is_binary_value(row[c]); });
+  // One column of label codes (not all blank) is a per-label column; any other single column is '|'-joined names.
+  auto column_of_codes = [&](int c) {
+    return std::all_of(table.rows.begin(), table.rows.end(), [&](const auto& row) { return is_code(row[c]); }) &&
+           !std::all_of(table.rows.begin(), table.rows.end(), [&](const auto& row) { return is_blank(row[c]); });
   };
-  const bool joined = label_cols.size() == 1 && !column_is_binary(label_cols[0]);
+  const bool joined = label_cols.size() == 1 && !column_of_codes(label_cols[0]);
   if (joined) {
-    // A label column holds 0/1 or label names: numbers other than 0/1 (class indices, regression targets,
-    // CheXpert's -1 for "uncertain") or 0/1 mixed with names cannot be read as either.
+    // A label column holds label codes or label names: other numbers (class indices, regression targets) or codes
+    // mixed with names cannot be read as either.
     const int c = label_cols[0];
     const std::string& column = table.header[c];
     auto other_number = [&](const auto& row) { return is_other_number(row[c]); };
-    auto binary = [&](const auto& row) { return is_binary_value(row[c]); };
+    auto code = [&](const auto& row) { return is_code(row[c]) && !is_blank(row[c]); };
     auto first_value = [&](auto pick) {
       for (const auto& row : table.rows)
         if (pick(row)) return row[c];
       return std::string();
     };
     VP_REQUIRE(!std::any_of(table.rows.begin(), table.rows.end(), other_number), csv.string(), ": column \"", column,
-               "\" holds numbers other than 0 and 1 (\"", first_value(other_number), "\" at ",
-               lines_where(table, other_number),
-               "); a label column must hold 0/1 or label names ('|'-joined when an image has several)");
-    VP_REQUIRE(!std::any_of(table.rows.begin(), table.rows.end(), binary), csv.string(), ": column \"", column,
-               "\" mixes 0/1 values (", lines_where(table, binary), ") with label names (\"",
-               first_value([&](const auto& row) { return !binary(row) && !row[c].empty(); }),
-               "\"); a label column must hold either 0/1 or label names");
+               "\" holds numbers other than 1, 0 and -1 (\"", first_value(other_number), "\" at ",
+               lines_where(table, other_number), "); a label column must hold ", kLabelCodesExpected,
+               " or label names ('|'-joined when an image has several)");
+    VP_REQUIRE(!std::any_of(table.rows.begin(), table.rows.end(), code), csv.string(), ": column \"", column,
+               "\" mixes label codes (", lines_where(table, code), ") with label names (\"",
+               first_value([&](const auto& row) { return !code(row) && !row[c].empty(); }),
+               "\"); a label column must hold either label codes or label names");
   }
 
   FileDataset::Source source;
@@ -114,10 +120,10 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
   } else {
     for (int c : label_cols) {
       for (size_t r = 0; r < table.rows.size(); ++r)
-        VP_REQUIRE(is_binary_value(table.rows[r][c]), table.where(r), ": column \"", table.header[c], "\" holds \"",
-                   table.rows[r][c],
-                   "\"; with one column per label every value must be 0 or 1 (name the path "
-                   "column \"path\" and any split / patient / view column so they are not read as labels)");
+        VP_REQUIRE(is_code(table.rows[r][c]), table.where(r), ": column \"", table.header[c], "\" holds \"",
+                   table.rows[r][c], "\"; with one column per label every value must be ", kLabelCodesExpected,
+                   " (name the path column \"path\" and any split / patient / view column so they are not read as "
+                   "labels)");
       source.label_names.push_back(table.header[c]);
     }
   }
@@ -138,7 +144,7 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
       }
     } else {
       for (size_t k = 0; k < label_cols.size(); ++k)
-        if (row[label_cols[k]][0] == '1') entry.item.labels.push_back(static_cast<int32_t>(k));
+        add_label_code(parse_label_code(row[label_cols[k]]), static_cast<int32_t>(k), entry.item);
     }
     std::sort(entry.item.labels.begin(), entry.item.labels.end());
     entry.item.labels.erase(std::unique(entry.item.labels.begin(), entry.item.labels.end()), entry.item.labels.end());
@@ -146,7 +152,8 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
     if (patient_col >= 0) entry.item.patient = row[patient_col];
     if (view_col >= 0) entry.item.view = row[view_col];
     entry.source_split = SourceSplit::train_val;
-    if (split_col >= 0) {
+    const bool pool = split_col >= 0 && (row[split_col] == "train_val" || row[split_col] == "trainval");
+    if (split_col >= 0 && !pool) {  // train_val: the pool divided into train and val by patient (--val-fraction)
       switch (parse_split(row[split_col], table.where(r))) {
         case Split::train:
           entry.source_split = SourceSplit::train;

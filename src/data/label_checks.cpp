@@ -10,13 +10,18 @@ std::vector<std::string> check_trainable_labels(const Dataset& dataset, Split sp
              labels == 1 ? concat(" class (\"", dataset.label_names().front(), "\")") : std::string(" classes"),
              ": a single-label task needs at least two classes");
   const std::vector<int64_t> items = dataset.split_indices(split);
-  std::vector<int64_t> positives(static_cast<size_t>(labels), 0);
-  for (int64_t i : items)
-    for (int32_t label : dataset.item(i).labels) ++positives[static_cast<size_t>(label)];
-  const auto n = static_cast<int64_t>(items.size());
+  // A masked (unknown) label is neither a positive nor a negative of that label.
+  std::vector<int64_t> positives(static_cast<size_t>(labels), 0), known(static_cast<size_t>(labels), 0);
+  for (int64_t i : items) {
+    const DatasetItem& item = dataset.item(i);
+    for (int32_t label : item.labels) ++positives[static_cast<size_t>(label)];
+    for (int64_t k = 0; k < labels; ++k) ++known[static_cast<size_t>(k)];
+    for (int32_t label : item.masked) --known[static_cast<size_t>(label)];
+  }
   std::vector<std::string> warnings;
   for (int64_t k = 0; k < labels; ++k) {
     const int64_t p = positives[static_cast<size_t>(k)];
+    const int64_t n = known[static_cast<size_t>(k)];
     const std::string& name = dataset.label_names()[static_cast<size_t>(k)];
     if (!dataset.multi_label()) {
       if (p == 0)

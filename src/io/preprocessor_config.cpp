@@ -137,6 +137,11 @@ PreprocessorConfig parse_preprocessor_config_text(const std::string& text, const
     VP_REQUIRE(h * w <= max_pixels, source, ": field \"", field, "\" asks for ", h, "x", w,
                " pixels, more than the limit of ", max_pixels, " (set VITPIPE_MAX_IMAGE_PIXELS to raise it)");
   }
+  if (json.contains("vitpipe_intensity") && !json["vitpipe_intensity"].is_null()) {
+    VP_REQUIRE(json["vitpipe_intensity"].is_object(), source, ": field \"vitpipe_intensity\" must be an object, got ",
+               describe(json["vitpipe_intensity"]));
+    config.vitpipe_intensity = json["vitpipe_intensity"];
+  }
   return config;
 }
 
@@ -154,6 +159,7 @@ std::string preprocessor_config_text(const PreprocessorConfig& config) {
   json["resample"] = config.resample;
   json["rescale_factor"] = config.rescale_factor;
   json["size"] = {{"height", config.height}, {"width", config.width}};
+  if (!config.vitpipe_intensity.is_null()) json["vitpipe_intensity"] = config.vitpipe_intensity;
   if (config.do_center_crop) {
     json["image_processor_type"] = "DeiTImageProcessor";
     json["do_center_crop"] = true;

@@ -31,7 +31,7 @@ def train(path, name):
 
 
 for name, values, phrase in (
-        ("only_twos.csv", ["2"] * len(rows), 'column "label" holds numbers other than 0 and 1 ("2" at lines 2, 3, 4 '
+        ("only_twos.csv", ["2"] * len(rows), 'column "label" holds numbers other than 1, 0 and -1 ("2" at lines 2, 3, 4 '
                                              f'and {len(rows) - 3} more)'),
         ("one_class.csv", ["Effusion"] * len(rows), 'column "label" holds one class ("Effusion") in every row')):
     result, out = train(write_csv(name, "path,split,label", values), name)

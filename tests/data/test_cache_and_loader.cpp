@@ -320,10 +320,10 @@ TEST(PackedCache, StaleOrBrokenCachesAreRefused) {
   expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"index.json", "does not match"});
   write_file(other / "c" / "index.json", index);
   const std::string manifest = read_text_file(other / "c" / "manifest.json");
-  std::string v3 = manifest;
-  v3.replace(v3.find("\"version\": 2"), 12, "\"version\": 3");
-  write_file(other / "c" / "manifest.json", v3);
-  expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"format version 3"});
+  std::string v4 = manifest;
+  v4.replace(v4.find("\"version\": 3"), 12, "\"version\": 4");
+  write_file(other / "c" / "manifest.json", v4);
+  expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"format version 4"});
   fs::remove(other / "c" / "manifest.json");
   expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"no manifest.json", "not a finished cache"});
   // Preparing into a folder that holds something else is refused.

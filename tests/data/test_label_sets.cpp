@@ -4,6 +4,7 @@
 
 #include "data/file_dataset.h"
 #include "data/label_checks.h"
+#include "data/label_codes.h"
 #include "test_helpers.h"
 
 namespace vitpipe {
@@ -33,24 +34,25 @@ std::shared_ptr<FileDataset> open(const fs::path& csv) { return open_csv_dataset
 TEST(LabelSets, ColumnOfOneNumberOtherThanZeroOrOneIsRefused) {
   TempDir dir;
   const fs::path csv = write_csv_dataset(dir, "path,label\na.png,2\nb.png,2\nc.png,2\nd.png,2\n");
-  expect_error([&] { open(csv); }, {csv.string() + ": column \"label\" holds numbers other than 0 and 1 (\"2\" at "
+  expect_error([&] { open(csv); }, {csv.string() + ": column \"label\" holds numbers other than 1, 0 and -1 (\"2\" at "
                                                    "lines 2, 3, 4 and 1 more)",
-                                    "0/1 or label names"});
+                                    "or label names"});
 }
 
-TEST(LabelSets, ClassIndicesAndUncertainValuesAreRefusedNamingTheRows) {
+TEST(LabelSets, ClassIndicesAndFractionsAreRefusedNamingTheRows) {
   TempDir dir;
   fs::path csv = write_csv_dataset(dir, "path,grade\na.png,0\nb.png,1\nc.png,3\nd.png,1\n");
-  expect_error([&] { open(csv); }, {"column \"grade\" holds numbers other than 0 and 1 (\"3\" at line 4)"});
-  // CheXpert's -1 ("uncertain") in a one-column-per-label file: the column and the line are named.
-  csv = write_csv_dataset(dir, "path,Edema,Effusion\na.png,1,0\nb.png,-1,1\n");
-  expect_error([&] { open(csv); }, {csv.string() + " line 3: column \"Edema\" holds \"-1\"", "must be 0 or 1"});
+  expect_error([&] { open(csv); }, {"column \"grade\" holds numbers other than 1, 0 and -1 (\"3\" at line 4)"});
+  // A fraction in a one-column-per-label file (CheXpert's -1 is a label code there): column and line are named.
+  csv = write_csv_dataset(dir, "path,Edema,Effusion\na.png,1,0\nb.png,0.5,1\n");
+  expect_error([&] { open(csv); }, {csv.string() + " line 3: column \"Edema\" holds \"0.5\"", kLabelCodesExpected});
 }
 
 TEST(LabelSets, ZeroOneMixedWithNamesIsRefused) {
   TempDir dir;
   const fs::path csv = write_csv_dataset(dir, "path,finding\na.png,Mass\nb.png,0\nc.png,Effusion\nd.png,1\n");
-  expect_error([&] { open(csv); }, {"column \"finding\" mixes 0/1 values (lines 3 and 5) with label names (\"Mass\")"});
+  expect_error([&] { open(csv); },
+               {"column \"finding\" mixes label codes (lines 3 and 5) with label names (\"Mass\")"});
 }
 
 TEST(LabelSets, SingleLabelWithOneClassIsRefused) {

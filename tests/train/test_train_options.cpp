@@ -304,7 +304,7 @@ TEST(TrainOptions, RefusesBadValuesNamingTheOption) {
       {{"--layer-decay", "0"}, "--layer-decay must be in (0, 1]"},
       {{"--layer-decay", "1.2"}, "--layer-decay must be in (0, 1]"},
       {{"--pos-weight", "balanced"}, "--pos-weight: unknown value 'balanced' (expected one of: none, auto)"},
-      {{"--precision", "fp16"}, "--precision: unknown value 'fp16' (expected one of: fp32, bf16)"},
+      {{"--precision", "fp16"}, "--precision: unknown value 'fp16' (expected one of: fp32, bf16, auto)"},
       {{"--seed", "-1"}, "--seed: expected a non-negative integer, got '-1'"},
       {{"--threads", "-2"}, "--threads must be >= 0"},
       {{"--eval-every", "-1"}, "--eval-every must be >= 0"},

@@ -24,7 +24,8 @@ if(VITPIPE_TSAN_TESTS)
   target_link_options(test_threads_tsan PRIVATE -fsanitize=thread)
   target_link_libraries(test_threads_tsan PRIVATE GTest::gtest_main MPI::MPI_C PkgConfig::SPNG JPEG::JPEG
     nlohmann_json::nlohmann_json CURL::libcurl OpenSSL::Crypto yaml-cpp PkgConfig::LIBZIP ZLIB::ZLIB
-    Threads::Threads CLI11::CLI11 ${OpenMP_gomp_LIBRARY})  # util/threads calls omp_set_num_threads
+    Threads::Threads CLI11::CLI11 DCMTK::dcmdata DCMTK::dcmjpeg DCMTK::dcmjpls PkgConfig::OPENJPEG
+    ${OpenMP_gomp_LIBRARY})  # util/threads calls omp_set_num_threads
   add_test(NAME tsan.threads COMMAND test_threads_tsan)
   set_tests_properties(tsan.threads PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV};TSAN_OPTIONS=halt_on_error=1"
                        LABELS tsan TIMEOUT 600)

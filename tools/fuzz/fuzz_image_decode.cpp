@@ -1,6 +1,7 @@
 // Images through vitpipe's decode path: signature sniffing, libspng / libjpeg-turbo with vitpipe's limits, the
 // conversion to what Pillow's convert("RGB") gives, then Pillow's resize as the loader and `data prepare` do.
-// Built twice, as fuzz_png and fuzz_jpeg: the same path, each run on its own format's corpus and time budget.
+// Built three times, as fuzz_png, fuzz_jpeg and fuzz_dicom: the same path, each run on its own format's corpus and
+// time budget.
 #include <cstdlib>
 #include <cstring>
 #include <memory>

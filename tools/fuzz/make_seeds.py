@@ -133,7 +133,7 @@ def main(out):
              "patients": ["1", "2"], "views": ["PA", "AP"], "offsets": [0, 48], "channels": [3, 1],
              "crc32": [zlib.crc32(b"\x7f" * 48), zlib.crc32(b"\x7f" * 16)]}
     put(out, "packed_cache", "index.json", b"\x00" + json.dumps(index).encode())
-    manifest = {"format": "vitpipe-packed-cache", "version": 2, "source": "csv:/absent/data.csv", "kind": "csv",
+    manifest = {"format": "vitpipe-packed-cache", "version": 3, "source": "csv:/absent/data.csv", "kind": "csv",
                 "image_size": 4, "resample": 2, "label_names": ["x", "y"], "multi_label": True,
                 "no_finding_allowed": True, "fingerprint": {"metadata_sha256": "", "images_sha256": "",
                                                             "image_count": 2},
@@ -176,6 +176,69 @@ def main(out):
                                                                       progressive=progressive)
         put(out, "jpeg", f"{mode}{'_progressive' if progressive else ''}.jpg", buffer.getvalue())
 
+    # DICOM (the decode path of data/dicom_decoder): small files pydicom writes, gray 8/12/16 bits stored (signed
+    # and unsigned), MONOCHROME1, rescale and a window, RGB in both planar configurations, two frames, and the
+    # deflated and RLE transfer syntaxes (pydicom's own encoders; the DCMTK-compressed ones are check_dicom.py's).
+    import pydicom
+    from pydicom.dataset import FileDataset, FileMetaDataset
+    from pydicom.uid import (DeflatedExplicitVRLittleEndian, ExplicitVRBigEndian, ExplicitVRLittleEndian,
+                             ImplicitVRLittleEndian, RLELossless)
+
+    def dicom_bytes(words, bits_stored, signed=False, photometric="MONOCHROME2", planar=0, frames=None,
+                    syntax=ExplicitVRLittleEndian, **attributes):
+        meta = FileMetaDataset()
+        meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.1.1"
+        meta.MediaStorageSOPInstanceUID = "1.2.3.4"
+        meta.TransferSyntaxUID = syntax
+        ds = FileDataset("seed.dcm", {}, file_meta=meta, preamble=b"\0" * 128)
+        ds.SOPClassUID, ds.SOPInstanceUID, ds.Modality = meta.MediaStorageSOPClassUID, "1.2.3.4", "DX"
+        rgb = photometric == "RGB"
+        shape = words.shape[1:] if frames else words.shape
+        ds.Rows, ds.Columns = int(shape[0]), int(shape[1])
+        ds.SamplesPerPixel = 3 if rgb else 1
+        ds.PhotometricInterpretation = photometric
+        if rgb:
+            ds.PlanarConfiguration = planar
+        if frames:
+            ds.NumberOfFrames = frames
+        ds.BitsAllocated = words.dtype.itemsize * 8
+        ds.BitsStored, ds.HighBit, ds.PixelRepresentation = bits_stored, bits_stored - 1, int(signed)
+        for key, value in attributes.items():
+            setattr(ds, key, value)
+        data = words.transpose(2, 0, 1) if rgb and planar else words
+        ds.is_little_endian = syntax != ExplicitVRBigEndian
+        ds.is_implicit_VR = syntax == ImplicitVRLittleEndian
+        ds.PixelData = data.astype(data.dtype.newbyteorder("<" if ds.is_little_endian else ">")).tobytes()
+        if syntax == RLELossless:
+            ds.is_little_endian, ds.is_implicit_VR = True, False
+            ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+            ds.compress(RLELossless)
+        buffer = io.BytesIO()
+        ds.save_as(buffer, write_like_original=False)
+        return buffer.getvalue()
+
+    gray8 = rng.integers(0, 256, size=(6, 5), dtype=np.uint8)
+    gray16 = rng.integers(0, 4096, size=(6, 5), dtype=np.uint16)
+    dicom_seeds = {
+        "gray8": lambda: dicom_bytes(gray8, 8),
+        "gray12": lambda: dicom_bytes(gray16, 12),
+        "gray16_signed": lambda: dicom_bytes(gray16.astype(np.int16) - 2048, 16, signed=True),
+        "monochrome1": lambda: dicom_bytes(gray8, 8, photometric="MONOCHROME1"),
+        "rescale_window": lambda: dicom_bytes(gray16, 12, RescaleSlope=2, RescaleIntercept=-1024,
+                                              WindowCenter=1000, WindowWidth=400),
+        "rgb_interleaved": lambda: dicom_bytes(pixels[:6, :5, :3].copy(), 8, photometric="RGB"),
+        "rgb_planar": lambda: dicom_bytes(pixels[:6, :5, :3].copy(), 8, photometric="RGB", planar=1),
+        "two_frames": lambda: dicom_bytes(np.stack([gray8, gray8[::-1]]), 8, frames=2),
+        "implicit_vr": lambda: dicom_bytes(gray16, 12, syntax=ImplicitVRLittleEndian),
+        "big_endian": lambda: dicom_bytes(gray16, 12, syntax=ExplicitVRBigEndian),
+        "deflated": lambda: dicom_bytes(gray8, 8, syntax=DeflatedExplicitVRLittleEndian),
+        "rle": lambda: dicom_bytes(gray16, 12, syntax=RLELossless),
+    }
+    for name, make in dicom_seeds.items():
+        try:
+            put(out, "dicom", name + ".dcm", make())
+        except Exception as e:  # an encoder this pydicom lacks: one seed fewer, said so
+            print(f"make_seeds: DICOM seed {name} not written ({e})", file=sys.stderr)
 
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -13,7 +13,7 @@ out=build-fuzz
 harnesses=("$@")
 if ((${#harnesses[@]} == 0)); then
   harnesses=(safetensors hf_config preprocessor_config weight_index unpickler pytorch_bin csv train_options
-             packed_cache training_checkpoint png jpeg)
+             packed_cache training_checkpoint png jpeg dicom)
 fi
 
 if [[ ! -f "$out/CMakeCache.txt" ]]; then
@@ -25,7 +25,7 @@ fi
 cmake --build "$out" --target fuzz_all -j"$(nproc)" >/dev/null
 /usr/bin/python3 tools/fuzz/make_seeds.py "$out/seeds"
 
-declare -A max_len=([png]=16384 [jpeg]=16384 [pytorch_bin]=16384 [training_checkpoint]=16384)
+declare -A max_len=([png]=16384 [jpeg]=16384 [dicom]=16384 [pytorch_bin]=16384 [training_checkpoint]=16384)
 failed=()
 for harness in "${harnesses[@]}"; do
   mkdir -p "$out/corpus/$harness" "$out/findings/$harness"
