@@ -25,6 +25,8 @@ if [[ "${1:-}" == "--tests" ]]; then
   packages+=(python3-pydicom dcmtk)
   # A real browser opens the HTML report with networking off (tests/report/).
   packages+=(chromium)
+  # The fuzz harnesses (tools/fuzz): clang, its libFuzzer and sanitizer runtimes, its OpenMP.
+  packages+=(clang libclang-rt-14-dev libomp-dev)
 fi
 
 missing=()

@@ -9,6 +9,7 @@
 #include "data/data_spec.h"
 #include "data/dataset_summary.h"
 #include "data/file_dataset.h"
+#include "data/label_checks.h"
 #include "data/packed_cache.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -34,6 +35,7 @@ void add_data_command(CLI::App& app) {
     options.allow_missing = true;  // inspection counts missing files rather than stopping at them
     auto dataset = open_dataset(inspect_args->spec, options);
     auto summary = summarize_dataset(*dataset);
+    for (const auto& warning : check_trainable_labels(*dataset, Split::train)) warn(warning);
     if (inspect_args->json) {
       std::printf("%s\n", summary.dump().c_str());
     } else {

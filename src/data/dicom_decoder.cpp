@@ -27,6 +27,7 @@
 #include "data/dicom_jpeg2000.h"
 #include "data/dicom_pixels.h"
 #include "util/error.h"
+#include "util/size_limits.h"
 
 namespace vitpipe {
 namespace {
@@ -257,9 +258,10 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
   m.columns = a.required_us(DCM_Columns);
   VP_REQUIRE(m.rows > 0 && m.columns > 0, name, ": ", label(DCM_Rows), " x ", label(DCM_Columns), " is ", m.rows, " x ",
              m.columns, ": an empty image");
-  VP_REQUIRE(m.rows * m.columns <= kMaxImagePixels, name, ": ", label(DCM_Rows), " x ", label(DCM_Columns), " = ",
-             m.rows, " x ", m.columns, " = ", m.rows * m.columns, " pixels, more than the limit of ", kMaxImagePixels,
-             " (refused as a possible decompression bomb)");
+  const int64_t max_pixels = max_image_pixels();
+  VP_REQUIRE(m.rows * m.columns <= max_pixels, name, ": ", label(DCM_Rows), " x ", label(DCM_Columns), " = ", m.rows,
+             " x ", m.columns, " = ", m.rows * m.columns, " pixels, more than the limit of ", max_pixels,
+             " (refused as a possible decompression bomb; set VITPIPE_MAX_IMAGE_PIXELS to raise it)");
   m.samples_per_pixel = static_cast<int>(a.required_us(DCM_SamplesPerPixel));
   m.photometric = a.text(DCM_PhotometricInterpretation);
   m.bits_allocated = static_cast<int>(a.required_us(DCM_BitsAllocated));

@@ -1,5 +1,7 @@
 #include "data/packed_cache.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +29,7 @@ constexpr const char* kFormatName = "vitpipe-packed-cache";
 constexpr const char* kPixelsName = "pixels.u8";
 constexpr const char* kIndexName = "index.json";
 constexpr size_t kPixelsPadding = 64;
+constexpr const char* kCacheFiles[] = {kPixelsName, kIndexName, kPackedCacheManifestName};
 
 // One image, decoded and resized to S x S; a colour image whose channels are all equal is kept as gray.
 void decode_and_resize(const fs::path& path, const ImageReadOptions& reading, int64_t size, ResampleFilter filter,
@@ -46,6 +49,10 @@ void decode_and_resize(const fs::path& path, const ImageReadOptions& reading, in
       *channels = 1;
     }
   }
+}
+
+uint32_t record_checksum(const uint8_t* pixels, size_t size) {
+  return static_cast<uint32_t>(crc32(0, pixels, static_cast<uInt>(size)));
 }
 
 json fingerprint_json(const SourceFingerprint& fp) {
@@ -86,11 +93,20 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   const ResampleFilter filter = resample_filter_from_pil(options.resample);
   if (fs::exists(dir)) {
     VP_REQUIRE(fs::is_directory(dir), dir.string(), ": exists and is not a directory");
-    bool ours = fs::is_empty(dir) || fs::exists(dir / kPackedCacheManifestName) || fs::exists(dir / kPixelsName);
+    // Ours: empty, a cache, or what an interrupted prepare left (its files' temporaries "NAME.tmp-PID").
+    bool ours = true;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      ours = ours && std::any_of(std::begin(kCacheFiles), std::end(kCacheFiles), [&](const char* file) {
+               return name == file || name.starts_with(concat(file, ".tmp-"));
+             });
+    }
     VP_REQUIRE(ours, dir.string(), ": exists, is not empty and is not a vitpipe cache; choose another --out");
   }
   fs::create_directories(dir);
   fs::remove(dir / kPackedCacheManifestName);  // from here on, no valid-looking cache until we finish
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(entry.path());
 
   // Fingerprint first: a source edited while we decode makes the cache stale, never silently wrong.
   const ImageReadOptions& reading = dataset.image_read_options();
@@ -142,9 +158,10 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   AtomicFileWriter pixels_file(dir / kPixelsName);
   json names = json::array(), labels = json::array(), splits = json::array(), patients = json::array(),
        views = json::array(), offsets = json::array(), channels = json::array(), uncertain = json::array(),
-       unmentioned = json::array();
+       unmentioned = json::array(), checksums = json::array();
   PrepareCacheReport report;
-  std::string fatal;
+  std::string fatal;        // an unreadable image
+  std::string write_error;  // pixels.u8 could not be written
   {
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
@@ -175,7 +192,13 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
         views.push_back(entry.item.view);
         offsets.push_back(pixels_file.bytes_written());
         channels.push_back(slot.channels);
-        pixels_file.write(slot.pixels.data(), slot.pixels.size());
+        checksums.push_back(record_checksum(slot.pixels.data(), slot.pixels.size()));
+        try {
+          pixels_file.write(slot.pixels.data(), slot.pixels.size());
+        } catch (const Error& e) {  // a full or failing disk: stop the workers before reporting it
+          write_error = e.what();
+          break;
+        }
         report.images++;
         if (slot.channels == 1) report.gray_images++;
       }
@@ -193,10 +216,11 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
       work_ready.notify_all();
     }
     for (auto& t : pool) t.join();
-    if (options.progress && fatal.empty())
+    if (options.progress && fatal.empty() && write_error.empty())
       progress.finish(format_bytes(static_cast<double>(pixels_file.bytes_written())));
   }
   VP_REQUIRE(fatal.empty(), fatal, " (no cache written; pass --skip-unreadable to leave such images out)");
+  VP_REQUIRE(write_error.empty(), write_error, " (no cache written)");
   // Padding after the last record: vector code may read a few bytes past an image.
   const std::vector<uint8_t> padding(kPixelsPadding, 0);
   pixels_file.write(padding.data(), padding.size());
@@ -206,7 +230,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   json index = {
       {"names", names},         {"labels", labels},     {"uncertain", uncertain}, {"unmentioned", unmentioned},
       {"source_split", splits}, {"patients", patients}, {"views", views},         {"offsets", offsets},
-      {"channels", channels}};
+      {"channels", channels},   {"crc32", checksums}};
   const std::string index_text = index.dump();
   write_text_file_atomically(dir / kIndexName, index_text);
 
@@ -236,7 +260,9 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   return report;
 }
 
-std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, const DatasetOptions& options) {
+// A function-try-block: a field of manifest.json of the wrong type, read by json::value() outside the checks
+// below, becomes an error naming the file instead of nlohmann's bare message.
+std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, const DatasetOptions& options) try {
   const fs::path dir = fs::absolute(dir_in).lexically_normal();
   const fs::path manifest_path = dir / kPackedCacheManifestName;
   VP_REQUIRE(fs::is_regular_file(manifest_path), "cache:", dir.string(), ": no ", kPackedCacheManifestName,
@@ -330,6 +356,7 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   std::vector<SourceEntry> entries;
   std::vector<uint64_t> offsets;
   std::vector<uint8_t> channels;
+  std::vector<uint32_t> checksums;
   try {
     const auto& names = index.at("names");
     const size_t n = names.size();
@@ -339,14 +366,17 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     const auto& views = index.at("views");
     const auto& offs = index.at("offsets");
     const auto& chans = index.at("channels");
+    const auto& crcs = index.at("crc32");
     const auto& uncertain = index.at("uncertain");
     const auto& unmentioned = index.at("unmentioned");
     VP_REQUIRE(labels.size() == n && splits.size() == n && patients.size() == n && views.size() == n &&
-                   offs.size() == n && chans.size() == n && uncertain.size() == n && unmentioned.size() == n,
+                   offs.size() == n && chans.size() == n && crcs.size() == n && uncertain.size() == n &&
+                   unmentioned.size() == n,
                (dir / kIndexName).string(), ": columns of different lengths");
     entries.resize(n);
     offsets.resize(n);
     channels.resize(n);
+    checksums.resize(n);
     const auto pixel_count = static_cast<uint64_t>(cache->image_size_ * cache->image_size_);
     for (size_t i = 0; i < n; ++i) {
       entries[i].item.name = names[i].get<std::string>();
@@ -362,9 +392,10 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
       entries[i].item.view = views[i].get<std::string>();
       offsets[i] = offs[i].get<uint64_t>();
       channels[i] = chans[i].get<uint8_t>();
-      VP_REQUIRE(
-          (channels[i] == 1 || channels[i] == 3) && offsets[i] + pixel_count * channels[i] <= cache->pixels_->size(),
-          (dir / kIndexName).string(), ": record of ", entries[i].item.name, " lies outside ", kPixelsName);
+      checksums[i] = crcs[i].get<uint32_t>();
+      VP_REQUIRE((channels[i] == 1 || channels[i] == 3) && offsets[i] <= cache->pixels_->size() &&
+                     pixel_count * channels[i] <= cache->pixels_->size() - offsets[i],
+                 (dir / kIndexName).string(), ": record of ", entries[i].item.name, " lies outside ", kPixelsName);
     }
   } catch (const json::exception& e) {
     fail((dir / kIndexName).string(), ": malformed (", e.what(), ")");
@@ -377,9 +408,14 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     cache->items_.push_back(std::move(entries[k].item));
     cache->offsets_.push_back(offsets[k]);
     cache->channels_.push_back(channels[k]);
+    cache->checksums_.push_back(checksums[k]);
   }
+  cache->rerun_ = rerun;
   cache->missing_ = manifest.value("missing", std::vector<std::string>{});
   return cache;
+} catch (const json::exception& e) {
+  fail("cache:", fs::absolute(dir_in).lexically_normal().string(), ": malformed ", kPackedCacheManifestName, " (",
+       e.what(), ")");
 }
 
 bool PackedCacheDataset::stored(int64_t i, StoredImage* out) const {
@@ -389,6 +425,14 @@ bool PackedCacheDataset::stored(int64_t i, StoredImage* out) const {
   out->height = image_size_;
   out->channels = channels_[k];
   out->padded = true;  // the file ends with kPixelsPadding bytes
+  // Every read is checked against the checksum `prepare` recorded: pixels.u8 edited in place since then is an
+  // unreadable image (an error, or skipped and counted with --skip-unreadable), never silently wrong pixels.
+  const size_t bytes = static_cast<size_t>(out->width * out->height * out->channels);
+  VP_REQUIRE(record_checksum(out->pixels, bytes) == checksums_[k], "cache:", dir_.string(), ": the pixels of ",
+             items_[k].name, " in ", kPixelsName,
+             " do not match the checksum recorded by `vitpipe data prepare` (the "
+             "file was modified after it was prepared)",
+             rerun_);
   return true;
 }
 

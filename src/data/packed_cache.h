@@ -3,7 +3,8 @@
 //
 //   DIR/pixels.u8      records back to back: S*S bytes for a gray image (R = G = B), S*S*3 for a colour one
 //   DIR/index.json     per image: name, labels (positive, uncertain, unmentioned), source split, patient, view, byte
-//                      offset, channels
+//                      offset, channels, CRC-32 of its pixels (checked on every read: a record edited after prepare
+//                      is an unreadable image)
 //   DIR/manifest.json  format version, settings (image size, resample, how images were read: intensity policy and
 //                      DICOM window), the source spec, its listing options and its fingerprint, sizes and sha256 of
 //                      the two other files. Written last: without it there is no cache.
@@ -26,7 +27,8 @@
 
 namespace vitpipe {
 
-inline constexpr int kPackedCacheFormatVersion = 2;  // 2: image read options, uncertain / blank labels
+// 2: image read options, uncertain / blank labels; 3: per-record CRC-32.
+inline constexpr int kPackedCacheFormatVersion = 3;
 inline constexpr const char* kPackedCacheManifestName = "manifest.json";
 
 struct PrepareCacheOptions {
@@ -68,8 +70,10 @@ class PackedCacheDataset : public Dataset {
   int64_t image_size_ = 0;
   int resample_ = 2;
   std::shared_ptr<MappedFile> pixels_;
-  std::vector<uint64_t> offsets_;  // per item
-  std::vector<uint8_t> channels_;  // per item
+  std::vector<uint64_t> offsets_;    // per item
+  std::vector<uint8_t> channels_;    // per item
+  std::vector<uint32_t> checksums_;  // per item: CRC-32 of its pixels
+  std::string rerun_;                // "; run `vitpipe data prepare ...` again", for messages
 };
 
 std::shared_ptr<PackedCacheDataset> open_packed_cache(const std::filesystem::path& dir, const DatasetOptions& options);

@@ -1,10 +1,12 @@
 #include "io/preprocessor_config.h"
 
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/size_limits.h"
 
 namespace vitpipe {
 namespace {
@@ -127,6 +129,13 @@ PreprocessorConfig parse_preprocessor_config_text(const std::string& text, const
   config.do_center_crop = read_bool(json, "do_center_crop", config.do_center_crop, source);
   if (json.contains("crop_size")) {
     read_size(json["crop_size"], "crop_size", source, &config.crop_height, &config.crop_width);
+  }
+  // Every input image is resized to this: a buffer of that many pixels per image.
+  const int64_t max_pixels = max_image_pixels();
+  for (auto [field, h, w] : {std::tuple{"size", config.height, config.width},
+                             std::tuple{"crop_size", config.crop_height, config.crop_width}}) {
+    VP_REQUIRE(h * w <= max_pixels, source, ": field \"", field, "\" asks for ", h, "x", w,
+               " pixels, more than the limit of ", max_pixels, " (set VITPIPE_MAX_IMAGE_PIXELS to raise it)");
   }
   if (json.contains("vitpipe_intensity") && !json["vitpipe_intensity"].is_null()) {
     VP_REQUIRE(json["vitpipe_intensity"].is_object(), source, ": field \"vitpipe_intensity\" must be an object, got ",

@@ -1,6 +1,9 @@
 #include "model/vit_config.h"
 
+#include <algorithm>
+
 #include "util/error.h"
+#include "util/size_limits.h"
 
 namespace vitpipe {
 
@@ -15,6 +18,21 @@ void ViTConfig::validate(const std::string& source) const {
   positive("image_size", image_size);
   positive("patch_size", patch_size);
   positive("num_channels", num_channels);
+  // Upper bounds far above any real ViT (ViT-22B: 48 layers, hidden 6144), checked before anything is sized from
+  // these numbers, so a hostile config cannot make the parameter layout or the weights ask for terabytes.
+  auto at_most = [&](const char* field, int64_t value, int64_t limit) {
+    VP_REQUIRE(value <= limit, source, ": field \"", field, "\" is ", value, ", more than the limit of ", limit);
+  };
+  at_most("num_hidden_layers", num_hidden_layers, 1024);
+  at_most("hidden_size", hidden_size, 65536);
+  at_most("num_attention_heads", num_attention_heads, 4096);
+  at_most("intermediate_size", intermediate_size, int64_t{1} << 20);
+  at_most("image_size", image_size, 16384);
+  at_most("num_channels", num_channels, 64);
+  const double parameters = approximate_parameter_count();
+  const int64_t max_parameters = max_model_parameters();
+  VP_REQUIRE(parameters <= static_cast<double>(max_parameters), source, ": describes a model of ", parameters,
+             " parameters, more than the limit of ", max_parameters, " (set VITPIPE_MAX_PARAMETERS to raise it)");
   VP_REQUIRE(hidden_size % num_attention_heads == 0, source, ": \"hidden_size\" (", hidden_size,
              ") must be a multiple of \"num_attention_heads\" (", num_attention_heads, ")");
   VP_REQUIRE(image_size % patch_size == 0, source, ": \"image_size\" (", image_size,
@@ -23,6 +41,16 @@ void ViTConfig::validate(const std::string& source) const {
              "\"");
   VP_REQUIRE(layer_norm_eps > 0, source, ": \"layer_norm_eps\" must be positive");
   VP_REQUIRE(initializer_range > 0, source, ": \"initializer_range\" must be positive");
+}
+
+double ViTConfig::approximate_parameter_count() const {
+  const double d = static_cast<double>(hidden_size), i = static_cast<double>(intermediate_size);
+  const double tokens = static_cast<double>(image_size / std::max<int64_t>(1, patch_size));
+  const double embeddings =
+      static_cast<double>(num_channels * patch_size * patch_size) * d + 2 * d + (tokens * tokens + 1) * d;
+  const double block = 4 * (d * d + d) + 4 * d + 2 * d * i + i + d;
+  return embeddings + static_cast<double>(num_hidden_layers) * block + 2 * d +
+         static_cast<double>(num_labels()) * (d + 1);
 }
 
 const char* problem_type_name(ProblemType type) {

@@ -33,7 +33,11 @@ struct ViTConfig {
   int64_t tokens() const { return num_patches() + 1; }  // CLS + patches
   int64_t patch_dim() const { return num_channels * patch_size * patch_size; }
 
-  // Throws vitpipe::Error naming the offending field (`source` is e.g. the config.json path).
+  // Parameters of the whole model, in floating point so that absurd sizes cannot overflow.
+  double approximate_parameter_count() const;
+
+  // Throws vitpipe::Error naming the offending field (`source` is e.g. the config.json path), also for sizes
+  // beyond fixed upper bounds and for more parameters than max_model_parameters() (util/size_limits.h).
   void validate(const std::string& source) const;
 };
 

@@ -410,7 +410,7 @@ nlohmann::json parse_json_file(const std::filesystem::path& path) {
   };
   try {
     return nlohmann::json::parse(in, callback);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers past a double
     fail(path.string(), ": invalid JSON: ", e.what());
   }
 }

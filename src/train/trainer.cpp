@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "data/data_spec.h"
+#include "data/label_checks.h"
 #include "data/loader.h"
 #include "explain/explain_images.h"
 #include "io/model_files.h"
@@ -196,6 +197,8 @@ void RankTrainer::open_data() {
   image_read_ = d.image_read;
   dataset_ = open_dataset(o_.data, d);
   VP_REQUIRE(!dataset_->split_indices(Split::train).empty(), o_.data, ": the train split has no images");
+  for (const auto& warning : check_trainable_labels(*dataset_, Split::train))
+    if (root()) warn(warning);
   if (dataset_->has_masked_labels()) {
     int64_t masked = 0, elements = 0;
     for (int64_t i : dataset_->split_indices(Split::train)) {

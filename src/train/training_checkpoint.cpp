@@ -81,7 +81,8 @@ fs::path write_training_checkpoint(const fs::path& output_dir, const TrainingChe
     write_text_file_atomically(staging / "trainer_state.json", c.state.to_json().dump(2) + "\n");
     fsync_directory(staging);
     fs::remove_all(final_dir, ignored);  // a checkpoint of the same step from an interrupted earlier run
-    fs::rename(staging, final_dir);
+    VP_REQUIRE(::rename(staging.c_str(), final_dir.c_str()) == 0, "cannot rename ", staging.string(), " to ",
+               final_dir.string(), ": ", std::strerror(errno));
     fsync_directory(root);
   } catch (...) {
     fs::remove_all(staging, ignored);
@@ -107,9 +108,14 @@ std::optional<fs::path> latest_checkpoint(const fs::path& output_dir) {
   if (!fs::exists(pointer)) return std::nullopt;
   std::string name = read_text_file(pointer);
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  // What write_training_checkpoint writes: a step-N directory beside the pointer, nothing else (not "../x").
+  const bool plain = name.starts_with("step-") && name.size() < 64 && name.find('/') == std::string::npos;
+  VP_REQUIRE(plain, pointer.string(), " names '", name.substr(0, 64), name.size() > 64 ? "...'" : "'",
+             ", which is not a checkpoint directory (step-NNNNNNNN)");
   const fs::path dir = root / name;
-  VP_REQUIRE(fs::is_directory(dir) && fs::exists(dir / "trainer_state.json"), pointer.string(), " names ", name,
-             ", which is not a complete checkpoint");
+  std::error_code unusable;
+  VP_REQUIRE(fs::is_directory(dir, unusable) && fs::exists(dir / "trainer_state.json", unusable), pointer.string(),
+             " names ", name, ", which is not a complete checkpoint");
   return dir;
 }
 
@@ -180,7 +186,8 @@ void replace_directory_atomically(const fs::path& target, const std::function<vo
                  "cannot replace ", target.string(), ": ", std::strerror(errno));
       fs::remove_all(staging, ignored);
     } else {
-      fs::rename(staging, target);
+      VP_REQUIRE(::rename(staging.c_str(), target.c_str()) == 0, "cannot rename ", staging.string(), " to ",
+                 target.string(), ": ", std::strerror(errno));
     }
     fsync_directory(parent);
   } catch (...) {
