@@ -9,6 +9,7 @@
 #include "data/dataset_summary.h"
 #include "data/file_dataset.h"
 #include "data/packed_cache.h"
+#include "io/model_files.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/progress.h"
@@ -45,15 +46,19 @@ void add_data_command(CLI::App& app) {
     DatasetOptions options;
     PrepareCacheOptions prepare;
     std::string out;
+    std::string model;
   };
   auto prepare_args = std::make_shared<PrepareArgs>();
   auto* prepare = data->add_subcommand("prepare", "Decode and resize every image once into a packed cache (--out DIR)");
   prepare->add_option("--data", prepare_args->spec, "Dataset: chestxray14:ROOT, csv:FILE or folder:ROOT")->required();
   prepare->add_option("--out", prepare_args->out, "Cache directory to write")->required();
-  prepare
-      ->add_option("--image-size", prepare_args->prepare.image_size,
-                   "Stored size S (images become S x S; use the model's image size)")
-      ->capture_default_str();
+  prepare->add_option("--model", prepare_args->model,
+                      "Prepare with this model's preprocessing (its preprocessor_config.json: resize, crop; "
+                      "a cache is refused by a model whose preprocessing differs)");
+  auto* image_size = prepare
+                         ->add_option("--image-size", prepare_args->prepare.image_size,
+                                      "Stored size S (images become S x S; with --model: the model run at S)")
+                         ->capture_default_str();
   prepare
       ->add_option("--resample", prepare_args->prepare.resample,
                    "PIL resample filter id (2 = bilinear, as ViTImageProcessor; 3 = bicubic)")
@@ -62,12 +67,18 @@ void add_data_command(CLI::App& app) {
       ->capture_default_str();
   prepare->add_flag("--skip-unreadable", prepare_args->options.skip_unreadable,
                     "Leave out (and list) missing or undecodable images instead of stopping");
-  prepare->callback([prepare_args] {
+  prepare->callback([prepare_args, image_size] {
+    const bool image_size_given = image_size->count() > 0;
     DataSpec spec = parse_data_spec(prepare_args->spec);
     VP_REQUIRE(spec.kind != "cache", "--data ", prepare_args->spec, ": already a cache (prepare reads image files)");
     auto dataset = std::dynamic_pointer_cast<FileDataset>(open_dataset(prepare_args->spec, prepare_args->options));
     PrepareCacheOptions options = prepare_args->prepare;
     options.skip_unreadable = prepare_args->options.skip_unreadable;
+    if (!prepare_args->model.empty()) {
+      options.preprocessor = read_model_preprocessor(prepare_args->model, image_size_given ? options.image_size : 0);
+      options.image_size = options.preprocessor->fixed_output_size().second;
+      info("preprocessing of ", prepare_args->model, ": ", options.preprocessor->geometry());
+    }
     info("preparing ", dataset->source().entries.size(), " images of ", dataset->spec(), " at ", options.image_size,
          "x", options.image_size, " into ", prepare_args->out);
     PrepareCacheReport report = prepare_packed_cache(*dataset, prepare_args->out, options);
