@@ -461,35 +461,37 @@ TEST_P(KernelsAtLevel, TokenEmbeddingsForwardAndBackward) {
 }
 
 TEST_P(KernelsAtLevel, ResamplePositionsAndItsTranspose) {
-  const int64_t Q = 2, hs = 5, ws = 4, hd = 3, wd = 6, D = 17;
-  const Tensor pos = random_tensor({Q + hs * ws, D}, 45, DType::f32);
-  const Tensor wy = random_tensor({hd, hs}, 46, DType::f32), wx = random_tensor({wd, ws}, 47, DType::f32);
-  for (int64_t i = 0; i < hd * hs; i += 3) wy.f32()[i] = 0.0f;  // zero weights are skipped: still exact
-  const Tensor out = Tensor::empty({Q + hd * wd, D});
-  be().resample_positions_forward(pos, Q, wy, wx, out);
-  const Doubles p = values(pos), y = values(wy), x = values(wx);
-  Doubles expected(static_cast<size_t>((Q + hd * wd) * D), 0.0);
-  for (int64_t i = 0; i < Q * D; ++i) expected[i] = p[i];
-  for (int64_t a = 0; a < hd; ++a)
-    for (int64_t c = 0; c < wd; ++c)
-      for (int64_t i = 0; i < hs; ++i)
-        for (int64_t k = 0; k < ws; ++k)
-          for (int64_t j = 0; j < D; ++j)
-            expected[(Q + a * wd + c) * D + j] += y[a * hs + i] * x[c * ws + k] * p[(Q + i * ws + k) * D + j];
-  EXPECT_LT(relative_difference(out, expected), 1e-5);
-  const Tensor grad_out = random_tensor({Q + hd * wd, D}, 48, DType::f32);
-  const Tensor grad_pos = random_tensor({Q + hs * ws, D}, 49, DType::f32);  // the kernel adds into it
-  Doubles e_grad = values(grad_pos);
-  const Doubles go = values(grad_out);
-  for (int64_t i = 0; i < Q * D; ++i) e_grad[i] += go[i];
-  for (int64_t a = 0; a < hd; ++a)
-    for (int64_t c = 0; c < wd; ++c)
-      for (int64_t i = 0; i < hs; ++i)
-        for (int64_t k = 0; k < ws; ++k)
-          for (int64_t j = 0; j < D; ++j)
-            e_grad[(Q + i * ws + k) * D + j] += y[a * hs + i] * x[c * ws + k] * go[(Q + a * wd + c) * D + j];
-  be().resample_positions_backward(grad_out, Q, wy, wx, grad_pos);
-  EXPECT_LT(relative_difference(grad_pos, e_grad), 1e-5);
+  for (const int64_t D : {17, 1024}) {  // 1024: enough work for the parallel loops
+    const int64_t Q = 2, hs = 5, ws = 4, hd = 3, wd = 6;
+    const Tensor pos = random_tensor({Q + hs * ws, D}, 45, DType::f32);
+    const Tensor wy = random_tensor({hd, hs}, 46, DType::f32), wx = random_tensor({wd, ws}, 47, DType::f32);
+    for (int64_t i = 0; i < hd * hs; i += 3) wy.f32()[i] = 0.0f;  // zero weights are skipped: still exact
+    const Tensor out = Tensor::empty({Q + hd * wd, D});
+    be().resample_positions_forward(pos, Q, wy, wx, out);
+    const Doubles p = values(pos), y = values(wy), x = values(wx);
+    Doubles expected(static_cast<size_t>((Q + hd * wd) * D), 0.0);
+    for (int64_t i = 0; i < Q * D; ++i) expected[i] = p[i];
+    for (int64_t a = 0; a < hd; ++a)
+      for (int64_t c = 0; c < wd; ++c)
+        for (int64_t i = 0; i < hs; ++i)
+          for (int64_t k = 0; k < ws; ++k)
+            for (int64_t j = 0; j < D; ++j)
+              expected[(Q + a * wd + c) * D + j] += y[a * hs + i] * x[c * ws + k] * p[(Q + i * ws + k) * D + j];
+    EXPECT_LT(relative_difference(out, expected), 1e-5);
+    const Tensor grad_out = random_tensor({Q + hd * wd, D}, 48, DType::f32);
+    const Tensor grad_pos = random_tensor({Q + hs * ws, D}, 49, DType::f32);  // the kernel adds into it
+    Doubles e_grad = values(grad_pos);
+    const Doubles go = values(grad_out);
+    for (int64_t i = 0; i < Q * D; ++i) e_grad[i] += go[i];
+    for (int64_t a = 0; a < hd; ++a)
+      for (int64_t c = 0; c < wd; ++c)
+        for (int64_t i = 0; i < hs; ++i)
+          for (int64_t k = 0; k < ws; ++k)
+            for (int64_t j = 0; j < D; ++j)
+              e_grad[(Q + i * ws + k) * D + j] += y[a * hs + i] * x[c * ws + k] * go[(Q + a * wd + c) * D + j];
+    be().resample_positions_backward(grad_out, Q, wy, wx, grad_pos);
+    EXPECT_LT(relative_difference(grad_pos, e_grad), 1e-5);
+  }
 }
 
 TEST_P(KernelsAtLevel, LayerScaleForwardAndBackward) {

@@ -21,8 +21,8 @@ struct Grids {
 
 Grids check_grids(const Tensor& src, int64_t kept, const Tensor& wy, const Tensor& wx, const Tensor& dst,
                   const char* what) {
-  VP_REQUIRE(wy.rank() == 2 && wx.rank() == 2 && src.rank() == 2 && dst.rank() == 2 && src.dim(1) == dst.dim(1),
-             what, ": expected 2-D positions and weights");
+  VP_REQUIRE(wy.rank() == 2 && wx.rank() == 2 && src.rank() == 2 && dst.rank() == 2 && src.dim(1) == dst.dim(1), what,
+             ": expected 2-D positions and weights");
   Grids g{kept, src.dim(1), wy.dim(1), wx.dim(1), wy.dim(0), wx.dim(0)};
   VP_REQUIRE(src.dim(0) == kept + g.hs * g.ws && dst.dim(0) == kept + g.hd * g.wd, what, ": positions ",
              shape_string(src.shape()), " -> ", shape_string(dst.shape()), " do not match weights ",
@@ -67,17 +67,18 @@ void CpuBackend::resample_positions_forward(const Tensor& pos, int64_t kept, con
                                             const Tensor& out) {
   const Grids g = check_grids(pos, kept, wy, wx, out, "resample_positions_forward");
   std::copy_n(pos.f32(), kept * g.d, out.f32());
-  thread_local std::vector<float> tmp;  // [hs, wd, d]: rows resampled along x
-  tmp.resize(static_cast<size_t>(g.hs * g.wd * g.d));
+  // [hs, wd, d]: rows resampled along x. One buffer shared by the team (a thread_local would be each worker's own).
+  std::vector<float> buffer(static_cast<size_t>(g.hs * g.wd * g.d));
+  float* tmp = buffer.data();
   const float* src = pos.f32() + kept * g.d;
   float* dst = out.f32() + kept * g.d;
 #pragma omp parallel for schedule(static) if (parallel_worth_it(g.hs * g.wd * g.ws * g.d))
   for (int64_t i = 0; i < g.hs; ++i) {
-    weighted_rows(wx.f32(), g.wd, g.ws, src + i * g.ws * g.d, g.d, tmp.data() + i * g.wd * g.d, g.d, g.d, false);
+    weighted_rows(wx.f32(), g.wd, g.ws, src + i * g.ws * g.d, g.d, tmp + i * g.wd * g.d, g.d, g.d, false);
   }
 #pragma omp parallel for schedule(static) if (parallel_worth_it(g.hd * g.wd * g.hs * g.d))
   for (int64_t x = 0; x < g.wd; ++x) {
-    weighted_rows(wy.f32(), g.hd, g.hs, tmp.data() + x * g.d, g.wd * g.d, dst + x * g.d, g.wd * g.d, g.d, false);
+    weighted_rows(wy.f32(), g.hd, g.hs, tmp + x * g.d, g.wd * g.d, dst + x * g.d, g.wd * g.d, g.d, false);
   }
 }
 
@@ -85,17 +86,17 @@ void CpuBackend::resample_positions_backward(const Tensor& grad_out, int64_t kep
                                              const Tensor& grad_pos) {
   const Grids g = check_grids(grad_pos, kept, wy, wx, grad_out, "resample_positions_backward");
   for (int64_t i = 0; i < kept * g.d; ++i) grad_pos.f32()[i] += grad_out.f32()[i];
-  thread_local std::vector<float> tmp;  // [hs, wd, d]: the gradient before the y map
-  tmp.assign(static_cast<size_t>(g.hs * g.wd * g.d), 0.0f);
+  std::vector<float> buffer(static_cast<size_t>(g.hs * g.wd * g.d), 0.0f);  // [hs, wd, d]: before the y map
+  float* tmp = buffer.data();
   const float* grad = grad_out.f32() + kept * g.d;
   float* dst = grad_pos.f32() + kept * g.d;
 #pragma omp parallel for schedule(static) if (parallel_worth_it(g.hd * g.wd * g.hs * g.d))
   for (int64_t x = 0; x < g.wd; ++x) {
-    weighted_rows_transposed(wy.f32(), g.hd, g.hs, grad + x * g.d, g.wd * g.d, tmp.data() + x * g.d, g.wd * g.d, g.d);
+    weighted_rows_transposed(wy.f32(), g.hd, g.hs, grad + x * g.d, g.wd * g.d, tmp + x * g.d, g.wd * g.d, g.d);
   }
 #pragma omp parallel for schedule(static) if (parallel_worth_it(g.hs * g.wd * g.ws * g.d))
   for (int64_t i = 0; i < g.hs; ++i) {
-    weighted_rows_transposed(wx.f32(), g.wd, g.ws, tmp.data() + i * g.wd * g.d, g.d, dst + i * g.ws * g.d, g.d, g.d);
+    weighted_rows_transposed(wx.f32(), g.wd, g.ws, tmp + i * g.wd * g.d, g.d, dst + i * g.ws * g.d, g.d, g.d);
   }
 }
 
