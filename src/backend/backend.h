@@ -154,9 +154,9 @@ class Backend {
                             const Tensor& out, int64_t column) = 0;
   // With g = grad_out[:, c0 : c0 + N] (grad_out [M, ld], the GEMM dtype): grad_b (optional) += g^T . low;
   // t = scale * g . b; grad_a (optional) += t^T . in; grad_in (optional, f32 or bf16) += t . a. Gradients f32.
-  virtual void lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a,
-                             const Tensor& b, double scale, const Tensor& low, const Tensor* grad_in,
-                             const Tensor* grad_a, const Tensor* grad_b) = 0;
+  virtual void lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a, const Tensor& b,
+                             double scale, const Tensor& low, const Tensor* grad_in, const Tensor* grad_a,
+                             const Tensor* grad_b) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -32,8 +32,7 @@ void ProfilingBackend::layer_scale_forward(const Tensor& branch, const Tensor& s
 void ProfilingBackend::layer_scale_backward(const Tensor& grad, const Tensor& branch, const Tensor& scale,
                                             const Tensor& branch_grad, const Tensor* grad_scale,
                                             const Tensor* grad_bias) {
-  timed(OpKind::other,
-        [&] { inner_.layer_scale_backward(grad, branch, scale, branch_grad, grad_scale, grad_bias); });
+  timed(OpKind::other, [&] { inner_.layer_scale_backward(grad, branch, scale, branch_grad, grad_scale, grad_bias); });
 }
 void ProfilingBackend::swiglu_forward(const Tensor& in, const Tensor& out) {
   timed(OpKind::gelu, [&] { inner_.swiglu_forward(in, out); });
@@ -54,15 +53,14 @@ void ProfilingBackend::cls_and_mean_forward(const Tensor& x, int64_t skip, const
 void ProfilingBackend::cls_and_mean_backward(const Tensor& grad, int64_t skip, const Tensor& grad_x) {
   timed(OpKind::other, [&] { inner_.cls_and_mean_backward(grad, skip, grad_x); });
 }
-void ProfilingBackend::lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale,
-                                    const Tensor& low, const Tensor& out, int64_t column) {
+void ProfilingBackend::lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale, const Tensor& low,
+                                    const Tensor& out, int64_t column) {
   timed(OpKind::gemm, [&] { inner_.lora_forward(in, a, b, scale, low, out, column); });
 }
 void ProfilingBackend::lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a,
                                      const Tensor& b, double scale, const Tensor& low, const Tensor* grad_in,
                                      const Tensor* grad_a, const Tensor* grad_b) {
-  timed(OpKind::gemm,
-        [&] { inner_.lora_backward(grad_out, column, in, a, b, scale, low, grad_in, grad_a, grad_b); });
+  timed(OpKind::gemm, [&] { inner_.lora_backward(grad_out, column, in, a, b, scale, low, grad_in, grad_a, grad_b); });
 }
 
 }  // namespace vitpipe

@@ -191,9 +191,10 @@ void run_bench(const BenchOptions& o) {
     return;
   }
   std::printf("vitpipe bench: %s (%lld px, patch %lld, hidden %lld, %lld layers), batch %lld, %s, %s, %d threads\n",
-              model_name.c_str(), static_cast<long long>(config.input_size()), static_cast<long long>(config.patch_size),
-              static_cast<long long>(config.hidden_size), static_cast<long long>(config.num_hidden_layers),
-              static_cast<long long>(o.batch), precision_name(precision), o.mode.c_str(), threads);
+              model_name.c_str(), static_cast<long long>(config.input_size()),
+              static_cast<long long>(config.patch_size), static_cast<long long>(config.hidden_size),
+              static_cast<long long>(config.num_hidden_layers), static_cast<long long>(o.batch),
+              precision_name(precision), o.mode.c_str(), threads);
   std::printf("  CPU %s: kernels %s, oneDNN ISA %s%s\n", cpu::cpu_features().model.c_str(),
               cpu::cpu_level_name(cpu::selected_cpu_level()), cpu::onednn_isa_name().c_str(),
               precision == Precision::bf16 && !cpu::has_native_bf16(cpu::selected_cpu_level())

@@ -71,9 +71,9 @@ void run_predict(const PredictOptions& o) {
       const int64_t out_w = processor.output_width(image.width, image.height);
       VP_REQUIRE(out_h == side && out_w == side, path, ": the image is ", image.width, "x", image.height,
                  " and preprocessor_config.json ",
-                 model.preprocessor.do_resize ? concat("(", model.preprocessor.geometry(), ") makes it ", out_w, "x",
-                                                       out_h)
-                                              : std::string("has do_resize false"),
+                 model.preprocessor.do_resize
+                     ? concat("(", model.preprocessor.geometry(), ") makes it ", out_w, "x", out_h)
+                     : std::string("has do_resize false"),
                  ", but the model takes ", side, "x", side, " images");
       processor.process(image, input.f32() + i * pixels);
     }

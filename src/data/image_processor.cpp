@@ -41,8 +41,11 @@ void center_crop_pixels(const uint8_t* pixels, int64_t width, int64_t height, in
     const uint8_t* src = pixels + static_cast<size_t>(sy * width * channels);
     const int64_t x0 = std::max<int64_t>(0, -left), x1 = std::min(crop_width, width - left);
     if (x0 > 0) std::memset(dst, 0, static_cast<size_t>(x0 * channels));
-    if (x1 > x0) std::memcpy(dst + x0 * channels, src + (x0 + left) * channels, static_cast<size_t>((x1 - x0) * channels));
-    if (x1 < crop_width) std::memset(dst + std::max(x1, x0) * channels, 0, static_cast<size_t>((crop_width - std::max(x1, x0)) * channels));
+    if (x1 > x0)
+      std::memcpy(dst + x0 * channels, src + (x0 + left) * channels, static_cast<size_t>((x1 - x0) * channels));
+    if (x1 < crop_width)
+      std::memset(dst + std::max(x1, x0) * channels, 0,
+                  static_cast<size_t>((crop_width - std::max(x1, x0)) * channels));
   }
 }
 

@@ -87,8 +87,8 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   preprocessing.resample = options.resample;
   if (options.preprocessor) preprocessing = *options.preprocessor;
   const auto [out_width, out_height] = preprocessing.fixed_output_size();
-  VP_REQUIRE(out_width == out_height && out_width > 0, "data prepare: the preprocessing (",
-             preprocessing.geometry(), ") must produce square images of one size");
+  VP_REQUIRE(out_width == out_height && out_width > 0, "data prepare: the preprocessing (", preprocessing.geometry(),
+             ") must produce square images of one size");
   const int64_t image_size = out_width;
   VP_REQUIRE(image_size >= 8 && image_size <= 4096, "--image-size ", image_size, " is out of range (expected 8..4096)");
   const ImageProcessor processor(preprocessing);
@@ -154,8 +154,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   {
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-    ProgressBar progress(concat("prepare ", image_size, "x", image_size), static_cast<int64_t>(n),
-                         "img");
+    ProgressBar progress(concat("prepare ", image_size, "x", image_size), static_cast<int64_t>(n), "img");
     for (; written < n;) {
       Slot slot;
       {

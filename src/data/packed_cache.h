@@ -30,10 +30,10 @@ inline constexpr int kPackedCacheFormatVersion = 1;
 inline constexpr const char* kPackedCacheManifestName = "manifest.json";
 
 struct PrepareCacheOptions {
-  int64_t image_size = 224;      // S: images are stored S x S (a plain resize, unless `preprocessor` is given)
-  int resample = 2;              // PIL filter id (2 = bilinear, what ViTImageProcessor uses)
+  int64_t image_size = 224;  // S: images are stored S x S (a plain resize, unless `preprocessor` is given)
+  int resample = 2;          // PIL filter id (2 = bilinear, what ViTImageProcessor uses)
   std::optional<PreprocessorConfig> preprocessor;  // a model's processing (resize + crop) instead of the two above
-  int threads = 0;               // decoding threads; 0 = every core this process may use
+  int threads = 0;                                 // decoding threads; 0 = every core this process may use
   bool skip_unreadable = false;  // leave out (and list) images that fail to decode instead of stopping
   bool progress = true;          // progress bar on stderr
 };

@@ -12,8 +12,8 @@ void check_cache_matches_model(const Dataset& dataset, const PreprocessorConfig&
   if (stored.empty()) return;
   const std::string wanted = config.geometry();
   VP_REQUIRE(stored == wanted, dataset.spec(), " holds images prepared with \"", stored, "\", but the model's ",
-             "preprocessing is \"", wanted, "\": run `vitpipe data prepare --model MODEL` (or --image-size/--resample) ",
-             "for this model");
+             "preprocessing is \"", wanted,
+             "\": run `vitpipe data prepare --model MODEL` (or --image-size/--resample) ", "for this model");
 }
 
 SampleTransform::SampleTransform(std::shared_ptr<const Dataset> dataset, const PreprocessorConfig& config, bool augment,
@@ -30,8 +30,7 @@ SampleTransform::SampleTransform(std::shared_ptr<const Dataset> dataset, const P
   if (augment_) {
     VP_REQUIRE(height_ > 0, "augmentation needs a preprocessing with a fixed output size (a resize to height x width ",
                "or a centre crop)");
-    VP_REQUIRE(height_ == width_, "augmentation supports square inputs only, the model expects ", width_, "x",
-               height_);
+    VP_REQUIRE(height_ == width_, "augmentation supports square inputs only, the model expects ", width_, "x", height_);
   }
 }
 

@@ -12,8 +12,8 @@
 #include "io/safetensors.h"
 #include "model/initializer.h"
 #include "model/model_family.h"
-#include "model/trainable_set.h"
 #include "model/position_interpolation.h"
+#include "model/trainable_set.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -336,10 +336,12 @@ PreprocessorConfig read_model_preprocessor(const std::string& reference, int64_t
                                            const ModelReferenceOptions& options) {
   const fs::path directory = resolve_model_reference(reference, options);
   const fs::path preprocessor_path = directory / "preprocessor_config.json";
-  PreprocessorConfig pre = fs::exists(preprocessor_path)
-                               ? read_preprocessor_config(preprocessor_path)
-                               : default_preprocessor_config(read_hf_config(directory / "config.json").config.image_size);
-  if (image_size != 0 && image_size != pre.fixed_output_size().second) pre = preprocessor_for_image_size(pre, image_size);
+  PreprocessorConfig pre =
+      fs::exists(preprocessor_path)
+          ? read_preprocessor_config(preprocessor_path)
+          : default_preprocessor_config(read_hf_config(directory / "config.json").config.image_size);
+  if (image_size != 0 && image_size != pre.fixed_output_size().second)
+    pre = preprocessor_for_image_size(pre, image_size);
   return pre;
 }
 

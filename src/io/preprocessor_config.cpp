@@ -105,7 +105,8 @@ std::pair<int64_t, int64_t> PreprocessorConfig::resized_size(int64_t input_width
   const int64_t short_side = std::min(input_width, input_height), long_side = std::max(input_width, input_height);
   const int64_t new_long =
       static_cast<int64_t>(static_cast<double>(shortest_edge * long_side) / static_cast<double>(short_side));
-  return input_width <= input_height ? std::make_pair(shortest_edge, new_long) : std::make_pair(new_long, shortest_edge);
+  return input_width <= input_height ? std::make_pair(shortest_edge, new_long)
+                                     : std::make_pair(new_long, shortest_edge);
 }
 
 std::pair<int64_t, int64_t> PreprocessorConfig::fixed_output_size() const {
@@ -199,14 +200,13 @@ PreprocessorConfig parse_preprocessor_config_text(const std::string& text, const
   }
   if (config.do_center_crop && config.do_resize) {
     if (config.resize_mode == ResizeMode::exact) {
-      VP_REQUIRE(config.crop_height <= config.height && config.crop_width <= config.width, source,
-                 ": \"crop_size\" ", config.crop_width, "x", config.crop_height, " is larger than the resize to ",
-                 config.width, "x", config.height, " (\"size\"); the crop must fit inside the resized image");
+      VP_REQUIRE(config.crop_height <= config.height && config.crop_width <= config.width, source, ": \"crop_size\" ",
+                 config.crop_width, "x", config.crop_height, " is larger than the resize to ", config.width, "x",
+                 config.height, " (\"size\"); the crop must fit inside the resized image");
     } else {
-      VP_REQUIRE(std::max(config.crop_height, config.crop_width) <= config.shortest_edge, source,
-                 ": \"crop_size\" ", config.crop_width, "x", config.crop_height,
-                 " is larger than the resize (\"size\": shortest edge ", config.shortest_edge,
-                 "); the crop must fit inside the resized image");
+      VP_REQUIRE(std::max(config.crop_height, config.crop_width) <= config.shortest_edge, source, ": \"crop_size\" ",
+                 config.crop_width, "x", config.crop_height, " is larger than the resize (\"size\": shortest edge ",
+                 config.shortest_edge, "); the crop must fit inside the resized image");
     }
   }
   if (config.resize_mode == ResizeMode::shortest_edge) config.height = config.width = config.shortest_edge;

@@ -17,17 +17,17 @@ namespace vitpipe {
 
 // What the backward pass of one encoder block reads (besides the block's input, kept in the residual stream).
 struct BlockActivations {
-  Tensor ln1, mean1, rstd1;  // [rows, D] act; [rows] f32
-  Tensor qkv;                // [b, T, 3D] act
-  Tensor probs;              // [b, H, T, T] act
-  Tensor attention;          // [rows, D] act: attention output before the projection
-  Tensor attn_out;           // [rows, D] act: the projection's output before LayerScale (LayerScale only)
-  Tensor mid;                // [rows, D] f32: residual stream after attention
-  Tensor ln2, mean2, rstd2;  // [rows, D] act
-  Tensor pre_gelu;           // [rows, fc1_out] act (fc1 output, before the activation)
-  Tensor gelu;               // [rows, I] act: GELU or SwiGLU output
-  Tensor mlp_out;            // [rows, D] act: fc2's output before LayerScale (LayerScale only)
-  Tensor cls_input;          // [b, D] f32: token 0 of the block input (classifier-token blocks only)
+  Tensor ln1, mean1, rstd1;        // [rows, D] act; [rows] f32
+  Tensor qkv;                      // [b, T, 3D] act
+  Tensor probs;                    // [b, H, T, T] act
+  Tensor attention;                // [rows, D] act: attention output before the projection
+  Tensor attn_out;                 // [rows, D] act: the projection's output before LayerScale (LayerScale only)
+  Tensor mid;                      // [rows, D] f32: residual stream after attention
+  Tensor ln2, mean2, rstd2;        // [rows, D] act
+  Tensor pre_gelu;                 // [rows, fc1_out] act (fc1 output, before the activation)
+  Tensor gelu;                     // [rows, I] act: GELU or SwiGLU output
+  Tensor mlp_out;                  // [rows, D] act: fc2's output before LayerScale (LayerScale only)
+  Tensor cls_input;                // [b, D] f32: token 0 of the block input (classifier-token blocks only)
   std::array<Tensor, 6> lora_low;  // by LinearSite: [rows, r] act, scale * x A^T (LoRA only)
 
   static BlockActivations allocate(const ViTConfig& config, const LoraSettings& lora, int64_t batch, DType act);

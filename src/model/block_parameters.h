@@ -51,14 +51,14 @@ struct LoraParameters {
 };
 
 struct BlockParameters {
-  Tensor ln1_weight, ln1_bias;  // [D]
-  Tensor qkv_weight;            // [3D, D]: query, key, value weights stacked (adjacent in the layout)
-  Tensor qkv_bias;              // [3D], empty when the config has qkv_bias = false
-  Tensor out_weight, out_bias;  // [D, D], [D]
-  Tensor ls1, ls2;              // [D] LayerScale lambdas (DINOv2), empty otherwise
-  Tensor ln2_weight, ln2_bias;  // [D]
-  Tensor fc1_weight, fc1_bias;  // [fc1_out, D], [fc1_out] (SwiGLU: fc1_out = 2 * intermediate)
-  Tensor fc2_weight, fc2_bias;  // [D, I], [D]
+  Tensor ln1_weight, ln1_bias;         // [D]
+  Tensor qkv_weight;                   // [3D, D]: query, key, value weights stacked (adjacent in the layout)
+  Tensor qkv_bias;                     // [3D], empty when the config has qkv_bias = false
+  Tensor out_weight, out_bias;         // [D, D], [D]
+  Tensor ls1, ls2;                     // [D] LayerScale lambdas (DINOv2), empty otherwise
+  Tensor ln2_weight, ln2_bias;         // [D]
+  Tensor fc1_weight, fc1_bias;         // [fc1_out, D], [fc1_out] (SwiGLU: fc1_out = 2 * intermediate)
+  Tensor fc2_weight, fc2_bias;         // [D, I], [D]
   std::array<LoraParameters, 6> lora;  // by LinearSite
   const LoraParameters& lora_at(LinearSite site) const { return lora[static_cast<size_t>(site)]; }
 };

@@ -17,9 +17,9 @@ void initialize_one(const FlatParameters& parameters, const ParamSpec& spec, uin
   const ViTConfig& config = parameters.layout().config();
   const double range = config.initializer_range;
   float* values = parameters.at(spec.offset);
-  const bool zero_token = spec.kind == ParamKind::token &&
-                          (config.model_type == "deit" || ends_with(spec.name, ".mask_token") ||
-                           ends_with(spec.name, ".register_tokens"));
+  const bool zero_token =
+      spec.kind == ParamKind::token &&
+      (config.model_type == "deit" || ends_with(spec.name, ".mask_token") || ends_with(spec.name, ".register_tokens"));
   switch (spec.kind) {
     case ParamKind::linear_weight:
     case ParamKind::token: {

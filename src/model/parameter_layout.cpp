@@ -131,8 +131,8 @@ std::vector<std::string> ParameterLayout::state_dict_order() const {
   if (c.distillation_token) names.push_back(embeddings + "distillation_token");
   if (c.mask_token) names.push_back(embeddings + "mask_token");
   if (c.num_register_tokens > 0) names.push_back(embeddings + "register_tokens");
-  for (const char* name : {"position_embeddings", "patch_embeddings.projection.weight",
-                           "patch_embeddings.projection.bias"}) {
+  for (const char* name :
+       {"position_embeddings", "patch_embeddings.projection.weight", "patch_embeddings.projection.bias"}) {
     names.push_back(embeddings + name);
   }
   auto linear = [&](int64_t l, LinearSite site, bool bias = true) {
@@ -217,8 +217,8 @@ void copy_parameters(const FlatParameters& from, const FlatParameters& to, bool 
   for (const ParamSpec* spec : to.held_specs()) {
     const ParamSpec* source = from.layout().find(spec->name);
     if (only_present && (source == nullptr || !from.holds(*source))) continue;
-    VP_REQUIRE(source != nullptr && from.holds(*source) && source->numel == spec->numel, "copy_parameters: ",
-               spec->name, " is not held by the source");
+    VP_REQUIRE(source != nullptr && from.holds(*source) && source->numel == spec->numel,
+               "copy_parameters: ", spec->name, " is not held by the source");
     std::memcpy(to.at(spec->offset), from.at(source->offset), static_cast<size_t>(spec->numel) * sizeof(float));
   }
 }

@@ -80,7 +80,7 @@ class ParameterLayout {
   LoraSettings lora_;
   bool subset_ = false;
   std::vector<ParamSpec> specs_;
-  std::vector<int64_t> segment_offsets_;  // num_segments + 1 entries
+  std::vector<int64_t> segment_offsets_;           // num_segments + 1 entries
   std::unordered_map<std::string, size_t> index_;  // name -> specs_ entry
   void build_index();
 };

@@ -112,11 +112,10 @@ void bicubic_resize(const float* src, int64_t channels, int64_t in_h, int64_t in
   }
 }
 
-Tensor interpolate_position_embeddings(const Tensor& position_embeddings, int64_t new_h, int64_t new_w,
-                                       int64_t kept) {
+Tensor interpolate_position_embeddings(const Tensor& position_embeddings, int64_t new_h, int64_t new_w, int64_t kept) {
   const Shape& shape = position_embeddings.shape();
-  VP_REQUIRE(shape.size() == 3 && shape[0] == 1 && kept >= 1 && shape[1] >= kept + 1, "position embeddings must be [1, ",
-             kept, " + grid, D], got ", shape_string(shape));
+  VP_REQUIRE(shape.size() == 3 && shape[0] == 1 && kept >= 1 && shape[1] >= kept + 1,
+             "position embeddings must be [1, ", kept, " + grid, D], got ", shape_string(shape));
   const int64_t positions = shape[1] - kept;
   const int64_t dim = shape[2];
   const int64_t old_side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(positions))));

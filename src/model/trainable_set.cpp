@@ -56,8 +56,8 @@ std::shared_ptr<const TrainableSplit> make_trainable_split(std::shared_ptr<const
   const ViTConfig& c = full->config();
   if (mode.freeze == FreezeMode::layers) {
     VP_REQUIRE(mode.frozen_layers >= 0 && mode.frozen_layers <= c.num_hidden_layers, "--freeze-layers ",
-               mode.frozen_layers, ": the model has ", c.num_hidden_layers, " encoder blocks (0..",
-               c.num_hidden_layers, " can be frozen)");
+               mode.frozen_layers, ": the model has ", c.num_hidden_layers, " encoder blocks (0..", c.num_hidden_layers,
+               " can be frozen)");
   }
   VP_REQUIRE((mode.freeze == FreezeMode::lora) == full->lora().enabled(),
              "internal: LoRA matrices in the layout and the training mode disagree");

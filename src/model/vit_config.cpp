@@ -21,10 +21,10 @@ void ViTConfig::validate(const std::string& source) const {
              ") must be a multiple of \"num_attention_heads\" (", num_attention_heads, ")");
   VP_REQUIRE(image_size % patch_size == 0, source, ": \"image_size\" (", image_size,
              ") must be a multiple of \"patch_size\" (", patch_size, ")");
-  VP_REQUIRE(input_image_size >= 0 && input_size() % patch_size == 0, source, ": the input image size (",
-             input_size(), ") must be a multiple of \"patch_size\" (", patch_size, ")");
-  VP_REQUIRE(position_interpolation != PositionInterpolation::at_load || input_size() == image_size, source,
-             ": a ", model_type, " model resizes its position embeddings when loaded; its input size (", input_size(),
+  VP_REQUIRE(input_image_size >= 0 && input_size() % patch_size == 0, source, ": the input image size (", input_size(),
+             ") must be a multiple of \"patch_size\" (", patch_size, ")");
+  VP_REQUIRE(position_interpolation != PositionInterpolation::at_load || input_size() == image_size, source, ": a ",
+             model_type, " model resizes its position embeddings when loaded; its input size (", input_size(),
              ") must be its image_size (", image_size, ")");
   VP_REQUIRE(hidden_act == "gelu", source, ": \"hidden_act\" must be \"gelu\" (exact erf GELU), got \"", hidden_act,
              "\"");

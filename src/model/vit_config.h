@@ -57,8 +57,8 @@ struct ViTConfig {
   int64_t num_labels() const { return static_cast<int64_t>(labels.size()); }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t input_size() const { return input_image_size > 0 ? input_image_size : image_size; }
-  int64_t grid() const { return input_size() / patch_size; }      // patches per side of the input
-  int64_t num_patches() const { return grid() * grid(); }         // patch tokens of the input
+  int64_t grid() const { return input_size() / patch_size; }         // patches per side of the input
+  int64_t num_patches() const { return grid() * grid(); }            // patch tokens of the input
   int64_t position_grid() const { return image_size / patch_size; }  // the checkpoint's position grid
   int64_t prefix_tokens() const { return 1 + (distillation_token ? 1 : 0) + num_register_tokens; }
   int64_t positioned_prefix() const { return 1 + (distillation_token ? 1 : 0); }  // prefix tokens with positions

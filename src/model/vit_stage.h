@@ -78,7 +78,7 @@ class ViTStage {
  private:
   struct Slot {
     Tensor images;
-    std::vector<Tensor> residual;  // num_blocks + 1 tensors [b * T, D] f32
+    std::vector<Tensor> residual;          // num_blocks + 1 tensors [b * T, D] f32
     std::vector<BlockActivations> blocks;  // per block on the backward path (empty for the others)
     EmbeddingActivations embeddings;
     HeadActivations head;
@@ -100,9 +100,9 @@ class ViTStage {
   StageOptions options_;
   int first_block_ = 0;
   int num_blocks_ = 0;
-  int first_backward_block_ = 0;     // local index: blocks below it run forward only
-  bool embeddings_train_ = false;    // this stage holds the embeddings and they train
-  bool input_grad_needed_ = false;   // an earlier stage trains: grad(slot) must hold the input's gradient
+  int first_backward_block_ = 0;    // local index: blocks below it run forward only
+  bool embeddings_train_ = false;   // this stage holds the embeddings and they train
+  bool input_grad_needed_ = false;  // an earlier stage trains: grad(slot) must hold the input's gradient
   bool classifier_token_block_ = false;
   FlatParameters parameters_;
   FlatParameters frozen_;

@@ -14,8 +14,8 @@ void restore_trainable(const TrainingCheckpoint& c, const TrainableSplit& split,
                        const std::string& source) {
   VP_REQUIRE(c.subset(), "internal: restore_trainable on a whole-model checkpoint");
   VP_REQUIRE(c.frozen_fingerprint == frozen_fingerprint(split, values), source,
-             ": the base model's frozen weights differ from those this checkpoint was trained on (",
-             c.base_model, "); use the same base model");
+             ": the base model's frozen weights differ from those this checkpoint was trained on (", c.base_model,
+             "); use the same base model");
   for (const ParamSpec& spec : split.trainable->specs()) {
     auto it = c.trainable.find(spec.name);
     VP_REQUIRE(it != c.trainable.end() && it->second.shape() == spec.shape, source, ": trainable.safetensors lacks '",

@@ -259,7 +259,9 @@ const std::vector<OptionDef>& option_table() {
       {"trace", "FILE", "Write a Chrome trace (chrome://tracing) of the pipeline to FILE",
        [](O& o, const V& v) { o.trace = v.null ? defaults().trace : v.scalar(); }},
       {"freeze", "WHAT", "none | backbone (a linear probe: only the classifier trains) (default none)",
-       [](O& o, const V& v) { o.freeze = v.null ? defaults().freeze : v.choice({"none", "backbone"}); }},
+       [](O& o, const V& v) {
+         o.freeze = v.null ? defaults().freeze : v.choice({"none", "backbone"});
+       }},
       {"freeze-layers", "N", "Freeze the embeddings and the first N encoder blocks (default 0)",
        [](O& o, const V& v) { o.freeze_layers = v.null ? defaults().freeze_layers : v.integer(); }},
       {"lora", "RANK", "LoRA of this rank on --lora-targets; base weights frozen, classifier trained (default off)",

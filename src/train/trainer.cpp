@@ -24,10 +24,10 @@
 #include "train/evaluation.h"
 #include "train/grad_clip.h"
 #include "train/lora_export.h"
-#include "train/subset_checkpoint.h"
 #include "train/metrics_log.h"
 #include "train/pos_weight.h"
 #include "train/run_world.h"
+#include "train/subset_checkpoint.h"
 #include "train/training_checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -74,9 +74,9 @@ AugmentationSettings augmentation_settings(const AugmentOptions& a) {
 // "step" would change under it.
 void check_resume_compatible(const TrainOptions& now, const nlohmann::json& saved, const std::string& source) {
   const nlohmann::json current = now.to_json();
-  for (const char* key : {"data", "batch_size", "seed", "data_seed", "val_fraction", "view", "add_no_finding",
-                          "optimizer", "partial_batch", "image_size", "freeze", "freeze_layers", "lora", "lora_alpha",
-                          "lora_targets"}) {
+  for (const char* key :
+       {"data", "batch_size", "seed", "data_seed", "val_fraction", "view", "add_no_finding", "optimizer",
+        "partial_batch", "image_size", "freeze", "freeze_layers", "lora", "lora_alpha", "lora_targets"}) {
     if (saved.contains(key) && saved[key] != current[key]) {
       std::string flag = key;
       std::replace(flag.begin(), flag.end(), '_', '-');
@@ -122,7 +122,7 @@ class RankTrainer {
   LoadedModel model_;
   std::shared_ptr<const ParameterLayout> layout_;  // the whole model, LoRA matrices included
   std::shared_ptr<const TrainableSplit> split_;
-  FlatParameters values_;           // whole model (layout_): the frozen values, and the trainable ones as exported
+  FlatParameters values_;             // whole model (layout_): the frozen values, and the trainable ones as exported
   FlatParameters resumed_trainable_;  // resuming: the checkpoint's trainable parameters (whole, trainable layout)
   uint64_t frozen_fingerprint_ = 0;
   ParallelPlan plan_;
@@ -311,9 +311,10 @@ void RankTrainer::build_pipeline() {
        precision_name(precision), model_.fresh_head ? ", fresh classifier head" : "");
   if (const std::string note = bf16_speed_note(precision); !note.empty()) info(note);
   info("training: ", split_->mode.describe(), "; ", split_->trainable->numel(), " trainable parameters of ",
-       layout_->numel(), split_->first_trained_segment > 0
-                             ? concat(" (the backward pass stops at segment ", split_->first_trained_segment, ")")
-                             : std::string());
+       layout_->numel(),
+       split_->first_trained_segment > 0
+           ? concat(" (the backward pass stops at segment ", split_->first_trained_segment, ")")
+           : std::string());
   info("parallelism: ", world_.size(), launched_as_mpi_job() ? " MPI ranks" : " rank(s) in this process", " = ",
        o_.pipeline_stages, " pipeline stage(s) x ", grid_->replicas(), " replica(s), schedule ", o_.pipeline_schedule,
        o_.recompute ? ", activations recomputed" : "", "; ", configured_threads(), " CPU thread(s) per rank");
@@ -440,11 +441,12 @@ void RankTrainer::export_model(const fs::path& directory) {
   copy_parameters(gathered.parameters, values_, /*only_present=*/true);  // the frozen values stay as loaded
   // LoRA: merged into the base weights (peft's merge_and_unload): a plain model transformers loads.
   const FlatParameters model = layout_->lora().enabled() ? merge_lora(values_) : values_;
-  replace_directory_atomically(directory,
-                               [&](const fs::path& staging) { save_model(staging, model_.config, model_.preprocessor, model); });
+  replace_directory_atomically(
+      directory, [&](const fs::path& staging) { save_model(staging, model_.config, model_.preprocessor, model); });
   if (o_.export_adapter) {
     const fs::path adapter = output_ / "adapter";
-    replace_directory_atomically(adapter, [&](const fs::path& staging) { write_peft_adapter(staging, values_, o_.model); });
+    replace_directory_atomically(adapter,
+                                 [&](const fs::path& staging) { write_peft_adapter(staging, values_, o_.model); });
   }
 }
 

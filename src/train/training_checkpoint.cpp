@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <ios>
 #include <cerrno>
 #include <cstring>
+#include <ios>
 #include <string>
 #include <vector>
 

@@ -40,11 +40,11 @@ struct TrainerState {
 struct TrainingCheckpoint {
   ViTConfig config;
   PreprocessorConfig preprocessor;
-  FlatParameters model;       // a whole-model checkpoint: every parameter (the base layout); else empty
-  TensorMap trainable;        // a subset checkpoint: the trainable parameters by name; else empty
-  std::string base_model;     // a subset checkpoint: the --model its frozen values come from
+  FlatParameters model;             // a whole-model checkpoint: every parameter (the base layout); else empty
+  TensorMap trainable;              // a subset checkpoint: the trainable parameters by name; else empty
+  std::string base_model;           // a subset checkpoint: the --model its frozen values come from
   uint64_t frozen_fingerprint = 0;  // a subset checkpoint: parameter_fingerprint() of those frozen values
-  TensorMap optimizer_state;  // buffers over the trainable parameters, e.g. "exp_avg" f32 [trainable numel]
+  TensorMap optimizer_state;        // buffers over the trainable parameters, e.g. "exp_avg" f32 [trainable numel]
   StringMap optimizer_metadata;
   TrainerState state;
   bool subset() const { return model.numel() == 0; }

@@ -219,7 +219,8 @@ TEST(ModelFiles, QkvBiasFalseMeansNoQkvBiases) {
   TensorMap with_bias = named(p);
   with_bias.emplace("vit.encoder.layer.0.attention.attention.query.bias", Tensor::zeros({64}));
   write_checkpoint(dir, with_bias, hf_config_to_json(config));
-  expect_load_error(dir, "unexpected tensor(s) vit.encoder.layer.0.attention.attention.query.bias that a vit model with");
+  expect_load_error(dir,
+                    "unexpected tensor(s) vit.encoder.layer.0.attention.attention.query.bias that a vit model with");
 }
 
 TEST(ModelFiles, RefusesMissingExtraAndMisshapenTensors) {

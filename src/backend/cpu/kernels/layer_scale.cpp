@@ -12,8 +12,7 @@ namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
 template <class B>
-void layer_scale_rows(const B* branch, const float* scale, const float* residual, float* out, int64_t rows,
-                      int64_t d) {
+void layer_scale_rows(const B* branch, const float* scale, const float* residual, float* out, int64_t rows, int64_t d) {
 #pragma omp parallel for schedule(static) if (parallel_worth_it(rows * d))
   for (int64_t i = 0; i < rows; ++i) {
     const B* b = branch + i * d;

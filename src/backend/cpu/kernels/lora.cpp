@@ -95,8 +95,8 @@ void CpuBackend::lora_backward(const Tensor& grad_out, int64_t column, const Ten
   const size_t width = dtype_size(grad_out.dtype());
   const char* g = static_cast<const char*>(grad_out.raw()) + static_cast<size_t>(column) * width;
   if (grad_b) {  // grad_b[N, r] += g^T . low
-    VP_REQUIRE(grad_b->numel() == n * r && grad_b->dtype() == DType::f32, "lora_backward: grad_b must be [", n, ", ",
-               r, "] f32");
+    VP_REQUIRE(grad_b->numel() == n * r && grad_b->dtype() == DType::f32, "lora_backward: grad_b must be [", n, ", ", r,
+               "] f32");
     MatmulShape s;
     s.m = n, s.n = r, s.k = m;
     s.a_row = 1, s.a_col = ld;  // A[i][p] = g[p][i]
@@ -127,8 +127,8 @@ void CpuBackend::lora_backward(const Tensor& grad_out, int64_t column, const Ten
     scaled_copy(product.data(), m * r, static_cast<float>(scale), t_low.u16());
   }
   if (grad_a) {  // grad_a[r, K] += t^T . in
-    VP_REQUIRE(grad_a->numel() == r * k && grad_a->dtype() == DType::f32, "lora_backward: grad_a must be [", r, ", ",
-               k, "] f32");
+    VP_REQUIRE(grad_a->numel() == r * k && grad_a->dtype() == DType::f32, "lora_backward: grad_a must be [", r, ", ", k,
+               "] f32");
     MatmulShape s;
     s.m = r, s.n = k, s.k = m;
     s.a_row = 1, s.a_col = r;  // A[i][p] = t[p][i]

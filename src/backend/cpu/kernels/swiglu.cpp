@@ -31,8 +31,8 @@ void swiglu_rows(const In* in, Out* out, int64_t rows, int64_t h) {
 }
 
 template <class T>
-void swiglu_backward_rows(const T* grad_out, const T* in, T* grad_in, int64_t rows, int64_t h,
-                          ThreadPartials* partials, float* grad_bias) {
+void swiglu_backward_rows(const T* grad_out, const T* in, T* grad_in, int64_t rows, int64_t h, ThreadPartials* partials,
+                          float* grad_bias) {
   if (partials) partials->reset(omp_get_max_threads(), 2 * h);
 #pragma omp parallel if (parallel_worth_it(rows * h))
   {
@@ -85,8 +85,8 @@ void CpuBackend::swiglu_backward(const Tensor& grad_out, const Tensor& in, const
                                  const Tensor* grad_bias) {
   const int64_t h2 = in.dim(-1), h = h2 / 2;
   const int64_t rows = in.numel() / std::max<int64_t>(h2, 1);
-  VP_REQUIRE(h2 % 2 == 0 && grad_out.numel() == rows * h && grad_in.numel() == in.numel(),
-             "swiglu_backward: shapes ", shape_string(grad_out.shape()), ", ", shape_string(in.shape()));
+  VP_REQUIRE(h2 % 2 == 0 && grad_out.numel() == rows * h && grad_in.numel() == in.numel(), "swiglu_backward: shapes ",
+             shape_string(grad_out.shape()), ", ", shape_string(in.shape()));
   VP_REQUIRE(grad_out.dtype() == in.dtype() && grad_in.dtype() == in.dtype(),
              "swiglu_backward: expected all-f32 or all-bf16 tensors");
   if (grad_bias) VP_REQUIRE(grad_bias->numel() == h2, "swiglu_backward: bias gradient must have ", h2, " entries");

@@ -23,7 +23,8 @@ void token_embeddings_backward_impl(const float* grad_x, int64_t batch, int64_t 
 #pragma omp parallel for schedule(static) if (parallel_worth_it(batch * tokens * d))
   for (int64_t t = 0; t < tokens; ++t) {
     float* gp = nullptr;
-    if (grad_pos) gp = t < prefix ? (t < positioned ? grad_pos + t * d : nullptr) : grad_pos + (positioned + t - prefix) * d;
+    if (grad_pos)
+      gp = t < prefix ? (t < positioned ? grad_pos + t * d : nullptr) : grad_pos + (positioned + t - prefix) * d;
     float* gt = grad_prefix && t < prefix ? grad_prefix + t * d : nullptr;
     for (int64_t b = 0; b < batch; ++b) {
       const float* g = grad_x + (b * tokens + t) * d;
@@ -165,9 +166,9 @@ void CpuBackend::cls_and_mean_forward(const Tensor& x, int64_t skip, const Tenso
 }
 
 void CpuBackend::cls_and_mean_backward(const Tensor& grad, int64_t skip, const Tensor& grad_x) {
-  VP_REQUIRE(grad_x.rank() == 3 && skip >= 1 && skip < grad_x.dim(1) &&
-                 grad.numel() == 2 * grad_x.dim(0) * grad_x.dim(2),
-             "cls_and_mean_backward: shapes");
+  VP_REQUIRE(
+      grad_x.rank() == 3 && skip >= 1 && skip < grad_x.dim(1) && grad.numel() == 2 * grad_x.dim(0) * grad_x.dim(2),
+      "cls_and_mean_backward: shapes");
   const int64_t batch = grad_x.dim(0), tokens = grad_x.dim(1), d = grad_x.dim(2);
   const float inv = 1.0f / static_cast<float>(tokens - skip);
 #pragma omp parallel for schedule(static) if (parallel_worth_it(batch * tokens * d))
