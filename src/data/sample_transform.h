@@ -40,7 +40,8 @@ class SampleTransform {
   int64_t height_, width_;
 };
 
-// Fails with a message when `dataset` is a cache whose images were prepared with another resize or crop.
+// Fails with a message when `dataset` is a cache whose images were prepared with another resize or crop than
+// `config`'s, or reads image files otherwise than the config's "vitpipe_intensity" says.
 void check_cache_matches_model(const Dataset& dataset, const PreprocessorConfig& config);
 
 }  // namespace vitpipe

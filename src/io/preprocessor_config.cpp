@@ -210,6 +210,11 @@ PreprocessorConfig parse_preprocessor_config_text(const std::string& text, const
     }
   }
   if (config.resize_mode == ResizeMode::shortest_edge) config.height = config.width = config.shortest_edge;
+  if (json.contains("vitpipe_intensity") && !json["vitpipe_intensity"].is_null()) {
+    VP_REQUIRE(json["vitpipe_intensity"].is_object(), source, ": field \"vitpipe_intensity\" must be an object, got ",
+               describe(json["vitpipe_intensity"]));
+    config.vitpipe_intensity = json["vitpipe_intensity"];
+  }
   return config;
 }
 
@@ -231,6 +236,7 @@ std::string preprocessor_config_text(const PreprocessorConfig& config) {
   } else {
     json["size"] = {{"height", config.height}, {"width", config.width}};
   }
+  if (!config.vitpipe_intensity.is_null()) json["vitpipe_intensity"] = config.vitpipe_intensity;
   if (config.image_processor_type == "BitImageProcessor") {
     json["image_processor_type"] = "BitImageProcessor";
     json["do_center_crop"] = config.do_center_crop;

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
@@ -44,6 +45,10 @@ struct PreprocessorConfig {
   // One line naming the geometry, e.g. "resize shortest edge 256 bicubic, crop 224x224": what a packed cache
   // records and compares.
   std::string geometry() const;
+  // vitpipe's own key "vitpipe_intensity" (transformers ignores unknown keys): how image files were turned into
+  // 8-bit pixels for this model, {"intensity": ..., "dicom_window": ...} (data/image_read_options.h reads it). Null
+  // when absent.
+  nlohmann::json vitpipe_intensity;
 };
 
 // ViTImageProcessor's defaults (resize to image_size x image_size, bilinear, 1/255, mean = std = 0.5): what

@@ -18,10 +18,11 @@ namespace vitpipe {
 void head_forward(const LayerContext& ctx, const HeadParameters& weights, const HeadActivations& saved,
                   const Tensor& hidden);
 
-// Multi-label: targets [b, L] f32 (0/1), BCE-with-logits; single-label: targets [b] int64, cross-entropy.
-// Returns the loss summed over the micro-batch's elements; grad_scale turns it into the mean over the global batch.
+// Multi-label: targets [b, L] f32 (0/1), BCE-with-logits, `weights` (optional [b, L] f32: 0 masks a label out);
+// single-label: targets [b] int64, cross-entropy. Returns the loss summed over the micro-batch's elements (weighted);
+// grad_scale turns it into the mean over the global batch.
 double head_loss(const LayerContext& ctx, const HeadActivations& saved, const Tensor& targets, double grad_scale,
-                 const Tensor* pos_weight);
+                 const Tensor* pos_weight, const Tensor* weights = nullptr);
 
 struct HeadGradientFlow {
   bool need_input_grad = true;  // false: nothing before the head trains (a linear probe)

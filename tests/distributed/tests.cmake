@@ -17,7 +17,7 @@ set_tests_properties(distributed.setup PROPERTIES FIXTURES_SETUP distributed_ref
 set(VITPIPE_DISTRIBUTED_TESTS)
 foreach(case
     equal.stages2 equal.replicas2 equal.stages2x2-1f1b equal.stages4-gpipe-recompute equal.interleaved2
-    equal.interleaved2x2-recompute equal.threads-stages2
+    equal.interleaved2x2-recompute equal.threads-stages2 equal.masked-stages2x2
     refuse.ranks-not-multiple-of-stages refuse.more-stages-than-pieces refuse.fewer-micro-batches-than-stages
     refuse.batch-not-divisible
     fail.rank-raises fail.rank-killed
