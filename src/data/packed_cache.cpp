@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "data/data_spec.h"
+#include "data/image_processor.h"
 #include "data/pillow_resize.h"
 #include "data/source_fingerprint.h"
 #include "util/atomic_file.h"
@@ -31,13 +32,14 @@ constexpr const char* kIndexName = "index.json";
 constexpr size_t kPixelsPadding = 64;
 constexpr const char* kCacheFiles[] = {kPixelsName, kIndexName, kPackedCacheManifestName};
 
-// One image, decoded and resized to S x S; a colour image whose channels are all equal is kept as gray.
-void decode_and_resize(const fs::path& path, const ImageReadOptions& reading, int64_t size, ResampleFilter filter,
-                       std::vector<uint8_t>* out, int* channels) {
+// One image, decoded, resized and cropped as the processor does; a colour image whose channels are all equal is
+// kept as gray.
+void decode_and_process(const fs::path& path, const ImageReadOptions& reading, const ImageProcessor& processor,
+                        std::vector<uint8_t>* out, int* channels) {
   DecodedImage image = decode_image_file_keep_gray(path, reading);
-  const auto pixels = static_cast<size_t>(size * size);
-  out->resize(pixels * static_cast<size_t>(image.channels));
-  resize_like_pillow(image.pixels.data(), image.width, image.height, image.channels, out->data(), size, size, filter);
+  int64_t w = 0, h = 0;
+  processor.geometry(image.pixels.data(), image.width, image.height, image.channels, out, &w, &h);
+  const auto pixels = static_cast<size_t>(w * h);
   *channels = image.channels;
   if (image.channels == 3) {
     const uint8_t* p = out->data();
@@ -88,9 +90,15 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
                                         const PrepareCacheOptions& options) {
   const auto start_time = std::chrono::steady_clock::now();
   const FileDataset::Source& source = dataset.source();
-  VP_REQUIRE(options.image_size >= 8 && options.image_size <= 4096, "--image-size ", options.image_size,
-             " is out of range (expected 8..4096)");
-  const ResampleFilter filter = resample_filter_from_pil(options.resample);
+  PreprocessorConfig preprocessing = default_preprocessor_config(options.image_size);
+  preprocessing.resample = options.resample;
+  if (options.preprocessor) preprocessing = *options.preprocessor;
+  const auto [out_width, out_height] = preprocessing.fixed_output_size();
+  VP_REQUIRE(out_width == out_height && out_width > 0, "data prepare: the preprocessing (", preprocessing.geometry(),
+             ") must produce square images of one size");
+  const int64_t image_size = out_width;
+  VP_REQUIRE(image_size >= 8 && image_size <= 4096, "--image-size ", image_size, " is out of range (expected 8..4096)");
+  const ImageProcessor processor(preprocessing);
   if (fs::exists(dir)) {
     VP_REQUIRE(fs::is_directory(dir), dir.string(), ": exists and is not a directory");
     // Ours: empty, a cache, or what an interrupted prepare left (its files' temporaries "NAME.tmp-PID").
@@ -140,7 +148,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
       int channels = 0;
       std::string error;
       try {
-        decode_and_resize(source.paths[i], reading, options.image_size, filter, &pixels, &channels);
+        decode_and_process(source.paths[i], reading, processor, &pixels, &channels);
       } catch (const std::exception& e) {
         error = e.what();
         if (error.empty()) error = source.paths[i].string() + ": unreadable";
@@ -165,8 +173,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   {
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-    ProgressBar progress(concat("prepare ", options.image_size, "x", options.image_size), static_cast<int64_t>(n),
-                         "img");
+    ProgressBar progress(concat("prepare ", image_size, "x", image_size), static_cast<int64_t>(n), "img");
     for (; written < n;) {
       Slot slot;
       {
@@ -240,8 +247,9 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
                    {"version", kPackedCacheFormatVersion},
                    {"source", source.spec},
                    {"kind", source.kind},
-                   {"image_size", options.image_size},
-                   {"resample", options.resample},
+                   {"image_size", image_size},
+                   {"resample", preprocessing.resample},
+                   {"geometry", preprocessing.geometry()},
                    {"image_read", image_read_options_json(reading)},
                    {"listing_options", source.listing_options},
                    {"label_names", source.label_names},
@@ -286,6 +294,10 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     cache->source_spec_ = manifest.at("source").get<std::string>();
     cache->image_size_ = manifest.at("image_size").get<int64_t>();
     cache->resample_ = manifest.at("resample").get<int>();
+    // Caches written before crops were recorded hold plain S x S resizes.
+    PreprocessorConfig plain = default_preprocessor_config(cache->image_size_);
+    plain.resample = cache->resample_;
+    cache->geometry_ = manifest.value("geometry", plain.geometry());
     cache->kind_ = "cache";
     cache->spec_ = "cache:" + dir.string();
     cache->label_names_ = manifest.at("label_names").get<std::vector<std::string>>();

@@ -23,10 +23,12 @@ struct ClassifierTokenGradientFlow {
   Tensor grad;          // [b * T, D] f32: OVERWRITTEN with the gradient w.r.t. the block input
   Tensor grad_low;      // act-dtype copy of `grad`, refreshed if need_low_on_exit
   bool need_low_on_exit = false;
+  bool need_input_grad = true;                     // false: nothing before this block trains
   const Tensor* previous_fc2_bias_grad = nullptr;  // receives the column sums of the input gradient, if given
 };
 
-// Parameter gradients ADD into `grads`; the fc2 bias gradient is added by whoever produced grad_cls (the head).
+// Parameter gradients ADD into `grads` (empty views: frozen, skipped); the fc2 bias gradient is added by whoever
+// produced grad_cls (the head).
 void classifier_token_block_backward(const LayerContext& ctx, const BlockParameters& weights,
                                      const BlockParameters& gemm_weights, const BlockParameters& grads,
                                      const Tensor& input, const BlockActivations& saved,

@@ -1,4 +1,5 @@
-// Patch embedding (a GEMM on patches), CLS token and position embeddings.
+// Patch embedding (a GEMM on patches), the prefix tokens (CLS, DeiT's distillation token, DINOv2's registers) and
+// position embeddings, resampled to the input's grid in every pass when the family does that (DINOv2).
 #pragma once
 
 #include "model/activations.h"
@@ -7,12 +8,22 @@
 
 namespace vitpipe {
 
+// The separable map from the checkpoint's position grid to the input's (dense per-axis weights, f32), or empty
+// when the grid is the checkpoint's.
+struct PositionResampling {
+  Tensor wy, wx;  // [Hd, Hs], [Wd, Ws]
+  bool active() const { return wy.numel() > 0; }
+  static PositionResampling for_config(const ViTConfig& config);
+};
+
 // images [b, C, S, S] f32 -> output [b, T, D] f32.
 void embeddings_forward(const LayerContext& ctx, const EmbeddingParameters& weights,
-                        const EmbeddingParameters& gemm_weights, const Tensor& images,
-                        const EmbeddingActivations& saved, const Tensor& output);
-// grad [b, T, D] f32: gradient w.r.t. the embeddings output. Parameter gradients add.
-void embeddings_backward(const LayerContext& ctx, const EmbeddingParameters& grads, const EmbeddingActivations& saved,
-                         const Tensor& grad, const GradientWorkspace& workspace);
+                        const EmbeddingParameters& gemm_weights, const PositionResampling& resampling,
+                        const Tensor& images, const EmbeddingActivations& saved, const Tensor& output);
+// grad [b, T, D] f32: gradient w.r.t. the embeddings output. Parameter gradients add (the embeddings train as a
+// whole or not at all: called only when they train).
+void embeddings_backward(const LayerContext& ctx, const EmbeddingParameters& grads,
+                         const PositionResampling& resampling, const EmbeddingActivations& saved, const Tensor& grad,
+                         const GradientWorkspace& workspace);
 
 }  // namespace vitpipe

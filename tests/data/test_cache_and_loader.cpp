@@ -196,7 +196,8 @@ TEST_F(SampleCache, ResumeFromABatchGivesTheSameRest) {
 
 TEST_F(SampleCache, RefusesAModelOfAnotherSize) {
   expect_error([&] { Loader(cache_, {0}, config_of_size(224), training_loader_options(8, 0)); },
-               {"holds 32x32", "expects 224x224", "data prepare --image-size 224"});
+               {"prepared with \"resize 32x32 resample 2\"", "preprocessing is \"resize 224x224 resample 2\"",
+                "data prepare --model MODEL"});
   PreprocessorConfig bicubic = config_of_size(kSize);
   bicubic.resample = 3;
   expect_error([&] { Loader(cache_, {0}, bicubic, evaluation_loader_options(8)); }, {"resample 2", "resample 3"});
