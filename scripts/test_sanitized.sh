@@ -6,7 +6,8 @@
 #               vitpipe binary and probes
 #   build-tsan  GCC, ThreadSanitizer: test_threads_tsan (ranks as threads, gradient buckets, loader, prepare) and
 #               a deliberate race it must report (tsan.canary)
-#   build-fuzz  clang + libFuzzer (ASan + UBSan): every harness of tools/fuzz for FUZZ_SECONDS (default 5) each
+#   build-fuzz  clang + libFuzzer (ASan + UBSan): every harness of tools/fuzz for FUZZ_SECONDS (default 5) each,
+#               with FUZZ_SEED (default 1: the same mutations every run; FUZZ_SEED= for a fresh seed)
 # Usage: scripts/test_sanitized.sh [asan] [tsan] [fuzz]   (default: all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +49,7 @@ for part in "${parts[@]}"; do
       ctest --test-dir build-tsan --output-on-failure -R '^tsan\.' || status=1
       ;;
     fuzz)
-      tools/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-5}" || status=1
+      FUZZ_SEED=${FUZZ_SEED-1} tools/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-5}" || status=1
       ;;
     *)
       echo "unknown part '$part' (asan, tsan or fuzz)" >&2
