@@ -78,6 +78,19 @@ int64_t ImageProcessor::output_width(int64_t input_width, int64_t input_height) 
   return config_.resized_size(input_width, input_height).first;
 }
 
+ImageRegion ImageProcessor::input_region(int64_t input_width, int64_t input_height) const {
+  const auto w = static_cast<double>(input_width), h = static_cast<double>(input_height);
+  if (!config_.do_center_crop) return ImageRegion{0, 0, w, h};
+  const auto [rw, rh] = config_.resized_size(input_width, input_height);
+  // center_crop_pixels' offsets: (size - crop) // 2, or -ceil((crop - size) / 2) when the crop is the larger.
+  auto offset = [](int64_t size, int64_t crop) { return size >= crop ? (size - crop) / 2 : -((crop - size + 1) / 2); };
+  const double sx = w / static_cast<double>(rw), sy = h / static_cast<double>(rh);
+  const auto left = static_cast<double>(offset(rw, config_.crop_width));
+  const auto top = static_cast<double>(offset(rh, config_.crop_height));
+  return ImageRegion{left * sx, top * sy, (left + static_cast<double>(config_.crop_width)) * sx,
+                     (top + static_cast<double>(config_.crop_height)) * sy};
+}
+
 void ImageProcessor::normalize(const uint8_t* pixels, int channels, int64_t count, float* out_chw) const {
   for (int c = 0; c < 3; ++c) {
     const float* table = table_[c].data();

@@ -29,6 +29,12 @@ namespace vitpipe {
 // The formula itself, for one value of one channel (the table is built from it; tests compare it with numpy).
 float preprocess_value(uint8_t value, int channel, const PreprocessorConfig& config);
 
+// A rectangle of an input image in its own pixel coordinates (x1, y1 exclusive; may reach past the image where a
+// crop is larger than the resized image and transformers pads).
+struct ImageRegion {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
 class ImageProcessor {
  public:
   explicit ImageProcessor(const PreprocessorConfig& config);  // throws on a bad size or resample id
@@ -37,6 +43,9 @@ class ImageProcessor {
   // Output size for an input of width x height: the crop, the resize, or the input's own size.
   int64_t output_height(int64_t input_width, int64_t input_height) const;
   int64_t output_width(int64_t input_width, int64_t input_height) const;
+  // The part of a width x height input the model sees: all of it, or the centre crop's place mapped back through the
+  // resize (what a heatmap of the model's patch grid covers).
+  ImageRegion input_region(int64_t input_width, int64_t input_height) const;
 
   // Writes 3 * output_height * output_width floats, channel-major. Gray images (channels == 1) are resized once and
   // replicated, which equals processing their RGB expansion.

@@ -76,9 +76,44 @@ std::vector<double> patch_part(const std::vector<double>& v, int64_t patches) {
 
 }  // namespace
 
-// Only token 0's row of the product is wanted: e0^T A_L ... A_1, a vector-matrix product per block.
-std::vector<double> attention_rollout(const std::vector<BlockAttention>& blocks, int64_t patches) {
+std::vector<double> readout_weights(HeadKind head, int64_t tokens, int64_t patches) {
+  VP_REQUIRE(patches > 0 && patches < tokens, "explain: ", patches, " patch tokens of ", tokens);
+  std::vector<double> r(static_cast<size_t>(tokens), 0.0);
+  switch (head) {
+    case HeadKind::cls_token:
+      r[0] = 1.0;
+      break;
+    case HeadKind::cls_and_distillation:
+      r[0] = r[1] = 0.5;
+      break;
+    case HeadKind::cls_and_patch_mean:
+      r[0] = 0.5;
+      for (int64_t j = tokens - patches; j < tokens; ++j)
+        r[static_cast<size_t>(j)] = 0.5 / static_cast<double>(patches);
+      break;
+  }
+  return r;
+}
+
+namespace {
+
+void check_readout(const std::vector<BlockAttention>& blocks, const std::vector<double>& readout) {
+  VP_REQUIRE(readout.size() == static_cast<size_t>(blocks.front().tokens), "explain: ", readout.size(),
+             " readout weights for ", blocks.front().tokens, " tokens");
+  if (blocks.back().rows == 1) {
+    for (size_t j = 1; j < readout.size(); ++j)
+      VP_REQUIRE(readout[j] == 0.0,
+                 "explain: the final block holds token 0's attention alone, but the head reads token ", j);
+  }
+}
+
+}  // namespace
+
+// Only the readout's row of the product is wanted: r^T A_L ... A_1, a vector-matrix product per block.
+std::vector<double> attention_rollout(const std::vector<BlockAttention>& blocks, const std::vector<double>& readout,
+                                      int64_t patches) {
   check_blocks(blocks, patches, false);
+  check_readout(blocks, readout);
   const int64_t t = blocks.front().tokens;
   auto residual_row = [](const BlockAttention& b, int64_t row) {
     std::vector<double> r = fused_row(b, b.rows == 1 ? 0 : row, [](double a, double) { return a; });
@@ -89,28 +124,26 @@ std::vector<double> attention_rollout(const std::vector<BlockAttention>& blocks,
     for (double& x : r) x /= sum;
     return r;
   };
-  std::vector<double> v = residual_row(blocks.back(), 0);
-  for (size_t i = blocks.size() - 1; i-- > 0;) {
+  std::vector<double> v = readout;
+  for (size_t i = blocks.size(); i-- > 0;) {
     v = times_matrix(v, t, [&](int64_t row) { return residual_row(blocks[i], row); });
   }
   return patch_part(v, patches);
 }
 
-// R_L = (I + A_L) ... (I + A_1) with A_l = E_h[(grad * A)^+]; token 0's row again, from the last block down.
-std::vector<double> gradient_weighted_rollout(const std::vector<BlockAttention>& blocks, int64_t patches) {
+// R_L = (I + A_L) ... (I + A_1) with A_l = E_h[(grad * A)^+]; the readout's row again, from the last block down.
+std::vector<double> gradient_weighted_rollout(const std::vector<BlockAttention>& blocks,
+                                              const std::vector<double>& readout, int64_t patches) {
   check_blocks(blocks, patches, true);
+  check_readout(blocks, readout);
   const int64_t t = blocks.front().tokens;
   auto positive = [](double a, double g) { return std::max(0.0, a * g); };
-  std::vector<double> v(static_cast<size_t>(t), 0.0);
-  v[0] = 1.0;
+  std::vector<double> v = readout;
   for (size_t i = blocks.size(); i-- > 0;) {
     const BlockAttention& b = blocks[i];
-    std::vector<double> vm;
-    if (b.rows == 1) {  // v = e0 here (the last block): v^T A = A's row 0
-      vm = fused_row(b, 0, positive);
-    } else {
-      vm = times_matrix(v, t, [&](int64_t row) { return fused_row(b, row, positive); });
-    }
+    // With rows == 1 (the last block) v is e0 and only row 0 is formed.
+    const std::vector<double> vm =
+        times_matrix(v, t, [&](int64_t row) { return fused_row(b, b.rows == 1 ? 0 : row, positive); });
     for (int64_t j = 0; j < t; ++j) v[static_cast<size_t>(j)] += vm[static_cast<size_t>(j)];
   }
   return patch_part(v, patches);

@@ -4,13 +4,17 @@
 //   mean over heads of (dlogit/dA * A) clamped at 0, accumulated as R += A_bar R from R = I;
 // - Grad-CAM (Selvaraju et al. 2017) on the last block's tokens at its first LayerNorm (pytorch-grad-cam's ViT
 //   recipe, target layer blocks[-1].norm1): channel weights are the gradients averaged over the patch tokens.
-// Each returns the relevance of the patch tokens as seen from token 0 (the class token); the patch tokens are the
-// last `patches` tokens, after the class token and any register or distillation tokens.
+// Each returns the relevance of the patch tokens as seen from the tokens the classifier reads (`readout`: the class
+// token for ViT, the class and distillation tokens averaged for DeiT with its teacher head, the class token and the
+// patch mean for DINOv2, as their heads weigh them); the patch tokens are the last `patches` tokens, after the class
+// token and any register or distillation tokens.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "model/vit_config.h"
 
 namespace vitpipe {
 
@@ -29,9 +33,15 @@ struct BlockAttention {
   std::vector<double> grad;
 };
 
-// `blocks` in model order; only the last may hold token 0's row alone.
-std::vector<double> attention_rollout(const std::vector<BlockAttention>& blocks, int64_t patches);
-std::vector<double> gradient_weighted_rollout(const std::vector<BlockAttention>& blocks, int64_t patches);
+// `blocks` in model order; only the last may hold token 0's row alone (then `readout` must be token 0).
+// `readout`: a weight per token, summing to 1 (readout_weights).
+std::vector<double> attention_rollout(const std::vector<BlockAttention>& blocks, const std::vector<double>& readout,
+                                      int64_t patches);
+std::vector<double> gradient_weighted_rollout(const std::vector<BlockAttention>& blocks,
+                                              const std::vector<double>& readout, int64_t patches);
+// The weight of each of `tokens` tokens in what the head reads: token 0 (cls_token); tokens 0 and 1, half each
+// (cls_and_distillation); token 0 half and the `patches` patch tokens the other half (cls_and_patch_mean).
+std::vector<double> readout_weights(HeadKind head, int64_t tokens, int64_t patches);
 // activations and gradients: [tokens, dim] row-major.
 std::vector<double> grad_cam(const std::vector<double>& activations, const std::vector<double>& gradients,
                              int64_t tokens, int64_t dim, int64_t patches);

@@ -90,7 +90,8 @@ std::vector<ExplainedMap> explain_images(const LoadedModel& model, const std::st
         e.overlay = base + ".png";
         e.map = base + ".npy";
         const std::vector<uint8_t> png =
-            encode_png(heatmap_overlay(image, map, OverlayCaption{e.finding, e.probability, e.method}));
+            encode_png(heatmap_overlay(image, map, OverlayCaption{e.finding, e.probability, e.method},
+                                       processor.input_region(image.width, image.height)));
         AtomicFileWriter file(request.out_dir / e.overlay);
         file.write(png.data(), png.size());
         file.commit();

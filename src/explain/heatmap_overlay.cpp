@@ -65,7 +65,8 @@ int64_t overlay_scale(int64_t width, int64_t height) {
   return side >= kMinOverlaySide ? 1 : (kMinOverlaySide + side - 1) / side;
 }
 
-DecodedImage heatmap_overlay(const DecodedImage& radiograph, const PatchMap& map, const OverlayCaption& caption) {
+DecodedImage heatmap_overlay(const DecodedImage& radiograph, const PatchMap& map, const OverlayCaption& caption,
+                             const ImageRegion& region) {
   const DecodedImage rgb = to_decoded(to_rgb(radiograph));
   const int64_t scale = overlay_scale(rgb.width, rgb.height);
   DecodedImage image;
@@ -79,11 +80,24 @@ DecodedImage heatmap_overlay(const DecodedImage& radiograph, const PatchMap& map
         image.pixels[static_cast<size_t>((y * image.width + x) * 3 + k)] =
             rgb.pixels[static_cast<size_t>(((y / scale) * rgb.width + x / scale) * 3 + k)];
   const int64_t w = image.width, h = image.height;
-  const std::vector<float> m = normalised_map_at(map, w, h);
-  for (int64_t i = 0; i < w * h; ++i) {
-    const double v = m[static_cast<size_t>(i)];
-    blend(&image.pixels[static_cast<size_t>(i * 3)], jet(v), 0.2 + 0.4 * v);
-  }
+  // The map is drawn over the region (in overlay pixels, rounded to whole pixels), clipped to the image.
+  const auto s = static_cast<double>(scale);
+  const auto rx0 = static_cast<int64_t>(std::lround(region.x0 * s)),
+             ry0 = static_cast<int64_t>(std::lround(region.y0 * s));
+  const auto rx1 = static_cast<int64_t>(std::lround(region.x1 * s)),
+             ry1 = static_cast<int64_t>(std::lround(region.y1 * s));
+  VP_REQUIRE(rx1 > rx0 && ry1 > ry0, "explain: empty map region");
+  const std::vector<float> m = normalised_map_at(map, rx1 - rx0, ry1 - ry0);
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x) {
+      uint8_t* p = &image.pixels[static_cast<size_t>((y * w + x) * 3)];
+      if (x < rx0 || x >= rx1 || y < ry0 || y >= ry1) {
+        blend(p, Rgb{0, 0, 0}, 0.5);
+        continue;
+      }
+      const double v = m[static_cast<size_t>((y - ry0) * (rx1 - rx0) + (x - rx0))];
+      blend(p, jet(v), 0.2 + 0.4 * v);
+    }
   // Sizes follow the image so that a 64-pixel thumbnail and a 3000-pixel film both stay legible.
   const int64_t text = std::max<int64_t>(9, h / 32);
   const int64_t pad = std::max<int64_t>(2, text / 3);

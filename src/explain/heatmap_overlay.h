@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/image.h"
+#include "data/image_processor.h"
 #include "explain/model_explainer.h"
 
 namespace vitpipe {
@@ -27,6 +28,9 @@ struct OverlayCaption {
 constexpr int64_t kMinOverlaySide = 256;
 int64_t overlay_scale(int64_t width, int64_t height);
 
-DecodedImage heatmap_overlay(const DecodedImage& radiograph, const PatchMap& map, const OverlayCaption& caption);
+// `region`: where on the radiograph the map lies (ImageProcessor::input_region: the whole image, or a centre crop's
+// place); outside it the radiograph is shown dimmed, without colour: the model did not see it.
+DecodedImage heatmap_overlay(const DecodedImage& radiograph, const PatchMap& map, const OverlayCaption& caption,
+                             const ImageRegion& region);
 
 }  // namespace vitpipe

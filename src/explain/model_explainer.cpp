@@ -94,13 +94,14 @@ PatchMap ModelExplainer::explain(int64_t label, ExplainMethod method) {
   stage_->set_block_gradient_observer({});
 
   const int64_t patches = c.num_patches();
+  const std::vector<double> readout = readout_weights(c.head, t, patches);
   std::vector<double> map;
   switch (method) {
     case ExplainMethod::rollout:
-      map = attention_rollout(blocks, patches);
+      map = attention_rollout(blocks, readout, patches);
       break;
     case ExplainMethod::grad_rollout:
-      map = gradient_weighted_rollout(blocks, patches);
+      map = gradient_weighted_rollout(blocks, readout, patches);
       break;
     case ExplainMethod::gradcam:
       map = grad_cam(cam_activations, cam_gradients, t, d, patches);

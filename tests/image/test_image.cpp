@@ -230,5 +230,31 @@ TEST(ImageProcessor, WithoutResizeKeepsTheInputSize) {
   EXPECT_EQ(out[2 * 91 + 3 * 13 + 5], processor.table_value(2, image.pixels[(3 * 13 + 5) * 3 + 2]));
 }
 
+
+TEST(ImageProcessor, InputRegionIsTheCropMappedBackThroughTheResize) {
+  PreprocessorConfig config;  // ViTImageProcessor: no crop, the model sees the whole image
+  const ImageRegion whole = ImageProcessor(config).input_region(300, 200);
+  EXPECT_EQ(whole.x0, 0);
+  EXPECT_EQ(whole.y0, 0);
+  EXPECT_EQ(whole.x1, 300);
+  EXPECT_EQ(whole.y1, 200);
+
+  config.resize_mode = ResizeMode::shortest_edge;  // Bit: 400x200 -> 512x256, crop 224 at left 144, top 16
+  config.shortest_edge = 256;
+  config.do_center_crop = true;
+  const ImageRegion bit = ImageProcessor(config).input_region(400, 200);
+  EXPECT_DOUBLE_EQ(bit.x0, 144 * 400.0 / 512);
+  EXPECT_DOUBLE_EQ(bit.x1, 368 * 400.0 / 512);
+  EXPECT_DOUBLE_EQ(bit.y0, 16 * 200.0 / 256);
+  EXPECT_DOUBLE_EQ(bit.y1, 240 * 200.0 / 256);
+
+  config.resize_mode = ResizeMode::exact;  // a crop larger than the resize: transformers pads, the region overhangs
+  config.height = config.width = 200;
+  config.crop_height = config.crop_width = 225;
+  const ImageRegion padded = ImageProcessor(config).input_region(100, 100);
+  EXPECT_DOUBLE_EQ(padded.x0, -13 * 100.0 / 200);  // -ceil(25 / 2)
+  EXPECT_DOUBLE_EQ(padded.x1, 212 * 100.0 / 200);
+}
+
 }  // namespace
 }  // namespace vitpipe
