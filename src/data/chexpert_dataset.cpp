@@ -95,12 +95,7 @@ std::shared_ptr<FileDataset> open_chexpert_dataset(const fs::path& root_in, cons
           }
       }
       const fs::path path = resolve(root, entry.item.name, base);
-      if (fs::is_regular_file(path)) {
-        source.entries.push_back(std::move(entry));
-        source.paths.push_back(path);
-      } else {
-        source.missing.push_back(std::move(entry));
-      }
+      source.add(std::move(entry), path);
     }
   }
   return std::make_shared<FileDataset>(std::move(source), options);

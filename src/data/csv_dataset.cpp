@@ -169,13 +169,7 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
       }
     }
     fs::path path = fs::path(entry.item.name).is_absolute() ? fs::path(entry.item.name) : root / entry.item.name;
-    std::error_code unusable;  // a name too long for the file system is an image that is not there
-    if (fs::is_regular_file(path, unusable)) {
-      source.entries.push_back(std::move(entry));
-      source.paths.push_back(path);
-    } else {
-      source.missing.push_back(std::move(entry));
-    }
+    source.add(std::move(entry), path);  // a name too long for the file system is an image that is not there
   }
   // A '|' column where every image has exactly one label is a single-label (softmax) task; 0/1 columns and
   // rows with zero or several labels make it multi-label.

@@ -7,6 +7,16 @@
 
 namespace vitpipe {
 
+void FileDataset::Source::add(SourceEntry entry, const std::filesystem::path& path) {
+  std::error_code unreadable;  // a path that cannot be examined (a name too long for the file system) is missing
+  if (std::filesystem::is_regular_file(path, unreadable)) {
+    entries.push_back(std::move(entry));
+    paths.push_back(path);
+  } else {
+    missing.push_back(std::move(entry));
+  }
+}
+
 bool is_image_file_name(const std::filesystem::path& path) {
   std::string ext = path.extension().string();
   for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -27,6 +27,9 @@ class FileDataset : public Dataset {
     // Options that shaped the listing itself (VinDr-CXR's --label-vote, MIMIC-CXR's --mimic-labels): a cache
     // records them, and refuses to be opened with others.
     std::map<std::string, std::string> listing_options;
+
+    // Lists `entry` as found at `path` when that is a regular file, as missing otherwise.
+    void add(SourceEntry entry, const std::filesystem::path& path);
   };
   FileDataset(Source source, const DatasetOptions& options);
 

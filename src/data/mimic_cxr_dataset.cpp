@@ -116,12 +116,7 @@ std::shared_ptr<FileDataset> open_mimic_cxr_dataset(const fs::path& root_in, con
     const auto view = view_of.find(row[id_col]);
     if (view != view_of.end()) entry.item.view = view->second;
     const fs::path path = root / entry.item.name;
-    if (fs::is_regular_file(path)) {
-      source.entries.push_back(std::move(entry));
-      source.paths.push_back(path);
-    } else {
-      source.missing.push_back(std::move(entry));
-    }
+    source.add(std::move(entry), path);
   }
   if (unlabelled > 0)
     info(source.spec, ": ", unlabelled, " images of studies without a row in ", label_csv.filename().string(),

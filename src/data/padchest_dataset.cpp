@@ -135,12 +135,7 @@ std::shared_ptr<FileDataset> open_padchest_dataset(const fs::path& root_in, cons
     entry.source_split = SourceSplit::train_val;
     fs::path path = root / cells[dir_col] / cells[id_col];
     if (!fs::is_regular_file(path)) path = root / "images" / cells[id_col];
-    if (fs::is_regular_file(path)) {
-      source.entries.push_back(std::move(entry));
-      source.paths.push_back(path);
-    } else {
-      source.missing.push_back(std::move(entry));
-    }
+    source.add(std::move(entry), path);
   }
   return std::make_shared<FileDataset>(std::move(source), options);
 }

@@ -98,12 +98,7 @@ std::shared_ptr<FileDataset> open_vindr_cxr_dataset(const fs::path& root_in, con
       }
       entry.source_split = split;
       const fs::path path = find_image(folder, id);
-      if (fs::is_regular_file(path)) {
-        source.entries.push_back(std::move(entry));
-        source.paths.push_back(path);
-      } else {
-        source.missing.push_back(std::move(entry));
-      }
+      source.add(std::move(entry), path);
     }
   }
   return std::make_shared<FileDataset>(std::move(source), options);
