@@ -36,12 +36,13 @@ for part in "${parts[@]}"; do
       # Unit tests of every layer and the golden tests; left out: MPI jobs (OpenMPI's own allocations are
       # reported as leaks), the Hub download emulator, the end-to-end and fault runs (LD_PRELOAD shims do not mix
       # with ASan's runtime), the predict goldens (minutes under ASan; predict runs the golden forward's code) and
-      # the CPU-level tests (disassembly, QEMU, golden tests again per level: this build has one level).
+      # the CPU-level tests (disassembly, QEMU, golden tests again per level: this build has one level) and
+      # explain.finds_the_patch (it trains two models: its explain code is explain.families' too).
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 \
-          -L '^(tensor|backend|data|image|io|model|train|parallel|hub)$' \
-          -E '^(parallel_mpi_|hub\.download\.|hub\.model_dir\.|backend\.(isa_confinement|emulated_cpus)$|golden_vit\..*\.at-)' || status=1
+          -L '^(tensor|backend|data|image|io|model|train|parallel|hub|explain)$' \
+          -E '^(parallel_mpi_|hub\.download\.|hub\.model_dir\.|backend\.(isa_confinement|emulated_cpus)$|golden_vit\..*\.at-|explain\.finds_the_patch$)' || status=1
       ;;
     tsan)
       cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DVITPIPE_TSAN_TESTS=ON -DVITPIPE_BENCHMARKS=OFF >/dev/null
