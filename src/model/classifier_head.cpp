@@ -22,9 +22,9 @@ double head_loss(const LayerContext& ctx, const HeadActivations& a, const Tensor
 }
 
 void head_backward(const LayerContext& ctx, const HeadParameters& w, const HeadParameters& g, const HeadActivations& a,
-                   const Tensor* grad_cls_low, const Tensor* last_fc2_bias_grad) {
+                   const Tensor* grad_cls_low, const Tensor* last_fc2_bias_grad, bool defer_weight) {
   Backend& be = ctx.backend;
-  be.linear_backward_weight(a.grad_logits, a.cls_norm, g.classifier_weight);
+  if (!defer_weight) be.linear_backward_weight(a.grad_logits, a.cls_norm, g.classifier_weight);
   be.bias_backward(a.grad_logits, g.classifier_bias);
   be.linear_backward_input(a.grad_logits, w.classifier_weight, a.grad_cls_norm);
   LayerNormBackwardArgs ln;

@@ -18,8 +18,10 @@ double head_loss(const LayerContext& ctx, const HeadActivations& saved, const Te
                  const Tensor* pos_weight);
 
 // saved.grad_cls [b, D] f32 receives the gradient w.r.t. saved.cls. grad_cls_low (optional) gets an act-dtype
-// copy; last_fc2_bias_grad (optional) the column sums (the last block's fc2 bias gradient).
+// copy; last_fc2_bias_grad (optional) the column sums (the last block's fc2 bias gradient). `defer_weight` (split
+// backward) leaves the classifier's weight GEMM to head_weight_gradients (model/weight_gradients.h).
 void head_backward(const LayerContext& ctx, const HeadParameters& weights, const HeadParameters& grads,
-                   const HeadActivations& saved, const Tensor* grad_cls_low, const Tensor* last_fc2_bias_grad);
+                   const HeadActivations& saved, const Tensor* grad_cls_low, const Tensor* last_fc2_bias_grad,
+                   bool defer_weight = false);
 
 }  // namespace vitpipe

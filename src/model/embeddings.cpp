@@ -11,10 +11,11 @@ void embeddings_forward(const LayerContext& ctx, const EmbeddingParameters& w, c
 }
 
 void embeddings_backward(const LayerContext& ctx, const EmbeddingParameters& g, const EmbeddingActivations& a,
-                         const Tensor& grad, const GradientWorkspace& ws) {
+                         const Tensor& grad, const GradientWorkspace& ws, const Tensor* deferred_grad_patches) {
   Backend& be = ctx.backend;
-  be.embeddings_backward(grad, g.cls, g.position, ws.patches, &g.patch_bias);
-  be.linear_backward_weight(ws.patches, a.patches, g.patch_weight);
+  be.embeddings_backward(grad, g.cls, g.position, deferred_grad_patches ? *deferred_grad_patches : ws.patches,
+                         &g.patch_bias);
+  if (!deferred_grad_patches) be.linear_backward_weight(ws.patches, a.patches, g.patch_weight);
 }
 
 }  // namespace vitpipe

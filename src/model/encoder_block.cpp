@@ -40,30 +40,37 @@ void encoder_block_backward(const LayerContext& ctx, const BlockParameters& w, c
   Backend& be = ctx.backend;
   const int64_t rows = input.dim(0), d = ctx.config.hidden_size;
   const bool low = ctx.low_precision();
+  const BlockWeightGradientInputs* deferred = flow.deferred;
+  const Tensor grad_out_low = deferred ? deferred->fc2_out : flow.grad_low;
+  const Tensor mlp = deferred ? deferred->fc1_out : ws.mlp;
+  const Tensor grad_mid_low = deferred ? deferred->out_proj : flow.grad_low;
+  const Tensor qkv = deferred ? deferred->qkv : ws.qkv;
 
   // MLP branch: out = mid + gelu(ln2 W1^T + b1) W2^T + b2
-  be.linear_backward_weight(flow.grad_low, a.gelu, g.fc2_weight);
-  be.linear_backward_input(flow.grad_low, gw.fc2_weight, ws.mlp);
-  be.gelu_backward(ws.mlp, a.pre_gelu, ws.mlp, &g.fc1_bias);
-  be.linear_backward_weight(ws.mlp, a.ln2, g.fc1_weight);
-  be.linear_backward_input(ws.mlp, gw.fc1_weight, ws.ln);
+  if (!deferred) be.linear_backward_weight(grad_out_low, a.gelu, g.fc2_weight);
+  be.linear_backward_input(grad_out_low, gw.fc2_weight, mlp);
+  be.gelu_backward(mlp, a.pre_gelu, mlp, &g.fc1_bias);
+  if (!deferred) be.linear_backward_weight(mlp, a.ln2, g.fc1_weight);
+  be.linear_backward_input(mlp, gw.fc1_weight, ws.ln);
   LayerNormBackwardArgs ln2 =
       residual_layernorm_backward(ws.ln, a.mid, w.ln2_weight, a.mean2, a.rstd2, flow.grad, g.ln2_weight, g.ln2_bias);
-  if (low) ln2.grad_in_copy = flow.grad_low;
+  if (low || deferred) ln2.grad_in_copy = grad_mid_low;
   ln2.grad_in_colsum = g.out_bias;  // the attention projection's bias sees the gradient at `mid`
   be.layernorm_backward(ln2);
 
   // Attention branch: mid = x + attn(ln1 Wqkv^T + bqkv) Wo^T + bo
-  be.linear_backward_weight(flow.grad_low, a.attention, g.out_weight);
-  be.linear_backward_input(flow.grad_low, gw.out_weight, ws.attention);
-  be.attention_backward(ws.attention, a.qkv, a.probs, ctx.config.num_attention_heads, ws.qkv,
+  if (!deferred) be.linear_backward_weight(grad_mid_low, a.attention, g.out_weight);
+  be.linear_backward_input(grad_mid_low, gw.out_weight, ws.attention);
+  be.attention_backward(ws.attention, a.qkv, a.probs, ctx.config.num_attention_heads, qkv,
                         g.qkv_bias.numel() ? &g.qkv_bias : nullptr);
-  const Tensor grad_qkv = ws.qkv.view({rows, 3 * d});
-  be.linear_backward_weight(grad_qkv, a.ln1, g.qkv_weight);
+  const Tensor grad_qkv = qkv.view({rows, 3 * d});
+  if (!deferred) be.linear_backward_weight(grad_qkv, a.ln1, g.qkv_weight);
   be.linear_backward_input(grad_qkv, gw.qkv_weight, ws.ln);
   LayerNormBackwardArgs ln1 =
       residual_layernorm_backward(ws.ln, input, w.ln1_weight, a.mean1, a.rstd1, flow.grad, g.ln1_weight, g.ln1_bias);
-  if (low && flow.need_low_on_exit) ln1.grad_in_copy = flow.grad_low;
+  if ((low || deferred) && flow.need_low_on_exit) {
+    ln1.grad_in_copy = flow.grad_low_on_exit.numel() ? flow.grad_low_on_exit : flow.grad_low;
+  }
   if (flow.previous_fc2_bias_grad) ln1.grad_in_colsum = *flow.previous_fc2_bias_grad;
   be.layernorm_backward(ln1);
 }

@@ -5,6 +5,7 @@
 #include "model/activations.h"
 #include "model/block_parameters.h"
 #include "model/layer_context.h"
+#include "model/weight_gradients.h"
 
 namespace vitpipe {
 
@@ -25,6 +26,12 @@ struct BlockGradientFlow {
   Tensor grad_low;                // the act-dtype copy of `grad` (the same tensor in fp32); valid on entry
   bool need_low_on_exit = false;  // refresh grad_low on exit (the block before this one, in this stage, needs it)
   const Tensor* previous_fc2_bias_grad = nullptr;  // receives the column sums of the input gradient, if given
+  // Split backward (model/weight_gradients.h): when set, the weight GEMMs are left to block_weight_gradients and
+  // their output gradients land here; deferred->fc2_out must hold the act-dtype output gradient on entry (it is
+  // read instead of grad_low).
+  const BlockWeightGradientInputs* deferred = nullptr;
+  Tensor grad_low_on_exit;  // where the act-dtype copy goes when need_low_on_exit (default grad_low); written in
+                            // fp32 too when deferred
 };
 
 // Parameter gradients ADD into `grads`. The fc2 bias gradient (column sums of the incoming gradient) is NOT added

@@ -17,6 +17,9 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
              "stage segments [", options_.first_segment, ", ", options_.last_segment, "] outside [0, ", segments - 1,
              "]");
   VP_REQUIRE(options_.max_micro_batch > 0 && options_.slots > 0, "stage needs a positive micro-batch and slot count");
+  VP_REQUIRE(!options_.split_backward || (options_.training && !options_.recompute),
+             "a split backward (zb-h1) needs a training stage without recomputation: its weight-gradient pass reads "
+             "the activations --recompute discards");
   const ViTConfig& c = config();
   const int layers = static_cast<int>(c.num_hidden_layers);
   first_block_ = std::max(options_.first_segment, 1) - 1;
@@ -75,6 +78,13 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
       slot.grad = Tensor::empty({b * c.tokens(), c.hidden_size});
       activation_bytes_ += slot.grad.nbytes();
     }
+    if (options_.split_backward) {
+      for (int i = 0; i < num_blocks_; ++i) {
+        slot.deferred.blocks.push_back(BlockWeightGradientInputs::allocate(c, b, act, is_classifier_token_block(i)));
+      }
+      if (has_embeddings()) slot.deferred.patches = Tensor::empty({b * c.num_patches(), c.hidden_size}, act);
+      activation_bytes_ += slot.deferred.bytes();
+    }
   }
   if (num_blocks_ > 0 && !save_blocks) {
     workspace_ = BlockActivations::allocate(c, b, act);
@@ -88,6 +98,17 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
 
 void ViTStage::parameters_changed() {
   if (gemm_copy_.numel() > 0) backend_.convert(parameters_.flat(), gemm_copy_);
+}
+
+void ViTStage::parameters_changed(int first_segment, int last_segment) {
+  VP_REQUIRE(
+      first_segment >= options_.first_segment && last_segment <= options_.last_segment && first_segment <= last_segment,
+      "parameters_changed: segments [", first_segment, ", ", last_segment, "] outside the stage's [",
+      options_.first_segment, ", ", options_.last_segment, "]");
+  if (gemm_copy_.numel() == 0) return;
+  const int64_t begin = layout_->segment_begin(first_segment) - parameters_.begin();
+  const int64_t end = layout_->segment_end(last_segment) - parameters_.begin();
+  backend_.convert(parameters_.flat().slice(begin, end), gemm_copy_.slice(begin, end));
 }
 
 Tensor ViTStage::residual(int slot, int index, int64_t batch) const {
@@ -118,7 +139,7 @@ Tensor ViTStage::grad(int slot, int64_t batch) const {
       .view({batch, c.tokens(), c.hidden_size});
 }
 
-void ViTStage::forward(int slot, int64_t batch) {
+void ViTStage::forward(int slot, int64_t batch, const std::function<void(int segment)>& before_segment) {
   VP_REQUIRE(batch > 0 && batch <= options_.max_micro_batch, "micro-batch ", batch, " outside [1, ",
              options_.max_micro_batch, "]");
   const ViTConfig& c = config();
@@ -128,6 +149,7 @@ void ViTStage::forward(int slot, int64_t batch) {
   const Tensor& gemm_values = gemm_copy_.numel() ? gemm_copy_ : values;
   const int64_t begin = parameters_.begin();
   if (has_embeddings()) {
+    if (before_segment) before_segment(0);
     embeddings_forward(ctx, embedding_parameters(*layout_, values, begin),
                        embedding_parameters(*layout_, gemm_values, begin), s.images.slice(0, batch),
                        s.embeddings.rows_for(c, batch),
@@ -136,6 +158,7 @@ void ViTStage::forward(int slot, int64_t batch) {
   const HeadActivations head = has_head() ? s.head.rows_for(c, batch) : HeadActivations{};
   for (int i = 0; i < num_blocks_; ++i) {
     const int block = first_block_ + i;
+    if (before_segment) before_segment(block + 1);
     const BlockActivations& saved = s.blocks.empty() ? workspace_ : s.blocks[i];
     const BlockParameters w = block_parameters(*layout_, block, values, begin);
     const BlockParameters gw = block_parameters(*layout_, block, gemm_values, begin);
@@ -148,6 +171,7 @@ void ViTStage::forward(int slot, int64_t batch) {
     }
   }
   if (has_head()) {
+    if (before_segment) before_segment(options_.last_segment);
     if (!classifier_token_block_) {
       backend_.gather_cls(residual(slot, num_blocks_, batch).view({batch, c.tokens(), c.hidden_size}), head.cls);
     }
@@ -162,6 +186,49 @@ double ViTStage::loss(int slot, int64_t batch, const Tensor& targets, double gra
 }
 
 void ViTStage::backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done) {
+  backward_pass(slot, batch, segment_done, false);
+}
+
+void ViTStage::backward_input(int slot, int64_t batch) {
+  VP_REQUIRE(options_.split_backward, "backward_input() needs a stage built with split_backward");
+  backward_pass(slot, batch, {}, true);
+}
+
+BlockWeightGradientInputs ViTStage::deferred_rows(int slot, int index, int64_t batch) const {
+  const BlockWeightGradientInputs& all =
+      slots_.at(static_cast<size_t>(slot)).deferred.blocks.at(static_cast<size_t>(index));
+  return is_classifier_token_block(index) ? all.classifier_token_rows(config(), batch) : all.rows_for(config(), batch);
+}
+
+void ViTStage::backward_weight(int slot, int64_t batch, const std::function<void(int segment)>& segment_done) {
+  VP_REQUIRE(options_.split_backward, "backward_weight() needs a stage built with split_backward");
+  const ViTConfig& c = config();
+  const LayerContext ctx = context();
+  const Slot& s = slots_.at(static_cast<size_t>(slot));
+  const Tensor& grads = gradients_.flat();
+  const int64_t begin = parameters_.begin();
+  // Last segment first, as backward(): the gradient buckets of the end of the range can start first.
+  if (has_head()) {
+    head_weight_gradients(ctx, head_parameters(*layout_, grads, begin), s.head.rows_for(c, batch));
+    if (segment_done) segment_done(options_.last_segment);
+  }
+  for (int i = num_blocks_ - 1; i >= 0; --i) {
+    const BlockActivations& saved = s.blocks[static_cast<size_t>(i)];
+    const BlockActivations acts =
+        is_classifier_token_block(i) ? saved.classifier_token_rows(c, batch) : saved.rows_for(c, batch);
+    block_weight_gradients(ctx, block_parameters(*layout_, first_block_ + i, grads, begin), acts,
+                           deferred_rows(slot, i, batch));
+    if (segment_done) segment_done(first_block_ + i + 1);
+  }
+  if (has_embeddings()) {
+    embeddings_weight_gradients(ctx, embedding_parameters(*layout_, grads, begin), s.embeddings.rows_for(c, batch),
+                                s.deferred.patches.slice(0, batch * c.num_patches()));
+    if (segment_done) segment_done(0);
+  }
+}
+
+void ViTStage::backward_pass(int slot, int64_t batch, const std::function<void(int segment)>& segment_done,
+                             bool split) {
   VP_REQUIRE(options_.training, "backward() needs a training stage");
   const ViTConfig& c = config();
   const LayerContext ctx = context();
@@ -182,15 +249,25 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
   const HeadActivations head = has_head() ? s.head.rows_for(c, batch) : HeadActivations{};
   // bf16: the act-dtype copy of the head's input gradient, for the final block's GEMMs.
   const Tensor grad_cls_low = low ? ws.residual_low.slice(0, batch) : head.grad_cls;
+  // Split: the last block's output gradient goes (in the act dtype) straight to where its W will read it.
+  const Tensor last_block_out_low =
+      split && num_blocks_ > 0 ? deferred_rows(slot, num_blocks_ - 1, batch).fc2_out : Tensor();
   if (has_head()) {
+    const Tensor* low_copy = split && num_blocks_ > 0 ? &last_block_out_low
+                             : low && num_blocks_ > 0 ? &grad_cls_low
+                                                      : nullptr;
     head_backward(ctx, head_parameters(*layout_, values, begin), head_parameters(*layout_, grads, begin), head,
-                  low && num_blocks_ > 0 ? &grad_cls_low : nullptr, num_blocks_ > 0 ? &last_fc2_bias : nullptr);
+                  low_copy, num_blocks_ > 0 ? &last_fc2_bias : nullptr, split);
     if (num_blocks_ == 0) backend_.scatter_cls(head.grad_cls, grad.view({batch, c.tokens(), c.hidden_size}));
     if (segment_done) segment_done(options_.last_segment);
   } else if (num_blocks_ > 0) {
     // The gradient arrived from the next stage: the fused column sums and bf16 copy happen here instead.
     backend_.bias_backward(grad, last_fc2_bias);
-    if (low) backend_.convert(grad, grad_low);
+    if (split) {
+      backend_.convert(grad, last_block_out_low);
+    } else if (low) {
+      backend_.convert(grad, grad_low);
+    }
   }
   for (int i = num_blocks_ - 1; i >= 0; --i) {
     const int block = first_block_ + i;
@@ -210,6 +287,12 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
     }
     Tensor previous_bias;
     if (i > 0) previous_bias = block_parameters(*layout_, block - 1, grads, begin).fc2_bias;
+    BlockWeightGradientInputs deferred;
+    Tensor previous_out_low;  // split: the previous block's W input, written by this block's last LayerNorm
+    if (split) {
+      deferred = deferred_rows(slot, i, batch);
+      if (i > 0) previous_out_low = deferred_rows(slot, i - 1, batch).fc2_out;
+    }
     if (classifier_token) {
       ClassifierTokenGradientFlow flow;
       flow.grad_cls = head.grad_cls;
@@ -218,6 +301,8 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
       flow.grad_low = grad_low;
       flow.need_low_on_exit = i > 0;
       flow.previous_fc2_bias_grad = i > 0 ? &previous_bias : nullptr;
+      flow.deferred = split ? &deferred : nullptr;
+      flow.grad_low_on_exit = previous_out_low;
       classifier_token_block_backward(ctx, w, gw, g, input, acts, ws, flow);
     } else {
       BlockGradientFlow flow;
@@ -225,14 +310,17 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
       flow.grad_low = grad_low;
       flow.need_low_on_exit = i > 0;
       flow.previous_fc2_bias_grad = i > 0 ? &previous_bias : nullptr;
+      flow.deferred = split ? &deferred : nullptr;
+      flow.grad_low_on_exit = previous_out_low;
       encoder_block_backward(ctx, w, gw, g, input, acts, ws, flow);
     }
     // Block i's fc2 bias gradient was completed by block i+1's backward (or above); the rest just now.
     if (segment_done) segment_done(block + 1);
   }
   if (has_embeddings()) {
+    const Tensor deferred_patches = split ? s.deferred.patches.slice(0, batch * c.num_patches()) : Tensor();
     embeddings_backward(ctx, embedding_parameters(*layout_, grads, begin), s.embeddings.rows_for(c, batch),
-                        grad.view({batch, c.tokens(), c.hidden_size}), ws);
+                        grad.view({batch, c.tokens(), c.hidden_size}), ws, split ? &deferred_patches : nullptr);
     if (segment_done) segment_done(0);
   }
 }

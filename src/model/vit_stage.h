@@ -16,6 +16,7 @@
 #include "model/block_parameters.h"
 #include "model/layer_context.h"
 #include "model/parameter_layout.h"
+#include "model/weight_gradients.h"
 
 namespace vitpipe {
 
@@ -25,6 +26,9 @@ struct StageOptions {
   Precision precision = Precision::fp32;
   bool training = true;    // false: forward only, no saved activations
   bool recompute = false;  // keep only each block's input; recompute the rest in the backward pass
+  // Backward split into backward_input (B) and backward_weight (W) for ZB-H1: each slot also keeps what W reads
+  // (model/weight_gradients.h) until W runs. Not with recompute (W reads the activations recompute discards).
+  bool split_backward = false;
   int64_t max_micro_batch = 1;
   int slots = 1;
 };
@@ -46,16 +50,24 @@ class ViTStage {
   void zero_gradients() { gradients_.flat().fill_zero(); }
   // Refreshes the bf16 copy of the weights; call after the parameters change (no-op in fp32).
   void parameters_changed();
+  void parameters_changed(int first_segment, int last_segment);  // the same for part of the range
 
   Tensor input(int slot, int64_t batch) const;   // images [b, C, S, S] or hidden [b, T, D]
   Tensor output(int slot, int64_t batch) const;  // logits [b, L] (last stage) or hidden [b, T, D]
   Tensor grad(int slot, int64_t batch) const;    // [b, T, D] f32, see above
 
-  void forward(int slot, int64_t batch);
+  // `before_segment` (optional) is called before each segment is computed, first segment first: the executor waits
+  // there for a sharded optimizer's gathered parameters (parallel/parameter_gather.h).
+  void forward(int slot, int64_t batch, const std::function<void(int segment)>& before_segment = {});
   double loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight = nullptr);
   // `segment_done` (optional) is called as each segment's parameter gradients for this micro-batch are complete,
   // last segment first: the executor starts the gradient all-reduce of finished buckets while the rest runs.
   void backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
+  // The same split in two (split_backward stages): B writes grad(slot) (the gradient w.r.t. the input) and the bias
+  // and LayerNorm gradients; W adds the weight GEMMs' gradients, after which the slot's parameter gradients equal
+  // backward()'s. `segment_done` as backward()'s, called by W (each segment is final once its weights are).
+  void backward_input(int slot, int64_t batch);
+  void backward_weight(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
 
   // Bytes of activations and gradient workspace this stage allocated (the memory plan).
   size_t activation_bytes() const { return activation_bytes_; }
@@ -68,8 +80,12 @@ class ViTStage {
     EmbeddingActivations embeddings;
     HeadActivations head;
     Tensor grad;
+    StageWeightGradientInputs deferred;  // split_backward only
   };
   LayerContext context() const { return LayerContext{backend_, config(), options_.precision}; }
+  // backward() when !split; backward_input() when split.
+  void backward_pass(int slot, int64_t batch, const std::function<void(int segment)>& segment_done, bool split);
+  BlockWeightGradientInputs deferred_rows(int slot, int index, int64_t batch) const;
   Tensor residual(int slot, int index, int64_t batch) const;
   // The stage's last block feeds the head: it computes token 0's output only (model/classifier_token_block.h).
   bool is_classifier_token_block(int index) const { return classifier_token_block_ && index == num_blocks_ - 1; }

@@ -10,6 +10,10 @@ Cases (each one ctest test; `setup` is their fixture, it writes the models and t
   fail.rank-killed         SIGKILL to rank 3 mid-training: mpirun exits non-zero within 10 s
   resume.<from>-to-<to>    a checkpoint of one layout resumed under another reaches the uninterrupted weights
   trace                    --trace: valid Chrome trace JSON with every rank's compute and communication events
+  sharded.<layout>         --shard-optimizer (AdamW, LAMB, clipping on) == one process with the same optimizer
+  layout-auto              --layout auto: the chosen layout's weights == one process; predicted vs measured printed
+  plan.<what>              `vitpipe plan`: a layout for 4 processes (cached profile reused, layout flags fix the
+                           search), under mpirun, and a memory no layout fits refused saying what would fit
 """
 import argparse
 import json
@@ -48,7 +52,24 @@ LAYOUTS = {  # name: (processes, extra flags)
     "interleaved2x2-recompute": (4, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
                                      "--virtual-stages", "2", "--recompute"]),
     "threads-stages2": (0, ["--pipeline-stages", "2"]),  # no mpirun: the stages run as threads of one process
+    # ZB-H1: the backward split into input and weight passes, the weight passes deferred into the bubbles.
+    "zb-h1-stages2": (2, ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1"]),
+    "zb-h1-stages4": (4, ["--pipeline-stages", "4", "--pipeline-schedule", "zb-h1"]),
+    "zb-h1-stages2x2": (4, ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1"]),
 }
+
+# --shard-optimizer (ZeRO-1) with AdamW and LAMB, gradient clipping that does clip (the gradient norms of these
+# runs are well above 0.05): against one process with the same optimizer. name: (processes, optimizer, flags)
+SHARDED = {
+    "adamw-replicas2": (2, "adamw", []),
+    "lamb-replicas4": (4, "lamb", []),
+    "lamb-stages2x2-zb-h1": (4, "lamb", ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1"]),
+    "adamw-stages2x2-interleaved": (4, "adamw", ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
+                                                 "--virtual-stages", "2"]),
+}
+CLIP = ["--clip-grad-norm", "0.05"]
+# LAMB's step is lr x the trust ratio: at AdamW's 1e-3 the weights would move too little for the comparison to mean much.
+SHARDED_LR = {"adamw": "1e-3", "lamb": "1e-2"}
 
 
 class Job:
@@ -117,6 +138,9 @@ def case_setup(job):
     mini = ["--model", job.model("mini")] + data_flag() + COMMON + THREADS + BATCH
     job.train(0, mini + SGD + STEPS + ["--output-dir", job.model("reference-sgd")])
     job.train(0, mini + ADAMW + ["--max-steps", "4", "--output-dir", job.model("reference-adamw")])
+    for optimizer in ("adamw", "lamb"):
+        job.train(0, mini + ["--optimizer", optimizer, "--lr", SHARDED_LR[optimizer]] + CLIP + STEPS +
+                  ["--output-dir", job.model(f"reference-{optimizer}-clipped")])
 
 
 def case_equal(job, layout):
@@ -148,6 +172,112 @@ def case_equal(job, layout):
             print(line)
 
 
+def case_sharded(job, name):
+    processes, optimizer, flags = SHARDED[name]
+    out = os.path.join(job.work, "sharded." + name)
+    shutil.rmtree(out, ignore_errors=True)
+    result = job.train(processes, ["--model", job.model("mini")] + data_flag() + COMMON + THREADS + BATCH +
+                       ["--optimizer", optimizer, "--lr", SHARDED_LR[optimizer]] + CLIP + STEPS + flags +
+                       ["--shard-optimizer", "--output-dir", out])
+    log = result.stderr
+    assert f"{processes} MPI ranks" in log, "the job did not run as MPI ranks:\n" + log
+    replicas = processes // (2 if "--pipeline-stages" in flags else 1)
+    assert f"sharded across {replicas} replica(s)" in log, "the optimizer was not sharded:\n" + log
+    for line in log.splitlines():
+        if "optimizer state per rank" in line or "communication per step" in line:
+            print(line)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    norms = [r["grad_norm"] for r in records if r.get("type") == "train"]
+    print(f"gradient norms before clipping: {norms}")
+    if min(norms) <= 0.05:
+        sys.exit("FAIL: clipping at 0.05 did not clip every step; the test would not exercise it")
+    scattered = [r["comm"]["reduce_scatter_bytes"] for r in records if r.get("type") == "train"]
+    gathered = [r["comm"]["allgather_bytes"] for r in records if r.get("type") == "train"]
+    if not all(b > 0 for b in scattered) or gathered[0] != 0 or not all(b > 0 for b in gathered[1:]):
+        sys.exit(f"FAIL: reduce-scatter bytes {scattered}, all-gather bytes {gathered} (every step reduce-scatters, "
+                 "every step after the first all-gathers)")
+    compare(os.path.join(job.model("mini"), "model.safetensors"),
+            os.path.join(job.model(f"reference-{optimizer}-clipped"), "model", "model.safetensors"),
+            os.path.join(out, "model", "model.safetensors"), f"{processes} MPI ranks, {optimizer}, sharded, "
+            + " ".join(flags))
+
+
+def case_layout_auto(job):
+    """--layout auto under mpirun: the planner picks any layout; the weights must still be one process's."""
+    out = os.path.join(job.work, "layout-auto")
+    shutil.rmtree(out, ignore_errors=True)
+    cache = os.path.join(job.work, "layout-auto-profiles")
+    result = job.train(4, ["--model", job.model("mini")] + data_flag() + COMMON[2:] + THREADS + BATCH + SGD + STEPS +
+                       ["--layout", "auto", "--link", "10Gbit,20us", "--memory-per-process", "2GiB",
+                        "--profile-cache", cache, "--output-dir", out])
+    log = result.stderr
+    chosen = [line for line in log.splitlines() if "--layout auto chose" in line]
+    report = [line for line in log.splitlines() if "--layout auto: predicted" in line]
+    print("\n".join(chosen + report))
+    if not chosen or not report:
+        sys.exit("FAIL: no chosen layout or no predicted-vs-measured report:\n" + log)
+    if not any(name.startswith("profile-") for name in os.listdir(cache)):
+        sys.exit(f"FAIL: no profile cached in {cache}")
+    compare(os.path.join(job.model("mini"), "model.safetensors"),
+            os.path.join(job.model("reference-sgd"), "model", "model.safetensors"),
+            os.path.join(out, "model", "model.safetensors"), "4 MPI ranks, --layout auto")
+    with open(os.path.join(out, "train_options.json")) as f:
+        saved = json.load(f)
+    if saved["layout"] != "auto" or saved["pipeline_stages"] is not None:
+        sys.exit("FAIL: train_options.json must say layout auto and leave the chosen layout to the planner")
+
+
+def plan(job, processes, flags, expect_ok=True):
+    command = ([] if processes == 0 else job.mpirun(processes)) + [VITPIPE, "plan", "--model", job.model("mini"),
+                                                                    "--batch-size", "8", "--link", "10Gbit,20us",
+                                                                    "--profile-cache",
+                                                                    os.path.join(job.work, "plan-profiles")] + flags
+    print("$", " ".join(command), flush=True)
+    return job.run(command, expect_ok, timeout=120)
+
+
+def case_plan(job, name):
+    if name == "mini-4-processes":
+        first = json.loads(plan(job, 0, ["--processes", "4", "--json"]).stdout)
+        again = json.loads(plan(job, 0, ["--processes", "4", "--json"]).stdout)
+        chosen = first["layouts"][0]
+        print(json.dumps({k: chosen[k] for k in ("stages", "replicas", "micro_batch", "micro_batches", "schedule",
+                                                  "shard_optimizer", "layers_per_stage", "step_seconds")}))
+        if chosen["stages"] * chosen["replicas"] != 4 or chosen["micro_batch"] * chosen["micro_batches"] * \
+                chosen["replicas"] != 8:
+            sys.exit("FAIL: the chosen layout does not use 4 processes on a global batch of 8")
+        times = [layout["step_seconds"] for layout in first["layouts"]]
+        if times != sorted(times) or not all(layout["fits"] for layout in first["layouts"]):
+            sys.exit(f"FAIL: layouts not ranked fastest first, or one that does not fit listed: {times}")
+        if not again.get("profile_measured") is False:
+            sys.exit("FAIL: the second plan profiled again instead of reading the cache")
+        if again["layouts"][0]["train_flags"] != chosen["train_flags"]:
+            sys.exit("FAIL: the same inputs and cached profile chose another layout")
+        text = plan(job, 0, ["--processes", "4", "--pipeline-stages", "2", "--pipeline-schedule", "1f1b"]).stdout
+        print(text)
+        if "chosen: 2 stage(s) x 2 replica(s)" not in text or "zb-h1" in text.split("chosen:")[1]:
+            sys.exit("FAIL: --pipeline-stages 2 --pipeline-schedule 1f1b did not fix the stages and the schedule")
+    elif name == "under-mpirun":
+        text = plan(job, 2, []).stdout
+        print(text)
+        if "plan: 2 process(es)" not in text or "chosen:" not in text:
+            sys.exit("FAIL: under mpirun -np 2 the plan is not for mpirun's 2 processes")
+    elif name == "nothing-fits":
+        result = plan(job, 0, ["--processes", "4", "--memory-per-process", "64MiB"], expect_ok=False)
+        output = result.stdout + result.stderr
+        print(output)
+        lines = [line for line in output.splitlines() if line.strip()]
+        if result.returncode != 1 or len(lines) != 1:
+            sys.exit(f"FAIL: expected one line and exit status 1, got {result.returncode} and {len(lines)} lines")
+        for expected in ("no layout of 4 process(es) fits 64.0 MiB per process (--memory-per-process)",
+                         "the layout needing the least memory", "needs"):
+            if expected not in output:
+                sys.exit(f"FAIL: the message does not say {expected!r}")
+    else:
+        sys.exit(f"unknown plan case {name}")
+
+
 REFUSALS = {  # name: (processes, model or None when the refusal must come before reading any, flags, message)
     "ranks-not-multiple-of-stages": (3, None, ["--pipeline-stages", "2", "--batch-size", "8"],
                                      "cannot arrange 3 processes into 2 pipeline stages"),
@@ -157,6 +287,10 @@ REFUSALS = {  # name: (processes, model or None when the refusal must come befor
                                         "1 micro-batches per step, fewer than the 2 pipeline stages"),
     "batch-not-divisible": (2, None, ["--batch-size", "6"],
                             "global batch size 6 is not divisible by micro-batch size 2 x 2 replicas"),
+    "layout-auto-with-stages": (2, None, ["--layout", "auto", "--pipeline-stages", "2"],
+                                "--layout auto chooses the pipeline stages"),
+    "zb-h1-with-recompute": (2, None, ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1", "--recompute"],
+                             "--recompute cannot be combined with --pipeline-schedule zb-h1"),
 }
 
 
@@ -306,6 +440,12 @@ RESUMES = {  # name: (first layout, second layout), each (processes, flags)
     "4stages-gpipe-to-2x2-interleaved": ((4, ["--pipeline-stages", "4", "--pipeline-schedule", "gpipe"]),
                                          (4, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
                                               "--virtual-stages", "2"])),
+    # Sharded optimizer state written as the whole model's moments and read back by any layout, and back.
+    "sharded-replicas4-to-1": ((4, ["--shard-optimizer"]), (0, [])),
+    "1-to-sharded-2x2-zb-h1": ((0, []), (4, ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1",
+                                             "--shard-optimizer"])),
+    "sharded-2x2-to-sharded-replicas2": ((4, ["--pipeline-stages", "2", "--shard-optimizer"]),
+                                         (2, ["--shard-optimizer"])),
 }
 
 
@@ -401,6 +541,12 @@ def main():
         case_rank_killed(job)
     elif kind == "resume":
         case_resume(job, name)
+    elif kind == "sharded":
+        case_sharded(job, name)
+    elif args.case == "layout-auto":
+        case_layout_auto(job)
+    elif kind == "plan":
+        case_plan(job, name)
     elif args.case == "trace":
         case_trace(job)
     else:

@@ -2,7 +2,8 @@
 add_executable(vit_gradient_probe ${PROJECT_SOURCE_DIR}/tools/vit_gradient_probe.cpp)
 target_link_libraries(vit_gradient_probe PRIVATE vitpipe_library CLI11::CLI11)
 foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-one-channel-big-patch fp32-stages-and-accumulation
-        fp32-recompute-head-only-stage fp32-vit-micro-shape bf16-basic bf16-stages-recompute-single)
+        fp32-recompute-head-only-stage fp32-vit-micro-shape bf16-basic bf16-stages-recompute-single
+        fp32-split-backward-stages bf16-split-backward-single)
   add_test(NAME golden_vit.${case}
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/reference_vit.py
                    --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})

@@ -304,7 +304,7 @@ TEST(TrainOptions, RefusesBadValuesNamingTheOption) {
       {{"--layer-decay", "0"}, "--layer-decay must be in (0, 1]"},
       {{"--layer-decay", "1.2"}, "--layer-decay must be in (0, 1]"},
       {{"--pos-weight", "balanced"}, "--pos-weight: unknown value 'balanced' (expected one of: none, auto)"},
-      {{"--precision", "fp16"}, "--precision: unknown value 'fp16' (expected one of: fp32, bf16)"},
+      {{"--precision", "fp16"}, "--precision: unknown value 'fp16' (expected one of: fp32, bf16, auto)"},
       {{"--seed", "-1"}, "--seed: expected a non-negative integer, got '-1'"},
       {{"--threads", "-2"}, "--threads must be >= 0"},
       {{"--eval-every", "-1"}, "--eval-every must be >= 0"},
@@ -323,7 +323,7 @@ TEST(TrainOptions, RefusesBadValuesNamingTheOption) {
       {{"--pipeline-stages", "3", "--layers-per-stage", "3,0,3"}, "stage 1 gets 0 layers, expected >= 1"},
       {{"--pipeline-stages", "2", "--layers-per-stage", "3,x"}, "--layers-per-stage: expected an integer, got 'x'"},
       {{"--pipeline-schedule", "zb"},
-       "--pipeline-schedule: unknown value 'zb' (expected one of: 1f1b, gpipe, interleaved)"},
+       "--pipeline-schedule: unknown value 'zb' (expected one of: 1f1b, gpipe, interleaved, zb-h1)"},
       {{"--frobnicate"}, "command line: "},
       {{"--lr"}, "command line: "},
   };
