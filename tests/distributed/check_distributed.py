@@ -11,7 +11,7 @@ Cases (each one ctest test; `setup` is their fixture, it writes the models and t
   resume.<from>-to-<to>    a checkpoint of one layout resumed under another reaches the uninterrupted weights
   trace                    --trace: valid Chrome trace JSON with every rank's compute and communication events
   sharded.<layout>         --shard-optimizer (AdamW, LAMB, clipping on) == one process with the same optimizer
-  layout-auto              --layout auto: the chosen layout's weights == one process; predicted vs measured printed
+  layout-auto.ranks<N>     --layout auto: the chosen layout's weights == one process; predicted vs measured printed
   plan.<what>              `vitpipe plan`: a layout for 4 processes (cached profile reused, layout flags fix the
                            search), under mpirun, and a memory no layout fits refused saying what would fit
 """
@@ -62,6 +62,8 @@ LAYOUTS = {  # name: (processes, extra flags)
 # runs are well above 0.05): against one process with the same optimizer. name: (processes, optimizer, flags)
 SHARDED = {
     "adamw-replicas2": (2, "adamw", []),
+    "adamw-replicas4": (4, "adamw", []),
+    "lamb-replicas2": (2, "lamb", []),
     "lamb-replicas4": (4, "lamb", []),
     "lamb-stages2x2-zb-h1": (4, "lamb", ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1"]),
     "adamw-stages2x2-interleaved": (4, "adamw", ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
@@ -203,12 +205,13 @@ def case_sharded(job, name):
             + " ".join(flags))
 
 
-def case_layout_auto(job):
+def case_layout_auto(job, processes):
     """--layout auto under mpirun: the planner picks any layout; the weights must still be one process's."""
-    out = os.path.join(job.work, "layout-auto")
+    out = os.path.join(job.work, f"layout-auto.ranks{processes}")
     shutil.rmtree(out, ignore_errors=True)
     cache = os.path.join(job.work, "layout-auto-profiles")
-    result = job.train(4, ["--model", job.model("mini")] + data_flag() + COMMON[2:] + THREADS + BATCH + SGD + STEPS +
+    result = job.train(processes, ["--model", job.model("mini")] + data_flag() + COMMON[2:] + THREADS + BATCH + SGD +
+                       STEPS +
                        ["--layout", "auto", "--link", "10Gbit,20us", "--memory-per-process", "2GiB",
                         "--profile-cache", cache, "--output-dir", out])
     log = result.stderr
@@ -221,7 +224,7 @@ def case_layout_auto(job):
         sys.exit(f"FAIL: no profile cached in {cache}")
     compare(os.path.join(job.model("mini"), "model.safetensors"),
             os.path.join(job.model("reference-sgd"), "model", "model.safetensors"),
-            os.path.join(out, "model", "model.safetensors"), "4 MPI ranks, --layout auto")
+            os.path.join(out, "model", "model.safetensors"), f"{processes} MPI ranks, --layout auto")
     with open(os.path.join(out, "train_options.json")) as f:
         saved = json.load(f)
     if saved["layout"] != "auto" or saved["pipeline_stages"] is not None:
@@ -543,8 +546,8 @@ def main():
         case_resume(job, name)
     elif kind == "sharded":
         case_sharded(job, name)
-    elif args.case == "layout-auto":
-        case_layout_auto(job)
+    elif kind == "layout-auto":
+        case_layout_auto(job, int(name.removeprefix("ranks")))
     elif kind == "plan":
         case_plan(job, name)
     elif args.case == "trace":
