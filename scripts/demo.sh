@@ -41,6 +41,6 @@ With the full NIH dataset (https://nihcc.app.box.com/v/ChestXray-NIHCC) and a re
   $vitpipe download google/vit-base-patch16-224-in21k
   $vitpipe data prepare --data chestxray14:/path/to/nih --image-size 224 --out /path/to/nih-224   # decode once
   $vitpipe train --model google/vit-base-patch16-224-in21k --data cache:/path/to/nih-224 \\
-      --output-dir runs/vit-base --epochs 3 --batch-size 128 --micro-batch-size 16 --precision bf16 --test
+      --output-dir runs/vit-base --epochs 3 --batch-size 128 --micro-batch-size 16 --precision auto --test
   mpirun -np 4 $vitpipe train ... --pipeline-stages 4     # model parallel over 4 processes (x replicas if -np 8)
 MSG

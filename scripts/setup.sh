@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs vitpipe's Debian 12 packages (only the missing ones) and builds it into build/.
 #   scripts/setup.sh            what the vitpipe binary needs
-#   scripts/setup.sh --tests    plus the reference stack the tests compare against (PyTorch, Pillow, scikit-learn)
+#   scripts/setup.sh --tests    plus the reference stack the tests compare against (PyTorch, Pillow, scikit-learn,
+#                               pydicom, DCMTK's tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,12 +13,15 @@ packages=(build-essential cmake pkg-config
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev  # JSON, command line, YAML configs
   libcurl4-openssl-dev libssl-dev ca-certificates  # Hugging Face Hub downloads, sha256
   libzip-dev                        # reading pytorch_model.bin (a zip archive)
+  libdcmtk-dev libopenjp2-7-dev     # DICOM: DCMTK (parsing, JPEG / JPEG-LS / RLE codecs), OpenJPEG (JPEG 2000)
   zlib1g-dev                        # gzipped label files (.csv.gz)
   libgtest-dev libbenchmark-dev)    # unit tests, micro-benchmarks
 if [[ "${1:-}" == "--tests" ]]; then
   # Reference implementations the tests check against; OpenBLAS so the PyTorch peer runs at its real speed.
   packages+=(python3 python3-torch python3-pil python3-sklearn python3-numpy libopenblas0-pthread
     qemu-user)                      # runs the binary on an emulated AVX2-only and a pre-AVX2 CPU
+  # DICOM references: pydicom reads the test files, DCMTK's tools compress them (dcmcjpeg, dcmcjpls, dcmcrle).
+  packages+=(python3-pydicom dcmtk)
 fi
 
 missing=()

@@ -94,9 +94,10 @@ class Backend {
   virtual void scatter_cls(const Tensor& grad, const Tensor& grad_x) = 0;
 
   // ---- losses: return the SUM over elements; grad_logits = grad_scale * d(sum)/d(logits) (overwrites) ----
-  // Multi-label: binary cross-entropy with logits, optional pos_weight [L] (as torch's BCEWithLogitsLoss).
+  // Multi-label: binary cross-entropy with logits, optional pos_weight [L] (as torch's BCEWithLogitsLoss) and
+  // optional per-element weight [B, L] f32 (torch's `weight`; 0 = a masked label, out of the loss and its gradient).
   virtual double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight,
-                                 double grad_scale, const Tensor& grad_logits) = 0;
+                                 const Tensor* weight, double grad_scale, const Tensor& grad_logits) = 0;
   // Single-label: cross-entropy over L classes; targets [B] int64 class ids.
   virtual double cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
                                const Tensor& grad_logits) = 0;

@@ -85,9 +85,9 @@ void ProfilingBackend::scatter_cls(const Tensor& grad, const Tensor& grad_x) {
   timed(OpKind::other, [&] { inner_.scatter_cls(grad, grad_x); });
 }
 double ProfilingBackend::bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight,
-                                         double grad_scale, const Tensor& grad_logits) {
+                                         const Tensor* weight, double grad_scale, const Tensor& grad_logits) {
   return timed(OpKind::loss,
-               [&] { return inner_.bce_with_logits(logits, targets, pos_weight, grad_scale, grad_logits); });
+               [&] { return inner_.bce_with_logits(logits, targets, pos_weight, weight, grad_scale, grad_logits); });
 }
 double ProfilingBackend::cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
                                        const Tensor& grad_logits) {

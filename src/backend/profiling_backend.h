@@ -42,8 +42,8 @@ class ProfilingBackend final : public Backend {
                            const Tensor& grad_patch_proj, const Tensor* grad_patch_bias) override;
   void gather_cls(const Tensor& x, const Tensor& out) override;
   void scatter_cls(const Tensor& grad, const Tensor& grad_x) override;
-  double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight, double grad_scale,
-                         const Tensor& grad_logits) override;
+  double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight, const Tensor* weight,
+                         double grad_scale, const Tensor& grad_logits) override;
   double cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
                        const Tensor& grad_logits) override;
   void convert(const Tensor& src, const Tensor& dst) override;

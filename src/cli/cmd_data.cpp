@@ -1,6 +1,7 @@
 // `vitpipe data inspect`: what a dataset holds (counts per split, label, view; missing files).
 // `vitpipe data prepare`: decode and resize every image once into a packed cache for `--data cache:DIR`.
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include "cli/commands.h"
@@ -43,12 +44,17 @@ void add_data_command(CLI::App& app) {
   struct PrepareArgs {
     std::string spec;
     DatasetOptions options;
+    ImageReadFlags read;
     PrepareCacheOptions prepare;
     std::string out;
   };
   auto prepare_args = std::make_shared<PrepareArgs>();
   auto* prepare = data->add_subcommand("prepare", "Decode and resize every image once into a packed cache (--out DIR)");
-  prepare->add_option("--data", prepare_args->spec, "Dataset: chestxray14:ROOT, csv:FILE or folder:ROOT")->required();
+  prepare
+      ->add_option("--data", prepare_args->spec,
+                   "Dataset: chestxray14:ROOT, chexpert:ROOT, mimic-cxr-jpg:ROOT, padchest:ROOT, vindr-cxr:ROOT, "
+                   "csv:FILE or folder:ROOT")
+      ->required();
   prepare->add_option("--out", prepare_args->out, "Cache directory to write")->required();
   prepare
       ->add_option("--image-size", prepare_args->prepare.image_size,
@@ -62,14 +68,28 @@ void add_data_command(CLI::App& app) {
       ->capture_default_str();
   prepare->add_flag("--skip-unreadable", prepare_args->options.skip_unreadable,
                     "Leave out (and list) missing or undecodable images instead of stopping");
+  prepare
+      ->add_option("--label-vote", prepare_args->options.label_vote,
+                   "Several readers per image (VinDr-CXR): any (default) | majority")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, LabelVote>{{"any", LabelVote::any}, {"majority", LabelVote::majority}},
+          CLI::ignore_case));
+  prepare
+      ->add_option("--mimic-labels", prepare_args->options.mimic_labels,
+                   "MIMIC-CXR-JPG's label file: chexpert (default) | negbio")
+      ->check(CLI::IsMember({"chexpert", "negbio"}));
+  add_image_read_flags(prepare, &prepare_args->read);
   prepare->callback([prepare_args] {
     DataSpec spec = parse_data_spec(prepare_args->spec);
     VP_REQUIRE(spec.kind != "cache", "--data ", prepare_args->spec, ": already a cache (prepare reads image files)");
-    auto dataset = std::dynamic_pointer_cast<FileDataset>(open_dataset(prepare_args->spec, prepare_args->options));
+    DatasetOptions dataset_options = prepare_args->options;
+    dataset_options.image_read = prepare_args->read.options;
+    auto dataset = open_file_dataset(spec, dataset_options);
     PrepareCacheOptions options = prepare_args->prepare;
     options.skip_unreadable = prepare_args->options.skip_unreadable;
     info("preparing ", dataset->source().entries.size(), " images of ", dataset->spec(), " at ", options.image_size,
-         "x", options.image_size, " into ", prepare_args->out);
+         "x", options.image_size, " into ", prepare_args->out, " (",
+         describe_image_read_options(dataset_options.image_read), ")");
     PrepareCacheReport report = prepare_packed_cache(*dataset, prepare_args->out, options);
     info("cache ", prepare_args->out, ": ", report.images, " images (", report.gray_images, " gray), ",
          format_bytes(static_cast<double>(report.pixel_bytes)), " in ", format_duration(report.seconds), " (",

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/data_flags.h"
 #include "data/data_spec.h"
+#include "data/label_harmonisation.h"
 #include "io/model_files.h"
 #include "model/vit_stage.h"
 #include "parallel/pipeline_executor.h"
@@ -25,6 +26,7 @@ struct EvalOptions {
   std::string revision = "main";
   std::string data;
   DatasetOptions dataset;
+  ImageReadFlags read;
   std::string split = "test";
   bool json = false;
   int64_t bootstrap = 0;
@@ -46,14 +48,29 @@ void run_eval(const EvalOptions& o) {
                parent.string(), " does not exist");
   }
   VP_REQUIRE(split != Split::none, "--split: expected train, val or test");
-  auto dataset = open_dataset(o.data, o.dataset);
   LoadOptions load;
   load.image_size = o.image_size;
   load.reference.revision = o.revision;
   LoadedModel model = load_model(o.model, load);
-  VP_REQUIRE(model.config.labels == dataset->label_names(), o.model, ": the model's labels (",
-             model.config.num_labels(), ") are not the dataset's ", dataset->num_labels(),
-             " labels in the same order; evaluate with the dataset the model was trained for");
+  DatasetOptions dataset_options = o.dataset;
+  dataset_options.image_read = resolve_image_read(o.read, model.preprocessor, model.directory.string());
+  model.preprocessor.vitpipe_intensity = image_read_options_json(dataset_options.image_read);
+  auto dataset = open_dataset(o.data, dataset_options);
+  // Another dataset's labels (cross-dataset evaluation): the model's labels taken from the dataset's by name.
+  nlohmann::json label_mapping;
+  if (model.config.labels != dataset->label_names()) {
+    VP_REQUIRE(dataset->multi_label() && model.config.problem_type == ProblemType::multi_label, o.model,
+               ": the model's labels are not the dataset's, and only multi-label labels can be mapped by name");
+    const LabelMapping mapping = map_labels(dataset->label_names(), LabelSet{model.config.labels, {}});
+    VP_REQUIRE(!mapping.mapped.empty(), o.model, ": none of the model's ", model.config.num_labels(),
+               " labels matches a label of ", dataset->spec());
+    apply_label_mapping(*dataset, mapping);
+    label_mapping = label_mapping_json(mapping);
+    std::string unmapped;
+    for (const auto& name : mapping.unmapped) unmapped += (unmapped.empty() ? "" : ", ") + name;
+    info("labels: ", mapping.mapped.size(), " of the model's ", mapping.names.size(), " labels mapped onto ",
+         dataset->spec(), unmapped.empty() ? "" : "; not in this dataset (no AUC): " + unmapped);
+  }
   auto layout = model.parameters.layout_ptr();
   EvaluationReport report;
   run_on_world(1, o.threads, [&](Communicator& world) {
@@ -74,6 +91,7 @@ void run_eval(const EvalOptions& o) {
     if (o.bootstrap > 0) settings.bootstrap = BootstrapOptions{o.bootstrap, 0.95, o.bootstrap_seed};
     report = evaluate_split(executor, world, dataset, split, model.preprocessor, settings);
   });
+  report.label_mapping = label_mapping;
   if (!o.save_predictions.empty()) write_predictions_csv(o.save_predictions, report, *dataset);
   if (o.json) {
     nlohmann::json j = report.to_json();
@@ -83,6 +101,19 @@ void run_eval(const EvalOptions& o) {
   } else {
     std::printf("%s split of %s: %lld images, loss %.4f\n%s", report.split.c_str(), dataset->spec().c_str(),
                 static_cast<long long>(report.rows), report.loss, report.table().c_str());
+    if (!label_mapping.is_null()) {
+      std::string mapped;
+      for (const auto& [target, source] : label_mapping["mapped"].items())
+        mapped += (mapped.empty() ? "" : ", ") +
+                  (target == source.get<std::string>() ? target : target + " <- " + source.get<std::string>());
+      std::printf("labels mapped: %s\n", mapped.c_str());
+      std::string unmapped, unused;
+      for (const auto& name : label_mapping["unmapped"])
+        unmapped += (unmapped.empty() ? "" : ", ") + name.get<std::string>();
+      for (const auto& name : label_mapping["unused"]) unused += (unused.empty() ? "" : ", ") + name.get<std::string>();
+      if (!unmapped.empty()) std::printf("model labels not in this dataset: %s\n", unmapped.c_str());
+      if (!unused.empty()) std::printf("dataset labels the model lacks: %s\n", unused.c_str());
+    }
   }
 }
 
@@ -93,7 +124,7 @@ void add_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Evaluate a model on a dataset split: loss, per-label ROC-AUC and PR-AUC");
   cmd->add_option("--model", o->model, "Model directory or Hugging Face repo id")->required();
   cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
-  add_dataset_flags(cmd, &o->data, &o->dataset);
+  add_dataset_flags(cmd, &o->data, &o->dataset, true, &o->read);
   cmd->add_option("--split", o->split, "train, val or test")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_option("--save-predictions", o->save_predictions,

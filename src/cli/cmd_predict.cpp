@@ -5,9 +5,11 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "cli/data_flags.h"
 #include "data/csv_table.h"
 #include "data/image.h"
 #include "data/image_processor.h"
+#include "explain/explain_images.h"
 #include "io/model_files.h"
 #include "model/vit_stage.h"
 #include "util/error.h"
@@ -20,10 +22,12 @@ struct PredictOptions {
   std::string model;
   std::string revision = "main";
   std::vector<std::string> images;
+  ImageReadFlags read;
   int64_t image_size = 0;
   int threads = 0;
   std::string format = "json";
   int64_t batch_size = 16;
+  std::string heatmap_dir;  // also explain each image's most probable finding (gradient-weighted rollout)
 };
 
 void run_predict(const PredictOptions& o) {
@@ -34,6 +38,7 @@ void run_predict(const PredictOptions& o) {
   load.image_size = o.image_size;
   load.reference.revision = o.revision;
   LoadedModel model = load_model(o.model, load);
+  const ImageReadOptions reading = resolve_image_read(o.read, model.preprocessor, model.directory.string());
   const ViTConfig& c = model.config;
   VP_REQUIRE(c.num_labels() > 0, o.model, ": the model has no classifier labels to predict");
   const ImageProcessor processor(model.preprocessor);
@@ -65,7 +70,7 @@ void run_predict(const PredictOptions& o) {
     Tensor input = stage.input(0, b);
     for (int64_t i = 0; i < b; ++i) {
       const std::string& path = o.images[start + static_cast<size_t>(i)];
-      const DecodedImage image = decode_image_file_keep_gray(path);
+      const DecodedImage image = decode_image_file_keep_gray(path, reading);
       // Without do_resize the image keeps its size, which must then be the model's (as transformers requires).
       VP_REQUIRE(
           processor.output_height(image.height) == c.image_size && processor.output_width(image.width) == c.image_size,
@@ -103,20 +108,32 @@ void run_predict(const PredictOptions& o) {
       }
     }
   }
+  if (!o.heatmap_dir.empty()) {
+    ExplainRequest request;
+    request.out_dir = o.heatmap_dir;
+    request.reading = reading;
+    const auto maps = explain_images(model, o.model, o.images, request);
+    std::fprintf(stderr, "heatmaps: %zu in %s (vitpipe explain for other methods and findings)\n", maps.size(),
+                 o.heatmap_dir.c_str());
+  }
 }
 
 }  // namespace
 
 void add_predict_command(CLI::App& app) {
   auto o = std::make_shared<PredictOptions>();
-  auto* cmd = app.add_subcommand("predict", "Run a model on PNG/JPEG images: logits and per-label probabilities");
+  auto* cmd =
+      app.add_subcommand("predict", "Run a model on PNG, JPEG or DICOM images: logits and per-label probabilities");
   cmd->add_option("--model", o->model, "Model directory or Hugging Face repo id")->required();
   cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
   cmd->add_option("--image-size", o->image_size, "Run at another resolution (position embeddings resized bicubically)");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
   cmd->add_option("--format", o->format, "json (one object per line) or csv")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "Images per forward pass")->capture_default_str();
-  cmd->add_option("images", o->images, "Image files (PNG or JPEG)")->required();
+  cmd->add_option("--heatmap", o->heatmap_dir,
+                  "Also write each image's heatmap for its most probable label (gradient-weighted rollout) to DIR");
+  add_image_read_flags(cmd, &o->read);
+  cmd->add_option("images", o->images, "Image files (PNG, JPEG or DICOM)")->required();
   cmd->callback([o] { run_predict(*o); });
 }
 

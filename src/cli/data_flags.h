@@ -7,14 +7,70 @@
 
 #include "data/augmentation.h"
 #include "data/dataset.h"
+#include "data/image_read_options.h"
 #include "data/loader.h"
+#include "data/sample_transform.h"
+#include "io/preprocessor_config.h"
+#include "util/log.h"
 
 namespace vitpipe::cli {
 
-// --data (required when `required`), --val-fraction, --seed, --view, --add-no-finding, --skip-unreadable.
-inline void add_dataset_flags(CLI::App* cmd, std::string* spec, DatasetOptions* options, bool required = true) {
+// --intensity, --dicom-window, --dicom-first-frame, remembering which were given (a model's recorded reading is the
+// default of predict and eval).
+struct ImageReadFlags {
+  ImageReadOptions options;
+  bool intensity_given = false, window_given = false, frame_given = false;
+};
+
+inline void add_image_read_flags(CLI::App* cmd, ImageReadFlags* flags) {
+  cmd->add_option_function<std::string>(
+         "--intensity",
+         [flags](const std::string& v) {
+           flags->options.intensity = parse_intensity_policy(v, "--intensity");
+           flags->intensity_given = true;
+         },
+         "Images above 8 bits (16-bit PNG, DICOM) to 8 bits: auto (default: full-range for PNG, the file's VOI for "
+         "DICOM) | pillow | full-range | window:C,W | percentile:LO,HI")
+      ->type_name("POLICY");
+  cmd->add_option_function<std::string>(
+         "--dicom-window",
+         [flags](const std::string& v) {
+           flags->options.dicom_window = parse_dicom_window(v, "--dicom-window");
+           flags->window_given = true;
+         },
+         "DICOM VOI transform under --intensity auto: first (default; min..max when the file has none) | N | minmax")
+      ->type_name("WHICH");
+  cmd->add_flag_function(
+      "--dicom-first-frame",
+      [flags](int64_t) {
+        flags->options.dicom_first_frame = true;
+        flags->frame_given = true;
+      },
+      "Read the first frame of multi-frame DICOM files instead of refusing them");
+}
+
+// What a command uses for a model: the reading its preprocessor config records, overridden by the flags given.
+inline ImageReadOptions resolve_image_read(const ImageReadFlags& flags, const PreprocessorConfig& config,
+                                           const std::string& model) {
+  ImageReadOptions options = image_read_options_of(config, model + "/preprocessor_config.json");
+  const ImageReadOptions recorded = options;
+  if (flags.intensity_given) options.intensity = flags.options.intensity;
+  if (flags.window_given) options.dicom_window = flags.options.dicom_window;
+  if (flags.frame_given) options.dicom_first_frame = true;
+  if (!config.vitpipe_intensity.is_null() && !(options == recorded))
+    warn(model, " was trained reading images with ", describe_image_read_options(recorded), "; reading them with ",
+         describe_image_read_options(options), " as asked");
+  return options;
+}
+
+// --data (required when `required`), --val-fraction, --seed, --view, --add-no-finding, --skip-unreadable, the label
+// conventions (--uncertain, --blank, --label-vote, --mimic-labels, --labels) and the image reading flags.
+inline void add_dataset_flags(CLI::App* cmd, std::string* spec, DatasetOptions* options, bool required = true,
+                              ImageReadFlags* read_flags = nullptr) {
   auto* data = cmd->add_option(
-      "--data", *spec, "Dataset: chestxray14:ROOT, csv:FILE, folder:ROOT or cache:DIR (from `vitpipe data prepare`)");
+      "--data", *spec,
+      "Dataset: chestxray14:ROOT, chexpert:ROOT, mimic-cxr-jpg:ROOT, padchest:ROOT, vindr-cxr:ROOT, csv:FILE, "
+      "folder:ROOT or cache:DIR (from `vitpipe data prepare`)");
   if (required) data->required();
   cmd->add_option("--val-fraction", options->val_fraction,
                   "Share of the train_val images (whole patients) held out as the val split")
@@ -22,12 +78,32 @@ inline void add_dataset_flags(CLI::App* cmd, std::string* spec, DatasetOptions* 
       ->check(CLI::Range(0.0, 0.99));
   cmd->add_option("--data-seed", options->seed, "Seed of the patient division into train and val")
       ->capture_default_str();
-  cmd->add_option("--view", options->view, "Keep only this View Position (PA or AP)")
-      ->transform(CLI::IsMember({"PA", "AP"}, CLI::ignore_case));
+  cmd->add_option("--view", options->view,
+                  "Keep only this view: PA, AP, LATERAL, ... (the dataset's names, any case) or frontal / lateral");
   cmd->add_flag("--add-no-finding", options->add_no_finding,
                 "Add \"No Finding\" as a last label (1 when an image has no finding)");
   cmd->add_flag("--skip-unreadable", options->skip_unreadable,
                 "Skip missing or undecodable images with a warning (and a count at the end) instead of stopping");
+  cmd->add_option("--uncertain", options->uncertain,
+                  "Labels coded -1 (uncertain): ones | zeros | ignore (masked out of loss and metrics; default)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, UncertainPolicy>{
+              {"ones", UncertainPolicy::ones}, {"zeros", UncertainPolicy::zeros}, {"ignore", UncertainPolicy::ignore}},
+          CLI::ignore_case));
+  cmd->add_option("--blank", options->blank, "Labels left blank (not mentioned): zeros (default) | ignore (masked)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, BlankPolicy>{{"zeros", BlankPolicy::zeros}, {"ignore", BlankPolicy::ignore}},
+          CLI::ignore_case));
+  cmd->add_option("--label-vote", options->label_vote,
+                  "Several readers per image (VinDr-CXR): any (default) | majority")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, LabelVote>{{"any", LabelVote::any}, {"majority", LabelVote::majority}},
+          CLI::ignore_case));
+  cmd->add_option("--mimic-labels", options->mimic_labels, "MIMIC-CXR-JPG's label file: chexpert (default) | negbio")
+      ->check(CLI::IsMember({"chexpert", "negbio"}));
+  cmd->add_option("--labels", options->labels,
+                  "Map the dataset's labels onto chestxray14 | chexpert | union | a JSON FILE (unmatched: masked)");
+  if (read_flags != nullptr) add_image_read_flags(cmd, read_flags);
 }
 
 // Training augmentation, each part off/on (defaults suit chest X-rays: no horizontal flip).

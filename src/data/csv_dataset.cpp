@@ -1,11 +1,14 @@
 // csv:FILE: a column of image paths (relative to the CSV's folder, or absolute) and labels given either as one
-// '|'-joined column or as one 0/1 column per label. Optional columns: split (train/val/test), patient, view.
+// '|'-joined column or as one column per label, read as CheXpert's are (data/label_codes.h: 1, 0, -1 uncertain,
+// blank or NaN not mentioned). Optional columns: split (train, val, test, or train_val: divided into train and val by
+// patient as ChestX-ray14's official list is), patient, view.
 #include <algorithm>
 #include <map>
 #include <set>
 
 #include "data/csv_table.h"
 #include "data/file_dataset.h"
+#include "data/label_codes.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -13,7 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_binary_value(const std::string& v) { return v == "0" || v == "1" || v == "0.0" || v == "1.0"; }
+bool is_code(const std::string& v) { return parse_label_code(v) != LabelCode::invalid; }
+bool is_blank(const std::string& v) { return parse_label_code(v) == LabelCode::blank; }
 
 }  // namespace
 
@@ -36,10 +40,12 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
              "either one '|'-joined label column or one 0/1 column per label)");
   VP_REQUIRE(!table.rows.empty(), csv.string(), ": no rows");
 
-  auto column_is_binary = [&](int c) {
-    return std::all_of(table.rows.begin(), table.rows.end(), [&](const auto& row) { return is_binary_value(row[c]); });
+  // One column of label codes (not all blank) is a per-label column; any other single column is '|'-joined names.
+  auto column_of_codes = [&](int c) {
+    return std::all_of(table.rows.begin(), table.rows.end(), [&](const auto& row) { return is_code(row[c]); }) &&
+           !std::all_of(table.rows.begin(), table.rows.end(), [&](const auto& row) { return is_blank(row[c]); });
   };
-  const bool joined = label_cols.size() == 1 && !column_is_binary(label_cols[0]);
+  const bool joined = label_cols.size() == 1 && !column_of_codes(label_cols[0]);
 
   FileDataset::Source source;
   source.spec = "csv:" + csv.string();
@@ -66,10 +72,10 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
   } else {
     for (int c : label_cols) {
       for (size_t r = 0; r < table.rows.size(); ++r)
-        VP_REQUIRE(is_binary_value(table.rows[r][c]), table.where(r), ": column \"", table.header[c], "\" holds \"",
-                   table.rows[r][c],
-                   "\"; with one column per label every value must be 0 or 1 (name the path "
-                   "column \"path\" and any split / patient / view column so they are not read as labels)");
+        VP_REQUIRE(is_code(table.rows[r][c]), table.where(r), ": column \"", table.header[c], "\" holds \"",
+                   table.rows[r][c], "\"; with one column per label every value must be ", kLabelCodesExpected,
+                   " (name the path column \"path\" and any split / patient / view column so they are not read as "
+                   "labels)");
       source.label_names.push_back(table.header[c]);
     }
   }
@@ -90,7 +96,7 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
       }
     } else {
       for (size_t k = 0; k < label_cols.size(); ++k)
-        if (row[label_cols[k]][0] == '1') entry.item.labels.push_back(static_cast<int32_t>(k));
+        add_label_code(parse_label_code(row[label_cols[k]]), static_cast<int32_t>(k), entry.item);
     }
     std::sort(entry.item.labels.begin(), entry.item.labels.end());
     entry.item.labels.erase(std::unique(entry.item.labels.begin(), entry.item.labels.end()), entry.item.labels.end());
@@ -98,7 +104,8 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
     if (patient_col >= 0) entry.item.patient = row[patient_col];
     if (view_col >= 0) entry.item.view = row[view_col];
     entry.source_split = SourceSplit::train_val;
-    if (split_col >= 0) {
+    const bool pool = split_col >= 0 && (row[split_col] == "train_val" || row[split_col] == "trainval");
+    if (split_col >= 0 && !pool) {  // train_val: the pool divided into train and val by patient (--val-fraction)
       switch (parse_split(row[split_col], table.where(r))) {
         case Split::train:
           entry.source_split = SourceSplit::train;

@@ -46,9 +46,78 @@ std::vector<int64_t> Dataset::split_indices(Split split) const {
   return out;
 }
 
+const char* uncertain_policy_name(UncertainPolicy policy) {
+  switch (policy) {
+    case UncertainPolicy::ones:
+      return "ones";
+    case UncertainPolicy::zeros:
+      return "zeros";
+    case UncertainPolicy::ignore:
+      return "ignore";
+  }
+  return "ignore";
+}
+
+const char* blank_policy_name(BlankPolicy policy) { return policy == BlankPolicy::zeros ? "zeros" : "ignore"; }
+
+const char* label_vote_name(LabelVote vote) { return vote == LabelVote::any ? "any" : "majority"; }
+
+bool view_matches(const std::string& wanted, const std::string& view) {
+  auto upper = [](std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string w = upper(wanted), v = upper(view);
+  if (w == v) return true;
+  if (w == "FRONTAL") return v.rfind("PA", 0) == 0 || v.rfind("AP", 0) == 0 || v == "FRONTAL";
+  if (w == "LATERAL") return v == "LATERAL" || v == "LL" || v == "RL" || v == "L";
+  return false;
+}
+
 void Dataset::write_labels(int64_t i, float* row) const {
   std::fill(row, row + num_labels(), 0.0f);
   for (int32_t label : item(i).labels) row[label] = 1.0f;
+}
+
+void Dataset::write_label_weights(int64_t i, float* row) const {
+  std::fill(row, row + num_labels(), 1.0f);
+  for (int32_t label : item(i).masked) row[label] = 0.0f;
+}
+
+bool Dataset::has_masked_labels() const {
+  return std::any_of(items_.begin(), items_.end(), [](const DatasetItem& item) { return !item.masked.empty(); });
+}
+
+void Dataset::remap_labels(const std::vector<std::string>& names, const std::vector<int32_t>& source) {
+  VP_REQUIRE(multi_label_, spec_, ": --labels maps the labels of multi-label datasets only");
+  VP_REQUIRE(names.size() == source.size(), "remap_labels: ", names.size(), " names for ", source.size(), " sources");
+  std::vector<int32_t> target_of(label_names_.size(), -1);
+  std::vector<int32_t> unmapped;
+  for (size_t k = 0; k < source.size(); ++k) {
+    if (source[k] < 0) {
+      unmapped.push_back(static_cast<int32_t>(k));
+    } else {
+      VP_REQUIRE(source[k] < static_cast<int32_t>(label_names_.size()), "remap_labels: source label out of range");
+      target_of[static_cast<size_t>(source[k])] = static_cast<int32_t>(k);
+    }
+  }
+  auto remap = [&](const std::vector<int32_t>& old) {
+    std::vector<int32_t> out;
+    for (int32_t l : old)
+      if (target_of[static_cast<size_t>(l)] >= 0) out.push_back(target_of[static_cast<size_t>(l)]);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  for (DatasetItem& item : items_) {
+    item.labels = remap(item.labels);
+    item.uncertain = remap(item.uncertain);
+    item.unmentioned = remap(item.unmentioned);
+    std::vector<int32_t> masked = remap(item.masked);
+    masked.insert(masked.end(), unmapped.begin(), unmapped.end());
+    std::sort(masked.begin(), masked.end());
+    item.masked = std::move(masked);
+  }
+  label_names_ = names;
 }
 
 int64_t Dataset::class_index(int64_t i) const {
@@ -112,6 +181,23 @@ std::vector<size_t> apply_dataset_options(std::vector<SourceEntry>& entries, std
     }
   }
 
+  // Uncertain (-1) and blank labels: positive, negative or masked as the policies say.
+  for (auto& entry : entries) {
+    DatasetItem& item = entry.item;
+    std::vector<int32_t> positives = item.labels, masked;
+    if (options.uncertain == UncertainPolicy::ones)
+      positives.insert(positives.end(), item.uncertain.begin(), item.uncertain.end());
+    if (options.uncertain == UncertainPolicy::ignore) masked = item.uncertain;
+    if (options.blank == BlankPolicy::ignore)
+      masked.insert(masked.end(), item.unmentioned.begin(), item.unmentioned.end());
+    for (auto* list : {&positives, &masked}) {
+      std::sort(list->begin(), list->end());
+      list->erase(std::unique(list->begin(), list->end()), list->end());
+    }
+    item.labels = std::move(positives);
+    item.masked = std::move(masked);
+  }
+
   if (options.add_no_finding) {
     VP_REQUIRE(no_finding_allowed, source_for_errors,
                ": --add-no-finding needs a multi-label dataset whose empty label set means \"No Finding\"");
@@ -119,8 +205,10 @@ std::vector<size_t> apply_dataset_options(std::vector<SourceEntry>& entries, std
                source_for_errors, ": already has a \"No Finding\" label");
     label_names.push_back(kNoFindingLabel);
     const auto no_finding = static_cast<int32_t>(label_names.size() - 1);
-    for (auto& entry : entries)
-      if (entry.item.labels.empty()) entry.item.labels.push_back(no_finding);
+    for (auto& entry : entries) {
+      if (!entry.item.labels.empty()) continue;
+      (entry.item.masked.empty() ? entry.item.labels : entry.item.masked).push_back(no_finding);
+    }
   }
 
   std::vector<size_t> kept;
@@ -131,7 +219,7 @@ std::vector<size_t> apply_dataset_options(std::vector<SourceEntry>& entries, std
                " given but this dataset has no view positions");
   }
   for (size_t i = 0; i < entries.size(); ++i)
-    if (options.view.empty() || entries[i].item.view == options.view) kept.push_back(i);
+    if (options.view.empty() || view_matches(options.view, entries[i].item.view)) kept.push_back(i);
   return kept;
 }
 

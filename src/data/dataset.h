@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/image.h"
+#include "data/image_read_options.h"
 
 namespace vitpipe {
 
@@ -19,21 +20,44 @@ Split parse_split(std::string_view name, const std::string& where);     // accep
 // The split as the source gives it, before the train_val pool is divided by patient.
 enum class SourceSplit : uint8_t { train_val = 0, train = 1, val = 2, test = 3, none = 4 };
 
+// Label conventions of the chest X-ray datasets (CheXpert, MIMIC-CXR: 1 / 0 / -1 uncertain / blank = not
+// mentioned). An ignored label is masked per element: out of the loss and out of that label's metrics.
+enum class UncertainPolicy { ones, zeros, ignore };  // --uncertain: U-Ones, U-Zeros, U-Ignore (Irvin et al. 2019)
+enum class BlankPolicy { zeros, ignore };            // --blank: a label not mentioned is negative, or unknown
+enum class LabelVote { any, majority };              // --label-vote: several readers per image (VinDr-CXR)
+
 struct DatasetOptions {
   double val_fraction = 0.1;     // share of the train_val images (whole patients) that become `val`
   uint64_t seed = 0;             // seeds the patient division
   bool add_no_finding = false;   // multi-label: a last label "No Finding" = 1 when an image has no finding
-  std::string view;              // "" = all views, else keep only this View Position ("PA" / "AP")
+  std::string view;              // "" = all views; PA, AP, ... (exact, any case), or frontal / lateral
   bool skip_unreadable = false;  // missing or undecodable images: warn, skip and count instead of failing
   bool allow_missing = false;    // inspection only: count files listed but absent instead of failing
+  ImageReadOptions image_read;   // how image files become 8-bit pixels (16-bit PNG, DICOM)
+  UncertainPolicy uncertain = UncertainPolicy::ignore;
+  BlankPolicy blank = BlankPolicy::zeros;
+  LabelVote label_vote = LabelVote::any;
+  std::string mimic_labels = "chexpert";  // MIMIC-CXR-JPG's label file: chexpert or negbio
+  std::string labels;                     // --labels chestxray14|chexpert|union|FILE; "" = the dataset's own
 };
+
+const char* uncertain_policy_name(UncertainPolicy policy);  // "ones", "zeros", "ignore"
+const char* blank_policy_name(BlankPolicy policy);          // "zeros", "ignore"
+const char* label_vote_name(LabelVote vote);                // "any", "majority"
+// True when `view` passes the --view filter `wanted`: the same name (any case), or wanted = frontal and a view
+// starting with PA or AP, or wanted = lateral and one of LATERAL, LL, RL, L.
+bool view_matches(const std::string& wanted, const std::string& view);
 
 struct DatasetItem {
   std::string name;             // as listed: an image name, or a path relative to the CSV / folder root
   std::vector<int32_t> labels;  // indices into Dataset::label_names(), ascending (single-label: exactly one)
   Split split = Split::none;
   std::string patient;  // "" when the source has no patient ids (then each image is its own patient)
-  std::string view;     // View Position ("PA", "AP") or ""
+  std::string view;     // View Position ("PA", "AP", "LATERAL", ...) or ""
+  // As the source codes them, ascending; --uncertain and --blank decide what they mean (apply_dataset_options).
+  std::vector<int32_t> uncertain;    // coded -1
+  std::vector<int32_t> unmentioned;  // left blank / NaN
+  std::vector<int32_t> masked;       // unknown after the policies: out of the loss and of that label's AUC
 };
 
 // Pixels a dataset already holds at training resolution (the packed cache): read in place, no decoding.
@@ -62,6 +86,16 @@ class Dataset {
 
   void write_labels(int64_t i, float* row) const;  // num_labels() floats: multi-hot (single-label: one-hot)
   int64_t class_index(int64_t i) const;            // single-label: the class; multi-label: -1
+  // num_labels() floats: 1 where item i's label is known, 0 where it is masked.
+  void write_label_weights(int64_t i, float* row) const;
+  bool has_masked_labels() const;  // any item with a masked label
+
+  // How this dataset's image files become 8-bit pixels (a cache: how it was prepared).
+  const ImageReadOptions& image_read_options() const { return image_read_; }
+
+  // Replaces the label set by `names`: new label k takes old label source[k] (-1: unknown for every item, masked).
+  // Old labels not taken are dropped. Multi-label datasets only.
+  void remap_labels(const std::vector<std::string>& names, const std::vector<int32_t>& source);
 
   // Items listed by the source but absent on disk (only with allow_missing or skip_unreadable).
   const std::vector<std::string>& missing() const { return missing_; }
@@ -84,6 +118,7 @@ class Dataset {
   bool multi_label_ = true;
   std::vector<DatasetItem> items_;
   std::vector<std::string> missing_;
+  ImageReadOptions image_read_;
 };
 
 // What a source lists, before options are applied: shared by every dataset kind (and stored in the cache) so the
@@ -93,9 +128,11 @@ struct SourceEntry {
   SourceSplit source_split = SourceSplit::none;
 };
 
-// Divides the train_val entries into train/val by patient, sets each item's split, applies the view filter and
-// adds "No Finding" when asked (appending it to `label_names`). Returns the positions in `entries` that are kept.
-// `no_finding_allowed`: the source is multi-label with an empty label set meaning "No Finding".
+// Divides the train_val entries into train/val by patient, sets each item's split, resolves uncertain and blank
+// labels into positives and masks (--uncertain, --blank), applies the view filter and adds "No Finding" when asked
+// (appending it to `label_names`; masked where an item has no positive but a masked label). Returns the positions
+// in `entries` that are kept. `no_finding_allowed`: the source is multi-label with an empty label set meaning
+// "No Finding".
 std::vector<size_t> apply_dataset_options(std::vector<SourceEntry>& entries, std::vector<std::string>& label_names,
                                           bool no_finding_allowed, const DatasetOptions& options,
                                           const std::string& source_for_errors);

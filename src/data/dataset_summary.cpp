@@ -16,6 +16,7 @@ json summarize_dataset(const Dataset& dataset) {
   std::map<Split, int64_t> images;
   std::map<Split, std::set<std::string>> patients;
   std::vector<int64_t> label_counts(static_cast<size_t>(dataset.num_labels()), 0);
+  std::vector<int64_t> masked_counts(static_cast<size_t>(dataset.num_labels()), 0);
   int64_t unlabelled = 0;
   std::map<std::string, int64_t> views;
   for (int64_t i = 0; i < dataset.size(); ++i) {
@@ -23,6 +24,7 @@ json summarize_dataset(const Dataset& dataset) {
     images[item.split]++;
     if (!item.patient.empty()) patients[item.split].insert(item.patient);
     for (int32_t l : item.labels) label_counts[static_cast<size_t>(l)]++;
+    for (int32_t l : item.masked) masked_counts[static_cast<size_t>(l)]++;
     if (item.labels.empty()) unlabelled++;
     if (!item.view.empty()) views[item.view]++;
   }
@@ -41,6 +43,11 @@ json summarize_dataset(const Dataset& dataset) {
   if (dataset.multi_label() && std::find(names.begin(), names.end(), kNoFindingLabel) == names.end())
     counts[kNoFindingLabel] = unlabelled;
   out["label_counts"] = counts;
+  if (dataset.has_masked_labels()) {
+    json masked = json::object();
+    for (size_t l = 0; l < masked_counts.size(); ++l) masked[dataset.label_names()[l]] = masked_counts[l];
+    out["masked_counts"] = masked;  // unknown (uncertain or blank under the policies): out of loss and metrics
+  }
   out["labels"] = names;
   out["multi_label"] = dataset.multi_label();
   bool has_patients = std::any_of(patients.begin(), patients.end(), [](const auto& p) { return !p.second.empty(); });
@@ -87,12 +94,17 @@ std::string format_dataset_summary(const json& s) {
     add("patients in two splits: " + std::to_string(s["patients_in_two_splits"].get<int64_t>()));
   add("");
   const double total = std::max<double>(1.0, static_cast<double>(s.at("total").get<int64_t>()));
-  std::snprintf(line, sizeof(line), "%-20s %10s %8s", "label", "images", "share");
+  const bool masked = s.contains("masked_counts");
+  std::snprintf(line, sizeof(line), "%-20s %10s %8s%s", "label", "images", "share", masked ? "     masked" : "");
   add(line);
   for (const auto& [name, count] : s.at("label_counts").items()) {
-    std::snprintf(line, sizeof(line), "%-20s %10lld %7.2f%%", name.c_str(),
+    char unknown[32] = "";
+    if (masked && s["masked_counts"].contains(name))
+      std::snprintf(unknown, sizeof(unknown), " %10lld",
+                    static_cast<long long>(s["masked_counts"][name].get<int64_t>()));
+    std::snprintf(line, sizeof(line), "%-20s %10lld %7.2f%%%s", name.c_str(),
                   static_cast<long long>(count.get<int64_t>()),
-                  100.0 * static_cast<double>(count.get<int64_t>()) / total);
+                  100.0 * static_cast<double>(count.get<int64_t>()) / total, unknown);
     add(line);
   }
   if (s.contains("views")) {

@@ -10,12 +10,18 @@ namespace vitpipe {
 bool is_image_file_name(const std::filesystem::path& path) {
   std::string ext = path.extension().string();
   for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".dcm" || ext == ".dicom";
+}
+
+bool is_image_file(const std::filesystem::path& path) {
+  // DICOM files are often named by their UID ("1.2.826.0.1.3680043...."): whatever follows a dot, look inside.
+  return is_image_file_name(path) || has_image_signature(path);
 }
 
 FileDataset::FileDataset(Source source, const DatasetOptions& options) : source_(std::move(source)) {
   spec_ = source_.spec;
   kind_ = source_.kind;
+  image_read_ = options.image_read;
   multi_label_ = source_.multi_label;
   label_names_ = source_.label_names;
   std::vector<SourceEntry> entries = source_.entries;
@@ -27,7 +33,7 @@ FileDataset::FileDataset(Source source, const DatasetOptions& options) : source_
     paths_.push_back(source_.paths[k]);
   }
   for (const auto& m : source_.missing)
-    if (options.view.empty() || m.item.view == options.view) missing_.push_back(m.item.name);
+    if (options.view.empty() || view_matches(options.view, m.item.view)) missing_.push_back(m.item.name);
 
   if (!missing_.empty() && !options.allow_missing) {
     std::string examples;
@@ -45,7 +51,7 @@ FileDataset::FileDataset(Source source, const DatasetOptions& options) : source_
 }
 
 DecodedImage FileDataset::load_decoded(int64_t i) const {
-  return decode_image_file_keep_gray(paths_[static_cast<size_t>(i)]);
+  return decode_image_file_keep_gray(paths_[static_cast<size_t>(i)], image_read_);
 }
 
 }  // namespace vitpipe

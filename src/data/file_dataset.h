@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ class FileDataset : public Dataset {
     std::vector<std::filesystem::path> paths;           // one per entry
     std::vector<SourceEntry> missing;                   // listed but absent
     std::vector<std::filesystem::path> metadata_files;  // CSV, split lists: part of a cache's fingerprint
+    // Options that shaped the listing itself (VinDr-CXR's --label-vote, MIMIC-CXR's --mimic-labels): a cache
+    // records them, and refuses to be opened with others.
+    std::map<std::string, std::string> listing_options;
   };
   FileDataset(Source source, const DatasetOptions& options);
 
@@ -43,8 +47,15 @@ class FileDataset : public Dataset {
 std::shared_ptr<FileDataset> open_chestxray14_dataset(const std::filesystem::path& root, const DatasetOptions& options);
 std::shared_ptr<FileDataset> open_csv_dataset(const std::filesystem::path& csv, const DatasetOptions& options);
 std::shared_ptr<FileDataset> open_folder_dataset(const std::filesystem::path& root, const DatasetOptions& options);
+std::shared_ptr<FileDataset> open_chexpert_dataset(const std::filesystem::path& root, const DatasetOptions& options);
+std::shared_ptr<FileDataset> open_mimic_cxr_dataset(const std::filesystem::path& root, const DatasetOptions& options);
+std::shared_ptr<FileDataset> open_padchest_dataset(const std::filesystem::path& root, const DatasetOptions& options);
+std::shared_ptr<FileDataset> open_vindr_cxr_dataset(const std::filesystem::path& root, const DatasetOptions& options);
 
-// True for .png / .jpg / .jpeg (any case).
+// True for .png / .jpg / .jpeg / .dcm / .dicom (any case).
 bool is_image_file_name(const std::filesystem::path& path);
+// An image file by name, or by its first bytes (PNG, JPEG or DICOM signature): a DICOM file is often named by its UID
+// alone, dots included.
+bool is_image_file(const std::filesystem::path& path);
 
 }  // namespace vitpipe

@@ -1,4 +1,5 @@
-// folder:ROOT: one subfolder per class (single-label), images .png/.jpg/.jpeg anywhere below it. If ROOT's
+// folder:ROOT: one subfolder per class (single-label), images (.png/.jpg/.jpeg/.dcm/.dicom, or any file with a PNG,
+// JPEG or DICOM signature, such as DICOM files named by their UID) anywhere below it. If ROOT's
 // subfolders are train/ val/ test/ (ImageNet style), each holds the class folders and gives the split; otherwise
 // everything is train_val and divided by image.
 #include <algorithm>
@@ -57,14 +58,14 @@ std::shared_ptr<FileDataset> open_folder_dataset(const fs::path& root_in, const 
       classes.insert(class_name);
       size_t before = found.size();
       for (const auto& entry : fs::recursive_directory_iterator(class_dir))
-        if (entry.is_regular_file() && is_image_file_name(entry.path()))
-          found.push_back({entry.path(), class_name, split});
+        if (entry.is_regular_file() && is_image_file(entry.path())) found.push_back({entry.path(), class_name, split});
       std::sort(found.begin() + static_cast<std::ptrdiff_t>(before), found.end(),
                 [](const Found& a, const Found& b) { return a.path < b.path; });
-      if (found.size() == before) warn(class_dir.string(), ": no images (.png, .jpg, .jpeg) in class folder");
+      if (found.size() == before)
+        warn(class_dir.string(), ": no images (.png, .jpg, .jpeg, .dcm, DICOM) in class folder");
     }
   }
-  VP_REQUIRE(!found.empty(), root.string(), ": no images (.png, .jpg, .jpeg) in any class folder");
+  VP_REQUIRE(!found.empty(), root.string(), ": no images (.png, .jpg, .jpeg, .dcm, DICOM) in any class folder");
 
   FileDataset::Source source;
   source.spec = "folder:" + root.string();

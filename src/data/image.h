@@ -6,9 +6,10 @@
 // - gray of 1, 2 or 4 bits: scaled to 8 bits by bit replication (x255, x85, x17), as Pillow's "1"/"L;2"/"L;4".
 // - alpha (gray+alpha, RGBA, tRNS): dropped, never composited onto a background.
 // - 16-bit RGB / RGBA / gray+alpha: the high byte of each sample.
-// - 16-bit GRAY: CLIPPED to 0..255, NOT scaled. Pillow opens it as mode "I" and convert("RGB") clamps, so a 12-bit
-//   X-ray stored in 16 bits comes out almost entirely white. We reproduce this on purpose: a checkpoint fine-tuned
-//   on Pillow's pixels must see the same pixels here. Convert such data to 8 bits yourself before training.
+// - 16-bit GRAY: by the intensity policy (data/image_read_options.h). `--intensity pillow` is Pillow's: CLIPPED to
+//   0..255, NOT scaled (Pillow opens it as mode "I" and convert("RGB") clamps, so a 12-bit X-ray stored in 16 bits
+//   comes out almost entirely white); the default scales it over its full range instead.
+// - DICOM (recognised by "DICM" at byte 128, whatever the extension): data/dicom_decoder.h and data/dicom_pixels.h.
 // - JPEG: libjpeg-turbo with Pillow's settings (islow DCT, fancy upsampling); CMYK/YCCK are inverted ("Adobe"
 //   polarity) and converted to RGB with Pillow's integer formula.
 #pragma once
@@ -18,6 +19,8 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include "data/image_read_options.h"
 
 namespace vitpipe {
 
@@ -45,13 +48,19 @@ RgbImage to_rgb(const DecodedImage& image);
 RgbImage to_rgb(DecodedImage&& image);  // reuses the buffer when it is already RGB
 DecodedImage to_decoded(const RgbImage& image);
 
-// PNG (libspng) or JPEG (libjpeg-turbo), chosen by signature. Throws vitpipe::Error naming the file on a corrupt,
-// truncated, oversized (> kMaxImagePixels) or unsupported file.
-RgbImage decode_image_file(const std::filesystem::path& path);
-RgbImage decode_image_memory(const uint8_t* data, size_t size, const std::string& name_for_errors);
+// PNG (libspng), JPEG (libjpeg-turbo) or DICOM (DCMTK), chosen by signature; `options` says how sources above 8 bits
+// become 8-bit. Throws vitpipe::Error naming the file on a corrupt, truncated, oversized (> kMaxImagePixels) or
+// unsupported file.
+RgbImage decode_image_file(const std::filesystem::path& path, const ImageReadOptions& options = {});
+RgbImage decode_image_memory(const uint8_t* data, size_t size, const std::string& name_for_errors,
+                             const ImageReadOptions& options = {});
 
 // The same, but gray sources stay gray (channels == 1): the fast path of the data loader.
-DecodedImage decode_image_file_keep_gray(const std::filesystem::path& path);
-DecodedImage decode_image_memory_keep_gray(const uint8_t* data, size_t size, const std::string& name_for_errors);
+DecodedImage decode_image_file_keep_gray(const std::filesystem::path& path, const ImageReadOptions& options = {});
+DecodedImage decode_image_memory_keep_gray(const uint8_t* data, size_t size, const std::string& name_for_errors,
+                                           const ImageReadOptions& options = {});
+
+// True when the file starts like a PNG, a JPEG or a DICOM file (reads at most 132 bytes).
+bool has_image_signature(const std::filesystem::path& path);
 
 }  // namespace vitpipe

@@ -1,4 +1,4 @@
-// Signature dispatch between the PNG and JPEG decoders, file reading, and gray -> RGB expansion.
+// Signature dispatch between the PNG, JPEG and DICOM decoders, file reading, and gray -> RGB expansion.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "data/dicom_decoder.h"
 #include "data/image.h"
 #include "data/jpeg_decoder.h"
 #include "data/png_decoder.h"
@@ -41,23 +42,43 @@ std::vector<uint8_t> read_file(const std::filesystem::path& path) {
 
 }  // namespace
 
-DecodedImage decode_image_memory_keep_gray(const uint8_t* data, size_t size, const std::string& name) {
+DecodedImage decode_image_memory_keep_gray(const uint8_t* data, size_t size, const std::string& name,
+                                           const ImageReadOptions& options) {
   VP_REQUIRE(size > 0, name, ": empty file, not an image");
-  if (has_png_signature(data, size)) return decode_png(data, size, name);
+  if (has_png_signature(data, size)) return decode_png(data, size, name, options.intensity);
   if (has_jpeg_signature(data, size)) return decode_jpeg(data, size, name);
-  fail(name, ": not a PNG or JPEG file (unknown signature)");
+  if (has_dicom_preamble(data, size)) return decode_dicom(data, size, name, options);
+  fail(name, ": not a PNG or JPEG file (unknown signature), nor DICOM (no \"DICM\" at byte 128)");
 }
 
-DecodedImage decode_image_file_keep_gray(const std::filesystem::path& path) {
+DecodedImage decode_image_file_keep_gray(const std::filesystem::path& path, const ImageReadOptions& options) {
   const std::vector<uint8_t> bytes = read_file(path);
-  return decode_image_memory_keep_gray(bytes.data(), bytes.size(), path.string());
+  return decode_image_memory_keep_gray(bytes.data(), bytes.size(), path.string(), options);
 }
 
-RgbImage decode_image_memory(const uint8_t* data, size_t size, const std::string& name) {
-  return to_rgb(decode_image_memory_keep_gray(data, size, name));
+RgbImage decode_image_memory(const uint8_t* data, size_t size, const std::string& name,
+                             const ImageReadOptions& options) {
+  return to_rgb(decode_image_memory_keep_gray(data, size, name, options));
 }
 
-RgbImage decode_image_file(const std::filesystem::path& path) { return to_rgb(decode_image_file_keep_gray(path)); }
+RgbImage decode_image_file(const std::filesystem::path& path, const ImageReadOptions& options) {
+  return to_rgb(decode_image_file_keep_gray(path, options));
+}
+
+bool has_image_signature(const std::filesystem::path& path) {
+  uint8_t head[132] = {};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  size_t done = 0;
+  while (done < sizeof head) {
+    const ssize_t n = ::read(fd, head + done, sizeof head - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return has_png_signature(head, done) || has_jpeg_signature(head, done) || has_dicom_preamble(head, done);
+}
 
 RgbImage to_rgb(DecodedImage&& image) {
   if (image.channels == 3) {

@@ -79,7 +79,7 @@ void ImageProcessor::process(const RgbImage& image, float* out_chw) const {
 }
 
 void ImageProcessor::process_file(const std::filesystem::path& path, float* out_chw) const {
-  process(decode_image_file_keep_gray(path), out_chw);
+  process(decode_image_file_keep_gray(path, image_read_options_of(config_, "preprocessor config")), out_chw);
 }
 
 void preprocess_image(const RgbImage& image, const PreprocessorConfig& config, float* out_chw) {

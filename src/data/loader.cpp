@@ -74,7 +74,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> item
       items_(std::move(items)),
       options_(options),
       transform_(dataset_, config, options.augment, options.augmentation, options.seed),
-      sample_floats_(transform_.sample_floats()) {
+      sample_floats_(transform_.sample_floats()),
+      weighted_(dataset_->multi_label() && dataset_->has_masked_labels()) {
   VP_REQUIRE(options_.global_batch_size > 0, "batch size must be positive");
   VP_REQUIRE(
       options_.replica_count > 0 && options_.replica_index >= 0 && options_.replica_index < options_.replica_count,
@@ -247,12 +248,14 @@ bool Loader::next(Batch* batch) {
       images ? Tensor::wrap(data, {rows, 3, transform_.image_height(), transform_.image_width()}, DType::f32, images)
              : Tensor::empty({0, 3, transform_.image_height(), transform_.image_width()});
   batch->labels = Tensor::zeros({rows, dataset_->num_labels()});
+  batch->label_weights = weighted_ ? Tensor::empty({rows, dataset_->num_labels()}) : Tensor();
   batch->indices.resize(static_cast<size_t>(rows));
   batch->classes.clear();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t item = planned.items[static_cast<size_t>(keep[static_cast<size_t>(r)])];
     batch->indices[static_cast<size_t>(r)] = item;
     dataset_->write_labels(item, batch->labels.f32() + r * dataset_->num_labels());
+    if (weighted_) dataset_->write_label_weights(item, batch->label_weights.f32() + r * dataset_->num_labels());
     if (!dataset_->multi_label()) batch->classes.push_back(dataset_->class_index(item));
   }
   batch->epoch = epoch;

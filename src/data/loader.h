@@ -31,6 +31,7 @@ namespace vitpipe {
 struct Batch {
   Tensor images;                 // [b, 3, S, S] f32, normalised as the model's preprocessor config says
   Tensor labels;                 // [b, L] f32: multi-hot (single-label: one-hot)
+  Tensor label_weights;          // [b, L] f32: 1 known, 0 masked; only when the dataset has masked labels
   std::vector<int64_t> classes;  // single-label: the class of each row; empty for multi-label
   std::vector<int64_t> indices;  // dataset item of each row
   int64_t epoch = 0;
@@ -70,6 +71,7 @@ class Loader {
   // Global batches per epoch (the same for every replica; a dropped partial batch is not counted).
   int64_t batches_per_epoch() const;
   int64_t items() const { return static_cast<int64_t>(items_.size()); }
+  bool label_weights() const { return weighted_; }  // batches carry label_weights
 
   // Begins producing epoch `epoch` from global batch `first_batch` (0, or where a checkpoint stopped).
   void start_epoch(int64_t epoch, int64_t first_batch = 0);
@@ -92,6 +94,7 @@ class Loader {
   SampleTransform transform_;
   int64_t sample_floats_;
   int64_t rows_per_claim_;
+  bool weighted_;
 
   std::shared_ptr<BufferPool> pool_;
   mutable std::mutex mutex_;

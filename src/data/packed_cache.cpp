@@ -29,9 +29,9 @@ constexpr const char* kIndexName = "index.json";
 constexpr size_t kPixelsPadding = 64;
 
 // One image, decoded and resized to S x S; a colour image whose channels are all equal is kept as gray.
-void decode_and_resize(const fs::path& path, int64_t size, ResampleFilter filter, std::vector<uint8_t>* out,
-                       int* channels) {
-  DecodedImage image = decode_image_file_keep_gray(path);
+void decode_and_resize(const fs::path& path, const ImageReadOptions& reading, int64_t size, ResampleFilter filter,
+                       std::vector<uint8_t>* out, int* channels) {
+  DecodedImage image = decode_image_file_keep_gray(path, reading);
   const auto pixels = static_cast<size_t>(size * size);
   out->resize(pixels * static_cast<size_t>(image.channels));
   resize_like_pillow(image.pixels.data(), image.width, image.height, image.channels, out->data(), size, size, filter);
@@ -93,7 +93,8 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   fs::remove(dir / kPackedCacheManifestName);  // from here on, no valid-looking cache until we finish
 
   // Fingerprint first: a source edited while we decode makes the cache stale, never silently wrong.
-  const SourceFingerprint fingerprint = fingerprint_source(source);
+  const ImageReadOptions& reading = dataset.image_read_options();
+  const SourceFingerprint fingerprint = fingerprint_source(source, describe_image_read_options(reading));
   const size_t n = source.entries.size();
   const int threads = std::max(1, options.threads > 0 ? options.threads : available_cores());
   const size_t window = static_cast<size_t>(std::max(16, 8 * threads));
@@ -123,7 +124,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
       int channels = 0;
       std::string error;
       try {
-        decode_and_resize(source.paths[i], options.image_size, filter, &pixels, &channels);
+        decode_and_resize(source.paths[i], reading, options.image_size, filter, &pixels, &channels);
       } catch (const std::exception& e) {
         error = e.what();
         if (error.empty()) error = source.paths[i].string() + ": unreadable";
@@ -140,7 +141,8 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
 
   AtomicFileWriter pixels_file(dir / kPixelsName);
   json names = json::array(), labels = json::array(), splits = json::array(), patients = json::array(),
-       views = json::array(), offsets = json::array(), channels = json::array();
+       views = json::array(), offsets = json::array(), channels = json::array(), uncertain = json::array(),
+       unmentioned = json::array();
   PrepareCacheReport report;
   std::string fatal;
   {
@@ -166,6 +168,8 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
       } else {
         names.push_back(entry.item.name);
         labels.push_back(entry.item.labels);
+        uncertain.push_back(entry.item.uncertain);
+        unmentioned.push_back(entry.item.unmentioned);
         splits.push_back(source_split_code(entry.source_split));
         patients.push_back(entry.item.patient);
         views.push_back(entry.item.view);
@@ -199,8 +203,10 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   report.pixel_bytes = pixels_file.bytes_written();
   pixels_file.commit();
 
-  json index = {{"names", names}, {"labels", labels},   {"source_split", splits}, {"patients", patients},
-                {"views", views}, {"offsets", offsets}, {"channels", channels}};
+  json index = {
+      {"names", names},         {"labels", labels},     {"uncertain", uncertain}, {"unmentioned", unmentioned},
+      {"source_split", splits}, {"patients", patients}, {"views", views},         {"offsets", offsets},
+      {"channels", channels}};
   const std::string index_text = index.dump();
   write_text_file_atomically(dir / kIndexName, index_text);
 
@@ -212,6 +218,8 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
                    {"kind", source.kind},
                    {"image_size", options.image_size},
                    {"resample", options.resample},
+                   {"image_read", image_read_options_json(reading)},
+                   {"listing_options", source.listing_options},
                    {"label_names", source.label_names},
                    {"multi_label", source.multi_label},
                    {"no_finding_allowed", source.no_finding_allowed},
@@ -259,6 +267,13 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   } catch (const json::exception& e) {
     fail(where, ": missing or malformed field (", e.what(), ")");
   }
+  std::map<std::string, std::string> listing_options;
+  try {
+    cache->image_read_ = parse_image_read_options_json(manifest.at("image_read"), where + " field \"image_read\"");
+    listing_options = manifest.at("listing_options").get<std::map<std::string, std::string>>();
+  } catch (const json::exception& e) {
+    fail(where, ": missing or malformed field (", e.what(), ")");
+  }
   const bool no_finding_allowed = manifest.value("no_finding_allowed", false);
   const std::string rerun = concat("; run `vitpipe data prepare --data ", cache->source_spec_, " --image-size ",
                                    cache->image_size_, " --out ", dir.string(), "` again");
@@ -272,19 +287,30 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   VP_REQUIRE(cache->pixels_->size() == manifest.value("pixels_bytes", uint64_t{0}), (dir / kPixelsName).string(), ": ",
              cache->pixels_->size(), " bytes, the manifest says ", manifest.value("pixels_bytes", uint64_t{0}), rerun);
 
-  // Stale? Compare the source as it is now with the fingerprint taken when the cache was made.
+  // Options that shaped the source's listing (VinDr-CXR's label vote, ...) cannot change afterwards.
   DataSpec source_spec = parse_data_spec(cache->source_spec_);
+  for (const auto& [key, wanted] : listing_options_for(source_spec.kind, options)) {
+    const auto then = listing_options.find(key);
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    VP_REQUIRE(then != listing_options.end() && then->second == wanted, "cache:", dir.string(), " was prepared with --",
+               flag, " ", then == listing_options.end() ? "(unknown)" : then->second, ", not ", wanted,
+               ": pass that, or run `vitpipe data prepare --data ", cache->source_spec_, " --", flag, " ", wanted,
+               "` again");
+  }
+  // Stale? Compare the source as it is now with the fingerprint taken when the cache was made.
   if (source_spec.kind == "cache" || !fs::exists(source_spec.path)) {
     warn("cache:", dir.string(), ": its source ", cache->source_spec_,
          " is not here, so it cannot be checked for changes; using it as it is");
   } else {
-    DatasetOptions listing;
+    DatasetOptions listing = options;
     listing.allow_missing = true;
-    std::shared_ptr<FileDataset> now = source_spec.kind == "chestxray14"
-                                           ? open_chestxray14_dataset(source_spec.path, listing)
-                                       : source_spec.kind == "csv" ? open_csv_dataset(source_spec.path, listing)
-                                                                   : open_folder_dataset(source_spec.path, listing);
-    const SourceFingerprint current = fingerprint_source(now->source());
+    listing.skip_unreadable = false;
+    listing.view.clear();
+    listing.add_no_finding = false;
+    std::shared_ptr<FileDataset> now = open_file_dataset(source_spec, listing);
+    const SourceFingerprint current =
+        fingerprint_source(now->source(), describe_image_read_options(cache->image_read_));
     const json& then = manifest.at("fingerprint");
     if (current.metadata_sha256 != then.value("metadata_sha256", ""))
       fail("cache:", dir.string(), " is stale: the label / split files of ", cache->source_spec_,
@@ -313,8 +339,10 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     const auto& views = index.at("views");
     const auto& offs = index.at("offsets");
     const auto& chans = index.at("channels");
+    const auto& uncertain = index.at("uncertain");
+    const auto& unmentioned = index.at("unmentioned");
     VP_REQUIRE(labels.size() == n && splits.size() == n && patients.size() == n && views.size() == n &&
-                   offs.size() == n && chans.size() == n,
+                   offs.size() == n && chans.size() == n && uncertain.size() == n && unmentioned.size() == n,
                (dir / kIndexName).string(), ": columns of different lengths");
     entries.resize(n);
     offsets.resize(n);
@@ -323,9 +351,12 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     for (size_t i = 0; i < n; ++i) {
       entries[i].item.name = names[i].get<std::string>();
       entries[i].item.labels = labels[i].get<std::vector<int32_t>>();
-      for (int32_t l : entries[i].item.labels)
-        VP_REQUIRE(l >= 0 && l < static_cast<int32_t>(cache->label_names_.size()), (dir / kIndexName).string(),
-                   ": label index out of range for ", entries[i].item.name);
+      entries[i].item.uncertain = uncertain[i].get<std::vector<int32_t>>();
+      entries[i].item.unmentioned = unmentioned[i].get<std::vector<int32_t>>();
+      for (const auto* list : {&entries[i].item.labels, &entries[i].item.uncertain, &entries[i].item.unmentioned})
+        for (int32_t l : *list)
+          VP_REQUIRE(l >= 0 && l < static_cast<int32_t>(cache->label_names_.size()), (dir / kIndexName).string(),
+                     ": label index out of range for ", entries[i].item.name);
       entries[i].source_split = parse_source_split(splits[i].get<std::string>(), (dir / kIndexName).string());
       entries[i].item.patient = patients[i].get<std::string>();
       entries[i].item.view = views[i].get<std::string>();

@@ -2,9 +2,13 @@
 // Pillow's resize to S x S, stored as uint8 in one memory-mapped file, so training reads pixels at memory speed.
 //
 //   DIR/pixels.u8      records back to back: S*S bytes for a gray image (R = G = B), S*S*3 for a colour one
-//   DIR/index.json     per image: name, labels, source split, patient, view, byte offset, channels
-//   DIR/manifest.json  format version, settings (image size, resample), the source spec and its fingerprint,
-//                      sizes and sha256 of the two other files. Written last: without it there is no cache.
+//   DIR/index.json     per image: name, labels (positive, uncertain, unmentioned), source split, patient, view, byte
+//                      offset, channels
+//   DIR/manifest.json  format version, settings (image size, resample, how images were read: intensity policy and
+//                      DICOM window), the source spec, its listing options and its fingerprint, sizes and sha256 of
+//                      the two other files. Written last: without it there is no cache.
+// The labels are stored as the source codes them, so --uncertain, --blank and --labels can change when the cache is
+// opened; the reading of the pixels cannot (a model that reads images otherwise refuses the cache).
 //
 // Opening checks the format version, the sizes and index digest, and (when the source is still there) that the
 // source's label files and image files are unchanged; a stale cache is refused with a message saying what changed.
@@ -22,7 +26,7 @@
 
 namespace vitpipe {
 
-inline constexpr int kPackedCacheFormatVersion = 1;
+inline constexpr int kPackedCacheFormatVersion = 2;  // 2: image read options, uncertain / blank labels
 inline constexpr const char* kPackedCacheManifestName = "manifest.json";
 
 struct PrepareCacheOptions {

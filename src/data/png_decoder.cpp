@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "data/intensity_mapping.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -41,24 +42,33 @@ inline uint16_t sample16(const uint8_t* row, int64_t index) {
   return value;
 }
 
-// Gray of any depth -> 8 bits, one channel.
+// 16-bit gray (+ alpha) -> 8 bits by the intensity policy (data/intensity_mapping.h). Pillow's own behaviour
+// (--intensity pillow): 16-bit gray opens as mode "I" and convert("RGB") clamps each value to 0..255, no scaling;
+// gray+alpha opens as "LA;16B", keeping the high byte.
+void convert_gray16(const uint8_t* in, size_t row_bytes, int in_channels, const IntensityPolicy& intensity,
+                    const std::string& name, DecodedImage& out) {
+  const int64_t w = out.width;
+  if (intensity.kind == IntensityKind::pillow && in_channels == 2) {
+    for (int64_t y = 0; y < out.height; ++y)
+      for (int64_t x = 0; x < w; ++x)
+        out.pixels[y * w + x] = static_cast<uint8_t>(sample16(in + static_cast<size_t>(y) * row_bytes, x * 2) >> 8);
+    return;
+  }
+  std::vector<uint16_t> gray(static_cast<size_t>(w * out.height));
+  for (int64_t y = 0; y < out.height; ++y)
+    for (int64_t x = 0; x < w; ++x)
+      gray[y * w + x] = sample16(in + static_cast<size_t>(y) * row_bytes, x * in_channels);
+  if (intensity.kind == IntensityKind::automatic) warn_full_range_once(name, 16);
+  gray16_to_levels(gray.data(), gray.size(), 16, intensity, out.pixels.data());
+}
+
+// Gray of 8 bits or fewer -> 8 bits, one channel.
 void convert_gray(const uint8_t* in, size_t row_bytes, int depth, int in_channels, DecodedImage& out) {
   const int64_t w = out.width;
   for (int64_t y = 0; y < out.height; ++y) {
     const uint8_t* row = in + static_cast<size_t>(y) * row_bytes;
     uint8_t* dst = out.pixels.data() + y * w;
-    if (depth == 16) {
-      if (in_channels == 1) {
-        // Pillow opens 16-bit gray as mode "I" and convert("RGB") clamps each value to 0..255: no scaling. Deliberate.
-        for (int64_t x = 0; x < w; ++x) {
-          const uint16_t v = sample16(row, x);
-          dst[x] = static_cast<uint8_t>(v > 255 ? 255 : v);
-        }
-      } else {
-        // 16-bit gray+alpha: Pillow reads it as "LA;16B" into RGBA, keeping the high byte of each sample.
-        for (int64_t x = 0; x < w; ++x) dst[x] = static_cast<uint8_t>(sample16(row, x * 2) >> 8);
-      }
-    } else if (depth == 8) {
+    if (depth == 8) {
       for (int64_t x = 0; x < w; ++x) dst[x] = row[x * in_channels];
     } else {
       // 1/2/4 bits ("1", "L;2", "L;4" in Pillow): scaled by bit replication, 255 / (2^depth - 1).
@@ -108,7 +118,7 @@ bool has_png_signature(const uint8_t* data, size_t size) {
   return size >= kPngSignature.size() && std::memcmp(data, kPngSignature.data(), kPngSignature.size()) == 0;
 }
 
-DecodedImage decode_png(const uint8_t* data, size_t size, const std::string& name) {
+DecodedImage decode_png(const uint8_t* data, size_t size, const std::string& name, const IntensityPolicy& intensity) {
   VP_REQUIRE(has_png_signature(data, size), name, ": not a PNG file (no PNG signature)");
   std::unique_ptr<spng_ctx, SpngContextFree> ctx(spng_ctx_new(0));
   VP_REQUIRE(ctx != nullptr, name, ": out of memory creating a PNG decoder");
@@ -154,10 +164,12 @@ DecodedImage decode_png(const uint8_t* data, size_t size, const std::string& nam
   out.pixels.resize(out_size);
   switch (color) {
     case kGray:
-      convert_gray(raw.data(), row_bytes, depth, 1, out);
-      break;
     case kGrayAlpha:
-      convert_gray(raw.data(), row_bytes, depth, 2, out);
+      if (depth == 16) {
+        convert_gray16(raw.data(), row_bytes, color == kGray ? 1 : 2, intensity, name, out);
+      } else {
+        convert_gray(raw.data(), row_bytes, depth, color == kGray ? 1 : 2, out);
+      }
       break;
     case kRgb:
       convert_rgb(raw.data(), row_bytes, depth, 3, out);

@@ -8,6 +8,12 @@
 namespace vitpipe {
 
 void check_cache_matches_model(const Dataset& dataset, const PreprocessorConfig& config) {
+  const ImageReadOptions wanted = image_read_options_of(config, "preprocessor config");
+  const ImageReadOptions& have = dataset.image_read_options();
+  VP_REQUIRE(have == wanted, dataset.spec(), " reads images with ", describe_image_read_options(have),
+             ", but the model's preprocessor config asks for ", describe_image_read_options(wanted),
+             dataset.stored_image_size() > 0 ? "; run `vitpipe data prepare` with those options for this model"
+                                             : "; pass the same --intensity / --dicom-window");
   const int64_t stored = dataset.stored_image_size();
   if (stored <= 0) return;
   const bool size_ok = !config.do_resize || (config.height == stored && config.width == stored);

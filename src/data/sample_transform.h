@@ -39,7 +39,8 @@ class SampleTransform {
   int64_t height_, width_;
 };
 
-// Fails with a message when `dataset` is a cache whose images are not what `config` expects.
+// Fails with a message when `dataset` is a cache whose images are not what `config` expects, or reads image files
+// otherwise than the config's "vitpipe_intensity" says.
 void check_cache_matches_model(const Dataset& dataset, const PreprocessorConfig& config);
 
 }  // namespace vitpipe

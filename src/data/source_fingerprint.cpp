@@ -62,10 +62,12 @@ std::string sha256_file_hex(const std::filesystem::path& path) {
   return hash.hex();
 }
 
-SourceFingerprint fingerprint_source(const FileDataset::Source& source) {
+SourceFingerprint fingerprint_source(const FileDataset::Source& source, const std::string& reading) {
   SourceFingerprint fp;
   Sha256 metadata;
   metadata.update(source.kind);
+  if (!reading.empty()) metadata.update("reading:" + reading);
+  for (const auto& [key, value] : source.listing_options) metadata.update(key + "=" + value);
   for (const auto& file : source.metadata_files) {
     metadata.update(file.filename().string());
     hash_file_into(metadata, file);

@@ -17,7 +17,8 @@ struct SourceFingerprint {
   bool operator==(const SourceFingerprint&) const = default;
 };
 
-SourceFingerprint fingerprint_source(const FileDataset::Source& source);
+// `reading` (how the images are turned into pixels: the image read options) is part of the metadata digest.
+SourceFingerprint fingerprint_source(const FileDataset::Source& source, const std::string& reading = "");
 
 std::string sha256_hex(const void* data, size_t size);
 std::string sha256_file_hex(const std::filesystem::path& path);

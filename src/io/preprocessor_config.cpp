@@ -128,6 +128,11 @@ PreprocessorConfig parse_preprocessor_config_text(const std::string& text, const
   if (json.contains("crop_size")) {
     read_size(json["crop_size"], "crop_size", source, &config.crop_height, &config.crop_width);
   }
+  if (json.contains("vitpipe_intensity") && !json["vitpipe_intensity"].is_null()) {
+    VP_REQUIRE(json["vitpipe_intensity"].is_object(), source, ": field \"vitpipe_intensity\" must be an object, got ",
+               describe(json["vitpipe_intensity"]));
+    config.vitpipe_intensity = json["vitpipe_intensity"];
+  }
   return config;
 }
 
@@ -145,6 +150,7 @@ std::string preprocessor_config_text(const PreprocessorConfig& config) {
   json["resample"] = config.resample;
   json["rescale_factor"] = config.rescale_factor;
   json["size"] = {{"height", config.height}, {"width", config.width}};
+  if (!config.vitpipe_intensity.is_null()) json["vitpipe_intensity"] = config.vitpipe_intensity;
   if (config.do_center_crop) {
     json["image_processor_type"] = "DeiTImageProcessor";
     json["do_center_crop"] = true;

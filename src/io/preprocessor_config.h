@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace vitpipe {
@@ -24,6 +25,10 @@ struct PreprocessorConfig {
   bool do_center_crop = false;
   int64_t crop_height = 224;
   int64_t crop_width = 224;
+  // vitpipe's own key "vitpipe_intensity" (transformers ignores unknown keys): how image files were turned into
+  // 8-bit pixels for this model, {"intensity": ..., "dicom_window": ...} (data/image_read_options.h reads it). Null
+  // when absent.
+  nlohmann::json vitpipe_intensity;
 };
 
 // ViTImageProcessor's defaults (resize to image_size x image_size, bilinear, 1/255, mean = std = 0.5): what

@@ -11,13 +11,13 @@ void head_forward(const LayerContext& ctx, const HeadParameters& w, const HeadAc
 }
 
 double head_loss(const LayerContext& ctx, const HeadActivations& a, const Tensor& targets, double grad_scale,
-                 const Tensor* pos_weight) {
+                 const Tensor* pos_weight, const Tensor* weights) {
   if (ctx.config.problem_type == ProblemType::multi_label) {
     VP_REQUIRE(targets.dtype() == DType::f32 && targets.numel() == a.logits.numel(),
                "multi-label loss: targets must be [batch, labels] f32, got ", shape_string(targets.shape()));
-    return ctx.backend.bce_with_logits(a.logits, targets, pos_weight, grad_scale, a.grad_logits);
+    return ctx.backend.bce_with_logits(a.logits, targets, pos_weight, weights, grad_scale, a.grad_logits);
   }
-  VP_REQUIRE(pos_weight == nullptr, "pos_weight applies to multi-label problems only");
+  VP_REQUIRE(pos_weight == nullptr && weights == nullptr, "pos_weight and label weights apply to multi-label only");
   return ctx.backend.cross_entropy(a.logits, targets, grad_scale, a.grad_logits);
 }
 

@@ -12,10 +12,11 @@ namespace vitpipe {
 // (model/classifier_token_block.h), or the stage gathers it from [b, T, D] hidden states it received.
 void head_forward(const LayerContext& ctx, const HeadParameters& weights, const HeadActivations& saved);
 
-// Multi-label: targets [b, L] f32 (0/1), BCE-with-logits; single-label: targets [b] int64, cross-entropy.
-// Returns the loss summed over the micro-batch's elements; grad_scale turns it into the mean over the global batch.
+// Multi-label: targets [b, L] f32 (0/1), BCE-with-logits, `weights` (optional [b, L] f32: 0 masks a label out);
+// single-label: targets [b] int64, cross-entropy. Returns the loss summed over the micro-batch's elements (weighted);
+// grad_scale turns it into the mean over the global batch.
 double head_loss(const LayerContext& ctx, const HeadActivations& saved, const Tensor& targets, double grad_scale,
-                 const Tensor* pos_weight);
+                 const Tensor* pos_weight, const Tensor* weights = nullptr);
 
 // saved.grad_cls [b, D] f32 receives the gradient w.r.t. saved.cls. grad_cls_low (optional) gets an act-dtype
 // copy; last_fc2_bias_grad (optional) the column sums (the last block's fc2 bias gradient). `defer_weight` (split

@@ -179,10 +179,18 @@ void ViTStage::forward(int slot, int64_t batch, const std::function<void(int seg
   }
 }
 
-double ViTStage::loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight) {
+double ViTStage::loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight,
+                      const Tensor* weights) {
   VP_REQUIRE(has_head(), "loss() is computed by the stage holding the head");
   return head_loss(context(), slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch), targets, grad_scale,
-                   pos_weight);
+                   pos_weight, weights);
+}
+
+void ViTStage::set_output_gradient(int slot, int64_t batch, const Tensor& grad_logits) {
+  VP_REQUIRE(has_head() && options_.training, "set_output_gradient() needs the training stage holding the head");
+  const Tensor target = slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch).grad_logits;
+  VP_REQUIRE(grad_logits.shape() == target.shape(), "output gradient shape mismatch");
+  target.copy_from(grad_logits);
 }
 
 void ViTStage::backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done) {
@@ -313,6 +321,11 @@ void ViTStage::backward_pass(int slot, int64_t batch, const std::function<void(i
       flow.deferred = split ? &deferred : nullptr;
       flow.grad_low_on_exit = previous_out_low;
       encoder_block_backward(ctx, w, gw, g, input, acts, ws, flow);
+    }
+    if (block_observer_) {
+      const int64_t rows = classifier_token ? batch : batch * c.tokens();
+      block_observer_(BlockGradients{block, classifier_token, &acts, ws.attention.slice(0, rows),
+                                     ws.ln.slice(0, batch * c.tokens()), grad});
     }
     // Block i's fc2 bias gradient was completed by block i+1's backward (or above); the rest just now.
     if (segment_done) segment_done(block + 1);

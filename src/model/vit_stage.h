@@ -59,7 +59,8 @@ class ViTStage {
   // `before_segment` (optional) is called before each segment is computed, first segment first: the executor waits
   // there for a sharded optimizer's gathered parameters (parallel/parameter_gather.h).
   void forward(int slot, int64_t batch, const std::function<void(int segment)>& before_segment = {});
-  double loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight = nullptr);
+  double loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight = nullptr,
+              const Tensor* weights = nullptr);
   // `segment_done` (optional) is called as each segment's parameter gradients for this micro-batch are complete,
   // last segment first: the executor starts the gradient all-reduce of finished buckets while the rest runs.
   void backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
@@ -68,6 +69,21 @@ class ViTStage {
   // backward()'s. `segment_done` as backward()'s, called by W (each segment is final once its weights are).
   void backward_input(int slot, int64_t batch);
   void backward_weight(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
+
+  // For explanations (explain/): the gradient at the logits set directly instead of by loss(), and a look at each
+  // block's saved activations and gradient workspace right after its backward pass (block = index in the model).
+  void set_output_gradient(int slot, int64_t batch, const Tensor& grad_logits);
+  struct BlockGradients {
+    int block = 0;
+    bool classifier_token_only = false;  // the final block: probs [b, H, T] and grad_attention [b, D] for token 0
+    const BlockActivations* saved = nullptr;
+    Tensor grad_attention;  // at the attention output, before the projection: [rows, D] (or [b, D])
+    Tensor grad_ln1;        // at the first LayerNorm's output: [rows, D]
+    Tensor grad_input;      // at the block input (the residual stream): [rows, D] f32
+  };
+  void set_block_gradient_observer(std::function<void(const BlockGradients&)> observer) {
+    block_observer_ = std::move(observer);
+  }
 
   // Bytes of activations and gradient workspace this stage allocated (the memory plan).
   size_t activation_bytes() const { return activation_bytes_; }
@@ -103,6 +119,7 @@ class ViTStage {
   BlockActivations workspace_;  // inference and recomputation
   GradientWorkspace grad_workspace_;
   size_t activation_bytes_ = 0;
+  std::function<void(const BlockGradients&)> block_observer_;
 };
 
 }  // namespace vitpipe

@@ -32,6 +32,7 @@ struct PipelineExecutor::Pending {
   std::vector<std::vector<std::byte>> label_buffers;  // last stage: received labels + items, per micro-batch
   std::vector<CommRequest> label_recvs;               // last stage
   std::vector<Tensor> targets;                        // last stage, per micro-batch
+  std::vector<Tensor> weights;                        // last stage, per micro-batch (label weights, when weighted)
   std::vector<std::vector<int64_t>> items;            // last stage, per micro-batch
 };
 
@@ -87,14 +88,16 @@ PipelineExecutor::~PipelineExecutor() = default;
 
 void PipelineExecutor::exchange_shape(StepShape& shape) {
   const size_t m = shape.micro_batch_sizes.size();
-  std::vector<int64_t> packed(m + 1);
+  std::vector<int64_t> packed(m + 2);
   if (grid_.first_stage()) {
     std::copy(shape.micro_batch_sizes.begin(), shape.micro_batch_sizes.end(), packed.begin());
     packed[m] = shape.global_rows;
+    std::memcpy(&packed[m + 1], &shape.global_label_weight, sizeof(double));
   }
   pipeline_group_->broadcast_bytes(packed.data(), packed.size() * sizeof(int64_t), 0);
   std::copy(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(m), shape.micro_batch_sizes.begin());
   shape.global_rows = packed[m];
+  std::memcpy(&shape.global_label_weight, &packed[m + 1], sizeof(double));
   for (int64_t size : shape.micro_batch_sizes) {
     VP_REQUIRE(size >= 1, "executor: every micro-batch needs at least one sample (got ", size, ")");
   }
@@ -158,7 +161,12 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
   const ViTConfig& config = chunks_.front()->config();
   const bool multi_label = config.problem_type == ProblemType::multi_label;
   const int64_t labels = config.num_labels();
-  const double grad_scale = 1.0 / static_cast<double>(shape.global_rows * (multi_label ? labels : 1));
+  // The loss is the mean over the global batch's known elements: with label weights their global sum (a batch
+  // whose labels are all masked contributes nothing), else rows x labels.
+  const bool weighted = multi_label && shape.has_label_weights();
+  const double denominator =
+      weighted ? shape.global_label_weight : static_cast<double>(shape.global_rows * (multi_label ? labels : 1));
+  const double grad_scale = denominator > 0 ? 1.0 / denominator : 0.0;
 
   Pending st;
   st.slots.resize(chunks_.size());
@@ -169,6 +177,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
   st.label_buffers.resize(static_cast<size_t>(m));
   st.label_recvs.resize(static_cast<size_t>(m));
   st.targets.resize(static_cast<size_t>(m));
+  st.weights.resize(static_cast<size_t>(m));
   st.items.resize(static_cast<size_t>(m));
 
   // The last backward (or weight-gradient pass) of each chunk in this step: its segments' gradients are final as
@@ -182,9 +191,10 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
 
   auto virtual_stage = [&](int chunk) { return virtual_stage_of(p, grid_.stage(), chunk); };
   auto size_of = [&](int mb) { return shape.micro_batch_sizes[static_cast<size_t>(mb)]; };
+  const size_t weight_bytes_per_row = weighted ? static_cast<size_t>(labels) * sizeof(float) : 0;
   auto label_bytes = [&](int64_t b) {
     return static_cast<size_t>(b) * (multi_label ? static_cast<size_t>(labels) * sizeof(float) : sizeof(int64_t)) +
-           static_cast<size_t>(b) * sizeof(int64_t);
+           static_cast<size_t>(b) * (weight_bytes_per_row + sizeof(int64_t));
   };
 
   auto record = [&](const char* name, const char* category, int64_t start_ns, int lane, int mb, int64_t value = -1,
@@ -253,17 +263,25 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
                      " images, the step said ", b);
           const int slot = slot_for(chunk, mb);
           stage->input(slot, b).copy_from(data.images);
+          VP_REQUIRE(!weighted || data.weights.numel() == b * labels, "executor: micro-batch ", mb,
+                     " has no label weights, the step said it would");
           if (last_virtual == 0) {
             st.targets[static_cast<size_t>(mb)] = data.targets;
+            if (weighted) st.weights[static_cast<size_t>(mb)] = data.weights;
             st.items[static_cast<size_t>(mb)] = data.indices;
           } else {
-            // Pack targets + items and send them to the rank holding the last virtual stage.
+            // Pack targets (+ weights) + items and send them to the rank holding the last virtual stage.
             auto& bytes = st.label_buffers[static_cast<size_t>(mb)];
             bytes.resize(label_bytes(b));
             std::memcpy(bytes.data(), data.targets.raw(), data.targets.nbytes());
+            size_t at = data.targets.nbytes();
+            if (weighted) {
+              std::memcpy(bytes.data() + at, data.weights.raw(), data.weights.nbytes());
+              at += data.weights.nbytes();
+            }
             std::vector<int64_t> items = data.indices;
             items.resize(static_cast<size_t>(b), -1);
-            std::memcpy(bytes.data() + data.targets.nbytes(), items.data(), items.size() * sizeof(int64_t));
+            std::memcpy(bytes.data() + at, items.data(), items.size() * sizeof(int64_t));
             st.label_sends[static_cast<size_t>(mb)] = world_.isend_bytes(
                 bytes.data(), bytes.size(), grid_.rank_of_virtual_stage(last_virtual), label_tag(mb));
             comm.label_bytes += bytes.size();
@@ -310,18 +328,32 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
             const auto& bytes = st.label_buffers[static_cast<size_t>(mb)];
             Tensor targets = multi_label ? Tensor::empty({b, labels}) : Tensor::empty({b}, DType::i64);
             std::memcpy(targets.raw(), bytes.data(), targets.nbytes());
+            size_t at = targets.nbytes();
+            if (weighted) {
+              Tensor weights = Tensor::empty({b, labels});
+              std::memcpy(weights.raw(), bytes.data() + at, weights.nbytes());
+              at += weights.nbytes();
+              st.weights[static_cast<size_t>(mb)] = weights;
+            }
             std::vector<int64_t> items(static_cast<size_t>(b));
-            std::memcpy(items.data(), bytes.data() + targets.nbytes(), items.size() * sizeof(int64_t));
+            std::memcpy(items.data(), bytes.data() + at, items.size() * sizeof(int64_t));
             st.targets[static_cast<size_t>(mb)] = targets;
             st.items[static_cast<size_t>(mb)] = std::move(items);
           }
           const Tensor& targets = st.targets[static_cast<size_t>(mb)];
+          const Tensor& weights = st.weights[static_cast<size_t>(mb)];
           if (training) {
             result->loss_sum +=
-                stage->loss(slot, b, targets, grad_scale, options_.pos_weight.numel() ? &options_.pos_weight : nullptr);
-            result->loss_elements += multi_label ? b * labels : b;
+                stage->loss(slot, b, targets, grad_scale, options_.pos_weight.numel() ? &options_.pos_weight : nullptr,
+                            weighted ? &weights : nullptr);
+            if (weighted) {
+              const float* w = weights.f32();
+              for (int64_t k = 0; k < b * labels; ++k) result->loss_elements += w[k] != 0.0f ? 1 : 0;
+            } else {
+              result->loss_elements += multi_label ? b * labels : b;
+            }
           } else {
-            (*sink)(stage->output(slot, b), targets, st.items[static_cast<size_t>(mb)]);
+            (*sink)(stage->output(slot, b), targets, weights, st.items[static_cast<size_t>(mb)]);
           }
         }
         if (training) result->compute_seconds += seconds_since(compute_start);

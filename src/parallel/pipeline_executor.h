@@ -26,22 +26,31 @@ namespace vitpipe {
 struct MicroBatchData {
   Tensor images;                 // [b, C, S, S] f32
   Tensor targets;                // [b, L] f32 (multi-label) or [b] int64 (single-label)
+  Tensor weights;                // [b, L] f32 label weights (1 known, 0 masked) when the step has them, else empty
   std::vector<int64_t> indices;  // dataset items (reported with the logits in evaluation)
 };
 
 // Called on first-stage ranks for micro-batch j of the current step (j in [0, micro_batches)).
 using MicroBatchSource = std::function<MicroBatchData(int micro_batch)>;
-// Called on last-stage ranks in evaluation with each micro-batch's logits [b, L], targets and dataset items.
-using LogitsSink = std::function<void(const Tensor& logits, const Tensor& targets, const std::vector<int64_t>& items)>;
+// Called on last-stage ranks in evaluation with each micro-batch's logits [b, L], targets, label weights (empty when
+// the step has none) and dataset items.
+using LogitsSink = std::function<void(const Tensor& logits, const Tensor& targets, const Tensor& weights,
+                                      const std::vector<int64_t>& items)>;
 
 struct StepShape {
   std::vector<int64_t> micro_batch_sizes;  // this replica's (every entry >= 1)
   int64_t global_rows = 0;                 // samples in the whole global batch (all replicas): the loss's mean
+  // Multi-label with masked labels: the sum of the label weights over the whole global batch (all replicas), the
+  // denominator of the loss's weighted mean, so that every layout computes the one-process gradient. Negative: the
+  // step carries no weights (every label known; the denominator is global_rows x labels).
+  double global_label_weight = -1;
+
+  bool has_label_weights() const { return global_label_weight >= 0; }
 };
 
 struct StepResult {
   double loss_sum = 0;        // last stage: the loss summed over this replica's elements (others: 0)
-  int64_t loss_elements = 0;  // the matching count (rows x labels for multi-label, rows for single-label)
+  int64_t loss_elements = 0;  // the matching count (known labels, or rows x labels, for multi-label; rows otherwise)
   double seconds = 0;
   double compute_seconds = 0;  // forward + backward on this rank
   GradientReductionStats reduction;

@@ -12,6 +12,7 @@ MicroBatchSource micro_batches_of(const Batch& batch, const std::vector<int64_t>
     data.images = batch.images.slice(begin, end);
     if (multi_label) {
       data.targets = batch.labels.slice(begin, end);
+      if (batch.label_weights.numel() > 0) data.weights = batch.label_weights.slice(begin, end);
     } else {
       data.targets = Tensor::empty({end - begin}, DType::i64);
       for (int64_t r = begin; r < end; ++r) {

@@ -45,6 +45,12 @@ nlohmann::json EvaluationReport::to_json() const {
                       {"pr_auc", pr},
                       {"mean_pr_auc", optional_value(metrics.average_precision.mean)},
                       {"detail", metrics_to_json(metrics, labels)}};
+  if (!label_mapping.is_null()) j["label_mapping"] = label_mapping;
+  if (!metrics.known.empty()) {
+    nlohmann::json known = nlohmann::json::object();
+    for (size_t l = 0; l < labels.size(); ++l) known[labels[l]] = metrics.known[l];
+    j["known"] = known;
+  }
   if (!metrics.roc_auc.per_label_ci.empty()) {
     nlohmann::json ci = nlohmann::json::object();
     for (size_t l = 0; l < labels.size(); ++l) {
@@ -62,8 +68,10 @@ std::string EvaluationReport::table() const {
   std::ostringstream out;
   char line[256];
   const bool ci = !metrics.roc_auc.per_label_ci.empty();
-  std::snprintf(line, sizeof(line), "%-20s %9s %8s %8s%s\n", "finding", "positives", "ROC-AUC", "PR-AUC",
-                ci ? "   95% CI (ROC-AUC)" : "");
+  const bool masked =
+      std::any_of(metrics.known.begin(), metrics.known.end(), [&](int64_t known) { return known != metrics.rows; });
+  std::snprintf(line, sizeof(line), "%-20s %9s%s %8s %8s%s\n", "finding", "positives", masked ? "     known" : "",
+                "ROC-AUC", "PR-AUC", ci ? "   95% CI (ROC-AUC)" : "");
   out << line;
   auto number = [](const std::optional<double>& v) {
     char text[16];
@@ -82,8 +90,10 @@ std::string EvaluationReport::table() const {
                     metrics.roc_auc.per_label_ci[l]->high);
       interval = text;
     }
-    std::snprintf(line, sizeof(line), "%-20s %9lld %8s %8s%s\n", labels[l].c_str(),
-                  static_cast<long long>(metrics.positives[l]), number(metrics.roc_auc.per_label[l]).c_str(),
+    char known[24] = "";
+    if (masked) std::snprintf(known, sizeof(known), " %9lld", static_cast<long long>(metrics.known[l]));
+    std::snprintf(line, sizeof(line), "%-20s %9lld%s %8s %8s%s\n", labels[l].c_str(),
+                  static_cast<long long>(metrics.positives[l]), known, number(metrics.roc_auc.per_label[l]).c_str(),
                   number(metrics.average_precision.per_label[l]).c_str(), interval.c_str());
     out << line;
   }
@@ -93,8 +103,9 @@ std::string EvaluationReport::table() const {
     std::snprintf(text, sizeof(text), "   [%.4f, %.4f]", metrics.roc_auc.mean_ci->low, metrics.roc_auc.mean_ci->high);
     mean_interval = text;
   }
-  std::snprintf(line, sizeof(line), "%-20s %9s %8s %8s%s\n", "mean (defined)", "", number(metrics.roc_auc.mean).c_str(),
-                number(metrics.average_precision.mean).c_str(), mean_interval.c_str());
+  std::snprintf(line, sizeof(line), "%-20s %9s%s %8s %8s%s\n", "mean (defined)", "", masked ? "          " : "",
+                number(metrics.roc_auc.mean).c_str(), number(metrics.average_precision.mean).c_str(),
+                mean_interval.c_str());
   out << line;
   return out.str();
 }
@@ -122,22 +133,27 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
     loader->start_epoch(0, 0);
   }
 
-  // Last stage: scores, targets and items of this replica's rows, and the loss summed in double.
-  std::vector<float> scores, targets;
+  // Last stage: scores, targets, label weights and items of this replica's rows, and the loss summed in double.
+  const bool weighted = multi_label && dataset->has_masked_labels();
+  std::vector<float> scores, targets, weights;
   std::vector<int64_t> rows_items;
-  double loss_sum = 0;
-  const LogitsSink sink = [&](const Tensor& logits, const Tensor& target, const std::vector<int64_t>& batch_items) {
+  double loss_sum = 0, loss_weight = 0;
+  const LogitsSink sink = [&](const Tensor& logits, const Tensor& target, const Tensor& weight,
+                              const std::vector<int64_t>& batch_items) {
     const int64_t b = logits.dim(0);
     const float* x = logits.f32();
     for (int64_t r = 0; r < b; ++r) {
       if (multi_label) {
         for (int64_t l = 0; l < labels; ++l) {
           const double z = x[r * labels + l], y = target.f32()[r * labels + l];
-          loss_sum += std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::fabs(z)));
+          const double w = weighted ? weight.f32()[r * labels + l] : 1.0;
+          loss_sum += w * (std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::fabs(z))));
+          loss_weight += w;
           // Ranked by the logit: the sigmoid is increasing, so the ROC-AUC and PR-AUC are the probabilities', but
           // rounding probabilities to float would tie distinct ones near 0.5 and 1 (`predict` prints them exactly).
           scores.push_back(static_cast<float>(z));
           targets.push_back(static_cast<float>(y));
+          if (weighted) weights.push_back(static_cast<float>(w));
         }
       } else {
         const int64_t cls = target.data<int64_t>()[r];
@@ -146,6 +162,7 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
         double sum = 0;
         for (int64_t l = 0; l < labels; ++l) sum += std::exp(x[r * labels + l] - max);
         loss_sum += std::log(sum) + max - x[r * labels + cls];
+        loss_weight += 1;
         for (int64_t l = 0; l < labels; ++l) {
           scores.push_back(static_cast<float>(std::exp(x[r * labels + l] - max) / sum));
           targets.push_back(l == cls ? 1.0f : 0.0f);
@@ -165,6 +182,7 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
     StepShape shape;
     shape.micro_batch_sizes = micro_batch_sizes(mine, settings.micro_batch);
     shape.global_rows = rows;
+    if (weighted) shape.global_label_weight = 0;  // carries the weights; forward passes need no denominator
     Batch batch;
     if (loader) {
       VP_REQUIRE(loader->next(&batch) && batch.size() == mine, "evaluation loader out of step at batch ", step);
@@ -180,18 +198,23 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
   std::vector<std::byte> packed;
   if (contributes) {
     const int64_t n = static_cast<int64_t>(rows_items.size());
-    packed.resize(sizeof(int64_t) + static_cast<size_t>(n) * (sizeof(int64_t) + 2 * labels * sizeof(float)) +
-                  sizeof(double));
+    const int64_t planes = weighted ? 3 : 2;  // scores, targets (, weights)
+    packed.resize(sizeof(int64_t) + static_cast<size_t>(n) * (sizeof(int64_t) + planes * labels * sizeof(float)) +
+                  2 * sizeof(double));
     std::byte* at = packed.data();
     std::memcpy(at, &n, sizeof(n));
     at += sizeof(n);
     std::memcpy(at, &loss_sum, sizeof(loss_sum));
     at += sizeof(loss_sum);
+    std::memcpy(at, &loss_weight, sizeof(loss_weight));
+    at += sizeof(loss_weight);
     std::memcpy(at, rows_items.data(), static_cast<size_t>(n) * sizeof(int64_t));
     at += n * sizeof(int64_t);
     std::memcpy(at, scores.data(), scores.size() * sizeof(float));
     at += scores.size() * sizeof(float);
     std::memcpy(at, targets.data(), targets.size() * sizeof(float));
+    at += targets.size() * sizeof(float);
+    if (weighted) std::memcpy(at, weights.data(), weights.size() * sizeof(float));
   }
   auto gathered = world.gather_bytes(packed, 0);
   EvaluationReport report;
@@ -200,18 +223,21 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
   if (world.rank() != 0) return report;
 
   std::vector<int64_t> all_items;
-  std::vector<float> all_scores, all_targets;
-  double all_loss = 0;
+  std::vector<float> all_scores, all_targets, all_weights;
+  double all_loss = 0, all_loss_weight = 0;
   for (const auto& bytes : gathered) {
     if (bytes.empty()) continue;
     const std::byte* at = bytes.data();
     int64_t n = 0;
-    double loss = 0;
+    double loss = 0, weight = 0;
     std::memcpy(&n, at, sizeof(n));
     at += sizeof(n);
     std::memcpy(&loss, at, sizeof(loss));
     at += sizeof(loss);
+    std::memcpy(&weight, at, sizeof(weight));
+    at += sizeof(weight);
     all_loss += loss;
+    all_loss_weight += weight;
     const size_t old = all_items.size();
     all_items.resize(old + static_cast<size_t>(n));
     std::memcpy(all_items.data() + old, at, static_cast<size_t>(n) * sizeof(int64_t));
@@ -222,6 +248,11 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
     std::memcpy(all_scores.data() + old_values, at, static_cast<size_t>(n * labels) * sizeof(float));
     at += n * labels * sizeof(float);
     std::memcpy(all_targets.data() + old_values, at, static_cast<size_t>(n * labels) * sizeof(float));
+    at += n * labels * sizeof(float);
+    if (weighted) {
+      all_weights.resize(old_values + static_cast<size_t>(n * labels));
+      std::memcpy(all_weights.data() + old_values, at, static_cast<size_t>(n * labels) * sizeof(float));
+    }
   }
   VP_REQUIRE(static_cast<int64_t>(all_items.size()) == total, "evaluation gathered ", all_items.size(), " rows of ",
              total);
@@ -229,21 +260,26 @@ EvaluationReport evaluate_split(PipelineExecutor& executor, Communicator& world,
   std::vector<size_t> order(all_items.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return all_items[a] < all_items[b]; });
-  std::vector<float> sorted_scores(all_scores.size()), sorted_targets(all_targets.size());
+  std::vector<float> sorted_scores(all_scores.size()), sorted_targets(all_targets.size()),
+      sorted_weights(all_weights.size());
   for (size_t r = 0; r < order.size(); ++r) {
     std::copy_n(all_scores.begin() + static_cast<std::ptrdiff_t>(order[r] * labels), labels,
                 sorted_scores.begin() + static_cast<std::ptrdiff_t>(r * labels));
     std::copy_n(all_targets.begin() + static_cast<std::ptrdiff_t>(order[r] * labels), labels,
                 sorted_targets.begin() + static_cast<std::ptrdiff_t>(r * labels));
+    if (weighted)
+      std::copy_n(all_weights.begin() + static_cast<std::ptrdiff_t>(order[r] * labels), labels,
+                  sorted_weights.begin() + static_cast<std::ptrdiff_t>(r * labels));
   }
   report.rows = total;
-  report.loss = total > 0 ? all_loss / static_cast<double>(total * (multi_label ? labels : 1)) : 0.0;
-  report.metrics = evaluate_multilabel(sorted_scores, sorted_targets, labels, settings.bootstrap);
+  report.loss = all_loss_weight > 0 ? all_loss / all_loss_weight : 0.0;  // mean over the known elements
+  report.metrics = evaluate_multilabel(sorted_scores, sorted_targets, labels, settings.bootstrap, sorted_weights);
   report.scores_are_logits = multi_label;
   report.items.resize(order.size());
   for (size_t r = 0; r < order.size(); ++r) report.items[r] = all_items[order[r]];
   report.scores = std::move(sorted_scores);
   report.targets = std::move(sorted_targets);
+  if (weighted) report.weights = std::move(sorted_weights);
   return report;
 }
 

@@ -19,17 +19,20 @@ namespace vitpipe {
 struct EvaluationReport {
   std::string split;
   int64_t rows = 0;
-  double loss = 0;  // mean BCE-with-logits over rows x labels (multi-label) or cross-entropy over rows
+  double loss = 0;  // mean BCE-with-logits over the known labels of the rows (multi-label) or cross-entropy over rows
   std::vector<std::string> labels;
-  EvaluationMetrics metrics;
+  EvaluationMetrics metrics;     // a label's metrics over the rows where it is known (metrics.known)
+  nlohmann::json label_mapping;  // eval of a model on another dataset's labels: mapped / unmapped / unused (or null)
   // Per row, in dataset order (rank 0 only): the item, its scores as ranked (multi-label: the logits; single-label:
-  // the softmax probabilities) and its targets, labels.size() values each.
+  // the softmax probabilities), its targets and their weights (0 = the label is unknown for that row; empty when
+  // every label is known), labels.size() values each.
   bool scores_are_logits = true;
   std::vector<int64_t> items;
-  std::vector<float> scores, targets;
+  std::vector<float> scores, targets, weights;
 
   // {"split", "rows", "loss", "auc": {label: value|null}, "mean_auc", "pr_auc": {...}, "mean_pr_auc",
-  //  "auc_ci"/"mean_auc_ci" with a bootstrap, "detail": positives per label and everything else}
+  //  "auc_ci"/"mean_auc_ci" with a bootstrap, "known": rows per label with a known value, "label_mapping" when
+  //  labels were mapped, "detail": positives per label and everything else}
   nlohmann::json to_json() const;
   std::string table() const;  // a readable per-label table
 };

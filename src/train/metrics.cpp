@@ -24,27 +24,35 @@ struct RankStats {
   std::optional<double> average_precision;
 };
 
-void check_inputs(std::span<const float> scores, std::span<const float> targets, int64_t num_labels) {
+void check_inputs(std::span<const float> scores, std::span<const float> targets, int64_t num_labels,
+                  std::span<const float> weights = {}) {
   VP_REQUIRE(num_labels > 0, "metrics: the number of labels must be positive (got ", num_labels, ")");
   VP_REQUIRE(scores.size() == targets.size(), "metrics: ", scores.size(), " scores but ", targets.size(), " targets");
   VP_REQUIRE(scores.size() % static_cast<size_t>(num_labels) == 0, "metrics: ", scores.size(),
              " values do not form rows of ", num_labels, " labels");
   VP_REQUIRE(scores.size() / static_cast<size_t>(num_labels) < (size_t{1} << 30),
              "metrics: too many rows (at most 2^30)");
+  VP_REQUIRE(weights.empty() || weights.size() == scores.size(), "metrics: ", weights.size(), " weights for ",
+             scores.size(), " scores");
   for (size_t i = 0; i < scores.size(); ++i) {
     const size_t row = i / static_cast<size_t>(num_labels), label = i % static_cast<size_t>(num_labels);
+    if (!weights.empty() && weights[i] == 0.0f) continue;  // masked: neither score nor target is used
     VP_REQUIRE(!std::isnan(scores[i]), "metrics: score of row ", row, ", label ", label, " is NaN");
     VP_REQUIRE(targets[i] == 0.0f || targets[i] == 1.0f, "metrics: target of row ", row, ", label ", label, " is ",
                targets[i], ", expected 0 or 1");
   }
 }
 
-SortedLabel sort_label(std::span<const float> scores, std::span<const float> targets, int64_t num_labels,
-                       int64_t label) {
+// Only the rows where the label is known (weight != 0) take part.
+SortedLabel sort_label(std::span<const float> scores, std::span<const float> targets, int64_t num_labels, int64_t label,
+                       std::span<const float> weights = {}) {
   const int64_t rows = static_cast<int64_t>(scores.size()) / num_labels;
   auto score = [&](int64_t row) { return scores[static_cast<size_t>(row * num_labels + label)]; };
-  std::vector<uint32_t> order(static_cast<size_t>(rows));
-  std::iota(order.begin(), order.end(), 0u);
+  std::vector<uint32_t> order;
+  order.reserve(static_cast<size_t>(rows));
+  for (int64_t row = 0; row < rows; ++row)
+    if (weights.empty() || weights[static_cast<size_t>(row * num_labels + label)] != 0.0f)
+      order.push_back(static_cast<uint32_t>(row));
   std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return score(a) > score(b); });
   SortedLabel sorted;
   sorted.entries.resize(order.size());
@@ -86,11 +94,12 @@ RankStats rank_stats(const SortedLabel& sorted, const uint32_t* counts) {
   return stats;
 }
 
-std::vector<SortedLabel> sort_all(std::span<const float> scores, std::span<const float> targets, int64_t num_labels) {
+std::vector<SortedLabel> sort_all(std::span<const float> scores, std::span<const float> targets, int64_t num_labels,
+                                  std::span<const float> weights = {}) {
   std::vector<SortedLabel> sorted(static_cast<size_t>(num_labels));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t label = 0; label < num_labels; ++label) {
-    sorted[static_cast<size_t>(label)] = sort_label(scores, targets, num_labels, label);
+    sorted[static_cast<size_t>(label)] = sort_label(scores, targets, num_labels, label, weights);
   }
   return sorted;
 }
@@ -211,15 +220,17 @@ BootstrapDistribution bootstrap_distribution(std::span<const float> scores, std:
 }
 
 EvaluationMetrics evaluate_multilabel(std::span<const float> scores, std::span<const float> targets, int64_t num_labels,
-                                      const std::optional<BootstrapOptions>& bootstrap) {
-  check_inputs(scores, targets, num_labels);
+                                      const std::optional<BootstrapOptions>& bootstrap,
+                                      std::span<const float> weights) {
+  check_inputs(scores, targets, num_labels, weights);
   EvaluationMetrics out;
   out.rows = static_cast<int64_t>(scores.size()) / num_labels;
   out.num_labels = num_labels;
-  const std::vector<SortedLabel> sorted = sort_all(scores, targets, num_labels);
+  const std::vector<SortedLabel> sorted = sort_all(scores, targets, num_labels, weights);
   for (const SortedLabel& label : sorted) {
     RankStats stats = rank_stats<false>(label, nullptr);
     out.positives.push_back(label.positives);
+    out.known.push_back(label.positives + label.negatives);
     out.roc_auc.per_label.push_back(stats.roc_auc);
     out.average_precision.per_label.push_back(stats.average_precision);
   }
@@ -257,6 +268,10 @@ nlohmann::json metrics_to_json(const EvaluationMetrics& metrics, const std::vect
     for (size_t label = 0; label < metric.per_label.size(); ++label) {
       nlohmann::json entry = {{"value", optional_json(metric.per_label[label])},
                               {"positives", metrics.positives[label]}};
+      if (!metrics.known.empty()) {
+        entry["known"] = metrics.known[label];
+        entry["masked"] = metrics.rows - metrics.known[label];
+      }
       if (!metric.per_label_ci.empty()) entry["ci"] = interval_json(metric.per_label_ci[label]);
       per_label[label_names.empty() ? std::to_string(label) : label_names[label]] = std::move(entry);
     }

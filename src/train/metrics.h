@@ -47,6 +47,7 @@ struct EvaluationMetrics {
   int64_t rows = 0;
   int64_t num_labels = 0;
   std::vector<int64_t> positives;  // per label
+  std::vector<int64_t> known;      // per label: the rows whose label is known (rows minus the masked ones)
   LabelMetrics roc_auc;
   LabelMetrics average_precision;
 };
@@ -55,8 +56,11 @@ struct EvaluationMetrics {
 // rows with replacement (the same resamples for every label and both metrics; resample b draws from
 // Rng({seed, b}), so results do not depend on the thread count). Sorts each label once; a resample is a vector of
 // per-row counts, so it costs one pass over the sorted rows per label.
+// `weights` (optional, same shape, 1 known / 0 masked): a label's metrics use only the rows where it is known (the
+// bootstrap resamples rows, so a resample's label uses its drawn rows where that label is known).
 EvaluationMetrics evaluate_multilabel(std::span<const float> scores, std::span<const float> targets, int64_t num_labels,
-                                      const std::optional<BootstrapOptions>& bootstrap = {});
+                                      const std::optional<BootstrapOptions>& bootstrap = {},
+                                      std::span<const float> weights = {});
 
 // The per-resample statistics behind the intervals, for tests and reports: [resamples][label], nullopt where the
 // label lacks a class in that resample.

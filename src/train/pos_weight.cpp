@@ -24,11 +24,18 @@ std::vector<int64_t> count_positives(std::span<const float> targets, int64_t num
 std::vector<float> pos_weight_from_counts(const std::vector<int64_t>& positives, int64_t rows,
                                           const PosWeightOptions& options) {
   VP_REQUIRE(rows > 0, "pos_weight: no training rows to count labels in");
+  return pos_weight_from_known_counts(positives, std::vector<int64_t>(positives.size(), rows), options);
+}
+
+std::vector<float> pos_weight_from_known_counts(const std::vector<int64_t>& positives,
+                                                const std::vector<int64_t>& known, const PosWeightOptions& options) {
   VP_REQUIRE(options.min_weight > 0.0 && options.min_weight <= options.max_weight && std::isfinite(options.max_weight),
              "pos_weight: clamp range [", options.min_weight, ", ", options.max_weight, "] is not a positive range");
+  VP_REQUIRE(known.size() == positives.size(), "pos_weight: ", known.size(), " known counts for ", positives.size(),
+             " labels");
   std::vector<float> weights;
   for (size_t label = 0; label < positives.size(); ++label) {
-    const int64_t pos = positives[label];
+    const int64_t pos = positives[label], rows = known[label];
     VP_REQUIRE(pos >= 0 && pos <= rows, "pos_weight: label ", label, " has ", pos, " positives in ", rows, " rows");
     const double ratio =
         pos == 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(rows - pos) / static_cast<double>(pos);

@@ -20,5 +20,9 @@ std::vector<int64_t> count_positives(std::span<const float> targets, int64_t num
 // the fp32 the loss uses.
 std::vector<float> pos_weight_from_counts(const std::vector<int64_t>& positives, int64_t rows,
                                           const PosWeightOptions& options = {});
+// The same with masked labels: negatives = known[label] - positives[label] (a label never known gets the maximum).
+std::vector<float> pos_weight_from_known_counts(const std::vector<int64_t>& positives,
+                                                const std::vector<int64_t>& known,
+                                                const PosWeightOptions& options = {});
 
 }  // namespace vitpipe

@@ -42,7 +42,10 @@ void write_predictions_csv(const std::filesystem::path& path, const EvaluationRe
     text += csv_escape(item.patient);
     const float* scores = report.scores.data() + r * labels;
     const float* targets = report.targets.data() + r * labels;
-    for (size_t l = 0; l < labels; ++l) text += targets[l] != 0.0f ? ",1" : ",0";
+    const float* weights = report.weights.empty() ? nullptr : report.weights.data() + r * labels;
+    for (size_t l = 0; l < labels; ++l) {
+      text += weights && weights[l] == 0.0f ? "," : targets[l] != 0.0f ? ",1" : ",0";  // blank: not known
+    }
     if (report.scores_are_logits) {
       for (size_t l = 0; l < labels; ++l) text += number(",%.17g", double{scores[l]});
       for (size_t l = 0; l < labels; ++l) text += number(",%.17g", 1.0 / (1.0 + std::exp(-double{scores[l]})));

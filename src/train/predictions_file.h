@@ -1,7 +1,7 @@
 // `eval --save-predictions FILE.csv`: one line per evaluated image, for the report and for users' own tools.
-// Columns: image, patient, then per label `true:<label>` (0/1), and `logit:<label>` (multi-label) and
-// `probability:<label>`. Every value is written with 17 significant digits, so a reader parses exactly the float
-// logits vitpipe ranked (and the probabilities it computed from them in double).
+// Columns: image, patient, then per label `true:<label>` (0/1, blank where the label is unknown), and `logit:<label>`
+// (multi-label) and `probability:<label>`. Every value is written with 17 significant digits, so a reader parses
+// exactly the float logits vitpipe ranked (and the probabilities it computed from them in double).
 #pragma once
 
 #include <filesystem>

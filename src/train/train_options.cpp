@@ -12,6 +12,7 @@
 #include <numeric>
 #include <set>
 
+#include "data/image_read_options.h"
 #include "model/precision.h"
 #include "util/error.h"
 
@@ -188,10 +189,35 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.skip_unreadable = v.null ? defaults().skip_unreadable : v.boolean(); }},
       {"data-seed", "N", "Seed of the patient division into train and val (default 0)",
        [](O& o, const V& v) { o.data_seed = v.null ? defaults().data_seed : v.unsigned_integer(); }},
-      {"view", "PA|AP", "Keep only images of this View Position (ChestX-ray14)",
+      {"view", "VIEW", "Keep only images of this view: PA, AP, LATERAL, ... (any case) or frontal / lateral",
+       [](O& o, const V& v) { o.view = v.null ? defaults().view : v.scalar(); }},
+      {"intensity", "POLICY",
+       "Images above 8 bits (16-bit PNG, DICOM) to 8 bits: auto | pillow | full-range | window:C,W | "
+       "percentile:LO,HI (default auto; recorded in the exported model)",
+       [](O& o, const V& v) { o.intensity = v.null ? defaults().intensity : v.scalar(); }},
+      {"dicom-window", "WHICH",
+       "DICOM VOI transform under --intensity auto: first | N (1-based) | minmax (default first)",
+       [](O& o, const V& v) { o.dicom_window = v.null ? defaults().dicom_window : v.scalar(); }},
+      {"dicom-first-frame", nullptr, "Read the first frame of multi-frame DICOM files instead of refusing them",
+       [](O& o, const V& v) { o.dicom_first_frame = v.null ? defaults().dicom_first_frame : v.boolean(); }},
+      {"uncertain", "POLICY", "Labels coded -1 (uncertain): ones | zeros | ignore (masked) (default ignore)",
        [](O& o, const V& v) {
-         o.view = v.null ? defaults().view : v.choice({"", "PA", "AP"});
+         o.uncertain = v.null ? defaults().uncertain : v.choice({"ones", "zeros", "ignore"});
        }},
+      {"blank", "POLICY", "Labels left blank (not mentioned): zeros | ignore (masked) (default zeros)",
+       [](O& o, const V& v) {
+         o.blank = v.null ? defaults().blank : v.choice({"zeros", "ignore"});
+       }},
+      {"label-vote", "RULE", "Several readers per image (VinDr-CXR): any | majority (default any)",
+       [](O& o, const V& v) {
+         o.label_vote = v.null ? defaults().label_vote : v.choice({"any", "majority"});
+       }},
+      {"mimic-labels", "FILE", "MIMIC-CXR-JPG's label file: chexpert | negbio (default chexpert)",
+       [](O& o, const V& v) {
+         o.mimic_labels = v.null ? defaults().mimic_labels : v.choice({"chexpert", "negbio"});
+       }},
+      {"labels", "SET", "Map the dataset's labels onto chestxray14 | chexpert | union | a JSON FILE",
+       [](O& o, const V& v) { o.labels = v.null ? defaults().labels : v.scalar(); }},
       {"add-no-finding", nullptr, "ChestX-ray14: add \"No Finding\" as a 15th label",
        [](O& o, const V& v) { o.add_no_finding = v.null ? defaults().add_no_finding : v.boolean(); }},
       {"partial-batch", "MODE",
@@ -442,6 +468,8 @@ void complete_defaults(TrainOptions& options) {
 }
 
 void TrainOptions::validate() const {
+  parse_intensity_policy(intensity, "--intensity");
+  parse_dicom_window(dicom_window, "--dicom-window");
   auto positive_finite = [](double x) { return std::isfinite(x) && x > 0.0; };
   auto unit = [](double x) { return std::isfinite(x) && x >= 0.0 && x < 1.0; };
   VP_REQUIRE(!model.empty(), "--model is required (a model directory or a Hugging Face repo id)");
@@ -576,6 +604,14 @@ nlohmann::json TrainOptions::to_json() const {
   j["data_seed"] = data_seed;
   j["view"] = view;
   j["add_no_finding"] = add_no_finding;
+  j["intensity"] = intensity;
+  j["dicom_window"] = dicom_window;
+  j["dicom_first_frame"] = dicom_first_frame;
+  j["uncertain"] = uncertain;
+  j["blank"] = blank;
+  j["label_vote"] = label_vote;
+  j["mimic_labels"] = mimic_labels;
+  j["labels"] = labels;
   j["partial_batch"] = partial_batch;
   j["loader_threads"] = loader_threads;
   j["checkpoint_every"] = checkpoint_every;

@@ -88,10 +88,20 @@ struct TrainOptions {
   // Data.
   int64_t image_size = 0;  // 0 = the model's
   bool skip_unreadable = false;
-  uint64_t data_seed = 0;              // seeds the patient division into train/val (kept apart from --seed)
-  std::string view;                    // "" = all, "PA" or "AP"
-  bool add_no_finding = false;         // ChestX-ray14: "No Finding" as a 15th label
-  std::string partial_batch = "auto";  // auto | use | drop: the last, smaller global batch of an epoch
+  uint64_t data_seed = 0;       // seeds the patient division into train/val (kept apart from --seed)
+  std::string view;             // "" = all; PA, AP, ... or frontal / lateral
+  bool add_no_finding = false;  // ChestX-ray14: "No Finding" as a 15th label
+  // How image files become 8-bit pixels (data/image_read_options.h); recorded in the exported model.
+  std::string intensity = "auto";      // auto | pillow | full-range | window:C,W | percentile:LO,HI
+  std::string dicom_window = "first";  // first | N | minmax
+  bool dicom_first_frame = false;      // multi-frame DICOM: its first frame instead of a refusal
+  // Label conventions (data/dataset.h).
+  std::string uncertain = "ignore";       // ones | zeros | ignore: labels coded -1
+  std::string blank = "zeros";            // zeros | ignore: labels not mentioned
+  std::string label_vote = "any";         // any | majority: several readers per image (VinDr-CXR)
+  std::string mimic_labels = "chexpert";  // chexpert | negbio (MIMIC-CXR-JPG)
+  std::string labels;                     // --labels chestxray14 | chexpert | union | FILE; "" = the dataset's
+  std::string partial_batch = "auto";     // auto | use | drop: the last, smaller global batch of an epoch
   int loader_threads = 2;
   AugmentOptions augment;
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "backend/backend.h"
@@ -19,6 +20,7 @@
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
 #include "parallel/trace.h"
+#include "report/training_report.h"
 #include "train/batch_source.h"
 #include "train/distributed_state.h"
 #include "train/evaluation.h"
@@ -26,6 +28,7 @@
 #include "train/layout_auto.h"
 #include "train/metrics_log.h"
 #include "train/pos_weight.h"
+#include "train/predictions_file.h"
 #include "train/run_world.h"
 #include "train/training_checkpoint.h"
 #include "util/atomic_file.h"
@@ -70,7 +73,8 @@ AugmentationSettings augmentation_settings(const AugmentOptions& a) {
 void check_resume_compatible(const TrainOptions& now, const nlohmann::json& saved, const std::string& source) {
   const nlohmann::json current = now.to_json();
   for (const char* key : {"data", "batch_size", "seed", "data_seed", "val_fraction", "view", "add_no_finding",
-                          "optimizer", "partial_batch", "image_size"}) {
+                          "optimizer", "partial_batch", "image_size", "intensity", "dicom_window", "dicom_first_frame",
+                          "uncertain", "blank", "label_vote", "mimic_labels", "labels"}) {
     if (saved.contains(key) && saved[key] != current[key]) {
       std::string flag = key;
       std::replace(flag.begin(), flag.end(), '_', '-');
@@ -101,6 +105,8 @@ class RankTrainer {
   StepShape step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* batch);
   void optimizer_step(const StepResult& result, nlohmann::json* record);
   EvaluationReport evaluate(Split split);
+  nlohmann::json data_summary_record() const;
+  void write_report(const std::vector<EvaluationReport>& reports);
   void save_checkpoint();
   void export_model(const fs::path& directory);
   void after_evaluation(const EvaluationReport& report);
@@ -111,6 +117,7 @@ class RankTrainer {
   TrainOptions o_;
   fs::path output_;
   std::shared_ptr<Dataset> dataset_;
+  ImageReadOptions image_read_;  // as asked (a cache must have been prepared so)
   std::optional<fs::path> resume_from_;
   TrainingCheckpoint resumed_;
   LoadedModel model_;
@@ -180,8 +187,28 @@ void RankTrainer::open_data() {
   d.add_no_finding = o_.add_no_finding;
   d.view = o_.view;
   d.skip_unreadable = o_.skip_unreadable;
+  d.image_read.intensity = parse_intensity_policy(o_.intensity, "--intensity");
+  d.image_read.dicom_window = parse_dicom_window(o_.dicom_window, "--dicom-window");
+  d.image_read.dicom_first_frame = o_.dicom_first_frame;
+  d.uncertain = o_.uncertain == "ones"    ? UncertainPolicy::ones
+                : o_.uncertain == "zeros" ? UncertainPolicy::zeros
+                                          : UncertainPolicy::ignore;
+  d.blank = o_.blank == "ignore" ? BlankPolicy::ignore : BlankPolicy::zeros;
+  d.label_vote = o_.label_vote == "majority" ? LabelVote::majority : LabelVote::any;
+  d.mimic_labels = o_.mimic_labels;
+  d.labels = o_.labels;
+  image_read_ = d.image_read;
   dataset_ = open_dataset(o_.data, d);
   VP_REQUIRE(!dataset_->split_indices(Split::train).empty(), o_.data, ": the train split has no images");
+  if (dataset_->has_masked_labels()) {
+    int64_t masked = 0, elements = 0;
+    for (int64_t i : dataset_->split_indices(Split::train)) {
+      masked += static_cast<int64_t>(dataset_->item(i).masked.size());
+      elements += dataset_->num_labels();
+    }
+    info("labels: ", masked, " of ", elements, " training labels are unknown (--uncertain ", o_.uncertain, ", --blank ",
+         o_.blank, "): masked out of the loss, its gradient and the metrics");
+  }
 }
 
 void RankTrainer::load_model_and_state() {
@@ -202,6 +229,8 @@ void RankTrainer::load_model_and_state() {
   } else {
     model_ = load_model(o_.model, lo);
   }
+  // How this run reads images goes into the exported preprocessor_config.json, so predict and eval read the same.
+  model_.preprocessor.vitpipe_intensity = image_read_options_json(image_read_);
   layout_ = model_.parameters.layout_ptr();
 }
 
@@ -293,11 +322,18 @@ void RankTrainer::build_pipeline() {
   if (o_.pos_weight_auto) {
     VP_REQUIRE(dataset_->multi_label(), "--pos-weight auto needs a multi-label dataset");
     const auto items = dataset_->split_indices(Split::train);
-    std::vector<float> targets(items.size() * static_cast<size_t>(dataset_->num_labels()));
-    for (size_t i = 0; i < items.size(); ++i)
-      dataset_->write_labels(items[i], targets.data() + i * dataset_->num_labels());
+    const auto labels = static_cast<size_t>(dataset_->num_labels());
+    std::vector<float> targets(items.size() * labels), known(items.size() * labels);
+    for (size_t i = 0; i < items.size(); ++i) {
+      dataset_->write_labels(items[i], targets.data() + i * labels);
+      dataset_->write_label_weights(items[i], known.data() + i * labels);
+    }
+    // Among the known labels only: a masked label is neither positive nor negative.
+    for (size_t k = 0; k < targets.size(); ++k) targets[k] *= known[k];
     const auto positives = count_positives(targets, dataset_->num_labels());
-    const auto weights = pos_weight_from_counts(positives, static_cast<int64_t>(items.size()));
+    std::vector<int64_t> known_counts(labels, 0);
+    for (size_t k = 0; k < known.size(); ++k) known_counts[k % labels] += known[k] != 0.0f ? 1 : 0;
+    const auto weights = pos_weight_from_known_counts(positives, known_counts);
     eo.pos_weight = Tensor::empty({dataset_->num_labels()});
     std::copy(weights.begin(), weights.end(), eo.pos_weight.f32());
   }
@@ -371,7 +407,46 @@ void RankTrainer::plan_epochs() {
     remove_stale_temporaries(output_);  // what a killed run left half-written
     write_text_file_atomically(output_ / "train_options.json", o_.to_json().dump(2) + "\n");
     metrics_ = std::make_unique<MetricsLog>(output_ / "metrics.jsonl", resume_from_ ? state_.step : -1);
+    if (!resume_from_) metrics_->write(data_summary_record());  // a resumed run keeps the first one
   }
+}
+
+// What the report's data section shows: images, patients and positives (of the known labels) per split.
+nlohmann::json RankTrainer::data_summary_record() const {
+  nlohmann::json splits = nlohmann::json::object();
+  const int64_t labels = dataset_->num_labels();
+  std::vector<float> row(static_cast<size_t>(labels)), known(static_cast<size_t>(labels));
+  for (Split split : {Split::train, Split::val, Split::test}) {
+    const std::vector<int64_t> items = dataset_->split_indices(split);
+    if (items.empty()) continue;
+    std::set<std::string> patients;
+    std::vector<int64_t> positives(static_cast<size_t>(labels), 0), known_counts(static_cast<size_t>(labels), 0);
+    for (int64_t i : items) {
+      const DatasetItem& item = dataset_->item(i);
+      patients.insert(item.patient.empty() ? item.name : item.patient);
+      dataset_->write_labels(i, row.data());
+      dataset_->write_label_weights(i, known.data());
+      for (int64_t l = 0; l < labels; ++l) {
+        if (known[static_cast<size_t>(l)] == 0.0f) continue;
+        known_counts[static_cast<size_t>(l)] += 1;
+        positives[static_cast<size_t>(l)] += row[static_cast<size_t>(l)] != 0.0f ? 1 : 0;
+      }
+    }
+    nlohmann::json pos = nlohmann::json::object(), kn = nlohmann::json::object();
+    for (int64_t l = 0; l < labels; ++l) {
+      pos[dataset_->label_names()[static_cast<size_t>(l)]] = positives[static_cast<size_t>(l)];
+      kn[dataset_->label_names()[static_cast<size_t>(l)]] = known_counts[static_cast<size_t>(l)];
+    }
+    splits[split_name(split)] = {{"images", static_cast<int64_t>(items.size())},
+                                 {"patients", static_cast<int64_t>(patients.size())},
+                                 {"positives", pos},
+                                 {"known", kn}};
+  }
+  return {{"type", "data"},
+          {"step", state_.step},
+          {"dataset", dataset_->spec()},
+          {"labels", dataset_->label_names()},
+          {"splits", splits}};
 }
 
 StepShape RankTrainer::step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* batch) {
@@ -389,8 +464,17 @@ StepShape RankTrainer::step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* 
              " usable images on this replica, fewer than its ", micro_batches_,
              " micro-batches (too many unreadable images were skipped?)");
   shape.micro_batch_sizes = even_split(rows, micro_batches_);
-  // The loss is the mean over the rows every replica actually uses (unreadable images skipped).
-  shape.global_rows = static_cast<int64_t>(executor_->data_parallel_group().allreduce(static_cast<double>(rows)));
+  // The loss is the mean over the rows every replica actually uses (unreadable images skipped) and, with masked
+  // labels, over the known labels of the whole global batch: summed over the replicas before any backward pass, so
+  // every layout divides by what one process training on the global batch would.
+  double totals[2] = {static_cast<double>(rows), 0.0};
+  if (loader_->label_weights()) {
+    const float* w = batch->label_weights.f32();
+    for (int64_t k = 0; k < batch->label_weights.numel(); ++k) totals[1] += w[k];
+  }
+  executor_->data_parallel_group().allreduce(totals, 2, ReduceOp::sum);
+  shape.global_rows = static_cast<int64_t>(totals[0]);
+  if (loader_->label_weights()) shape.global_label_weight = totals[1];
   return shape;
 }
 
@@ -595,6 +679,7 @@ void RankTrainer::train_loop() {
     if (root() && ((o_.log_every > 0 && state_.step % o_.log_every == 0) || state_.step == state_.total_steps)) {
       record["epoch"] = static_cast<double>(state_.step) / static_cast<double>(batches_per_epoch_);
       record["images_per_s"] = rate;
+      record["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
       record["mean_loss_since_last_log"] = loss_since_log / static_cast<double>(steps_since_log);
       metrics_->write(record);
       images_since_log = 0;
@@ -647,6 +732,18 @@ void RankTrainer::finish() {
       text += line;
     }
     info(text);
+    if (root()) {
+      nlohmann::json record = {{"type", "parallel"},
+                               {"step", state_.step},
+                               {"pipeline_stages", o_.pipeline_stages},
+                               {"replicas", grid_->replicas()},
+                               {"schedule", o_.pipeline_schedule},
+                               {"micro_batches", micro_batches_},
+                               {"bubble_measured", sums[0] / sums[2]},
+                               {"bubble_theory", theory}};
+      if (grid_->replicas() > 1) record["allreduce_hidden"] = sums[1] / sums[2];
+      metrics_->write(record);
+    }
   }
   if (comm_steps_ > 0 && world_.size() > 1) {
     const double n = static_cast<double>(comm_steps_), ranks = world_.size();
@@ -716,11 +813,22 @@ void RankTrainer::finish() {
       info("\n", report.split, " split (", report.rows, " images), model ", model_dir.string(), ", loss ", report.loss,
            ":\n", report.table());
     }
+    write_report(reports);
     info("model written to ", model_dir.string(),
          " (Hugging Face format: config.json, model.safetensors, "
          "preprocessor_config.json); metrics in ",
          (output_ / "metrics.jsonl").string());
   }
+}
+
+// Rank 0: the exported model's predictions on each evaluated split, then the HTML report over the run's files.
+void RankTrainer::write_report(const std::vector<EvaluationReport>& reports) {
+  for (const auto& report : reports) {
+    write_predictions_csv(output_ / ("predictions-" + report.split + ".csv"), report, *dataset_);
+  }
+  const fs::path html = output_ / "report.html";
+  write_text_file_atomically(html, training_report_html(read_run_directory(output_), ReportOptions{}));
+  info("report: ", html.string(), " (predictions of the exported model: predictions-SPLIT.csv)");
 }
 
 }  // namespace

@@ -377,8 +377,23 @@ TEST_P(KernelsAtLevel, LossesAndConversions) {
     expected_grad[i] = 0.5 * (w * y[i] * (sig - 1) + (1 - y[i]) * sig);
   }
   const Tensor grad = Tensor::empty({B, L});
-  EXPECT_NEAR(be().bce_with_logits(logits, targets, &pos_weight, 0.5, grad), expected_loss, 1e-9 * expected_loss);
+  EXPECT_NEAR(be().bce_with_logits(logits, targets, &pos_weight, nullptr, 0.5, grad), expected_loss,
+              1e-9 * expected_loss);
   EXPECT_LT(relative_difference(grad, expected_grad), 1e-6);
+  // Per-element weights (0 = an unknown label): the loss and gradient scale by them; masked elements give nothing.
+  Tensor weight = Tensor::empty({B, L});
+  double expected_weighted = 0;
+  Doubles expected_weighted_grad(static_cast<size_t>(B * L));
+  for (int64_t i = 0; i < B * L; ++i) {
+    weight.f32()[i] = i % 4 == 0 ? 0.0f : 1.0f;
+    const double sig = 1.0 / (1.0 + std::exp(-z[i])), w = pw[i % L];
+    expected_weighted += weight.f32()[i] * -(w * y[i] * std::log(sig) + (1 - y[i]) * std::log(1 - sig));
+    expected_weighted_grad[i] = weight.f32()[i] * 0.5 * (w * y[i] * (sig - 1) + (1 - y[i]) * sig);
+  }
+  EXPECT_NEAR(be().bce_with_logits(logits, targets, &pos_weight, &weight, 0.5, grad), expected_weighted,
+              1e-9 * expected_weighted);
+  EXPECT_LT(relative_difference(grad, expected_weighted_grad), 1e-6);
+  for (int64_t i = 0; i < B * L; i += 4) ASSERT_EQ(grad.f32()[i], 0.0f) << "a masked element has no gradient";
 
   Tensor classes = Tensor::empty({B}, DType::i64);
   for (int64_t i = 0; i < B; ++i) classes.data<int64_t>()[i] = i % L;

@@ -320,9 +320,9 @@ TEST(PackedCache, StaleOrBrokenCachesAreRefused) {
   write_file(other / "c" / "index.json", index);
   const std::string manifest = read_text_file(other / "c" / "manifest.json");
   std::string v2 = manifest;
-  v2.replace(v2.find("\"version\": 1"), 12, "\"version\": 2");
+  v2.replace(v2.find("\"version\": 2"), 12, "\"version\": 3");
   write_file(other / "c" / "manifest.json", v2);
-  expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"format version 2"});
+  expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"format version 3"});
   fs::remove(other / "c" / "manifest.json");
   expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"no manifest.json", "not a finished cache"});
   // Preparing into a folder that holds something else is refused.

@@ -236,7 +236,7 @@ TEST(CsvDataset, JoinedLabelsZeroOneColumnsAndSingleLabel) {
 
   write_file(dir / "bad.csv", "path,Mass,Nodule\nimg/a.png,1,0\nimg/b.png,yes,1\n");
   expect_error([&] { open_dataset("csv:" + (dir / "bad.csv").string(), DatasetOptions{}); },
-               {"bad.csv line 3", "\"Mass\"", "0 or 1"});
+               {"bad.csv line 3", "\"Mass\"", "1.0, 0.0, -1.0"});
   write_file(dir / "missing.csv", "path,label\nimg/a.png,cat\nimg/zzz.png,dog\n");
   expect_error([&] { open_dataset("csv:" + (dir / "missing.csv").string(), DatasetOptions{}); },
                {"img/zzz.png", "missing"});

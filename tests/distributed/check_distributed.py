@@ -5,6 +5,7 @@
 Cases (each one ctest test; `setup` is their fixture, it writes the models and the single-process references):
   setup                    vit-mini (4 layers, 32 px) and vit-micro (2 layers); reference runs in one process
   equal.<layout>           final weights of an mpirun job == the single-process run on the same global batch
+  equal.masked-stages2x2   the same with masked labels (blank and -1 cells of a csv, --blank ignore)
   refuse.<what>            a bad layout refused before any work, with a message saying what to change
   fail.rank-raises         a corrupted image that only rank 2 loads: the job ends within seconds, reason shown
   fail.rank-killed         SIGKILL to rank 3 mid-training: mpirun exits non-zero within 10 s
@@ -132,6 +133,34 @@ def compare(initial_path, expected_path, actual_path, what):
         sys.exit(f"FAIL: {what}: the weights moved too little ({least_moved:.2e}) for the comparison to mean much")
 
 
+FINDINGS = ["Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Effusion", "Emphysema", "Fibrosis", "Hernia",
+            "Infiltration", "Mass", "Nodule", "Pleural_Thickening", "Pneumonia", "Pneumothorax"]
+
+
+def write_masked_csv(path):
+    """The sample as csv: with one column per finding, about 30% of the cells blank and 10% uncertain (-1), so that
+    --blank ignore masks a different share of every replica's micro-batches."""
+    import csv
+    import random
+    generator = random.Random(5)
+    with open(os.path.join(SAMPLE, "Data_Entry_2017_v2020.csv")) as f:
+        records = list(csv.DictReader(f))
+    with open(path, "w") as f:
+        f.write("path,patient," + ",".join(FINDINGS) + "\n")
+        for r in records:
+            found = set(r["Finding Labels"].split("|"))
+            cells = []
+            for name in FINDINGS:
+                draw = generator.random()
+                cells.append("" if draw < 0.3 else "-1" if draw < 0.4 else "1" if name in found else "0")
+            f.write(os.path.join(SAMPLE, "images", r["Image Index"]) + "," + r["Patient ID"] + "," + ",".join(cells) +
+                    "\n")
+
+
+def masked_flags(job):
+    return ["--data", "csv:" + os.path.join(job.shared, "masked.csv"), "--blank", "ignore"]
+
+
 def case_setup(job):
     shutil.rmtree(job.shared, ignore_errors=True)
     os.makedirs(job.shared)
@@ -143,6 +172,22 @@ def case_setup(job):
     for optimizer in ("adamw", "lamb"):
         job.train(0, mini + ["--optimizer", optimizer, "--lr", SHARDED_LR[optimizer]] + CLIP + STEPS +
                   ["--output-dir", job.model(f"reference-{optimizer}-clipped")])
+    write_masked_csv(os.path.join(job.shared, "masked.csv"))
+    job.train(0, ["--model", job.model("mini")] + masked_flags(job) + COMMON + THREADS + BATCH + SGD + STEPS +
+              ["--output-dir", job.model("reference-masked")])
+
+
+def case_equal_masked(job):
+    """Masked labels: the loss is the mean over the known labels of the whole global batch, so 2 stages x 2
+    replicas (each replica's micro-batches knowing different shares of their labels) equal one process."""
+    out = os.path.join(job.work, "equal.masked-stages2x2")
+    shutil.rmtree(out, ignore_errors=True)
+    log = job.train(4, ["--model", job.model("mini")] + masked_flags(job) + COMMON + BATCH + SGD + STEPS + THREADS +
+                    ["--pipeline-stages", "2", "--output-dir", out]).stderr
+    assert "4 MPI ranks" in log and "training labels are unknown" in log, log
+    compare(os.path.join(job.model("mini"), "model.safetensors"),
+            os.path.join(job.model("reference-masked"), "model", "model.safetensors"),
+            os.path.join(out, "model", "model.safetensors"), "masked labels, 4 MPI ranks = 2 stages x 2 replicas")
 
 
 def case_equal(job, layout):
@@ -534,6 +579,8 @@ def main():
     kind, _, name = args.case.partition(".")
     if args.case == "setup":
         case_setup(job)
+    elif args.case == "equal.masked-stages2x2":
+        case_equal_masked(job)
     elif kind == "equal":
         case_equal(job, name)
     elif kind == "refuse":

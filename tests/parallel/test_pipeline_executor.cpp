@@ -127,13 +127,14 @@ void check_pipeline(int stages, int replicas, ScheduleKind kind, int virtual_sta
     };
     const StepResult result = executor.train_step(shape, source);
     const double step_loss = world.allreduce(result.loss_sum);
-    executor.forward_only(shape, source, [&](const Tensor& logits, const Tensor&, const std::vector<int64_t>& items) {
-      std::lock_guard lock(mutex);
-      for (size_t r = 0; r < items.size(); ++r) {
-        std::copy(logits.f32() + r * c.num_labels(), logits.f32() + (r + 1) * c.num_labels(),
-                  got_logits.f32() + items[r] * c.num_labels());
-      }
-    });
+    executor.forward_only(shape, source,
+                          [&](const Tensor& logits, const Tensor&, const Tensor&, const std::vector<int64_t>& items) {
+                            std::lock_guard lock(mutex);
+                            for (size_t r = 0; r < items.size(); ++r) {
+                              std::copy(logits.f32() + r * c.num_labels(), logits.f32() + (r + 1) * c.num_labels(),
+                                        got_logits.f32() + items[r] * c.num_labels());
+                            }
+                          });
     std::lock_guard lock(mutex);
     loss_sum = step_loss;
     for (ViTStage* stage : chunks) {

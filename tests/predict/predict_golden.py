@@ -186,7 +186,10 @@ def vitpipe(*args):
 
 
 def predict(model, images, *options, fmt="json"):
-    result = vitpipe("predict", "--model", model, "--format", fmt, "--threads", "2", *options, *images)
+    # transformers' processor gets Pillow's pixels, which clip 16-bit gray: --intensity pillow (vitpipe's default
+    # scales such images over their full range instead).
+    result = vitpipe("predict", "--model", model, "--format", fmt, "--threads", "2", "--intensity", "pillow",
+                     *options, *images)
     if result.returncode != 0:
         sys.exit(f"vitpipe predict {' '.join(map(str, options))} failed:\n{result.stderr}")
     return result.stdout

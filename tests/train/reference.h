@@ -30,10 +30,12 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-// Runs `python3 tests/train/<script> <dir>`; fails the test (returns false) when it does not exit 0.
-inline bool run_reference_script(const std::string& script, const std::filesystem::path& dir) {
+// Runs `python3 tests/train/<script> [<argument>] <dir>`; fails the test (returns false) when it does not exit 0.
+inline bool run_reference_script(const std::string& script, const std::filesystem::path& dir,
+                                 const std::string& argument = "") {
   const std::string command = std::string("'") + VITPIPE_PYTHON + "' '" + VITPIPE_SOURCE_DIR + "/tests/train/" +
-                              script + "' '" + dir.string() + "'";
+                              script + "' " + (argument.empty() ? "" : "'" + argument + "' ") + "'" + dir.string() +
+                              "'";
   const int status = std::system(command.c_str());
   EXPECT_EQ(status, 0) << "reference script failed: " << command;
   return status == 0;

@@ -23,6 +23,13 @@ TEST(PosWeight, NegativesOverPositivesClamped) {
   EXPECT_EQ(pos_weight_from_counts({11559}, 112120), (std::vector<float>{static_cast<float>(100561.0 / 11559.0)}));
 }
 
+TEST(PosWeight, MaskedLabelsCountOnlyTheirKnownRows) {
+  // Label 0: 2 positives among 5 known rows; label 1: never known (the maximum); label 2: 1 of 8.
+  EXPECT_EQ(pos_weight_from_known_counts({2, 0, 1}, {5, 0, 8}), (std::vector<float>{1.5f, 100.0f, 7.0f}));
+  EXPECT_EQ(pos_weight_from_known_counts({2, 0, 8}, {8, 8, 8}), pos_weight_from_counts({2, 0, 8}, 8));
+  EXPECT_THROW(pos_weight_from_known_counts({3}, {2}), Error);
+}
+
 TEST(PosWeight, RefusesBadInput) {
   EXPECT_THROW(count_positives(std::vector<float>{0, 1, 0.5f}, 3), Error);
   EXPECT_THROW(count_positives(std::vector<float>{0, 1, 1}, 2), Error);

@@ -12,7 +12,7 @@
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 
 double CpuBackend::bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight,
-                                   double grad_scale, const Tensor& grad_logits) {
+                                   const Tensor* weight, double grad_scale, const Tensor& grad_logits) {
   VP_REQUIRE(logits.rank() == 2 && targets.numel() == logits.numel() && grad_logits.numel() == logits.numel() &&
                  targets.dtype() == DType::f32,
              "bce_with_logits: logits ", shape_string(logits.shape()), " and targets ", shape_string(targets.shape()),
@@ -20,6 +20,10 @@ double CpuBackend::bce_with_logits(const Tensor& logits, const Tensor& targets, 
   const int64_t rows = logits.dim(0), labels = logits.dim(1);
   if (pos_weight)
     VP_REQUIRE(pos_weight->numel() == labels, "bce_with_logits: pos_weight must have ", labels, " entries");
+  if (weight)
+    VP_REQUIRE(weight->numel() == logits.numel() && weight->dtype() == DType::f32, "bce_with_logits: weight ",
+               shape_string(weight->shape()), " must match the logits");
+  const float* w = weight ? weight->f32() : nullptr;
   const float* x = logits.f32();
   const float* y = targets.f32();
   float* g = grad_logits.f32();
@@ -31,9 +35,10 @@ double CpuBackend::bce_with_logits(const Tensor& logits, const Tensor& targets, 
       const double log_weight = 1.0 + (pw - 1.0) * yv;
       // softplus(-x) computed stably: log(1 + exp(-|x|)) + max(-x, 0)
       const double softplus_neg = std::log1p(std::exp(-std::fabs(xv))) + std::max(-xv, 0.0);
-      total += (1.0 - yv) * xv + log_weight * softplus_neg;
+      const double element_weight = w ? w[i * labels + j] : 1.0;
+      total += element_weight * ((1.0 - yv) * xv + log_weight * softplus_neg);
       const double sigmoid_neg = 1.0 / (1.0 + std::exp(xv));
-      g[i * labels + j] = static_cast<float>(grad_scale * ((1.0 - yv) - log_weight * sigmoid_neg));
+      g[i * labels + j] = static_cast<float>(grad_scale * element_weight * ((1.0 - yv) - log_weight * sigmoid_neg));
     }
   }
   return total;

@@ -1,0 +1,72 @@
+// `vitpipe explain --model M --method rollout|grad-rollout|gradcam [--finding NAME | --top K] --out DIR IMAGE...`:
+// where the model looks, per image and finding (explain/explain_images.h).
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/data_flags.h"
+#include "explain/explain_images.h"
+#include "io/model_files.h"
+#include "util/error.h"
+#include "util/threads.h"
+
+namespace vitpipe::cli {
+namespace {
+
+struct ExplainOptions {
+  std::string model;
+  std::string revision = "main";
+  std::vector<std::string> methods{"grad-rollout"};
+  std::vector<std::string> findings;
+  int64_t top = 1;
+  std::string out;
+  std::vector<std::string> images;
+  ImageReadFlags read;
+  int threads = 0;
+};
+
+void run_explain(const ExplainOptions& o) {
+  configure_threads(o.threads);
+  LoadOptions load;
+  load.reference.revision = o.revision;
+  const LoadedModel model = load_model(o.model, load);
+  ExplainRequest request;
+  request.methods.clear();
+  for (const auto& m : o.methods) request.methods.push_back(parse_explain_method(m));
+  request.findings = o.findings;
+  request.top = o.top;
+  request.out_dir = o.out;
+  request.reading = resolve_image_read(o.read, model.preprocessor, model.directory.string());
+  const std::vector<ExplainedMap> maps = explain_images(model, o.model, o.images, request);
+  for (const ExplainedMap& m : maps) {
+    std::printf("%s  %s  p=%.4f  %s  -> %s/%s\n", m.image.c_str(), m.finding.c_str(), m.probability, m.method.c_str(),
+                o.out.c_str(), m.overlay.c_str());
+  }
+  std::printf(
+      "%zu maps in %s (overlays .png at each image's resolution, raw maps .npy at the %lldx%lld patch grid, "
+      "index.json)\n",
+      maps.size(), o.out.c_str(), maps.empty() ? 0LL : static_cast<long long>(maps.front().grid_height),
+      maps.empty() ? 0LL : static_cast<long long>(maps.front().grid_width));
+}
+
+}  // namespace
+
+void add_explain_command(CLI::App& app) {
+  auto o = std::make_shared<ExplainOptions>();
+  auto* cmd = app.add_subcommand("explain",
+                                 "Heatmaps of where the model looks: attention rollout, gradient-weighted "
+                                 "rollout or Grad-CAM, per image and finding");
+  cmd->add_option("--model", o->model, "Model directory or Hugging Face repo id")->required();
+  cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
+  cmd->add_option("--method", o->methods, "rollout | grad-rollout | gradcam (repeatable)")->capture_default_str();
+  auto* finding = cmd->add_option("--finding", o->findings, "A label to explain (repeatable)");
+  cmd->add_option("--top", o->top, "Explain each image's K most probable labels")
+      ->capture_default_str()
+      ->excludes(finding);
+  cmd->add_option("--out", o->out, "Output directory")->required();
+  cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  add_image_read_flags(cmd, &o->read);
+  cmd->add_option("images", o->images, "Image files (PNG, JPEG or DICOM)")->required();
+  cmd->callback([o] { run_explain(*o); });
+}
+
+}  // namespace vitpipe::cli

@@ -1,0 +1,29 @@
+// DICOM files (PS3.10: 128-byte preamble, "DICM", file meta information, data set) read with DCMTK, their pixels
+// turned into the 8-bit image the processor sees by the rule of data/dicom_pixels.h.
+//
+// Transfer syntaxes: implicit / explicit VR little endian, explicit VR big endian, deflate, JPEG (baseline,
+// extended 12-bit, lossless process 14 and SV1), JPEG-LS (lossless and near-lossless) and RLE through DCMTK's codecs;
+// JPEG 2000 (lossless and lossy) through OpenJPEG (data/dicom_jpeg2000.h). Any other is refused with its UID and
+// name. DCMTK checks every element's length against the bytes left, so a truncated file or a lying length field is
+// refused naming the element, and the pixel count is checked against kMaxImagePixels before any pixel buffer is
+// allocated.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "data/image.h"
+#include "data/image_read_options.h"
+
+namespace vitpipe {
+
+// "DICM" at byte 128: how DICOM files are recognised, whatever their extension (.dcm, .dicom, none).
+bool has_dicom_preamble(const uint8_t* data, size_t size);
+
+// Gray images come back with channels == 1, RGB with 3. Multi-frame images are refused unless
+// options.dicom_first_frame. Throws vitpipe::Error naming `name_for_errors` and the offending element.
+DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& name_for_errors,
+                          const ImageReadOptions& options);
+
+}  // namespace vitpipe

@@ -1,0 +1,27 @@
+// What a reader sees: the map blended onto the radiograph at the image's own resolution (jet colours, the
+// radiograph showing through), a colour bar at the right edge and a caption with the finding, its probability and
+// the method.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/image.h"
+#include "explain/model_explainer.h"
+
+namespace vitpipe {
+
+// The map resized to width x height, bilinear with half-pixel centres (as torch's interpolate with
+// align_corners=False), then scaled to [0, 1] by its minimum and maximum (all zeros for a constant map).
+std::vector<float> normalised_map_at(const PatchMap& map, int64_t width, int64_t height);
+
+struct OverlayCaption {
+  std::string finding;
+  double probability = 0;
+  std::string method;
+};
+
+DecodedImage heatmap_overlay(const DecodedImage& radiograph, const PatchMap& map, const OverlayCaption& caption);
+
+}  // namespace vitpipe

@@ -1,0 +1,48 @@
+// The training report: one self-contained HTML file (styles, charts and data inlined, nothing fetched) built only
+// from what a run writes: metrics.jsonl, train_options.json, the predictions CSVs of the exported model and the
+// heatmaps `vitpipe explain` left. A view over files, so it can be rebuilt for any past run, or for a predictions
+// file alone (`vitpipe report --predictions FILE.csv`).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/predictions_table.h"
+
+namespace vitpipe {
+
+// One explained image: its overlay PNG (embedded as a data URL) and what it shows.
+struct ReportHeatmap {
+  std::filesystem::path overlay_png;
+  std::string image, finding, method;
+  double probability = 0;
+};
+
+struct ReportInputs {
+  std::string title;                               // the run directory, or the predictions file
+  std::vector<nlohmann::json> metrics;             // metrics.jsonl records, in order (empty: no run)
+  nlohmann::json train_options;                    // train_options.json (null: no run)
+  std::map<std::string, PredictionsTable> splits;  // "val", "test" (or the file's name) -> predictions
+  std::vector<ReportHeatmap> heatmaps;
+};
+
+struct ReportOptions {
+  int64_t bootstrap = 200;  // resamples for the 95% intervals (0: none)
+  uint64_t seed = 0;
+};
+
+// Reads RUN_DIR/metrics.jsonl (required), train_options.json, predictions-val.csv, predictions-test.csv and
+// heatmaps/index.json (each optional); one clear error for a directory that is not a run.
+ReportInputs read_run_directory(const std::filesystem::path& run_dir);
+
+// The HTML text. Also returns, through `summary` (optional), the numbers it shows as JSON (the same object is
+// embedded in the page as <script type="application/json" id="report-data">).
+std::string training_report_html(const ReportInputs& inputs, const ReportOptions& options,
+                                 nlohmann::json* summary = nullptr);
+
+}  // namespace vitpipe
