@@ -28,14 +28,25 @@ $vitpipe train --model "$out/initial-model" --data chestxray14:$data --output-di
 echo "== 4. evaluate the exported model on the official test images of the sample (bootstrap 95% CIs)"
 $vitpipe eval --model "$out/run/model" --data chestxray14:$data --split test --bootstrap 200
 
-echo "== 5. predict on a full-size 1024x1024 radiograph (resized exactly as ViTImageProcessor would)"
-$vitpipe predict --model "$out/run/model" $data/full-size/00000013_003.png
+echo "== 5. predict on a full-size 1024x1024 radiograph (resized exactly as ViTImageProcessor would), with its heatmap"
+$vitpipe predict --model "$out/run/model" $data/full-size/00000013_003.png --heatmap "$out/run/heatmaps-full-size"
+
+echo "== 6. a task this small model CAN learn: the projection (AP vs PA) of the same images, from the sample's metadata"
+$vitpipe init --preset vit-mini --labels AP --seed 0 --out "$out/initial-view-model"
+$vitpipe train --model "$out/initial-view-model" --data csv:$data/view_position.csv --output-dir "$out/view" \
+  --epochs 8 --batch-size 32 --micro-batch-size 16 --lr 5e-4 --warmup-ratio 0.1 --seed 0 --test
+
+echo "== 7. where the view model looks: three methods on a full-size AP film"
+$vitpipe explain --model "$out/view/model" --method grad-rollout --method gradcam --method rollout \
+  --finding AP --out "$out/view/heatmaps-full-size" $data/full-size/00000013_003.png
 
 cat <<MSG
 
-Done: the fine-tuned model is in $out/run/model (config.json, model.safetensors, preprocessor_config.json; transformers
-loads it with AutoModelForImageClassification.from_pretrained). Metrics: $out/run/metrics.jsonl.
-A model this small trained on 621 images is a demonstration of the pipeline, not a diagnostic model.
+Done. The 14 findings: model in $out/run/model (config.json, model.safetensors, preprocessor_config.json;
+transformers loads it with AutoModelForImageClassification.from_pretrained), report $out/run/report.html. A model
+this small trained on 621 images stays near chance on them: a demonstration of the pipeline, not a diagnostic model.
+The projection task: $out/view/report.html (ROC, PR, calibration, operating points, heatmaps; open it in a browser,
+it needs no network), heatmaps of a full-size film in $out/view/heatmaps-full-size/.
 
 With the full NIH dataset (https://nihcc.app.box.com/v/ChestXray-NIHCC) and a real checkpoint:
   $vitpipe download google/vit-base-patch16-224-in21k

@@ -15,6 +15,7 @@ packages=(build-essential cmake pkg-config
   libzip-dev                        # reading pytorch_model.bin (a zip archive)
   libdcmtk-dev libopenjp2-7-dev     # DICOM: DCMTK (parsing, JPEG / JPEG-LS / RLE codecs), OpenJPEG (JPEG 2000)
   zlib1g-dev                        # gzipped label files (.csv.gz)
+  libfreetype-dev fonts-dejavu-core # text on heatmap overlays (finding, probability, colour bar)
   libgtest-dev libbenchmark-dev)    # unit tests, micro-benchmarks
 if [[ "${1:-}" == "--tests" ]]; then
   # Reference implementations the tests check against; OpenBLAS so the PyTorch peer runs at its real speed.
@@ -22,6 +23,10 @@ if [[ "${1:-}" == "--tests" ]]; then
     qemu-user)                      # runs the binary on an emulated AVX2-only and a pre-AVX2 CPU
   # DICOM references: pydicom reads the test files, DCMTK's tools compress them (dcmcjpeg, dcmcjpls, dcmcrle).
   packages+=(python3-pydicom dcmtk)
+  # A real browser opens the HTML report with networking off (tests/report/).
+  packages+=(chromium)
+  # The fuzz harnesses (tools/fuzz): clang, its libFuzzer and sanitizer runtimes, its OpenMP.
+  packages+=(clang libclang-rt-14-dev libomp-dev)
 fi
 
 missing=()

@@ -1,6 +1,7 @@
-// Test tool: runs one training step of a small random ViT (optionally split into pipeline stages run in sequence,
-// optionally with gradient accumulation over micro-batches) and dumps parameters, inputs, logits, loss and every
-// parameter gradient, so tests/model/reference_vit.py can compare them with a PyTorch reference.
+// Test tool: runs one training step of a small random ViT, DeiT or DINOv2 (optionally split into pipeline stages run
+// in sequence, optionally with gradient accumulation over micro-batches, LoRA or frozen parameters) and dumps
+// parameters, inputs, logits, loss and every trainable parameter's gradient, so tests/model/reference_vit.py and
+// tests/model/reference_families.py can compare them with a PyTorch reference.
 // Dump format: <out>/index.json {name: {"shape": [...], "offset": n}} + <out>/data.f32 (float32, little-endian).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -9,8 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "model/initializer.h"
 #include "model/parameter_layout.h"
+#include "model/trainable_set.h"
 #include "model/vit_stage.h"
+#include "train/optimizer.h"
 #include "util/error.h"
 #include "util/random.h"
 #include "util/threads.h"
@@ -43,7 +47,22 @@ int main(int argc, char** argv) {
   int64_t labels = 5, batch = 3, micro_batch = 0, seed = 1;
   int stages = 1, threads = 2;
   std::string precision = "fp32", problem = "multi", out;
-  bool recompute = false;
+  bool recompute = false, swiglu = false;
+  std::string family = "vit", freeze = "none", lora_targets = "query,value";
+  int64_t registers = 0, input_image = 0, lora_rank = 0, freeze_layers = 0;
+  double lora_alpha = 0, lr = 1e-3;
+  int64_t steps = 0;
+  app.add_option("--steps", steps, "AdamW steps on the same batch after the first gradients (0 = none)");
+  app.add_option("--lr", lr, "their learning rate");
+  app.add_option("--family", family, "vit | deit | deit-teacher | dinov2 | dinov2-registers");
+  app.add_option("--registers", registers, "register tokens (dinov2-registers)");
+  app.add_flag("--swiglu", swiglu, "SwiGLU MLP (dinov2): --mlp is its hidden width, fc1 has twice as many rows");
+  app.add_option("--input-image", input_image, "DINOv2: run on this image side (positions resampled per pass)");
+  app.add_option("--lora", lora_rank, "LoRA rank (0 = none)");
+  app.add_option("--lora-alpha", lora_alpha, "LoRA alpha (0 = the rank)");
+  app.add_option("--lora-targets", lora_targets, "comma-separated layers");
+  app.add_option("--freeze", freeze, "none | backbone | layers");
+  app.add_option("--freeze-layers", freeze_layers, "with --freeze layers: frozen blocks");
   app.add_option("--hidden", c.hidden_size);
   app.add_option("--layers", c.num_hidden_layers);
   app.add_option("--heads", c.num_attention_heads);
@@ -71,10 +90,48 @@ int main(int argc, char** argv) {
     configure_threads(threads);
     for (int64_t i = 0; i < labels; ++i) c.labels.push_back(concat("L", i));
     c.problem_type = problem == "single" ? ProblemType::single_label : ProblemType::multi_label;
+    if (family == "deit" || family == "deit-teacher") {
+      c.model_type = "deit";
+      c.distillation_token = true;
+      c.head = family == "deit" ? HeadKind::cls_token : HeadKind::cls_and_distillation;
+    } else if (family == "dinov2" || family == "dinov2-registers") {
+      c.model_type = family == "dinov2" ? "dinov2" : "dinov2_with_registers";
+      c.layer_scale = true;
+      c.mask_token = true;
+      c.swiglu = swiglu;
+      c.head = HeadKind::cls_and_patch_mean;
+      c.num_register_tokens = family == "dinov2" ? 0 : registers;
+      c.position_interpolation =
+          family == "dinov2" ? PositionInterpolation::bicubic : PositionInterpolation::bicubic_antialias;
+      c.input_image_size = input_image;
+    } else {
+      VP_REQUIRE(family == "vit", "--family: unknown family ", family);
+    }
     c.validate("probe");
+    TrainingMode mode;
+    LoraSettings lora;
+    if (lora_rank > 0) {
+      lora.rank = lora_rank;
+      lora.alpha = lora_alpha > 0 ? lora_alpha : static_cast<double>(lora_rank);
+      size_t start = 0;
+      while (start <= lora_targets.size()) {
+        const size_t comma = lora_targets.find(',', start);
+        lora.targets.push_back(parse_linear_site(lora_targets.substr(start, comma - start)));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      mode.freeze = FreezeMode::lora;
+      mode.lora = lora;
+    } else if (freeze == "backbone") {
+      mode.freeze = FreezeMode::backbone;
+    } else if (freeze == "layers") {
+      mode.freeze = FreezeMode::layers;
+      mode.frozen_layers = freeze_layers;
+    }
     if (micro_batch == 0) micro_batch = batch;
     VP_REQUIRE(batch % micro_batch == 0, "batch must be a multiple of micro-batch");
-    auto layout = std::make_shared<const ParameterLayout>(c);
+    auto layout = std::make_shared<const ParameterLayout>(c, lora);
+    auto split = make_trainable_split(layout, mode);
     const int segments = layout->num_segments();
     VP_REQUIRE(stages >= 1 && stages <= segments, "stages must be in [1, ", segments, "]");
 
@@ -84,11 +141,12 @@ int main(int argc, char** argv) {
     for (const ParamSpec& spec : layout->specs()) {
       float* p = all.at(spec.offset);
       const bool norm_weight = spec.kind == ParamKind::norm_weight;
+      const bool gain = norm_weight || spec.kind == ParamKind::layer_scale;
       for (int64_t i = 0; i < spec.numel; ++i) {
-        p[i] = static_cast<float>(norm_weight ? 1.0 + 0.2 * rng.normal() : 0.2 * rng.normal());
+        p[i] = static_cast<float>(gain ? 1.0 + 0.2 * rng.normal() : 0.2 * rng.normal());
       }
     }
-    Tensor images = Tensor::empty({batch, c.num_channels, c.image_size, c.image_size});
+    Tensor images = Tensor::empty({batch, c.num_channels, c.input_size(), c.input_size()});
     for (int64_t i = 0; i < images.numel(); ++i) images.f32()[i] = static_cast<float>(rng.normal());
     Tensor targets;
     if (c.problem_type == ProblemType::multi_label) {
@@ -102,6 +160,7 @@ int main(int argc, char** argv) {
     // Even split of the segments into stages, run sequentially: exercises every stage boundary.
     std::vector<std::unique_ptr<Backend>> backends;
     std::vector<std::unique_ptr<ViTStage>> pipeline;
+    std::vector<std::unique_ptr<Optimizer>> optimizers;
     for (int s = 0; s < stages; ++s) {
       StageOptions o;
       o.first_segment = s * segments / stages;
@@ -111,43 +170,48 @@ int main(int argc, char** argv) {
       o.split_backward = split_backward;
       o.slots = split_backward ? 2 : 1;  // a micro-batch's W inputs wait in its slot while the next one runs
       o.max_micro_batch = micro_batch;
+      o.split = split;
       backends.push_back(make_cpu_backend());
       pipeline.push_back(std::make_unique<ViTStage>(layout, *backends.back(), o));
       ViTStage& stage = *pipeline.back();
-      std::copy(all.at(stage.parameters().begin()), all.at(stage.parameters().begin()) + stage.parameters().numel(),
-                stage.parameters().data());
-      stage.parameters_changed();
+      stage.load_values(all);
       stage.zero_gradients();
+      optimizers.push_back(make_optimizer(optimizer_config_named("adamw"), stage.parameters()));
     }
     const int64_t global_elements = c.problem_type == ProblemType::multi_label ? batch * labels : batch;
     double loss_sum = 0.0;
     Tensor logits = Tensor::empty({batch, labels});
-    for (int64_t start = 0, k = 0; start < batch; start += micro_batch, ++k) {
-      const int64_t b = micro_batch;
-      const int slot = split_backward ? static_cast<int>(k % 2) : 0;
-      pipeline.front()->input(slot, b).copy_from(images.slice(start, start + b));
-      for (int s = 0; s < stages; ++s) {
-        pipeline[s]->forward(slot, b);
-        if (s + 1 < stages) pipeline[s + 1]->input(slot, b).copy_from(pipeline[s]->output(slot, b));
-      }
-      ViTStage& last = *pipeline.back();
-      logits.slice(start, start + b).copy_from(last.output(slot, b));
-      loss_sum += last.loss(slot, b, targets.slice(start, start + b), 1.0 / static_cast<double>(global_elements));
-      for (int s = stages - 1; s >= 0; --s) {
-        if (split_backward) {
-          pipeline[s]->backward_input(slot, b);
-        } else {
-          pipeline[s]->backward(slot, b);
+    auto compute_gradients = [&] {
+      loss_sum = 0.0;
+      for (auto& stage : pipeline) stage->zero_gradients();
+      for (int64_t start = 0, k = 0; start < batch; start += micro_batch, ++k) {
+        const int64_t b = micro_batch;
+        const int slot = split_backward ? static_cast<int>(k % 2) : 0;
+        pipeline.front()->input(slot, b).copy_from(images.slice(start, start + b));
+        for (int s = 0; s < stages; ++s) {
+          pipeline[s]->forward(slot, b);
+          if (s + 1 < stages) pipeline[s + 1]->input(slot, b).copy_from(pipeline[s]->output(slot, b));
         }
-        if (s > 0) pipeline[s - 1]->grad(slot, b).copy_from(pipeline[s]->grad(slot, b));
+        ViTStage& last = *pipeline.back();
+        logits.slice(start, start + b).copy_from(last.output(slot, b));
+        loss_sum += last.loss(slot, b, targets.slice(start, start + b), 1.0 / static_cast<double>(global_elements));
+        for (int s = stages - 1; s >= 0; --s) {
+          if (split_backward) {
+            pipeline[s]->backward_input(slot, b);
+          } else {
+            pipeline[s]->backward(slot, b);
+          }
+          if (s > 0) pipeline[s - 1]->grad(slot, b).copy_from(pipeline[s]->grad(slot, b));
+        }
+        if (split_backward && k > 0) {
+          for (auto& stage : pipeline) stage->backward_weight(1 - slot, b);  // the previous micro-batch's W
+        }
+        if (split_backward && start + micro_batch >= batch) {
+          for (auto& stage : pipeline) stage->backward_weight(slot, b);
+        }
       }
-      if (split_backward && k > 0) {
-        for (auto& stage : pipeline) stage->backward_weight(1 - slot, b);  // the previous micro-batch's W
-      }
-      if (split_backward && start + micro_batch >= batch) {
-        for (auto& stage : pipeline) stage->backward_weight(slot, b);
-      }
-    }
+    };
+    compute_gradients();
 
     Dump dump;
     for (const ParamSpec& spec : layout->specs()) dump.add("param." + spec.name, all.tensor(spec));
@@ -168,6 +232,32 @@ int main(int argc, char** argv) {
     Tensor loss = Tensor::empty({1});
     loss.f32()[0] = static_cast<float>(loss_sum / static_cast<double>(global_elements));
     dump.add("loss", loss);
+    // Optimizer steps (AdamW as train's, same batch each step): the trajectory of what trains, and the frozen values
+    // left as they were. The dumped gradients are the first step's.
+    for (int64_t step = 0; step < steps; ++step) {
+      if (step > 0) compute_gradients();
+      for (size_t s = 0; s < pipeline.size(); ++s) {
+        optimizers[s]->step(pipeline[s]->parameters(), pipeline[s]->gradients(), lr);
+        pipeline[s]->parameters_changed();
+      }
+    }
+    if (steps > 0) {
+      for (auto& stage : pipeline) {
+        const ViTStage& held = *stage;
+        for (const FlatParameters* values : {&held.parameters(), &held.frozen_parameters()}) {
+          for (const ParamSpec* spec : values->held_specs()) dump.add("final." + spec->name, values->tensor(*spec));
+        }
+      }
+    }
+    // What the run was: the reference needs the family's options, not just shapes.
+    dump.index["config"] = {{"model_type", c.model_type},
+                            {"head", static_cast<int>(c.head)},
+                            {"registers", c.num_register_tokens},
+                            {"swiglu", c.swiglu},
+                            {"layer_scale", c.layer_scale},
+                            {"input_image", c.input_size()},
+                            {"image", c.image_size},
+                            {"lora_scale", lora.enabled() ? lora.scale() : 0.0}};
     dump.write(out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -104,6 +104,60 @@ class Backend {
 
   // ---- elementwise ----
   virtual void convert(const Tensor& src, const Tensor& dst) = 0;  // f32 <-> bf16, same element count
+  // out = factor * in (overwrites; in and out f32 or bf16, same element count; may alias).
+  virtual void scale(const Tensor& in, double factor, const Tensor& out) = 0;
+
+  // ---- model families (DeiT, DINOv2): prefix tokens, position resampling, LayerScale, SwiGLU, pooling ----
+  // Embeddings with P prefix tokens (CLS, then distillation or register tokens) of which the first Q have position
+  // embeddings: x[b, t] = prefix[t] (+ pos[t] for t < Q) for t < P; x[b, P + p] = patch_proj[b * Np + p] +
+  // pos[Q + p]. prefix [P, D], pos [Q + Np, D], x [B, P + Np, D], all f32.
+  virtual void token_embeddings_forward(const Tensor& patch_proj, const Tensor& prefix, int64_t positioned,
+                                        const Tensor& pos, const Tensor& x) = 0;
+  // grad_prefix (optional) += sum_b grad_x[b, :P]; grad_pos (optional) += the matching rows summed over the batch;
+  // grad_patch_proj = grad_x[:, P:] (overwrites, f32 or bf16); grad_patch_bias (optional) adds its column sums.
+  virtual void token_embeddings_backward(const Tensor& grad_x, const Tensor* grad_prefix, int64_t positioned,
+                                         const Tensor* grad_pos, const Tensor& grad_patch_proj,
+                                         const Tensor* grad_patch_bias) = 0;
+  // Position embeddings on another patch grid: rows [0, Q) copied, the rest (an Hs x Ws grid, row-major) resampled
+  // separably, out[Q + y * Wd + x] = sum_ij wy[y, i] wx[x, j] pos[Q + i * Ws + j]. pos [Q + Hs*Ws, D],
+  // wy [Hd, Hs], wx [Wd, Ws], out [Q + Hd*Wd, D], all f32 (overwrites).
+  virtual void resample_positions_forward(const Tensor& pos, int64_t kept, const Tensor& wy, const Tensor& wx,
+                                          const Tensor& out) = 0;
+  // The transpose: grad_pos += the adjoint of the map above applied to grad_out.
+  virtual void resample_positions_backward(const Tensor& grad_out, int64_t kept, const Tensor& wy, const Tensor& wx,
+                                           const Tensor& grad_pos) = 0;
+  // LayerScale joining the residual stream: out = residual + scale[j] * branch (branch f32 or bf16; the rest f32;
+  // out may alias residual).
+  virtual void layer_scale_forward(const Tensor& branch, const Tensor& scale, const Tensor& residual,
+                                   const Tensor& out) = 0;
+  // branch_grad = scale[j] * grad (overwrites, f32 or bf16); grad_scale (optional) += column sums of grad * branch;
+  // grad_bias (optional) += column sums of branch_grad (the bias of the linear layer that produced `branch`).
+  virtual void layer_scale_backward(const Tensor& grad, const Tensor& branch, const Tensor& scale,
+                                    const Tensor& branch_grad, const Tensor* grad_scale, const Tensor* grad_bias) = 0;
+  // SwiGLU (DINOv2's Dinov2SwiGLUFFN): in [M, 2h] = x1 | x2, out [M, h] = silu(x1) * x2 (f32 or bf16 each).
+  virtual void swiglu_forward(const Tensor& in, const Tensor& out) = 0;
+  // grad_in [M, 2h] (overwrites; same dtype as grad_out and in); grad_bias [2h] (optional, f32) adds its column sums.
+  virtual void swiglu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
+                               const Tensor* grad_bias) = 0;
+  // The first K tokens, token-major: out[k, b] = x[b, k] (x [B, T, D], out [K, B, D], f32). scatter_tokens writes
+  // grad_x[b, k] = grad[k, b] for k < K and zeros every other token (overwrites).
+  virtual void gather_tokens(const Tensor& x, int64_t count, const Tensor& out) = 0;
+  virtual void scatter_tokens(const Tensor& grad, const Tensor& grad_x) = 0;
+  // DINOv2's classifier input: out[b] = [x[b, 0], mean over t >= skip of x[b, t]] (x [B, T, D], out [B, 2D], f32).
+  virtual void cls_and_mean_forward(const Tensor& x, int64_t skip, const Tensor& out) = 0;
+  // grad_x[b, 0] = grad[b, :D], grad_x[b, t] = grad[b, D:] / (T - skip) for t >= skip, 0 between (overwrites).
+  virtual void cls_and_mean_backward(const Tensor& grad, int64_t skip, const Tensor& grad_x) = 0;
+
+  // ---- LoRA (peft) on a linear layer ----
+  // out[:, c0 : c0 + N] += low . b^T with low = scale * in . a^T (saved for the backward pass). in [M, K], a [r, K],
+  // b [N, r] share a dtype (f32 or bf16); low [M, r] that dtype; out [M, ld] (ld >= c0 + N) f32 or bf16.
+  virtual void lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale, const Tensor& low,
+                            const Tensor& out, int64_t column) = 0;
+  // With g = grad_out[:, c0 : c0 + N] (grad_out [M, ld], the GEMM dtype): grad_b (optional) += g^T . low;
+  // t = scale * g . b; grad_a (optional) += t^T . in; grad_in (optional, f32 or bf16) += t . a. Gradients f32.
+  virtual void lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a, const Tensor& b,
+                             double scale, const Tensor& low, const Tensor* grad_in, const Tensor* grad_a,
+                             const Tensor* grad_b) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -9,7 +9,9 @@
 #include "data/data_spec.h"
 #include "data/dataset_summary.h"
 #include "data/file_dataset.h"
+#include "data/label_checks.h"
 #include "data/packed_cache.h"
+#include "io/model_files.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/progress.h"
@@ -34,6 +36,7 @@ void add_data_command(CLI::App& app) {
     options.allow_missing = true;  // inspection counts missing files rather than stopping at them
     auto dataset = open_dataset(inspect_args->spec, options);
     auto summary = summarize_dataset(*dataset);
+    for (const auto& warning : check_trainable_labels(*dataset, Split::train)) warn(warning);
     if (inspect_args->json) {
       std::printf("%s\n", summary.dump().c_str());
     } else {
@@ -47,6 +50,7 @@ void add_data_command(CLI::App& app) {
     ImageReadFlags read;
     PrepareCacheOptions prepare;
     std::string out;
+    std::string model;
   };
   auto prepare_args = std::make_shared<PrepareArgs>();
   auto* prepare = data->add_subcommand("prepare", "Decode and resize every image once into a packed cache (--out DIR)");
@@ -56,10 +60,13 @@ void add_data_command(CLI::App& app) {
                    "csv:FILE or folder:ROOT")
       ->required();
   prepare->add_option("--out", prepare_args->out, "Cache directory to write")->required();
-  prepare
-      ->add_option("--image-size", prepare_args->prepare.image_size,
-                   "Stored size S (images become S x S; use the model's image size)")
-      ->capture_default_str();
+  prepare->add_option("--model", prepare_args->model,
+                      "Prepare with this model's preprocessing (its preprocessor_config.json: resize, crop; "
+                      "a cache is refused by a model whose preprocessing differs)");
+  auto* image_size = prepare
+                         ->add_option("--image-size", prepare_args->prepare.image_size,
+                                      "Stored size S (images become S x S; with --model: the model run at S)")
+                         ->capture_default_str();
   prepare
       ->add_option("--resample", prepare_args->prepare.resample,
                    "PIL resample filter id (2 = bilinear, as ViTImageProcessor; 3 = bicubic)")
@@ -79,7 +86,8 @@ void add_data_command(CLI::App& app) {
                    "MIMIC-CXR-JPG's label file: chexpert (default) | negbio")
       ->check(CLI::IsMember({"chexpert", "negbio"}));
   add_image_read_flags(prepare, &prepare_args->read);
-  prepare->callback([prepare_args] {
+  prepare->callback([prepare_args, image_size] {
+    const bool image_size_given = image_size->count() > 0;
     DataSpec spec = parse_data_spec(prepare_args->spec);
     VP_REQUIRE(spec.kind != "cache", "--data ", prepare_args->spec, ": already a cache (prepare reads image files)");
     DatasetOptions dataset_options = prepare_args->options;
@@ -87,6 +95,11 @@ void add_data_command(CLI::App& app) {
     auto dataset = open_file_dataset(spec, dataset_options);
     PrepareCacheOptions options = prepare_args->prepare;
     options.skip_unreadable = prepare_args->options.skip_unreadable;
+    if (!prepare_args->model.empty()) {
+      options.preprocessor = read_model_preprocessor(prepare_args->model, image_size_given ? options.image_size : 0);
+      options.image_size = options.preprocessor->fixed_output_size().second;
+      info("preprocessing of ", prepare_args->model, ": ", options.preprocessor->geometry());
+    }
     info("preparing ", dataset->source().entries.size(), " images of ", dataset->spec(), " at ", options.image_size,
          "x", options.image_size, " into ", prepare_args->out, " (",
          describe_image_read_options(dataset_options.image_read), ")");

@@ -79,8 +79,7 @@ void run_eval(const EvalOptions& o) {
     so.training = false;
     so.max_micro_batch = o.batch_size;
     ViTStage stage(layout, *backend, so);
-    stage.parameters().flat().copy_from(model.parameters.flat());
-    stage.parameters_changed();
+    stage.load_values(model.parameters);
     ProcessGrid grid(1, 0, 1);
     PipelineExecutor executor(grid, world, {&stage}, ExecutorOptions{}, nullptr);
     EvaluationSettings settings;

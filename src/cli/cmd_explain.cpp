@@ -57,8 +57,10 @@ void add_explain_command(CLI::App& app) {
                                  "rollout or Grad-CAM, per image and finding");
   cmd->add_option("--model", o->model, "Model directory or Hugging Face repo id")->required();
   cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
-  cmd->add_option("--method", o->methods, "rollout | grad-rollout | gradcam (repeatable)")->capture_default_str();
-  auto* finding = cmd->add_option("--finding", o->findings, "A label to explain (repeatable)");
+  cmd->add_option("--method", o->methods, "rollout | grad-rollout | gradcam (repeatable)")
+      ->capture_default_str()
+      ->allow_extra_args(false);
+  auto* finding = cmd->add_option("--finding", o->findings, "A label to explain (repeatable)")->allow_extra_args(false);
   cmd->add_option("--top", o->top, "Explain each image's K most probable labels")
       ->capture_default_str()
       ->excludes(finding);

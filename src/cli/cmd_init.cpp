@@ -1,5 +1,6 @@
-// `vitpipe init`: a randomly initialised ViT in Hugging Face format (config.json, model.safetensors,
-// preprocessor_config.json) with transformers' initialisation; a starting point when no pre-trained model fits.
+// `vitpipe init`: a randomly initialised ViT or DINOv2 in Hugging Face format (config.json, model.safetensors,
+// preprocessor_config.json) with transformers' initialisation; a starting point when no pre-trained model fits, and
+// the shapes of released checkpoints (dinov2-small, dinov2-base, rad-dino) for tests and benchmarks.
 #include <filesystem>
 #include <set>
 #include <string>
@@ -9,6 +10,7 @@
 #include "data/chestxray14_findings.h"
 #include "io/model_files.h"
 #include "io/preprocessor_config.h"
+#include "io/preprocessor_presets.h"
 #include "model/initializer.h"
 #include "model/presets.h"
 #include "util/error.h"
@@ -48,8 +50,16 @@ std::vector<std::string> parse_labels(const std::string& text) {
 
 void run_init(const InitArguments& args) {
   ViTConfig config = preset_config(args.preset);
-  if (args.image_size != 0) config.image_size = args.image_size;
+  PreprocessorConfig preprocessor = preset_preprocessor(args.preset);
   if (args.patch_size != 0) config.patch_size = args.patch_size;
+  if (args.image_size != 0 && config.dinov2_family()) {
+    // DINOv2 keeps its position grid (config.json's image_size) and is fed what its processor crops.
+    preprocessor = preprocessor_for_image_size(preprocessor, args.image_size);
+    config.input_image_size = args.image_size;
+  } else if (args.image_size != 0) {
+    config.image_size = args.image_size;
+    preprocessor = default_preprocessor_config(config.image_size);
+  }
   VP_REQUIRE(config.image_size > 0 && config.patch_size > 0, "--image-size and --patch-size must be positive");
   VP_REQUIRE(config.image_size % config.patch_size == 0, "--patch-size ", config.patch_size,
              " does not divide the image size ", config.image_size);
@@ -66,7 +76,7 @@ void run_init(const InitArguments& args) {
   auto layout = std::make_shared<const ParameterLayout>(config);
   FlatParameters parameters = FlatParameters::whole_model(layout);
   initialize_parameters(parameters, args.seed);
-  save_model(out, config, default_preprocessor_config(config.image_size), parameters);
+  save_model(out, config, preprocessor, parameters);
   info("wrote ", args.preset, " (", layout->numel(), " parameters, image ", config.image_size, ", patch ",
        config.patch_size, ", ", config.num_labels(), " labels, ", problem_type_name(config.problem_type), ", seed ",
        args.seed, ") to ", out.string());
@@ -76,11 +86,13 @@ void run_init(const InitArguments& args) {
 
 void add_init_command(CLI::App& app) {
   auto args = std::make_shared<InitArguments>();
-  auto* cmd = app.add_subcommand("init", "Write a randomly initialised ViT in Hugging Face format");
+  auto* cmd = app.add_subcommand("init", "Write a randomly initialised ViT or DINOv2 in Hugging Face format");
   std::string presets;
   for (const auto& name : preset_names()) presets += (presets.empty() ? "" : ", ") + name;
   cmd->add_option("--preset", args->preset, "Model shape: " + presets)->required();
-  cmd->add_option("--image-size", args->image_size, "Input image side in pixels (default: the preset's)");
+  cmd->add_option("--image-size", args->image_size,
+                  "Input image side in pixels (default: the preset's; DINOv2 keeps its 37 x 37 position grid and "
+                  "crops its input to this size)");
   cmd->add_option("--patch-size", args->patch_size, "Patch side in pixels (default: the preset's)");
   cmd->add_option("--labels", args->labels, "chestxray14 (the 14 findings) or NAME,NAME,...")->capture_default_str();
   cmd->add_option("--problem-type", args->problem_type, "multi_label (sigmoid + BCE) or single_label (softmax + CE)")

@@ -1,5 +1,6 @@
-// `vitpipe predict --model DIR_OR_REPO IMAGE...`: ViTImageProcessor preprocessing (Pillow's resize, bit-exact), the
-// model, and per-label probabilities (sigmoid for multi-label, softmax for single-label), one line per image.
+// `vitpipe predict --model DIR_OR_REPO IMAGE...`: the model's image processor (ViT, DeiT or Bit: Pillow's resize,
+// centre crop, bit-exact), the model, and per-label probabilities (sigmoid for multi-label, softmax for
+// single-label), one line per image.
 #include <cmath>
 #include <cstdio>
 
@@ -42,18 +43,17 @@ void run_predict(const PredictOptions& o) {
   const ViTConfig& c = model.config;
   VP_REQUIRE(c.num_labels() > 0, o.model, ": the model has no classifier labels to predict");
   const ImageProcessor processor(model.preprocessor);
-  VP_REQUIRE(!model.preprocessor.do_resize ||
-                 (model.preprocessor.height == c.image_size && model.preprocessor.width == c.image_size),
-             o.model, ": preprocessor_config.json resizes to ", model.preprocessor.height, "x",
-             model.preprocessor.width, " but the model takes ", c.image_size, "x", c.image_size, " images");
+  const auto [fixed_w, fixed_h] = model.preprocessor.fixed_output_size();
+  VP_REQUIRE(fixed_w == 0 || (fixed_w == c.input_size() && fixed_h == c.input_size()), o.model,
+             ": preprocessor_config.json produces ", fixed_w, "x", fixed_h, " images (", model.preprocessor.geometry(),
+             ") but the model takes ", c.input_size(), "x", c.input_size(), " images");
 
   auto backend = make_cpu_backend();
   StageOptions so;
   so.training = false;
   so.max_micro_batch = std::min<int64_t>(o.batch_size, static_cast<int64_t>(o.images.size()));
   ViTStage stage(model.parameters.layout_ptr(), *backend, so);
-  stage.parameters().flat().copy_from(model.parameters.flat());
-  stage.parameters_changed();
+  stage.load_values(model.parameters);
 
   // transformers' image-classification pipeline: sigmoid for multi-label or a single label (softmax over one logit
   // would always say 1), softmax otherwise.
@@ -64,19 +64,22 @@ void run_predict(const PredictOptions& o) {
     for (const auto& label : c.labels) std::printf(",%s", csv_escape(label).c_str());
     std::printf("\n");
   }
-  const int64_t pixels = c.num_channels * c.image_size * c.image_size;
+  const int64_t side = c.input_size(), pixels = c.num_channels * side * side;
   for (size_t start = 0; start < o.images.size(); start += static_cast<size_t>(so.max_micro_batch)) {
     const int64_t b = std::min<int64_t>(so.max_micro_batch, static_cast<int64_t>(o.images.size() - start));
     Tensor input = stage.input(0, b);
     for (int64_t i = 0; i < b; ++i) {
       const std::string& path = o.images[start + static_cast<size_t>(i)];
       const DecodedImage image = decode_image_file_keep_gray(path, reading);
-      // Without do_resize the image keeps its size, which must then be the model's (as transformers requires).
-      VP_REQUIRE(
-          processor.output_height(image.height) == c.image_size && processor.output_width(image.width) == c.image_size,
-          path, ": the image is ", image.width, "x", image.height,
-          " and preprocessor_config.json has do_resize false, but the model takes ", c.image_size, "x", c.image_size,
-          " images");
+      // Without a fixed output size the image keeps its own (or its aspect), which must then be the model's.
+      const int64_t out_h = processor.output_height(image.width, image.height);
+      const int64_t out_w = processor.output_width(image.width, image.height);
+      VP_REQUIRE(out_h == side && out_w == side, path, ": the image is ", image.width, "x", image.height,
+                 " and preprocessor_config.json ",
+                 model.preprocessor.do_resize
+                     ? concat("(", model.preprocessor.geometry(), ") makes it ", out_w, "x", out_h)
+                     : std::string("has do_resize false"),
+                 ", but the model takes ", side, "x", side, " images");
       processor.process(image, input.f32() + i * pixels);
     }
     stage.forward(0, b);

@@ -3,6 +3,7 @@
 // blank or NaN not mentioned). Optional columns: split (train, val, test, or train_val: divided into train and val by
 // patient as ChestX-ray14's official list is), patient, view.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -18,6 +19,32 @@ namespace fs = std::filesystem;
 
 bool is_code(const std::string& v) { return parse_label_code(v) != LabelCode::invalid; }
 bool is_blank(const std::string& v) { return parse_label_code(v) == LabelCode::blank; }
+
+// A number that is not a label code ("2", "0.5", "1e3"): neither a label code nor a label name.
+bool is_other_number(const std::string& v) {
+  if (is_code(v)) return false;
+  char* end = nullptr;
+  std::strtod(v.c_str(), &end);
+  return end == v.c_str() + v.size();
+}
+
+// "lines 2, 5 and 9" / "lines 2, 5, 9 and 40 more": the rows for which `pick` holds, for messages.
+template <class Pick>
+std::string lines_where(const CsvTable& table, Pick pick) {
+  std::vector<int64_t> lines;
+  size_t count = 0;
+  for (size_t r = 0; r < table.rows.size(); ++r) {
+    if (!pick(table.rows[r])) continue;
+    if (++count <= 3) lines.push_back(table.row_lines[r]);
+  }
+  std::string text = count == 1 ? "line " : "lines ";
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) text += (i + 1 == lines.size() && count == lines.size()) ? " and " : ", ";
+    text += std::to_string(lines[i]);
+  }
+  if (count > lines.size()) text += concat(" and ", count - lines.size(), " more");
+  return text;
+}
 
 }  // namespace
 
@@ -46,6 +73,27 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
            !std::all_of(table.rows.begin(), table.rows.end(), [&](const auto& row) { return is_blank(row[c]); });
   };
   const bool joined = label_cols.size() == 1 && !column_of_codes(label_cols[0]);
+  if (joined) {
+    // A label column holds label codes or label names: other numbers (class indices, regression targets) or codes
+    // mixed with names cannot be read as either.
+    const int c = label_cols[0];
+    const std::string& column = table.header[c];
+    auto other_number = [&](const auto& row) { return is_other_number(row[c]); };
+    auto code = [&](const auto& row) { return is_code(row[c]) && !is_blank(row[c]); };
+    auto first_value = [&](auto pick) {
+      for (const auto& row : table.rows)
+        if (pick(row)) return row[c];
+      return std::string();
+    };
+    VP_REQUIRE(!std::any_of(table.rows.begin(), table.rows.end(), other_number), csv.string(), ": column \"", column,
+               "\" holds numbers other than 1, 0 and -1 (\"", first_value(other_number), "\" at ",
+               lines_where(table, other_number), "); a label column must hold ", kLabelCodesExpected,
+               " or label names ('|'-joined when an image has several)");
+    VP_REQUIRE(!std::any_of(table.rows.begin(), table.rows.end(), code), csv.string(), ": column \"", column,
+               "\" mixes label codes (", lines_where(table, code), ") with label names (\"",
+               first_value([&](const auto& row) { return !code(row) && !row[c].empty(); }),
+               "\"); a label column must hold either label codes or label names");
+  }
 
   FileDataset::Source source;
   source.spec = "csv:" + csv.string();
@@ -121,7 +169,8 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
       }
     }
     fs::path path = fs::path(entry.item.name).is_absolute() ? fs::path(entry.item.name) : root / entry.item.name;
-    if (fs::is_regular_file(path)) {
+    std::error_code unusable;  // a name too long for the file system is an image that is not there
+    if (fs::is_regular_file(path, unusable)) {
       source.entries.push_back(std::move(entry));
       source.paths.push_back(path);
     } else {
@@ -131,6 +180,10 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
   // A '|' column where every image has exactly one label is a single-label (softmax) task; 0/1 columns and
   // rows with zero or several labels make it multi-label.
   source.multi_label = !(joined && every_row_one_label);
+  // Cross-entropy over one class is zero whatever the model does: nothing could be learned.
+  VP_REQUIRE(source.multi_label || source.label_names.size() >= 2, csv.string(), ": column \"",
+             table.header[label_cols[0]], "\" holds one class (\"", source.label_names.front(), "\") in every row (",
+             lines_where(table, [](const auto&) { return true; }), "): a single-label task needs at least two classes");
   source.no_finding_allowed = source.multi_label;
   return std::make_shared<FileDataset>(std::move(source), options);
 }

@@ -110,6 +110,8 @@ class Dataset {
   virtual bool stored(int64_t, StoredImage*) const { return false; }
   virtual int64_t stored_image_size() const { return 0; }
   virtual int stored_resample() const { return -1; }
+  // The cache: how its pixels were made (PreprocessorConfig::geometry()); "" otherwise.
+  virtual std::string stored_geometry() const { return ""; }
 
  protected:
   std::string spec_;

@@ -7,7 +7,6 @@
 #include <dcmtk/dcmdata/dcdeftag.h>
 #include <dcmtk/dcmdata/dcdict.h>
 #include <dcmtk/dcmdata/dcfilefo.h>
-#include <dcmtk/dcmdata/dcistrmb.h>
 #include <dcmtk/dcmdata/dcmetinf.h>
 #include <dcmtk/dcmdata/dcpixel.h>
 #include <dcmtk/dcmdata/dcpixseq.h>
@@ -24,9 +23,12 @@
 #include <mutex>
 #include <set>
 
+#include "data/dicom_deflate.h"
 #include "data/dicom_jpeg2000.h"
+#include "data/dicom_memory_stream.h"
 #include "data/dicom_pixels.h"
 #include "util/error.h"
+#include "util/size_limits.h"
 
 namespace vitpipe {
 namespace {
@@ -223,6 +225,40 @@ std::vector<uint8_t> jpeg2000_frame_bytes(DcmPixelData& pixel_data, E_TransferSy
   return codestream;
 }
 
+// DCMTK 3.6.7's RLE decoder trusts the frame's RLE header: it copies 64 bytes from a shorter fragment, starts a
+// segment at any offset the header names, and reads the byte before its output when a segment decodes to nothing.
+// The header is checked here first (PS3.5 Annex G): one segment per byte of each sample, the first at byte 64,
+// offsets increasing inside the fragment, each segment with a run to decode.
+void check_rle_frame(DcmPixelData& pixel_data, const DicomPixelModule& m, const std::string& name) {
+  DcmPixelSequence* sequence = nullptr;
+  VP_REQUIRE(pixel_data.getEncapsulatedRepresentation(EXS_RLELossless, nullptr, sequence).good() && sequence != nullptr,
+             name, ": ", label(DCM_PixelData), " is not encapsulated as RLE Lossless requires");
+  DcmPixelItem* fragment = nullptr;
+  Uint8* bytes = nullptr;
+  VP_REQUIRE(sequence->card() >= 2 && sequence->getItem(fragment, 1).good() && fragment->getUint8Array(bytes).good(),
+             name, ": ", label(DCM_PixelData), " holds no RLE fragment");
+  const uint64_t length = fragment->getLength();
+  VP_REQUIRE(bytes != nullptr && length >= 64, name, ": the RLE fragment of ", label(DCM_PixelData), " has ", length,
+             " bytes, fewer than its 64-byte header");
+  uint32_t header[16];
+  std::memcpy(header, bytes, sizeof header);  // little-endian, as the host
+  const uint32_t expected = static_cast<uint32_t>(m.samples_per_pixel * (m.bits_allocated / 8));
+  VP_REQUIRE(header[0] == expected, name, ": the RLE header of ", label(DCM_PixelData), " names ", header[0],
+             " segments; ", label(DCM_SamplesPerPixel), " x ", label(DCM_BitsAllocated), " / 8 needs ", expected);
+  for (uint32_t i = 1; i <= header[0]; ++i) {
+    const uint64_t lowest = i == 1 ? 64 : uint64_t{header[i - 1]} + 1;
+    VP_REQUIRE(header[i] >= lowest && header[i] < length, name, ": the RLE header of ", label(DCM_PixelData),
+               " puts segment ", i, " at byte ", header[i], " of a ", length,
+               "-byte fragment (expected increasing offsets from 64 inside it)");
+  }
+  for (uint32_t i = 1; i <= header[0]; ++i) {
+    const uint64_t end = i == header[0] ? length : header[i + 1];
+    uint64_t control = header[i];  // -128 is a no-op; any other control byte makes output from the byte after it
+    while (control < end && bytes[control] == 0x80) ++control;
+    VP_REQUIRE(control + 1 < end, name, ": RLE segment ", i, " of ", label(DCM_PixelData), " decodes to nothing");
+  }
+}
+
 }  // namespace
 
 bool has_dicom_preamble(const uint8_t* data, size_t size) {
@@ -232,24 +268,40 @@ bool has_dicom_preamble(const uint8_t* data, size_t size) {
 DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& name, const ImageReadOptions& options) {
   VP_REQUIRE(has_dicom_preamble(data, size), name, ": not a DICOM file (no \"DICM\" after the 128-byte preamble)");
   initialise_dcmtk();
-  DcmInputBufferStream stream;
-  stream.setBuffer(data, static_cast<offile_off_t>(size));
-  stream.setEos();
+  DicomMemoryStream stream(data, size);
+  std::vector<uint8_t> inflated;  // declared before `file`, whose deferred values may point into it (or `data`)
   DcmFileFormat file;
-  file.transferInit();
-  const OFCondition status = file.read(stream, EXS_Unknown, EGL_noChange, DCM_MaxReadLength);
-  file.transferEnd();
+  // A value over the limit is skipped and read when used: a length field beyond the end of the file is then refused
+  // before anything of that length is allocated.
+  DcmMetaInfo& meta = *file.getMetaInfo();
+  meta.transferInit();
+  OFCondition status = meta.read(stream, EXS_Unknown, EGL_noChange, kDicomParseReadLimit);
+  meta.transferEnd();
   VP_REQUIRE(status.good(), name, ": ", read_failure(file, size, status));
-  DcmDataset& dataset = *file.getDataset();
 
   // The syntax the file declares: DCMTK guesses an encoding for a UID it does not know and reads on.
   OFString uid;
-  file.getMetaInfo()->findAndGetOFString(DCM_TransferSyntaxUID, uid);
+  meta.findAndGetOFString(DCM_TransferSyntaxUID, uid);
   const DcmXfer syntax(trimmed(uid).c_str());
   const E_TransferSyntax xfer = syntax.getXfer();
   VP_REQUIRE(decodable_syntaxes().count(xfer) > 0, name, ": ", label(DCM_TransferSyntaxUID), " ", trimmed(uid), " (",
              xfer == EXS_Unknown ? "unknown to DCMTK" : syntax.getXferName(), ") cannot be decoded; vitpipe reads ",
              kDecodableList);
+
+  DcmDataset& dataset = *file.getDataset();
+  dataset.transferInit();
+  if (xfer == EXS_DeflatedLittleEndianExplicit) {
+    // Inflated here rather than through DCMTK's filter, which loads every value whatever its length field says.
+    const auto start = static_cast<size_t>(stream.tell());
+    inflated = inflate_dicom_data_set(data + start, size - start, name);
+    DicomMemoryStream inflated_stream(inflated.data(), inflated.size());
+    status = dataset.read(inflated_stream, EXS_LittleEndianExplicit, EGL_noChange, kDicomParseReadLimit);
+  } else {
+    status = dataset.read(stream, xfer, EGL_noChange, kDicomParseReadLimit);
+  }
+  dataset.transferEnd();
+  VP_REQUIRE(status.good(), name, ": ",
+             read_failure(file, xfer == EXS_DeflatedLittleEndianExplicit ? inflated.size() : size, status));
 
   Attributes a(dataset, name);
   DicomPixelModule m;
@@ -257,9 +309,10 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
   m.columns = a.required_us(DCM_Columns);
   VP_REQUIRE(m.rows > 0 && m.columns > 0, name, ": ", label(DCM_Rows), " x ", label(DCM_Columns), " is ", m.rows, " x ",
              m.columns, ": an empty image");
-  VP_REQUIRE(m.rows * m.columns <= kMaxImagePixels, name, ": ", label(DCM_Rows), " x ", label(DCM_Columns), " = ",
-             m.rows, " x ", m.columns, " = ", m.rows * m.columns, " pixels, more than the limit of ", kMaxImagePixels,
-             " (refused as a possible decompression bomb)");
+  const int64_t max_pixels = max_image_pixels();
+  VP_REQUIRE(m.rows * m.columns <= max_pixels, name, ": ", label(DCM_Rows), " x ", label(DCM_Columns), " = ", m.rows,
+             " x ", m.columns, " = ", m.rows * m.columns, " pixels, more than the limit of ", max_pixels,
+             " (refused as a possible decompression bomb; set VITPIPE_MAX_IMAGE_PIXELS to raise it)");
   m.samples_per_pixel = static_cast<int>(a.required_us(DCM_SamplesPerPixel));
   m.photometric = a.text(DCM_PhotometricInterpretation);
   m.bits_allocated = static_cast<int>(a.required_us(DCM_BitsAllocated));
@@ -352,6 +405,7 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
                  pixel_data.getLength(), " bytes, but ", label(DCM_Rows), " x ", label(DCM_Columns), " x samples x ",
                  label(DCM_BitsAllocated), " / 8 = ", frame_bytes, " bytes are needed for one frame");
     }
+    if (xfer == EXS_RLELossless) check_rle_frame(pixel_data, m, name);
     frame.resize(frame_bytes + (frame_bytes & 1));  // DCMTK wants an even buffer size
     Uint32 start_fragment = 0;
     OFString model;

@@ -5,7 +5,7 @@
 // extended 12-bit, lossless process 14 and SV1), JPEG-LS (lossless and near-lossless) and RLE through DCMTK's codecs;
 // JPEG 2000 (lossless and lossy) through OpenJPEG (data/dicom_jpeg2000.h). Any other is refused with its UID and
 // name. DCMTK checks every element's length against the bytes left, so a truncated file or a lying length field is
-// refused naming the element, and the pixel count is checked against kMaxImagePixels before any pixel buffer is
+// refused naming the element, and the pixel count is checked against max_image_pixels() before any pixel buffer is
 // allocated.
 #pragma once
 

@@ -25,6 +25,7 @@
 namespace vitpipe {
 
 // Decompression-bomb guard: images with more pixels than this are refused before any pixel buffer is allocated.
+// The default of max_image_pixels() (util/size_limits.h), which VITPIPE_MAX_IMAGE_PIXELS raises.
 constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
 
 struct RgbImage {
@@ -49,7 +50,7 @@ RgbImage to_rgb(DecodedImage&& image);  // reuses the buffer when it is already 
 DecodedImage to_decoded(const RgbImage& image);
 
 // PNG (libspng), JPEG (libjpeg-turbo) or DICOM (DCMTK), chosen by signature; `options` says how sources above 8 bits
-// become 8-bit. Throws vitpipe::Error naming the file on a corrupt, truncated, oversized (> kMaxImagePixels) or
+// become 8-bit. Throws vitpipe::Error naming the file on a corrupt, truncated, oversized (> max_image_pixels()) or
 // unsupported file.
 RgbImage decode_image_file(const std::filesystem::path& path, const ImageReadOptions& options = {});
 RgbImage decode_image_memory(const uint8_t* data, size_t size, const std::string& name_for_errors,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "util/error.h"
+#include "util/size_limits.h"
 
 namespace vitpipe {
 namespace {
@@ -47,6 +48,7 @@ struct RawJpeg {
 // Returns false with err.message set on a libjpeg error. Kept free of objects with destructors between setjmp and
 // the return, apart from `out` which lives in the caller.
 bool decode_raw(const uint8_t* data, size_t size, RawJpeg& out, ErrorManager& err) {
+  const int64_t max_pixels = max_image_pixels();
   jpeg_decompress_struct cinfo;
   cinfo.err = jpeg_std_error(&err.pub);
   err.pub.error_exit = on_error;
@@ -76,12 +78,12 @@ bool decode_raw(const uint8_t* data, size_t size, RawJpeg& out, ErrorManager& er
   }
   const int64_t width = cinfo.image_width;
   const int64_t height = cinfo.image_height;
-  if (width * height > kMaxImagePixels) {
+  if (width * height > max_pixels) {
     std::snprintf(err.message, sizeof err.message,
                   "JPEG is %lldx%lld = %lld pixels, more than the limit of %lld (refused as a possible "
-                  "decompression bomb)",
+                  "decompression bomb; set VITPIPE_MAX_IMAGE_PIXELS to raise it)",
                   static_cast<long long>(width), static_cast<long long>(height), static_cast<long long>(width * height),
-                  static_cast<long long>(kMaxImagePixels));
+                  static_cast<long long>(max_pixels));
     jpeg_destroy_decompress(&cinfo);
     return false;
   }

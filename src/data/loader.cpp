@@ -84,8 +84,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> item
   VP_REQUIRE(options_.prefetch > 0, "loader prefetch must be positive, got ", options_.prefetch);
   for (int64_t i : items_) VP_REQUIRE(i >= 0 && i < dataset_->size(), "loader: item ", i, " is not in the dataset");
   // Decoding a file takes milliseconds: hand out single rows. Cached pixels take microseconds: hand out a few.
-  StoredImage probe;
-  const bool cached = !items_.empty() && dataset_->stored(items_.front(), &probe);
+  const bool cached = dataset_->stored_image_size() > 0;
   rows_per_claim_ = cached ? 4 : 1;
   const int64_t max_rows = (options_.global_batch_size + options_.replica_count - 1) / options_.replica_count;
   pool_ = std::make_shared<BufferPool>();

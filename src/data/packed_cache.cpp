@@ -1,5 +1,7 @@
 #include "data/packed_cache.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -9,6 +11,7 @@
 #include <thread>
 
 #include "data/data_spec.h"
+#include "data/image_processor.h"
 #include "data/pillow_resize.h"
 #include "data/source_fingerprint.h"
 #include "util/atomic_file.h"
@@ -27,14 +30,16 @@ constexpr const char* kFormatName = "vitpipe-packed-cache";
 constexpr const char* kPixelsName = "pixels.u8";
 constexpr const char* kIndexName = "index.json";
 constexpr size_t kPixelsPadding = 64;
+constexpr const char* kCacheFiles[] = {kPixelsName, kIndexName, kPackedCacheManifestName};
 
-// One image, decoded and resized to S x S; a colour image whose channels are all equal is kept as gray.
-void decode_and_resize(const fs::path& path, const ImageReadOptions& reading, int64_t size, ResampleFilter filter,
-                       std::vector<uint8_t>* out, int* channels) {
+// One image, decoded, resized and cropped as the processor does; a colour image whose channels are all equal is
+// kept as gray.
+void decode_and_process(const fs::path& path, const ImageReadOptions& reading, const ImageProcessor& processor,
+                        std::vector<uint8_t>* out, int* channels) {
   DecodedImage image = decode_image_file_keep_gray(path, reading);
-  const auto pixels = static_cast<size_t>(size * size);
-  out->resize(pixels * static_cast<size_t>(image.channels));
-  resize_like_pillow(image.pixels.data(), image.width, image.height, image.channels, out->data(), size, size, filter);
+  int64_t w = 0, h = 0;
+  processor.geometry(image.pixels.data(), image.width, image.height, image.channels, out, &w, &h);
+  const auto pixels = static_cast<size_t>(w * h);
   *channels = image.channels;
   if (image.channels == 3) {
     const uint8_t* p = out->data();
@@ -46,6 +51,10 @@ void decode_and_resize(const fs::path& path, const ImageReadOptions& reading, in
       *channels = 1;
     }
   }
+}
+
+uint32_t record_checksum(const uint8_t* pixels, size_t size) {
+  return static_cast<uint32_t>(crc32(0, pixels, static_cast<uInt>(size)));
 }
 
 json fingerprint_json(const SourceFingerprint& fp) {
@@ -81,16 +90,31 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
                                         const PrepareCacheOptions& options) {
   const auto start_time = std::chrono::steady_clock::now();
   const FileDataset::Source& source = dataset.source();
-  VP_REQUIRE(options.image_size >= 8 && options.image_size <= 4096, "--image-size ", options.image_size,
-             " is out of range (expected 8..4096)");
-  const ResampleFilter filter = resample_filter_from_pil(options.resample);
+  PreprocessorConfig preprocessing = default_preprocessor_config(options.image_size);
+  preprocessing.resample = options.resample;
+  if (options.preprocessor) preprocessing = *options.preprocessor;
+  const auto [out_width, out_height] = preprocessing.fixed_output_size();
+  VP_REQUIRE(out_width == out_height && out_width > 0, "data prepare: the preprocessing (", preprocessing.geometry(),
+             ") must produce square images of one size");
+  const int64_t image_size = out_width;
+  VP_REQUIRE(image_size >= 8 && image_size <= 4096, "--image-size ", image_size, " is out of range (expected 8..4096)");
+  const ImageProcessor processor(preprocessing);
   if (fs::exists(dir)) {
     VP_REQUIRE(fs::is_directory(dir), dir.string(), ": exists and is not a directory");
-    bool ours = fs::is_empty(dir) || fs::exists(dir / kPackedCacheManifestName) || fs::exists(dir / kPixelsName);
+    // Ours: empty, a cache, or what an interrupted prepare left (its files' temporaries "NAME.tmp-PID").
+    bool ours = true;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      ours = ours && std::any_of(std::begin(kCacheFiles), std::end(kCacheFiles), [&](const char* file) {
+               return name == file || name.starts_with(concat(file, ".tmp-"));
+             });
+    }
     VP_REQUIRE(ours, dir.string(), ": exists, is not empty and is not a vitpipe cache; choose another --out");
   }
   fs::create_directories(dir);
   fs::remove(dir / kPackedCacheManifestName);  // from here on, no valid-looking cache until we finish
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(entry.path());
 
   // Fingerprint first: a source edited while we decode makes the cache stale, never silently wrong.
   const ImageReadOptions& reading = dataset.image_read_options();
@@ -124,7 +148,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
       int channels = 0;
       std::string error;
       try {
-        decode_and_resize(source.paths[i], reading, options.image_size, filter, &pixels, &channels);
+        decode_and_process(source.paths[i], reading, processor, &pixels, &channels);
       } catch (const std::exception& e) {
         error = e.what();
         if (error.empty()) error = source.paths[i].string() + ": unreadable";
@@ -142,14 +166,14 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   AtomicFileWriter pixels_file(dir / kPixelsName);
   json names = json::array(), labels = json::array(), splits = json::array(), patients = json::array(),
        views = json::array(), offsets = json::array(), channels = json::array(), uncertain = json::array(),
-       unmentioned = json::array();
+       unmentioned = json::array(), checksums = json::array();
   PrepareCacheReport report;
-  std::string fatal;
+  std::string fatal;        // an unreadable image
+  std::string write_error;  // pixels.u8 could not be written
   {
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-    ProgressBar progress(concat("prepare ", options.image_size, "x", options.image_size), static_cast<int64_t>(n),
-                         "img");
+    ProgressBar progress(concat("prepare ", image_size, "x", image_size), static_cast<int64_t>(n), "img");
     for (; written < n;) {
       Slot slot;
       {
@@ -175,7 +199,13 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
         views.push_back(entry.item.view);
         offsets.push_back(pixels_file.bytes_written());
         channels.push_back(slot.channels);
-        pixels_file.write(slot.pixels.data(), slot.pixels.size());
+        checksums.push_back(record_checksum(slot.pixels.data(), slot.pixels.size()));
+        try {
+          pixels_file.write(slot.pixels.data(), slot.pixels.size());
+        } catch (const Error& e) {  // a full or failing disk: stop the workers before reporting it
+          write_error = e.what();
+          break;
+        }
         report.images++;
         if (slot.channels == 1) report.gray_images++;
       }
@@ -193,10 +223,11 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
       work_ready.notify_all();
     }
     for (auto& t : pool) t.join();
-    if (options.progress && fatal.empty())
+    if (options.progress && fatal.empty() && write_error.empty())
       progress.finish(format_bytes(static_cast<double>(pixels_file.bytes_written())));
   }
   VP_REQUIRE(fatal.empty(), fatal, " (no cache written; pass --skip-unreadable to leave such images out)");
+  VP_REQUIRE(write_error.empty(), write_error, " (no cache written)");
   // Padding after the last record: vector code may read a few bytes past an image.
   const std::vector<uint8_t> padding(kPixelsPadding, 0);
   pixels_file.write(padding.data(), padding.size());
@@ -206,7 +237,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   json index = {
       {"names", names},         {"labels", labels},     {"uncertain", uncertain}, {"unmentioned", unmentioned},
       {"source_split", splits}, {"patients", patients}, {"views", views},         {"offsets", offsets},
-      {"channels", channels}};
+      {"channels", channels},   {"crc32", checksums}};
   const std::string index_text = index.dump();
   write_text_file_atomically(dir / kIndexName, index_text);
 
@@ -216,8 +247,9 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
                    {"version", kPackedCacheFormatVersion},
                    {"source", source.spec},
                    {"kind", source.kind},
-                   {"image_size", options.image_size},
-                   {"resample", options.resample},
+                   {"image_size", image_size},
+                   {"resample", preprocessing.resample},
+                   {"geometry", preprocessing.geometry()},
                    {"image_read", image_read_options_json(reading)},
                    {"listing_options", source.listing_options},
                    {"label_names", source.label_names},
@@ -236,7 +268,9 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   return report;
 }
 
-std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, const DatasetOptions& options) {
+// A function-try-block: a field of manifest.json of the wrong type, read by json::value() outside the checks
+// below, becomes an error naming the file instead of nlohmann's bare message.
+std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, const DatasetOptions& options) try {
   const fs::path dir = fs::absolute(dir_in).lexically_normal();
   const fs::path manifest_path = dir / kPackedCacheManifestName;
   VP_REQUIRE(fs::is_regular_file(manifest_path), "cache:", dir.string(), ": no ", kPackedCacheManifestName,
@@ -260,6 +294,10 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     cache->source_spec_ = manifest.at("source").get<std::string>();
     cache->image_size_ = manifest.at("image_size").get<int64_t>();
     cache->resample_ = manifest.at("resample").get<int>();
+    // Caches written before crops were recorded hold plain S x S resizes.
+    PreprocessorConfig plain = default_preprocessor_config(cache->image_size_);
+    plain.resample = cache->resample_;
+    cache->geometry_ = manifest.value("geometry", plain.geometry());
     cache->kind_ = "cache";
     cache->spec_ = "cache:" + dir.string();
     cache->label_names_ = manifest.at("label_names").get<std::vector<std::string>>();
@@ -330,6 +368,7 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   std::vector<SourceEntry> entries;
   std::vector<uint64_t> offsets;
   std::vector<uint8_t> channels;
+  std::vector<uint32_t> checksums;
   try {
     const auto& names = index.at("names");
     const size_t n = names.size();
@@ -339,14 +378,17 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     const auto& views = index.at("views");
     const auto& offs = index.at("offsets");
     const auto& chans = index.at("channels");
+    const auto& crcs = index.at("crc32");
     const auto& uncertain = index.at("uncertain");
     const auto& unmentioned = index.at("unmentioned");
     VP_REQUIRE(labels.size() == n && splits.size() == n && patients.size() == n && views.size() == n &&
-                   offs.size() == n && chans.size() == n && uncertain.size() == n && unmentioned.size() == n,
+                   offs.size() == n && chans.size() == n && crcs.size() == n && uncertain.size() == n &&
+                   unmentioned.size() == n,
                (dir / kIndexName).string(), ": columns of different lengths");
     entries.resize(n);
     offsets.resize(n);
     channels.resize(n);
+    checksums.resize(n);
     const auto pixel_count = static_cast<uint64_t>(cache->image_size_ * cache->image_size_);
     for (size_t i = 0; i < n; ++i) {
       entries[i].item.name = names[i].get<std::string>();
@@ -362,9 +404,10 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
       entries[i].item.view = views[i].get<std::string>();
       offsets[i] = offs[i].get<uint64_t>();
       channels[i] = chans[i].get<uint8_t>();
-      VP_REQUIRE(
-          (channels[i] == 1 || channels[i] == 3) && offsets[i] + pixel_count * channels[i] <= cache->pixels_->size(),
-          (dir / kIndexName).string(), ": record of ", entries[i].item.name, " lies outside ", kPixelsName);
+      checksums[i] = crcs[i].get<uint32_t>();
+      VP_REQUIRE((channels[i] == 1 || channels[i] == 3) && offsets[i] <= cache->pixels_->size() &&
+                     pixel_count * channels[i] <= cache->pixels_->size() - offsets[i],
+                 (dir / kIndexName).string(), ": record of ", entries[i].item.name, " lies outside ", kPixelsName);
     }
   } catch (const json::exception& e) {
     fail((dir / kIndexName).string(), ": malformed (", e.what(), ")");
@@ -377,9 +420,14 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     cache->items_.push_back(std::move(entries[k].item));
     cache->offsets_.push_back(offsets[k]);
     cache->channels_.push_back(channels[k]);
+    cache->checksums_.push_back(checksums[k]);
   }
+  cache->rerun_ = rerun;
   cache->missing_ = manifest.value("missing", std::vector<std::string>{});
   return cache;
+} catch (const json::exception& e) {
+  fail("cache:", fs::absolute(dir_in).lexically_normal().string(), ": malformed ", kPackedCacheManifestName, " (",
+       e.what(), ")");
 }
 
 bool PackedCacheDataset::stored(int64_t i, StoredImage* out) const {
@@ -389,6 +437,14 @@ bool PackedCacheDataset::stored(int64_t i, StoredImage* out) const {
   out->height = image_size_;
   out->channels = channels_[k];
   out->padded = true;  // the file ends with kPixelsPadding bytes
+  // Every read is checked against the checksum `prepare` recorded: pixels.u8 edited in place since then is an
+  // unreadable image (an error, or skipped and counted with --skip-unreadable), never silently wrong pixels.
+  const size_t bytes = static_cast<size_t>(out->width * out->height * out->channels);
+  VP_REQUIRE(record_checksum(out->pixels, bytes) == checksums_[k], "cache:", dir_.string(), ": the pixels of ",
+             items_[k].name, " in ", kPixelsName,
+             " do not match the checksum recorded by `vitpipe data prepare` (the "
+             "file was modified after it was prepared)",
+             rerun_);
   return true;
 }
 

@@ -9,6 +9,7 @@
 
 #include "data/intensity_mapping.h"
 #include "util/error.h"
+#include "util/size_limits.h"
 
 namespace vitpipe {
 namespace {
@@ -133,8 +134,10 @@ DecodedImage decode_png(const uint8_t* data, size_t size, const std::string& nam
   const int64_t width = ihdr.width;
   const int64_t height = ihdr.height;
   VP_REQUIRE(width > 0 && height > 0, name, ": PNG has an empty size ", width, "x", height);
-  VP_REQUIRE(width * height <= kMaxImagePixels, name, ": PNG is ", width, "x", height, " = ", width * height,
-             " pixels, more than the limit of ", kMaxImagePixels, " (refused as a possible decompression bomb)");
+  const int64_t max_pixels = max_image_pixels();
+  VP_REQUIRE(width * height <= max_pixels, name, ": PNG is ", width, "x", height, " = ", width * height,
+             " pixels, more than the limit of ", max_pixels,
+             " (refused as a possible decompression bomb; set VITPIPE_MAX_IMAGE_PIXELS to raise it)");
 
   const int depth = ihdr.bit_depth;
   const int color = ihdr.color_type;

@@ -8,20 +8,18 @@
 namespace vitpipe {
 
 void check_cache_matches_model(const Dataset& dataset, const PreprocessorConfig& config) {
-  const ImageReadOptions wanted = image_read_options_of(config, "preprocessor config");
+  const ImageReadOptions wanted_reading = image_read_options_of(config, "preprocessor config");
   const ImageReadOptions& have = dataset.image_read_options();
-  VP_REQUIRE(have == wanted, dataset.spec(), " reads images with ", describe_image_read_options(have),
-             ", but the model's preprocessor config asks for ", describe_image_read_options(wanted),
+  VP_REQUIRE(have == wanted_reading, dataset.spec(), " reads images with ", describe_image_read_options(have),
+             ", but the model's preprocessor config asks for ", describe_image_read_options(wanted_reading),
              dataset.stored_image_size() > 0 ? "; run `vitpipe data prepare` with those options for this model"
                                              : "; pass the same --intensity / --dicom-window");
-  const int64_t stored = dataset.stored_image_size();
-  if (stored <= 0) return;
-  const bool size_ok = !config.do_resize || (config.height == stored && config.width == stored);
-  const bool resample_ok = !config.do_resize || dataset.stored_resample() == config.resample;
-  VP_REQUIRE(size_ok && resample_ok, dataset.spec(), " holds ", stored, "x", stored, " images resized with resample ",
-             dataset.stored_resample(), ", but the model expects ", config.height, "x", config.width, " with resample ",
-             config.resample, ": run `vitpipe data prepare --image-size ", config.height, " --resample ",
-             config.resample, "` for this model");
+  const std::string stored = dataset.stored_geometry();
+  if (stored.empty()) return;
+  const std::string wanted = config.geometry();
+  VP_REQUIRE(stored == wanted, dataset.spec(), " holds images prepared with \"", stored, "\", but the model's ",
+             "preprocessing is \"", wanted,
+             "\": run `vitpipe data prepare --model MODEL` (or --image-size/--resample) ", "for this model");
 }
 
 SampleTransform::SampleTransform(std::shared_ptr<const Dataset> dataset, const PreprocessorConfig& config, bool augment,
@@ -32,20 +30,19 @@ SampleTransform::SampleTransform(std::shared_ptr<const Dataset> dataset, const P
       augment_(augment),
       augmentation_(augmentation),
       seed_(seed),
-      height_(config.height),
-      width_(config.width) {
+      height_(config.fixed_output_size().second),
+      width_(config.fixed_output_size().first) {
   check_cache_matches_model(*dataset_, config);
   if (augment_) {
-    VP_REQUIRE(config.do_resize, "augmentation needs a preprocessor config with do_resize (a fixed input size)");
-    VP_REQUIRE(config.height == config.width, "augmentation supports square inputs only, the model expects ",
-               config.height, "x", config.width);
+    VP_REQUIRE(height_ > 0, "augmentation needs a preprocessing with a fixed output size (a resize to height x width ",
+               "or a centre crop)");
+    VP_REQUIRE(height_ == width_, "augmentation supports square inputs only, the model expects ", width_, "x", height_);
   }
 }
 
 void SampleTransform::apply(int64_t item, int64_t epoch, float* out) const {
   StoredImage view;
   const bool stored = dataset_->stored(item, &view);
-  const PreprocessorConfig& config = processor_.config();
   if (!augment_) {
     if (stored) {
       normalize_to_chw(view, table_, out);  // already S x S: Pillow's resize would be the identity
@@ -57,17 +54,11 @@ void SampleTransform::apply(int64_t item, int64_t epoch, float* out) const {
   std::vector<uint8_t> resized;  // the pixels the cache would hold (plus padding for the vector code)
   if (!stored) {
     DecodedImage decoded = dataset_->load_decoded(item);
-    const auto bytes = static_cast<size_t>(width_ * height_ * decoded.channels);
-    resized.resize(bytes + 64);
-    if (decoded.width == width_ && decoded.height == height_) {
-      std::copy_n(decoded.pixels.data(), bytes, resized.data());
-    } else {
-      resize_like_pillow(decoded.pixels.data(), decoded.width, decoded.height, decoded.channels, resized.data(), width_,
-                         height_, resample_filter_from_pil(config.resample));
-    }
+    int64_t w = 0, h = 0;
+    processor_.geometry(decoded.pixels.data(), decoded.width, decoded.height, decoded.channels, &resized, &w, &h, 64);
     view.pixels = resized.data();
-    view.width = width_;
-    view.height = height_;
+    view.width = w;
+    view.height = h;
     view.channels = decoded.channels;
     view.padded = true;
   }

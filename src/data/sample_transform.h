@@ -1,8 +1,9 @@
 // One dataset item -> the model's input: 3 x S x S normalised floats.
-//   evaluation: exactly ViTImageProcessor (ImageProcessor: Pillow resize + rescale + normalise), as `predict` does;
-//               a cache already at S x S only needs the normalisation table, which is the same thing bit for bit.
-//   training:   the image at S x S (the cache's pixels, or decode + Pillow resize to S x S: the very pixels the
-//               cache stores), then the fused augmentation. So cache and files give identical batches.
+//   evaluation: exactly the model's image processor (ImageProcessor: Pillow resize, centre crop, rescale,
+//               normalise), as `predict` does; a cache already holds the resized and cropped pixels and only needs
+//               the normalisation table, which is the same thing bit for bit.
+//   training:   the image at S x S (the cache's pixels, or decode + the processor's resize and crop: the very pixels
+//               the cache stores), then the fused augmentation. So cache and files give identical batches.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ namespace vitpipe {
 
 class SampleTransform {
  public:
-  // Throws when a cache's stored size or resample differs from what `config` asks (a stale cache for this model).
+  // Throws when a cache was prepared with another resize or crop than `config` asks (a cache for another model).
   SampleTransform(std::shared_ptr<const Dataset> dataset, const PreprocessorConfig& config, bool augment,
                   const AugmentationSettings& augmentation, uint64_t seed);
 
@@ -39,8 +40,8 @@ class SampleTransform {
   int64_t height_, width_;
 };
 
-// Fails with a message when `dataset` is a cache whose images are not what `config` expects, or reads image files
-// otherwise than the config's "vitpipe_intensity" says.
+// Fails with a message when `dataset` is a cache whose images were prepared with another resize or crop than
+// `config`'s, or reads image files otherwise than the config's "vitpipe_intensity" says.
 void check_cache_matches_model(const Dataset& dataset, const PreprocessorConfig& config);
 
 }  // namespace vitpipe

@@ -67,10 +67,11 @@ std::vector<ExplainedMap> explain_images(const LoadedModel& model, const std::st
   std::map<std::string, int> stems;
   for (const std::string& path : images) {
     const DecodedImage image = decode_image_file_keep_gray(path, request.reading);
-    VP_REQUIRE(
-        processor.output_height(image.height) == c.image_size && processor.output_width(image.width) == c.image_size,
-        path, ": the image is ", image.width, "x", image.height, " and preprocessor_config.json has do_resize false, ",
-        "but the model takes ", c.image_size, "x", c.image_size, " images");
+    const int64_t side = c.input_size();
+    VP_REQUIRE(processor.output_height(image.width, image.height) == side &&
+                   processor.output_width(image.width, image.height) == side,
+               path, ": the image is ", image.width, "x", image.height, " and preprocessor_config.json (",
+               model.preprocessor.geometry(), ") does not make it the ", side, "x", side, " the model takes");
     processor.process(image, explainer.pixels());
     const std::vector<double> p = explainer.probabilities();
     std::string stem = file_part(std::filesystem::path(path).stem().string());

@@ -60,8 +60,24 @@ std::vector<float> normalised_map_at(const PatchMap& map, int64_t width, int64_t
   return out;
 }
 
+int64_t overlay_scale(int64_t width, int64_t height) {
+  const int64_t side = std::max<int64_t>(1, std::max(width, height));
+  return side >= kMinOverlaySide ? 1 : (kMinOverlaySide + side - 1) / side;
+}
+
 DecodedImage heatmap_overlay(const DecodedImage& radiograph, const PatchMap& map, const OverlayCaption& caption) {
-  DecodedImage image = to_decoded(to_rgb(radiograph));
+  const DecodedImage rgb = to_decoded(to_rgb(radiograph));
+  const int64_t scale = overlay_scale(rgb.width, rgb.height);
+  DecodedImage image;
+  image.width = rgb.width * scale;
+  image.height = rgb.height * scale;
+  image.channels = 3;
+  image.pixels.resize(static_cast<size_t>(image.width * image.height * 3));
+  for (int64_t y = 0; y < image.height; ++y)  // nearest neighbour: every source pixel stays visible as it was
+    for (int64_t x = 0; x < image.width; ++x)
+      for (int k = 0; k < 3; ++k)
+        image.pixels[static_cast<size_t>((y * image.width + x) * 3 + k)] =
+            rgb.pixels[static_cast<size_t>(((y / scale) * rgb.width + x / scale) * 3 + k)];
   const int64_t w = image.width, h = image.height;
   const std::vector<float> m = normalised_map_at(map, w, h);
   for (int64_t i = 0; i < w * h; ++i) {

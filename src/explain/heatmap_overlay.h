@@ -1,6 +1,6 @@
-// What a reader sees: the map blended onto the radiograph at the image's own resolution (jet colours, the
-// radiograph showing through), a colour bar at the right edge and a caption with the finding, its probability and
-// the method.
+// What a reader sees: the map blended onto the radiograph at the image's own resolution (see kMinOverlaySide) (jet
+// colours, the radiograph showing through), a colour bar at the right edge and a caption with the finding, its
+// probability and the method.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,11 @@ struct OverlayCaption {
   double probability = 0;
   std::string method;
 };
+
+// Images smaller than this (a 64-pixel thumbnail) are drawn at the smallest integer multiple reaching it, so the
+// caption and colour bar fit; larger ones at their own size.
+constexpr int64_t kMinOverlaySide = 256;
+int64_t overlay_scale(int64_t width, int64_t height);
 
 DecodedImage heatmap_overlay(const DecodedImage& radiograph, const PatchMap& map, const OverlayCaption& caption);
 

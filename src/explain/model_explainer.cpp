@@ -42,8 +42,7 @@ ModelExplainer::ModelExplainer(const LoadedModel& model, Backend& backend) : mod
   options.max_micro_batch = 1;
   options.slots = 1;
   stage_ = std::make_unique<ViTStage>(model.parameters.layout_ptr(), backend, options);
-  stage_->parameters().flat().copy_from(model.parameters.flat());
-  stage_->parameters_changed();
+  stage_->load_values(model.parameters);
 }
 
 float* ModelExplainer::pixels() { return stage_->input(0, 1).f32(); }

@@ -1,10 +1,12 @@
 #include "io/hf_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
 
+#include "model/model_family.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -38,13 +40,28 @@ const std::set<std::string>& known_keys() {
                                              "hidden_dropout_prob",
                                              "attention_probs_dropout_prob",
                                              "encoder_stride",
-                                             "transformers_version"};
+                                             "transformers_version",
+                                             "mlp_ratio",
+                                             "layerscale_value",
+                                             "use_swiglu_ffn",
+                                             "use_mask_token",
+                                             "num_register_tokens",
+                                             "drop_path_rate"};
   return keys;
 }
 
 const std::set<std::string>& known_architectures() {
-  static const std::set<std::string> names = {"ViTForImageClassification", "ViTModel", "DeiTForImageClassification",
-                                              "DeiTModel"};
+  static const std::set<std::string> names = {"ViTForImageClassification",
+                                              "ViTModel",
+                                              "DeiTForImageClassification",
+                                              "DeiTForImageClassificationWithTeacher",
+                                              "DeiTModel",
+                                              "Dinov2ForImageClassification",
+                                              "Dinov2Model",
+                                              "Dinov2Backbone",
+                                              "Dinov2WithRegistersForImageClassification",
+                                              "Dinov2WithRegistersModel",
+                                              "Dinov2WithRegistersBackbone"};
   return names;
 }
 
@@ -152,8 +169,12 @@ HfConfig parse_hf_config(const Json& json, const std::string& source) {
     warn(source, ": no \"model_type\"; assuming \"vit\"");
     c.model_type = "vit";
   }
-  VP_REQUIRE(c.model_type == "vit" || c.model_type == "deit", source, ": model_type \"", c.model_type,
-             "\" is not supported; vitpipe loads ViT (\"vit\") and non-distilled DeiT (\"deit\") checkpoints");
+  if (!is_supported_model_type(c.model_type)) {
+    std::string supported;
+    for (const auto& t : supported_model_types()) supported += concat(supported.empty() ? "" : ", ", "\"", t, "\"");
+    fail(source, ": model_type \"", c.model_type, "\" is not supported; vitpipe loads ", supported,
+         " (ViT, DeiT, DINOv2, DINOv2 with registers)");
+  }
 
   if (json.contains("architectures") && !json["architectures"].is_null()) {
     const Json& architectures = json["architectures"];
@@ -166,18 +187,43 @@ HfConfig parse_hf_config(const Json& json, const std::string& source) {
     }
   }
   for (const auto& name : result.architectures) {
-    VP_REQUIRE(name != "DeiTForImageClassificationWithTeacher", source,
-               ": DeiTForImageClassificationWithTeacher (distilled DeiT) is not supported: it adds a distillation "
-               "token and averages two heads. Use a non-distilled checkpoint such as facebook/deit-tiny-patch16-224");
     if (known_architectures().count(name) == 0) {
-      warn(source, ": unknown architecture \"", name, "\"; loading the ViT parameters it holds");
+      warn(source, ": unknown architecture \"", name, "\"; loading the ", c.model_type, " parameters it holds");
     }
+  }
+
+  // The family's options and its config class's defaults (transformers' current ones: Dinov2Config has
+  // layer_norm_eps 1e-6 and patch_size 14, Dinov2WithRegistersConfig 1e-6 and 16).
+  if (c.model_type == "deit") {
+    c.distillation_token = true;  // DeiTEmbeddings always holds one
+    const bool teacher = std::find(result.architectures.begin(), result.architectures.end(),
+                                   "DeiTForImageClassificationWithTeacher") != result.architectures.end();
+    c.head = teacher ? HeadKind::cls_and_distillation : HeadKind::cls_token;
+  } else if (c.dinov2_family()) {
+    const bool registers = c.model_type == "dinov2_with_registers";
+    c.layer_norm_eps = 1e-6;
+    c.patch_size = registers ? 16 : 14;
+    c.layer_scale = true;
+    c.head = HeadKind::cls_and_patch_mean;
+    c.position_interpolation = registers ? PositionInterpolation::bicubic_antialias : PositionInterpolation::bicubic;
+    c.mlp_ratio = fields.number("mlp_ratio", 4.0);
+    VP_REQUIRE(c.mlp_ratio > 0, source, ": field \"mlp_ratio\" must be positive, got ", c.mlp_ratio);
+    c.layerscale_value = fields.number("layerscale_value", 1.0);
+    c.swiglu = fields.boolean("use_swiglu_ffn", false);
+    c.mask_token = registers || fields.boolean("use_mask_token", true);
+    if (registers) c.num_register_tokens = fields.integer("num_register_tokens", 4);
+    fields.number("drop_path_rate", 0.0);  // read only to refuse wrong types; vitpipe trains without drop path
   }
 
   c.hidden_size = fields.integer("hidden_size", c.hidden_size);
   c.num_hidden_layers = fields.integer("num_hidden_layers", c.num_hidden_layers);
   c.num_attention_heads = fields.integer("num_attention_heads", c.num_attention_heads);
-  c.intermediate_size = fields.integer("intermediate_size", c.intermediate_size);
+  if (c.dinov2_family()) {
+    VP_REQUIRE(c.hidden_size > 0, source, ": field \"hidden_size\" must be a positive integer, got ", c.hidden_size);
+    c.intermediate_size = dinov2_intermediate_size(c.hidden_size, c.mlp_ratio, c.swiglu);
+  } else {
+    c.intermediate_size = fields.integer("intermediate_size", c.intermediate_size);
+  }
   c.hidden_act = fields.string("hidden_act", c.hidden_act);
   c.layer_norm_eps = fields.number("layer_norm_eps", c.layer_norm_eps);
   c.image_size = fields.integer("image_size", c.image_size);
@@ -252,9 +298,8 @@ Json hf_config_to_json(const ViTConfig& config, const Json& extra) {
       if (known_keys().count(key) == 0) json[key] = value;
     }
   }
-  json["architectures"] = Json::array({"ViTForImageClassification"});
+  json["architectures"] = Json::array({classification_architecture(config)});
   json["attention_probs_dropout_prob"] = 0.0;
-  json["encoder_stride"] = config.patch_size;
   json["hidden_act"] = config.hidden_act;
   json["hidden_dropout_prob"] = 0.0;
   json["hidden_size"] = config.hidden_size;
@@ -268,9 +313,8 @@ Json hf_config_to_json(const ViTConfig& config, const Json& extra) {
   json["label2id"] = std::move(label2id);
   json["image_size"] = config.image_size;
   json["initializer_range"] = config.initializer_range;
-  json["intermediate_size"] = config.intermediate_size;
   json["layer_norm_eps"] = config.layer_norm_eps;
-  json["model_type"] = "vit";
+  json["model_type"] = config.model_type;
   json["num_attention_heads"] = config.num_attention_heads;
   json["num_channels"] = config.num_channels;
   json["num_hidden_layers"] = config.num_hidden_layers;
@@ -279,6 +323,22 @@ Json hf_config_to_json(const ViTConfig& config, const Json& extra) {
   json["qkv_bias"] = config.qkv_bias;
   json["torch_dtype"] = "float32";
   json["transformers_version"] = kTransformersVersionWritten;
+  if (config.dinov2_family()) {
+    // Dinov2Config: mlp_ratio instead of intermediate_size (an integral ratio written as an integer, as released).
+    if (config.mlp_ratio == std::floor(config.mlp_ratio)) {
+      json["mlp_ratio"] = static_cast<int64_t>(config.mlp_ratio);
+    } else {
+      json["mlp_ratio"] = config.mlp_ratio;
+    }
+    json["layerscale_value"] = config.layerscale_value;
+    json["use_swiglu_ffn"] = config.swiglu;
+    json["drop_path_rate"] = 0.0;
+    if (config.model_type == "dinov2") json["use_mask_token"] = config.mask_token;
+    if (config.model_type == "dinov2_with_registers") json["num_register_tokens"] = config.num_register_tokens;
+  } else {
+    json["encoder_stride"] = config.patch_size;
+    json["intermediate_size"] = config.intermediate_size;
+  }
   return json;
 }
 

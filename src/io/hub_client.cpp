@@ -145,9 +145,15 @@ void fail_hub_response(const HttpResponse& response, const HubRequestContext& co
 
 HubClient::HubClient(HubSettings settings) : settings_(std::move(settings)) {}
 
-std::vector<std::string> HubClient::hub_headers() const {
+bool HubClient::is_hub_request(const std::string& url) const {
+  if (!url.starts_with(settings_.endpoint + "/")) return false;
+  const std::string path = url.substr(settings_.endpoint.size(), url.find_first_of("?#") - settings_.endpoint.size());
+  return path.starts_with("/api/") || path.find("/resolve/") != std::string::npos;
+}
+
+std::vector<std::string> HubClient::headers_for(const std::string& url) const {
   std::vector<std::string> headers = {"Accept-Encoding: identity"};
-  if (!settings_.token.empty()) headers.push_back("Authorization: Bearer " + settings_.token);
+  if (!settings_.token.empty() && is_hub_request(url)) headers.push_back("Authorization: Bearer " + settings_.token);
   return headers;
 }
 
@@ -160,10 +166,17 @@ HubRepoInfo HubClient::repo_info(const std::string& repo_id, const std::string& 
   VP_REQUIRE(is_valid_repo_id(repo_id), "'", repo_id, "' is not a valid Hub repo id");
   HttpRequest request;
   request.url = concat(settings_.endpoint, "/api/models/", repo_id, "/revision/", url_quote(revision, ""));
-  request.headers = hub_headers();
-  request.follow_redirects = true;  // renamed repositories redirect on the same host
   request.timeout_seconds = settings_.timeout_seconds;
-  HttpResponse response = http_request(request);
+  HttpResponse response;
+  // Renamed repositories redirect on the same host; each hop gets the token only if it is an api/ request again.
+  for (int hop = 0;; ++hop) {
+    request.headers = headers_for(request.url);
+    response = http_request(request);
+    const std::string location = response.header("location");
+    if (response.status < 300 || response.status >= 400 || location.empty()) break;
+    VP_REQUIRE(hop < 10, "too many redirects asking for ", request.url);
+    request.url = url_join(request.url, location);
+  }
   if (response.status != 200) fail_hub_response(response, {repo_id, revision, ""}, settings_);
 
   HubRepoInfo info;
@@ -187,12 +200,12 @@ HubFileMetadata HubClient::file_metadata(const std::string& repo_id, const std::
   HttpRequest request;
   request.method = "HEAD";
   request.url = resolve_url(repo_id, filename, revision);
-  request.headers = hub_headers();
   request.timeout_seconds = settings_.timeout_seconds;
   HttpResponse response;
   // Relative redirects stay on the Hub (renamed repos, resolve-cache) and are followed; an absolute one points at
   // the storage host and is where the bytes are.
   for (int hop = 0;; ++hop) {
+    request.headers = headers_for(request.url);
     response = http_request(request);
     std::string location = response.header("location");
     bool relative = !location.empty() && location.find("://") == std::string::npos && !location.starts_with("//");
@@ -214,6 +227,7 @@ HubFileMetadata HubClient::file_metadata(const std::string& repo_id, const std::
   metadata.size = parse_size(linked_size.empty() ? response.header("content-length") : linked_size);
   bool redirected = response.status >= 300 && response.status < 400 && !response.header("location").empty();
   metadata.location = redirected ? url_join(request.url, response.header("location")) : request.url;
+  metadata.location_is_storage = redirected;
 
   VP_REQUIRE(is_commit_hash(metadata.commit), "the answer for ", request.url,
              " has no valid X-Repo-Commit header; is HF_ENDPOINT (", settings_.endpoint, ") a Hugging Face Hub?");
@@ -234,14 +248,13 @@ std::filesystem::path HubClient::download_file(const HubRepoCache& cache, const 
     std::filesystem::create_directories(blob.parent_path());
     FileLock lock(cache.lock_path(metadata.etag),
                   concat("waiting for another process that is downloading ", filename, " of ", cache.repo_id()));
-    if (!std::filesystem::exists(blob))
-      fetch_blob(cache, filename, metadata, resolve_url(cache.repo_id(), filename, commit));
+    if (!std::filesystem::exists(blob)) fetch_blob(cache, filename, metadata);
   }
   return cache.link_snapshot_file(commit, filename, metadata.etag);
 }
 
-void HubClient::fetch_blob(const HubRepoCache& cache, const std::string& filename, const HubFileMetadata& metadata,
-                           const std::string& resolve_url) const {
+void HubClient::fetch_blob(const HubRepoCache& cache, const std::string& filename,
+                           const HubFileMetadata& metadata) const {
   std::filesystem::path incomplete = cache.incomplete_path(metadata.etag);
   int fd = ::open(incomplete.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   VP_REQUIRE(fd >= 0, "cannot create ", incomplete.string(), ": ", std::strerror(errno));
@@ -253,19 +266,21 @@ void HubClient::fetch_blob(const HubRepoCache& cache, const std::string& filenam
   } closer{fd};
 
   HttpRequest request;
-  request.url = metadata.location;
-  request.follow_redirects = true;
   request.timeout_seconds = settings_.timeout_seconds;
-  request.headers = hub_headers();
-  if (url_origin(metadata.location) != url_origin(resolve_url)) {
-    // The bytes live on a storage host: it gets no credentials (as huggingface_hub does).
-    std::erase_if(request.headers, [](const std::string& h) { return h.starts_with("Authorization:"); });
-  }
-  const std::vector<std::string> base_headers = request.headers;
+  // A storage URL (a redirect's target, on any host) gets no credentials, as huggingface_hub does; it is signed.
+  std::string url = metadata.location;
+  bool storage = metadata.location_is_storage;
+  int redirects = 0;
 
   ProgressBar progress(filename, metadata.size, "B");
   off_t position = 0;
   for (int attempt = 1;; ++attempt) {
+    request.url = url;
+    const std::vector<std::string> base_headers =
+        storage ? std::vector<std::string>{"Accept-Encoding: identity"} : headers_for(url);
+    // curl may follow redirects itself only when nothing secret would travel with them.
+    request.follow_redirects = std::none_of(base_headers.begin(), base_headers.end(),
+                                            [](const std::string& h) { return h.starts_with("Authorization:"); });
     off_t resume = file_size(fd);
     if (metadata.size >= 0 && resume > metadata.size) {
       truncate_file(fd, incomplete);  // a stale partial file from something else: start over
@@ -303,6 +318,14 @@ void HubClient::fetch_blob(const HubRepoCache& cache, const std::string& filenam
     };
     try {
       HttpResponse response = http_request(request, on_headers, sink);
+      const std::string location = response.header("location");
+      if (response.status >= 300 && response.status < 400 && !location.empty()) {
+        VP_REQUIRE(++redirects <= 10, "too many redirects downloading ", filename, " of ", cache.repo_id());
+        url = url_join(response.url, location);
+        storage = true;  // a redirect's target: no token from here on
+        --attempt;       // a redirect is not a failed attempt
+        continue;
+      }
       if (response.status == 416) {  // our partial file does not fit the server's: start over
         VP_REQUIRE(attempt < kDownloadAttempts, "the server keeps refusing the range requests for ", filename);
         truncate_file(fd, incomplete);

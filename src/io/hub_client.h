@@ -4,7 +4,9 @@
 //                                                               X-Linked-Size or Content-Length, Location (LFS)
 //   GET  the Location (a storage host: without the Authorization header), resumed with Range after interruptions
 // Errors (X-Error-Code RepoNotFound / RevisionNotFound / EntryNotFound / GatedRepo, HTTP 401/403/404) become plain
-// sentences. The token is sent as "Authorization: Bearer" to the Hub only, and never appears in a message.
+// sentences. The token is sent as "Authorization: Bearer" only with the Hub's own api/ and resolve/ requests: never
+// to a redirect's storage target, whatever its host (a mirror may serve signed storage URLs from its own host and
+// port), and it never appears in a message. Redirects are followed by hand so curl cannot forward it.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,8 @@ struct HubFileMetadata {
   std::string etag;      // X-Linked-Etag or ETag, without W/ and quotes: the blob's name in the cache
   int64_t size = -1;     // X-Linked-Size or Content-Length
   std::string location;  // where the bytes are: a redirect's target (storage host) or the resolve URL itself
-  bool is_lfs() const;   // the etag is a sha256 the downloaded bytes must match
+  bool location_is_storage = false;  // `location` came from an absolute redirect: it gets no credentials
+  bool is_lfs() const;               // the etag is a sha256 the downloaded bytes must match
 };
 
 class HubClient {
@@ -48,9 +51,10 @@ class HubClient {
   std::string resolve_url(const std::string& repo_id, const std::string& filename, const std::string& revision) const;
 
  private:
-  std::vector<std::string> hub_headers() const;  // with the token
-  void fetch_blob(const HubRepoCache& cache, const std::string& filename, const HubFileMetadata& metadata,
-                  const std::string& resolve_url) const;
+  // With the token when `url` is one of the Hub's api/ or resolve/ requests on the endpoint, without otherwise.
+  std::vector<std::string> headers_for(const std::string& url) const;
+  bool is_hub_request(const std::string& url) const;
+  void fetch_blob(const HubRepoCache& cache, const std::string& filename, const HubFileMetadata& metadata) const;
   HubSettings settings_;
 };
 

@@ -11,7 +11,9 @@
 #include "io/pytorch_bin.h"
 #include "io/safetensors.h"
 #include "model/initializer.h"
+#include "model/model_family.h"
 #include "model/position_interpolation.h"
+#include "model/trainable_set.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -111,45 +113,12 @@ std::string labels_summary(const std::vector<std::string>& labels) {
   return concat(labels.size(), " (", list_some(quoted, 4), ")");
 }
 
-// The shape of a preprocessed image: what the model will see.
-std::pair<int64_t, int64_t> processed_size(const PreprocessorConfig& p) {
-  if (p.do_center_crop) return {p.crop_height, p.crop_width};
-  return {p.height, p.width};
-}
-
 void check_requested_labels(const std::vector<std::string>& labels) {
   std::set<std::string> seen;
   for (const auto& label : labels) {
     VP_REQUIRE(!label.empty(), "requested labels: a label name is empty");
     VP_REQUIRE(seen.insert(label).second, "requested labels: \"", label, "\" appears twice");
   }
-}
-
-// The order of ViTForImageClassification.state_dict() (module registration order): save_model writes in it so
-// shards are cut where transformers would cut them.
-std::vector<std::string> hf_state_dict_order(const ParameterLayout& layout) {
-  const ViTConfig& config = layout.config();
-  std::vector<std::string> names = {"vit.embeddings.cls_token", "vit.embeddings.position_embeddings",
-                                    "vit.embeddings.patch_embeddings.projection.weight",
-                                    "vit.embeddings.patch_embeddings.projection.bias"};
-  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    const std::string block = concat("vit.encoder.layer.", l, ".");
-    for (const char* which : {"query", "key", "value"}) {
-      names.push_back(block + "attention.attention." + which + ".weight");
-      if (config.qkv_bias) names.push_back(block + "attention.attention." + which + ".bias");
-    }
-    for (const char* module :
-         {"attention.output.dense", "intermediate.dense", "output.dense", "layernorm_before", "layernorm_after"}) {
-      names.push_back(block + module + ".weight");
-      names.push_back(block + module + ".bias");
-    }
-  }
-  for (const char* name : {"vit.layernorm.weight", "vit.layernorm.bias", "classifier.weight", "classifier.bias"}) {
-    names.push_back(name);
-  }
-  VP_REQUIRE(names.size() == layout.specs().size(), "internal: state dict order lists ", names.size(),
-             " parameters, the layout ", layout.specs().size());
-  return names;
 }
 
 // model.safetensors, model.safetensors.index.json or model-DDDDD-of-DDDDD.safetensors: a save's weight files.
@@ -165,16 +134,21 @@ bool is_weight_file_name(const std::string& name) {
 
 }  // namespace
 
-std::string canonical_parameter_name(const std::string& checkpoint_name) {
+std::string canonical_parameter_name(const std::string& checkpoint_name, const ViTConfig& config) {
   std::string name = checkpoint_name;
   if (ends_with(name, ".gamma")) name = name.substr(0, name.size() - 6) + ".weight";
   if (ends_with(name, ".beta")) name = name.substr(0, name.size() - 5) + ".bias";
-  if (starts_with(name, "deit.")) name = "vit." + name.substr(5);
-  if (starts_with(name, "pooler.") || starts_with(name, "vit.pooler.")) return "";
+  const std::string prefix = model_prefix(config);
+  if (config.model_type == "vit" && starts_with(name, "deit.")) name = "vit." + name.substr(5);
+  if (starts_with(name, "pooler.") || starts_with(name, prefix + "pooler.")) return "";
   if (starts_with(name, "embeddings.") || starts_with(name, "encoder.") || starts_with(name, "layernorm.")) {
-    name = "vit." + name;
+    name = prefix + name;
   }
   return name;
+}
+
+std::string canonical_parameter_name(const std::string& checkpoint_name) {
+  return canonical_parameter_name(checkpoint_name, ViTConfig{});
 }
 
 LoadedModel load_model(const std::string& reference, const LoadOptions& options) {
@@ -197,13 +171,7 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
   std::map<std::string, std::string> original_of;  // layout name -> checkpoint name
   std::vector<std::string> pooler;
   for (const auto& [name, tensor] : checkpoint.tensors) {
-    if (ends_with(name, "distillation_token")) {
-      fail(file_of(name), ": holds '", name,
-           "': a DeiT model with a distillation token (model_type \"deit\": DeiTModel, DeiTForImageClassification, "
-           "DeiTForImageClassificationWithTeacher), which is not a ViT. vitpipe loads ViT-format checkpoints, "
-           "including the non-distilled DeiT ones such as facebook/deit-tiny-patch16-224");
-    }
-    std::string canonical = canonical_parameter_name(name);
+    std::string canonical = canonical_parameter_name(name, source);
     if (canonical.empty()) {
       pooler.push_back(name);
       continue;
@@ -213,17 +181,20 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
                canonical, "'");
   }
   if (!pooler.empty()) {
-    info(weights_path, ": ignoring ", list_some(pooler),
-         " (ViTModel's pooler; ViTForImageClassification does not use it)");
+    info(weights_path, ": ignoring ", list_some(pooler), " (the backbone's pooler; ",
+         classification_architecture(source), " does not use it)");
   }
 
   // Every parameter the config implies must be there with its shape; nothing else may be.
   const ParameterLayout source_layout(source);
-  const bool has_classifier = original_of.count("classifier.weight") != 0 || original_of.count("classifier.bias") != 0;
+  bool has_classifier = false;
+  for (const auto& spec : source_layout.specs()) {
+    has_classifier |= is_classifier_parameter(spec) && original_of.count(spec.name) != 0;
+  }
   std::vector<std::string> missing;
   std::set<std::string> used;
   for (const auto& spec : source_layout.specs()) {
-    const bool classifier = starts_with(spec.name, "classifier.");
+    const bool classifier = is_classifier_parameter(spec);
     auto found = original_of.find(spec.name);
     if (found == original_of.end()) {
       if (!(classifier && !has_classifier)) missing.push_back(spec.name);
@@ -234,9 +205,21 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
     const Tensor& tensor = checkpoint.tensors.at(original);
     VP_REQUIRE(is_float_dtype(tensor.dtype()), file_of(original), ": tensor '", original, "' has dtype ",
                dtype_name(tensor.dtype()), "; parameters must be F32, F16, BF16 or F64");
+    if (ends_with(spec.name, "embeddings.register_tokens") && tensor.shape() != spec.shape) {
+      fail(file_of(original), ": tensor '", original, "' has shape ", shape_string(tensor.shape()), " (",
+           tensor.rank() == 3 ? tensor.dim(1) : -1, " register tokens) but ", config_path.string(),
+           " says \"num_register_tokens\": ", source.num_register_tokens);
+    }
     VP_REQUIRE(tensor.shape() == spec.shape, file_of(original), ": tensor '", original, "' has shape ",
                shape_string(tensor.shape()), " but ", config_path.string(), " implies ", shape_string(spec.shape),
                classifier ? concat(" (", source.num_labels(), " labels in id2label/num_labels)") : std::string());
+  }
+  if (source.layer_scale) {
+    for (const auto& name : missing) {
+      VP_REQUIRE(name.find(".layer_scale") == std::string::npos, weights_path, ": no LayerScale parameter '", name,
+                 "': every ", source.model_type, " block has layer_scale1.lambda1 and layer_scale2.lambda1 (",
+                 config_path.string(), " says model_type \"", source.model_type, "\")");
+    }
   }
   VP_REQUIRE(missing.empty(), weights_path, ": missing ", missing.size(), " parameter(s) that ", config_path.string(),
              " implies: ", list_some(missing), source.qkv_bias ? "" : " (qkv_bias is false: no q/k/v biases expected)");
@@ -244,17 +227,34 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
   for (const auto& [canonical, original] : original_of) {
     if (used.count(canonical) == 0) unexpected.push_back(original);
   }
-  VP_REQUIRE(unexpected.empty(), weights_path, ": unexpected tensor(s) ", list_some(unexpected), " that a ViT with ",
-             config_path.string(), "'s settings does not have", source.qkv_bias ? "" : " (qkv_bias is false)");
+  VP_REQUIRE(unexpected.empty(), weights_path, ": unexpected tensor(s) ", list_some(unexpected), " that a ",
+             source.model_type, " model with ", config_path.string(), "'s settings does not have",
+             source.qkv_bias ? "" : " (qkv_bias is false)");
 
   // The model to build: the requested labels, image size and problem type.
   ViTConfig target = source;
-  target.model_type = "vit";
   if (!options.labels.empty()) {
     check_requested_labels(options.labels);
     target.labels = options.labels;
   }
-  if (options.image_size != 0) target.image_size = options.image_size;
+  // Preprocessing: the file, or ViTImageProcessor's defaults.
+  const fs::path preprocessor_path = model.directory / "preprocessor_config.json";
+  model.has_preprocessor_file = fs::exists(preprocessor_path);
+  if (model.has_preprocessor_file) {
+    model.preprocessor = read_preprocessor_config(preprocessor_path);
+  } else {
+    model.preprocessor = default_preprocessor_config(source.image_size);
+    info("no preprocessor_config.json in ", model.directory.string(), ": using ViTImageProcessor defaults");
+  }
+  const int64_t processed = model.preprocessor.fixed_output_size().second;
+  if (source.position_interpolation == PositionInterpolation::at_load) {
+    if (options.image_size != 0) target.image_size = options.image_size;
+  } else {
+    // DINOv2 interpolates its position embeddings to every input's grid: the checkpoint keeps its own, the model
+    // runs at the requested size, else at what the preprocessor produces (facebook/dinov2-*: 224 from a 518 grid).
+    target.input_image_size = options.image_size != 0 ? options.image_size : processed > 0 ? processed : 0;
+    if (target.input_image_size == target.image_size) target.input_image_size = 0;
+  }
   target.validate(concat(model.directory.string(), " with the requested settings"));
 
   if (!has_classifier) {
@@ -287,16 +287,17 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
   model.parameters = FlatParameters::whole_model(layout);
   std::vector<std::pair<const ParamSpec*, const Tensor*>> copies;
   for (const auto& spec : layout->specs()) {
-    if (model.fresh_head && starts_with(spec.name, "classifier.")) continue;
+    if (model.fresh_head && is_classifier_parameter(spec)) continue;
     const Tensor& tensor = checkpoint.tensors.at(original_of.at(spec.name));
-    if (spec.name == "vit.embeddings.position_embeddings" && target.grid() != source.grid()) {
+    if (ends_with(spec.name, "embeddings.position_embeddings") && target.position_grid() != source.position_grid()) {
       Tensor source_f32 = Tensor::empty(tensor.shape());
       convert_to_f32(tensor, source_f32.f32());
-      Tensor resized = interpolate_position_embeddings(source_f32, target.grid(), target.grid());
+      Tensor resized = interpolate_position_embeddings(source_f32, target.position_grid(), target.position_grid(),
+                                                       source.positioned_prefix());
       model.parameters.tensor(spec).copy_from(resized.view(spec.shape));
-      info("position embeddings: ", source.grid(), "x", source.grid(), " patch grid (image ", source.image_size,
-           ") resized to ", target.grid(), "x", target.grid(), " (image ", target.image_size,
-           ") by bicubic interpolation");
+      info("position embeddings: ", source.position_grid(), "x", source.position_grid(), " patch grid (image ",
+           source.image_size, ") resized to ", target.position_grid(), "x", target.position_grid(), " (image ",
+           target.image_size, ") by bicubic interpolation");
       continue;
     }
     VP_REQUIRE(tensor.shape() == spec.shape, "internal: shape of '", spec.name, "' changed");
@@ -310,33 +311,38 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
   if (model.fresh_head) initialize_classifier(model.parameters, options.seed);
   model.config = target;
 
-  // Preprocessing: the file, or ViTImageProcessor's defaults; it follows a change of image size.
-  const fs::path preprocessor_path = model.directory / "preprocessor_config.json";
-  model.has_preprocessor_file = fs::exists(preprocessor_path);
-  if (model.has_preprocessor_file) {
-    model.preprocessor = read_preprocessor_config(preprocessor_path);
-  } else {
-    model.preprocessor = default_preprocessor_config(source.image_size);
-    info("no preprocessor_config.json in ", model.directory.string(), ": using ViTImageProcessor defaults");
-  }
+  // The preprocessing follows a change of image size.
   PreprocessorConfig& pre = model.preprocessor;
-  if (target.image_size != source.image_size) {
-    if (pre.do_center_crop) {
-      // Keep the resize:crop ratio (DeiT: 256 -> 224).
-      pre.height = std::llround(static_cast<double>(pre.height) * target.image_size / pre.crop_height);
-      pre.width = std::llround(static_cast<double>(pre.width) * target.image_size / pre.crop_width);
-      pre.crop_height = pre.crop_width = target.image_size;
-    } else {
-      pre.height = pre.width = target.image_size;
-    }
-    info("preprocessing now produces ", target.image_size, "x", target.image_size, " images");
+  if (options.image_size != 0 && options.image_size != processed) {
+    pre = preprocessor_for_image_size(pre, options.image_size);
+    info("preprocessing now produces ", options.image_size, "x", options.image_size, " images");
   }
-  auto [processed_h, processed_w] = processed_size(pre);
-  if (processed_h != target.image_size || processed_w != target.image_size) {
+  auto [processed_w, processed_h] = pre.fixed_output_size();
+  if (processed_w > 0 && (processed_h != target.input_size() || processed_w != target.input_size())) {
     warn(preprocessor_path.string(), " produces ", processed_h, "x", processed_w, " images but the model expects ",
-         target.image_size, "x", target.image_size);
+         target.input_size(), "x", target.input_size());
+  }
+  if (target.resamples_positions()) {
+    info(model.directory.string(), ": images of ", target.input_size(), " px (", target.grid(), "x", target.grid(),
+         " patches); the ", target.position_grid(), "x", target.position_grid(),
+         " position embeddings are interpolated to that grid in every forward pass, as transformers does (bicubic",
+         target.position_interpolation == PositionInterpolation::bicubic_antialias ? " with antialiasing" : "",
+         ", by output size)");
   }
   return model;
+}
+
+PreprocessorConfig read_model_preprocessor(const std::string& reference, int64_t image_size,
+                                           const ModelReferenceOptions& options) {
+  const fs::path directory = resolve_model_reference(reference, options);
+  const fs::path preprocessor_path = directory / "preprocessor_config.json";
+  PreprocessorConfig pre =
+      fs::exists(preprocessor_path)
+          ? read_preprocessor_config(preprocessor_path)
+          : default_preprocessor_config(read_hf_config(directory / "config.json").config.image_size);
+  if (image_size != 0 && image_size != pre.fixed_output_size().second)
+    pre = preprocessor_for_image_size(pre, image_size);
+  return pre;
 }
 
 void save_model(const fs::path& directory, const ViTConfig& config, const PreprocessorConfig& preprocessor,
@@ -359,7 +365,7 @@ void save_model(const fs::path& directory, const ViTConfig& config, const Prepro
   VP_REQUIRE(fs::is_directory(directory), "cannot create directory ", directory.string(), ": ", error.message());
 
   NamedTensorList tensors;
-  for (const auto& name : hf_state_dict_order(layout)) tensors.emplace_back(name, parameters.tensor(name));
+  for (const auto& name : layout.state_dict_order()) tensors.emplace_back(name, parameters.tensor(name));
   const std::vector<std::string> written = write_sharded_safetensors(directory, tensors, options.max_shard_bytes);
 
   // A previous save's weights must not shadow the new ones (model.safetensors wins over an index when loading).

@@ -2,16 +2,20 @@
 // model-0000i-of-0000N.safetensors + index; for reading also pytorch_model.bin or its sharded index) <-> ViTConfig +
 // PreprocessorConfig + FlatParameters (whole model, fp32).
 //
-// Loading maps checkpoint names onto ParameterLayout's names (ViTForImageClassification):
-//   - ViTForImageClassification files use them as they are; DeiT files say "deit." where we say "vit.";
-//   - a backbone (ViTModel, e.g. google/vit-base-patch16-224-in21k) has them without "vit.", an unused
-//     "pooler.dense.*" (ignored, said at info level) and no classifier;
+// Loading maps checkpoint names onto ParameterLayout's names (the family's ...ForImageClassification,
+// model/model_family.h):
+//   - ...ForImageClassification files use them as they are; model_type "vit" files that say "deit." mean "vit.";
+//   - a backbone (ViTModel, DeiTModel, Dinov2Model, e.g. google/vit-base-patch16-224-in21k, microsoft/rad-dino)
+//     has them without the model prefix, perhaps an unused "pooler.dense.*" (ignored, said at info level) and no
+//     classifier;
 //   - old files say "gamma"/"beta" for LayerNorm weight/bias.
 // F16, BF16 and F64 tensors are converted to fp32. Every layout parameter must be present with the shape the config
 // implies (except the classifier when a fresh one is allowed); anything else is an error naming the tensors.
 // A fresh classifier (normal, std initializer_range, bias 0) is made when the checkpoint has none or the requested
-// labels differ from its labels (a message says so). When the requested image size differs, the patch-grid position
-// embeddings are resized by bicubic interpolation (model/position_interpolation.h); the CLS entry is kept.
+// labels differ from its labels (a message says so). When the requested image size differs, ViT and DeiT position
+// embeddings are resized once by bicubic interpolation (model/position_interpolation.h; CLS and distillation entries
+// kept); DINOv2 keeps its own and the model interpolates them in every pass (ViTConfig::input_image_size, by
+// default what the preprocessor produces).
 #pragma once
 
 #include <cstdint>
@@ -70,9 +74,14 @@ struct SaveOptions {
 void save_model(const std::filesystem::path& directory, const ViTConfig& config, const PreprocessorConfig& preprocessor,
                 const FlatParameters& parameters, const SaveOptions& options = {});
 
+// The preprocessing load_model(reference, {image_size}) would use, without reading the weights (data prepare).
+PreprocessorConfig read_model_preprocessor(const std::string& reference, int64_t image_size = 0,
+                                           const ModelReferenceOptions& options = {});
+
 // The layout name a checkpoint tensor name stands for ("encoder.layer.0.layernorm_before.gamma" ->
-// "vit.encoder.layer.0.layernorm_before.weight"); "" for the pooler (pooler.* / vit.pooler.*). Names that match no
+// "vit.encoder.layer.0.layernorm_before.weight"); "" for the pooler (pooler.* / <prefix>pooler.*). Names that match no
 // rule are returned unchanged (and later reported as unexpected).
-std::string canonical_parameter_name(const std::string& checkpoint_name);
+std::string canonical_parameter_name(const std::string& checkpoint_name, const ViTConfig& config);
+std::string canonical_parameter_name(const std::string& checkpoint_name);  // for a ViT
 
 }  // namespace vitpipe

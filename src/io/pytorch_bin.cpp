@@ -176,6 +176,9 @@ TensorMap collect_state_dict(const std::string& source, const PickleResult& pick
 class ZipArchive {
  public:
   explicit ZipArchive(const std::filesystem::path& path) : path_(path) {
+    std::error_code size_error;
+    archive_bytes_ = std::filesystem::file_size(path, size_error);
+    VP_REQUIRE(!size_error, "cannot read ", path.string(), ": ", size_error.message());
     int error_code = 0;
     archive_ = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &error_code);
     if (archive_ == nullptr) {
@@ -217,10 +220,17 @@ class ZipArchive {
       VP_REQUIRE(stat.size == static_cast<zip_uint64_t>(expected_size), path_.string(), ": record '", name, "' holds ",
                  stat.size, " bytes but the pickle describes ", expected_size);
     }
-    // torch stores records uncompressed; a compressed one must not claim an absurd expansion (zip bomb).
-    if ((stat.valid & ZIP_STAT_COMP_SIZE) && (stat.valid & ZIP_STAT_COMP_METHOD) && stat.comp_method != ZIP_CM_STORE) {
-      VP_REQUIRE(stat.size <= stat.comp_size * 1100 + (1u << 20), path_.string(), ": record '", name,
-                 "' claims to expand from ", stat.comp_size, " to ", stat.size, " bytes");
+    // torch stores records uncompressed: one cannot hold more bytes than the archive. A compressed one must lie
+    // inside the archive and not claim an absurd expansion (zip bomb). Checked before the buffer is allocated.
+    const bool compressed =
+        (stat.valid & ZIP_STAT_COMP_METHOD) && (stat.valid & ZIP_STAT_COMP_SIZE) && stat.comp_method != ZIP_CM_STORE;
+    if (compressed) {
+      VP_REQUIRE(stat.comp_size <= archive_bytes_ && stat.size <= stat.comp_size * 1100 + (1u << 20), path_.string(),
+                 ": record '", name, "' claims to expand from ", stat.comp_size, " to ", stat.size,
+                 " bytes in an archive of ", archive_bytes_);
+    } else {
+      VP_REQUIRE(stat.size <= archive_bytes_, path_.string(), ": record '", name, "' claims ", stat.size,
+                 " bytes, more than the whole archive (", archive_bytes_, " bytes)");
     }
     StorageBytes bytes = allocate_storage(stat.size, concat("record '", name, "'"));
     zip_file_t* file = zip_fopen_index(archive_, static_cast<zip_uint64_t>(index), 0);
@@ -247,6 +257,7 @@ class ZipArchive {
 
  private:
   std::filesystem::path path_;
+  uint64_t archive_bytes_ = 0;
   zip_t* archive_ = nullptr;
 };
 

@@ -1,5 +1,7 @@
 #include "model/activations.h"
 
+#include <algorithm>
+
 namespace vitpipe {
 namespace {
 
@@ -15,10 +17,14 @@ size_t sum_bytes(std::initializer_list<const Tensor*> tensors) {
   return total;
 }
 
+bool is_qkv(LinearSite site) {
+  return site == LinearSite::query || site == LinearSite::key || site == LinearSite::value;
+}
+
 }  // namespace
 
-BlockActivations BlockActivations::allocate(const ViTConfig& c, int64_t b, DType act) {
-  const int64_t rows = b * c.tokens(), d = c.hidden_size, inner = c.intermediate_size, t = c.tokens();
+BlockActivations BlockActivations::allocate(const ViTConfig& c, const LoraSettings& lora, int64_t b, DType act) {
+  const int64_t rows = b * c.tokens(), d = c.hidden_size, t = c.tokens();
   BlockActivations a;
   a.ln1 = Tensor::empty({rows, d}, act);
   a.mean1 = Tensor::empty({rows});
@@ -26,18 +32,23 @@ BlockActivations BlockActivations::allocate(const ViTConfig& c, int64_t b, DType
   a.qkv = Tensor::empty({b, t, 3 * d}, act);
   a.probs = Tensor::empty({b, c.num_attention_heads, t, t}, act);
   a.attention = Tensor::empty({rows, d}, act);
+  if (c.layer_scale) a.attn_out = Tensor::empty({rows, d}, act);
   a.mid = Tensor::empty({rows, d});
   a.ln2 = Tensor::empty({rows, d}, act);
   a.mean2 = Tensor::empty({rows});
   a.rstd2 = Tensor::empty({rows});
-  a.pre_gelu = Tensor::empty({rows, inner}, act);
-  a.gelu = Tensor::empty({rows, inner}, act);
+  a.pre_gelu = Tensor::empty({rows, c.fc1_out()}, act);
+  a.gelu = Tensor::empty({rows, c.intermediate_size}, act);
+  if (c.layer_scale) a.mlp_out = Tensor::empty({rows, d}, act);
   a.cls_input = Tensor::empty({b, d});
+  for (LinearSite site : all_linear_sites()) {
+    if (lora.targets_site(site)) a.lora_low[static_cast<size_t>(site)] = Tensor::empty({rows, lora.rank}, act);
+  }
   return a;
 }
 
 BlockActivations BlockActivations::rows_for(const ViTConfig& c, int64_t b) const {
-  const int64_t rows = b * c.tokens(), d = c.hidden_size, inner = c.intermediate_size, t = c.tokens();
+  const int64_t rows = b * c.tokens(), d = c.hidden_size, t = c.tokens();
   BlockActivations a;
   a.ln1 = prefix(ln1, {rows, d});
   a.mean1 = prefix(mean1, {rows});
@@ -45,39 +56,53 @@ BlockActivations BlockActivations::rows_for(const ViTConfig& c, int64_t b) const
   a.qkv = prefix(qkv, {b, t, 3 * d});
   a.probs = prefix(probs, {b, c.num_attention_heads, t, t});
   a.attention = prefix(attention, {rows, d});
+  a.attn_out = prefix(attn_out, {rows, d});
   a.mid = prefix(mid, {rows, d});
   a.ln2 = prefix(ln2, {rows, d});
   a.mean2 = prefix(mean2, {rows});
   a.rstd2 = prefix(rstd2, {rows});
-  a.pre_gelu = prefix(pre_gelu, {rows, inner});
-  a.gelu = prefix(gelu, {rows, inner});
+  a.pre_gelu = prefix(pre_gelu, {rows, c.fc1_out()});
+  a.gelu = prefix(gelu, {rows, c.intermediate_size});
+  a.mlp_out = prefix(mlp_out, {rows, d});
   a.cls_input = prefix(cls_input, {b, d});
+  for (size_t i = 0; i < lora_low.size(); ++i) {
+    if (lora_low[i].numel()) a.lora_low[i] = prefix(lora_low[i], {rows, lora_low[i].dim(1)});
+  }
   return a;
 }
 
 BlockActivations BlockActivations::classifier_token_rows(const ViTConfig& c, int64_t b) const {
-  const int64_t d = c.hidden_size, inner = c.intermediate_size, t = c.tokens();
+  const int64_t d = c.hidden_size, t = c.tokens();
   BlockActivations a = rows_for(c, b);
   a.probs = prefix(probs, {b, c.num_attention_heads, t});
   a.attention = prefix(attention, {b, d});
+  a.attn_out = prefix(attn_out, {b, d});
   a.mid = prefix(mid, {b, d});
   a.ln2 = prefix(ln2, {b, d});
   a.mean2 = prefix(mean2, {b});
   a.rstd2 = prefix(rstd2, {b});
-  a.pre_gelu = prefix(pre_gelu, {b, inner});
-  a.gelu = prefix(gelu, {b, inner});
+  a.pre_gelu = prefix(pre_gelu, {b, c.fc1_out()});
+  a.gelu = prefix(gelu, {b, c.intermediate_size});
+  a.mlp_out = prefix(mlp_out, {b, d});
+  for (LinearSite site : all_linear_sites()) {
+    const Tensor& low = lora_low[static_cast<size_t>(site)];
+    if (low.numel() && !is_qkv(site)) a.lora_low[static_cast<size_t>(site)] = prefix(low, {b, low.dim(1)});
+  }
   return a;
 }
 
 size_t BlockActivations::bytes() const {
-  return sum_bytes(
-      {&ln1, &mean1, &rstd1, &qkv, &probs, &attention, &mid, &ln2, &mean2, &rstd2, &pre_gelu, &gelu, &cls_input});
+  size_t total = sum_bytes({&ln1, &mean1, &rstd1, &qkv, &probs, &attention, &attn_out, &mid, &ln2, &mean2, &rstd2,
+                            &pre_gelu, &gelu, &mlp_out, &cls_input});
+  for (const Tensor& low : lora_low) total += low.nbytes();
+  return total;
 }
 
 EmbeddingActivations EmbeddingActivations::allocate(const ViTConfig& c, int64_t b, DType act) {
   EmbeddingActivations a;
   a.patches = Tensor::empty({b * c.num_patches(), c.patch_dim()}, act);
   a.projection = Tensor::empty({b * c.num_patches(), c.hidden_size});
+  if (c.resamples_positions()) a.positions = Tensor::empty({c.positioned_prefix() + c.num_patches(), c.hidden_size});
   return a;
 }
 
@@ -85,41 +110,70 @@ EmbeddingActivations EmbeddingActivations::rows_for(const ViTConfig& c, int64_t 
   EmbeddingActivations a;
   a.patches = prefix(patches, {b * c.num_patches(), c.patch_dim()});
   a.projection = prefix(projection, {b * c.num_patches(), c.hidden_size});
+  a.positions = positions;
   return a;
 }
 
-size_t EmbeddingActivations::bytes() const { return sum_bytes({&patches, &projection}); }
+size_t EmbeddingActivations::bytes() const { return sum_bytes({&patches, &projection, &positions}); }
+
+namespace {
+
+// Rows the head's LayerNorm sees.
+int64_t head_rows(const ViTConfig& c, int64_t b) {
+  switch (c.head) {
+    case HeadKind::cls_token:
+      return b;
+    case HeadKind::cls_and_distillation:
+      return 2 * b;
+    case HeadKind::cls_and_patch_mean:
+      return b * c.tokens();
+  }
+  return b;
+}
+
+}  // namespace
 
 HeadActivations HeadActivations::allocate(const ViTConfig& c, int64_t b) {
-  const int64_t d = c.hidden_size, l = c.num_labels();
+  const int64_t d = c.hidden_size, l = c.num_labels(), rows = head_rows(c, b);
   HeadActivations a;
-  a.cls = Tensor::empty({b, d});
-  a.cls_norm = Tensor::empty({b, d});
-  a.mean = Tensor::empty({b});
-  a.rstd = Tensor::empty({b});
+  if (c.head != HeadKind::cls_and_patch_mean) {
+    a.tokens = Tensor::empty({rows, d});
+    a.grad_tokens = Tensor::empty({rows, d});
+  }
+  a.normed = Tensor::empty({rows, d});
+  a.mean = Tensor::empty({rows});
+  a.rstd = Tensor::empty({rows});
+  if (c.head == HeadKind::cls_and_patch_mean) {
+    a.features = Tensor::empty({b, 2 * d});
+    a.grad_features = Tensor::empty({b, 2 * d});
+  }
   a.logits = Tensor::empty({b, l});
+  if (c.head == HeadKind::cls_and_distillation) a.half_logits = Tensor::empty({b, l});
   a.grad_logits = Tensor::empty({b, l});
-  a.grad_cls_norm = Tensor::empty({b, d});
-  a.grad_cls = Tensor::empty({b, d});
+  a.grad_normed = Tensor::empty({rows, d});
   return a;
 }
 
 HeadActivations HeadActivations::rows_for(const ViTConfig& c, int64_t b) const {
-  const int64_t d = c.hidden_size, l = c.num_labels();
+  const int64_t d = c.hidden_size, l = c.num_labels(), rows = head_rows(c, b);
   HeadActivations a;
-  a.cls = prefix(cls, {b, d});
-  a.cls_norm = prefix(cls_norm, {b, d});
-  a.mean = prefix(mean, {b});
-  a.rstd = prefix(rstd, {b});
+  a.tokens = prefix(tokens, {rows, d});
+  a.normed = prefix(normed, {rows, d});
+  a.mean = prefix(mean, {rows});
+  a.rstd = prefix(rstd, {rows});
+  a.features = prefix(features, {b, 2 * d});
   a.logits = prefix(logits, {b, l});
+  a.half_logits = prefix(half_logits, {b, l});
   a.grad_logits = prefix(grad_logits, {b, l});
-  a.grad_cls_norm = prefix(grad_cls_norm, {b, d});
-  a.grad_cls = prefix(grad_cls, {b, d});
+  a.grad_features = prefix(grad_features, {b, 2 * d});
+  a.grad_normed = prefix(grad_normed, {rows, d});
+  a.grad_tokens = prefix(grad_tokens, {rows, d});
   return a;
 }
 
 size_t HeadActivations::bytes() const {
-  return sum_bytes({&cls, &cls_norm, &mean, &rstd, &logits, &grad_logits, &grad_cls_norm, &grad_cls});
+  return sum_bytes({&tokens, &normed, &mean, &rstd, &features, &logits, &half_logits, &grad_logits, &grad_features,
+                    &grad_normed, &grad_tokens});
 }
 
 GradientWorkspace GradientWorkspace::allocate(const ViTConfig& c, int64_t b, DType act, bool embeddings) {
@@ -129,8 +183,14 @@ GradientWorkspace GradientWorkspace::allocate(const ViTConfig& c, int64_t b, DTy
   w.ln = Tensor::empty({rows, d}, act);
   w.attention = Tensor::empty({rows, d}, act);
   w.qkv = Tensor::empty({b, c.tokens(), 3 * d}, act);
-  w.mlp = Tensor::empty({rows, c.intermediate_size}, act);
+  w.mlp = Tensor::empty({rows, c.fc1_out()}, act);
+  if (c.swiglu) w.gated = Tensor::empty({rows, c.intermediate_size}, act);
+  if (c.layer_scale) w.branch = Tensor::empty({rows, d}, act);
   if (embeddings) w.patches = Tensor::empty({b * c.num_patches(), d}, act);
+  if (embeddings && c.resamples_positions()) {
+    w.positions = Tensor::empty({c.positioned_prefix() + c.num_patches(), d});
+  }
+  w.scratch = Tensor::empty({std::max<int64_t>(3 * d, c.fc1_out())});
   return w;
 }
 
@@ -141,11 +201,17 @@ GradientWorkspace GradientWorkspace::rows_for(const ViTConfig& c, int64_t b) con
   w.ln = prefix(ln, {rows, d});
   w.attention = prefix(attention, {rows, d});
   w.qkv = prefix(qkv, {b, c.tokens(), 3 * d});
-  w.mlp = prefix(mlp, {rows, c.intermediate_size});
+  w.mlp = prefix(mlp, {rows, c.fc1_out()});
+  w.gated = prefix(gated, {rows, c.intermediate_size});
+  w.branch = prefix(branch, {rows, d});
   w.patches = prefix(patches, {b * c.num_patches(), d});
+  w.positions = positions;
+  w.scratch = scratch;
   return w;
 }
 
-size_t GradientWorkspace::bytes() const { return sum_bytes({&residual_low, &ln, &attention, &qkv, &mlp, &patches}); }
+size_t GradientWorkspace::bytes() const {
+  return sum_bytes({&residual_low, &ln, &attention, &qkv, &mlp, &gated, &branch, &patches, &positions, &scratch});
+}
 
 }  // namespace vitpipe

@@ -24,6 +24,7 @@ struct ClassifierTokenGradientFlow {
   Tensor grad;          // [b * T, D] f32: OVERWRITTEN with the gradient w.r.t. the block input
   Tensor grad_low;      // act-dtype copy of `grad`, refreshed if need_low_on_exit
   bool need_low_on_exit = false;
+  bool need_input_grad = true;                     // false: nothing before this block trains
   const Tensor* previous_fc2_bias_grad = nullptr;  // receives the column sums of the input gradient, if given
   // Split backward, as BlockGradientFlow's (classifier_token_rows views): deferred->fc2_out holds the act-dtype
   // gradient of the token-0 output on entry and is read instead of grad_cls_low.
@@ -31,7 +32,8 @@ struct ClassifierTokenGradientFlow {
   Tensor grad_low_on_exit;  // default grad_low
 };
 
-// Parameter gradients ADD into `grads`; the fc2 bias gradient is added by whoever produced grad_cls (the head).
+// Parameter gradients ADD into `grads` (empty views: frozen, skipped); the fc2 bias gradient is added by whoever
+// produced grad_cls (the head).
 void classifier_token_block_backward(const LayerContext& ctx, const BlockParameters& weights,
                                      const BlockParameters& gemm_weights, const BlockParameters& grads,
                                      const Tensor& input, const BlockActivations& saved,

@@ -1,11 +1,13 @@
 // Floating-point operations of a ViT pass as vitpipe executes it, counted from the GEMMs (2 per multiply-add);
 // elementwise work is not counted. The final block computes the classifier token's path only
-// (model/classifier_token_block.h), so it counts its q/k/v projection for every token and the rest for one.
+// (model/classifier_token_block.h) when the head reads token 0 alone, so it counts its q/k/v projection for every
+// token and the rest for one. LoRA's thin GEMMs are counted too.
 // A training step costs forward + backward = 3x the forward GEMMs.
 #pragma once
 
 #include <cstdint>
 
+#include "model/parameter_layout.h"
 #include "model/vit_config.h"
 
 namespace vitpipe {
@@ -16,8 +18,8 @@ struct FlopCount {
   double total() const { return linear + attention; }
 };
 
-FlopCount forward_flops_per_image(const ViTConfig& config);
+FlopCount forward_flops_per_image(const ViTConfig& config, const LoraSettings& lora = {});
 // The same pass with every block computed for every token (as eager PyTorch and transformers run it).
-FlopCount full_model_forward_flops_per_image(const ViTConfig& config);
+FlopCount full_model_forward_flops_per_image(const ViTConfig& config, const LoraSettings& lora = {});
 
 }  // namespace vitpipe

@@ -1,28 +1,53 @@
 #include "model/initializer.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "model/trainable_set.h"
 #include "util/error.h"
 
 namespace vitpipe {
 namespace {
 
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 void initialize_one(const FlatParameters& parameters, const ParamSpec& spec, uint64_t seed) {
-  const double range = parameters.layout().config().initializer_range;
+  const ViTConfig& config = parameters.layout().config();
+  const double range = config.initializer_range;
   float* values = parameters.at(spec.offset);
+  const bool zero_token =
+      spec.kind == ParamKind::token &&
+      (config.model_type == "deit" || ends_with(spec.name, ".mask_token") || ends_with(spec.name, ".register_tokens"));
   switch (spec.kind) {
     case ParamKind::linear_weight:
     case ParamKind::token: {
+      if (zero_token) {
+        std::fill(values, values + spec.numel, 0.0f);
+        break;
+      }
       Rng rng(parameter_stream_seed(seed, spec.name));
       for (int64_t i = 0; i < spec.numel; ++i) values[i] = static_cast<float>(truncated_normal(rng, range));
       break;
     }
+    case ParamKind::lora_a: {
+      // peft: kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+      const double bound = 1.0 / std::sqrt(static_cast<double>(spec.shape.at(1)));
+      Rng rng(parameter_stream_seed(seed, spec.name));
+      for (int64_t i = 0; i < spec.numel; ++i) values[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+      break;
+    }
     case ParamKind::bias:
     case ParamKind::norm_bias:
+    case ParamKind::lora_b:
       std::fill(values, values + spec.numel, 0.0f);
       break;
     case ParamKind::norm_weight:
       std::fill(values, values + spec.numel, 1.0f);
+      break;
+    case ParamKind::layer_scale:
+      std::fill(values, values + spec.numel, static_cast<float>(config.layerscale_value));
       break;
   }
 }
@@ -50,10 +75,18 @@ void initialize_parameters(FlatParameters& parameters, uint64_t seed) {
 }
 
 void initialize_classifier(FlatParameters& parameters, uint64_t seed) {
-  for (const char* name : {"classifier.weight", "classifier.bias"}) {
-    const ParamSpec* spec = parameters.layout().find(name);
-    VP_REQUIRE(spec != nullptr && parameters.holds(*spec), "initialize_classifier: the parameters do not hold ", name);
+  int found = 0;
+  for (const ParamSpec* spec : parameters.held_specs()) {
+    if (!is_classifier_parameter(*spec)) continue;
     initialize_one(parameters, *spec, seed);
+    ++found;
+  }
+  VP_REQUIRE(found > 0, "initialize_classifier: the parameters hold no classifier");
+}
+
+void initialize_lora(FlatParameters& parameters, uint64_t seed) {
+  for (const ParamSpec* spec : parameters.held_specs()) {
+    if (spec->is_lora()) initialize_one(parameters, *spec, seed);
   }
 }
 

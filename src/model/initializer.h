@@ -1,6 +1,8 @@
-// Fresh parameters the way transformers' ViTPreTrainedModel._init_weights makes them: Linear and Conv2d weights,
-// position_embeddings and cls_token ~ trunc_normal(0, initializer_range) truncated to [-2, 2] (absolute bounds,
-// as torch.nn.init.trunc_normal_'s defaults), biases 0, LayerNorm weight 1 and bias 0.
+// Fresh parameters the way transformers' ..._init_weights make them: Linear and Conv2d weights, position_embeddings
+// and cls_token ~ trunc_normal(0, initializer_range) truncated to [-2, 2] (absolute bounds, as
+// torch.nn.init.trunc_normal_'s defaults), biases 0, LayerNorm weight 1 and bias 0; DeiT's tokens and position
+// embeddings 0, DINOv2's mask and register tokens 0 and LayerScale layerscale_value; LoRA as peft: A kaiming-uniform
+// (a = sqrt(5), i.e. U(+-1/sqrt(in))), B 0.
 // Every parameter draws from its own stream Rng({seed, hash(name)}): the values depend only on the seed and the
 // name, not on thread count, segment range or the other parameters (a fresh classifier for the same seed is the
 // same whether or not the rest of the model was initialised).
@@ -23,7 +25,9 @@ uint64_t parameter_stream_seed(uint64_t seed, std::string_view name);
 // Initialises every parameter `parameters` holds.
 void initialize_parameters(FlatParameters& parameters, uint64_t seed);
 
-// Initialises classifier.weight / classifier.bias only (a fresh head on a pre-trained backbone).
+// Initialises the classifier(s) only (a fresh head on a pre-trained backbone).
 void initialize_classifier(FlatParameters& parameters, uint64_t seed);
+// Initialises the LoRA matrices only.
+void initialize_lora(FlatParameters& parameters, uint64_t seed);
 
 }  // namespace vitpipe

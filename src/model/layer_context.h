@@ -2,6 +2,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "model/parameter_layout.h"
 #include "model/precision.h"
 #include "model/vit_config.h"
 
@@ -11,6 +12,7 @@ struct LayerContext {
   Backend& backend;
   const ViTConfig& config;
   Precision precision;
+  double lora_scale = 0.0;  // alpha / r when the layout has LoRA matrices
   DType act() const { return compute_dtype(precision); }
   bool low_precision() const { return precision != Precision::fp32; }
 };

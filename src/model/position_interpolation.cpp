@@ -41,7 +41,48 @@ std::vector<Taps> cubic_taps(int64_t in_size, int64_t out_size) {
   return taps;
 }
 
+// torch's antialiasing filter for bicubic (A = -0.5, as Pillow's).
+double keys_cubic(double x) {
+  constexpr double a = -0.5;
+  x = std::abs(x);
+  if (x < 1.0) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2.0) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return 0.0;
+}
+
 }  // namespace
+
+std::vector<double> bicubic_weight_matrix(int64_t in_size, int64_t out_size, bool antialias) {
+  VP_REQUIRE(in_size > 0 && out_size > 0, "bicubic weights: bad sizes ", in_size, " -> ", out_size);
+  std::vector<double> w(static_cast<size_t>(out_size * in_size), 0.0);
+  if (!antialias) {
+    const std::vector<Taps> taps = cubic_taps(in_size, out_size);
+    for (int64_t o = 0; o < out_size; ++o) {
+      for (int k = 0; k < 4; ++k) {
+        const Taps& t = taps[static_cast<size_t>(o)];
+        w[static_cast<size_t>(o * in_size + t.index[k])] += t.weight[k];
+      }
+    }
+    return w;
+  }
+  // torch's _upsample_bicubic2d_aa (HelperInterpBase::_compute_indices_min_size_weights_aa): Pillow's rule, the
+  // support grows with the downscale factor, weights normalised to sum 1 over the taps inside the input.
+  const double scale = static_cast<double>(in_size) / static_cast<double>(out_size);
+  const double support = scale >= 1.0 ? 2.0 * scale : 2.0;
+  const double invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
+  for (int64_t o = 0; o < out_size; ++o) {
+    const double center = scale * (static_cast<double>(o) + 0.5);
+    const int64_t xmin = std::max(static_cast<int64_t>(center - support + 0.5), int64_t{0});
+    const int64_t xmax = std::min(static_cast<int64_t>(center + support + 0.5), in_size);
+    double total = 0.0;
+    for (int64_t j = xmin; j < xmax; ++j) total += keys_cubic((static_cast<double>(j) - center + 0.5) * invscale);
+    for (int64_t j = xmin; j < xmax; ++j) {
+      const double v = keys_cubic((static_cast<double>(j) - center + 0.5) * invscale);
+      w[static_cast<size_t>(o * in_size + j)] = total != 0.0 ? v / total : 0.0;
+    }
+  }
+  return w;
+}
 
 void bicubic_resize(const float* src, int64_t channels, int64_t in_h, int64_t in_w, float* dst, int64_t out_h,
                     int64_t out_w) {
@@ -71,11 +112,11 @@ void bicubic_resize(const float* src, int64_t channels, int64_t in_h, int64_t in
   }
 }
 
-Tensor interpolate_position_embeddings(const Tensor& position_embeddings, int64_t new_h, int64_t new_w) {
+Tensor interpolate_position_embeddings(const Tensor& position_embeddings, int64_t new_h, int64_t new_w, int64_t kept) {
   const Shape& shape = position_embeddings.shape();
-  VP_REQUIRE(shape.size() == 3 && shape[0] == 1 && shape[1] >= 2, "position embeddings must be [1, 1 + grid, D], got ",
-             shape_string(shape));
-  const int64_t positions = shape[1] - 1;
+  VP_REQUIRE(shape.size() == 3 && shape[0] == 1 && kept >= 1 && shape[1] >= kept + 1,
+             "position embeddings must be [1, ", kept, " + grid, D], got ", shape_string(shape));
+  const int64_t positions = shape[1] - kept;
   const int64_t dim = shape[2];
   const int64_t old_side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(positions))));
   VP_REQUIRE(old_side * old_side == positions, "position embeddings hold ", positions,
@@ -83,20 +124,20 @@ Tensor interpolate_position_embeddings(const Tensor& position_embeddings, int64_
   VP_REQUIRE(new_h > 0 && new_w > 0, "position embeddings: new grid ", new_h, "x", new_w, " must be positive");
   const float* source = position_embeddings.f32();
 
-  Tensor result = Tensor::empty({1, 1 + new_h * new_w, dim});
+  Tensor result = Tensor::empty({1, kept + new_h * new_w, dim});
   float* out = result.f32();
-  for (int64_t d = 0; d < dim; ++d) out[d] = source[d];  // CLS kept
+  for (int64_t d = 0; d < kept * dim; ++d) out[d] = source[d];  // CLS (and DeiT's distillation token) kept
 
   // [grid, D] -> D planes of the grid, resize, back to [grid', D].
   std::vector<float> planes(static_cast<size_t>(dim * positions));
   for (int64_t p = 0; p < positions; ++p) {
-    for (int64_t d = 0; d < dim; ++d) planes[static_cast<size_t>(d * positions + p)] = source[(1 + p) * dim + d];
+    for (int64_t d = 0; d < dim; ++d) planes[static_cast<size_t>(d * positions + p)] = source[(kept + p) * dim + d];
   }
   std::vector<float> resized(static_cast<size_t>(dim * new_h * new_w));
   bicubic_resize(planes.data(), dim, old_side, old_side, resized.data(), new_h, new_w);
   const int64_t new_positions = new_h * new_w;
   for (int64_t p = 0; p < new_positions; ++p) {
-    for (int64_t d = 0; d < dim; ++d) out[(1 + p) * dim + d] = resized[static_cast<size_t>(d * new_positions + p)];
+    for (int64_t d = 0; d < dim; ++d) out[(kept + p) * dim + d] = resized[static_cast<size_t>(d * new_positions + p)];
   }
   return result;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -18,8 +19,15 @@ namespace vitpipe {
 void bicubic_resize(const float* src, int64_t channels, int64_t in_h, int64_t in_w, float* dst, int64_t out_h,
                     int64_t out_w);
 
-// position_embeddings [1, 1 + old_h * old_w, D] (CLS first, then the patch grid row by row) ->
-// [1, 1 + new_h * new_w, D]. The old grid must be square (as transformers assumes); F32 only.
-Tensor interpolate_position_embeddings(const Tensor& position_embeddings, int64_t new_h, int64_t new_w);
+// position_embeddings [1, kept + old_h * old_w, D] (CLS, for DeiT also the distillation token, then the patch grid
+// row by row) -> [1, kept + new_h * new_w, D]. The old grid must be square (as transformers assumes); F32 only.
+Tensor interpolate_position_embeddings(const Tensor& position_embeddings, int64_t new_h, int64_t new_w,
+                                       int64_t kept = 1);
+
+// The same maps as dense [out_size, in_size] matrices of one axis (row o: the weights output o gives each input):
+// torch.nn.functional.interpolate(mode="bicubic", align_corners=False) without antialiasing (the taps above), or
+// with antialias=True as DINOv2 with registers asks (torch's _upsample_bicubic2d_aa: Pillow's rule, A = -0.5, the
+// support widened by the downscale factor, weights normalised over the taps inside the input). In double.
+std::vector<double> bicubic_weight_matrix(int64_t in_size, int64_t out_size, bool antialias);
 
 }  // namespace vitpipe

@@ -1,4 +1,7 @@
-// Named model shapes for `vitpipe init` and `vitpipe bench` (the same table as the PyTorch peer).
+// Named model shapes for `vitpipe init` and `vitpipe bench` (ViT: the same table as the PyTorch peer). The DINOv2
+// ones are the released checkpoints' shapes: facebook/dinov2-small and -base (patch 14, position grid 37 x 37 for
+// 518 px, images fed at 224 by their BitImageProcessor) and microsoft/rad-dino (ViT-B/14 at 518 px). Their
+// preprocessing: io/preprocessor_presets.h.
 #pragma once
 
 #include <string>

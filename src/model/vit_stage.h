@@ -5,6 +5,11 @@
 // backward pass of its micro-batch needs. The executor fills input(slot) (images or received hidden states), calls
 // forward, reads output(slot); for backward it fills grad(slot) (non-last stages) or calls loss (last stage), calls
 // backward, and (non-first stages) sends grad(slot), which then holds the gradient w.r.t. the input.
+//
+// Trainable subsets (model/trainable_set.h): the stage's trainable parameters, their gradients (and whatever an
+// optimizer keeps) live in buffers of the trainable layout; the frozen ones in a buffer of their own. Blocks below
+// the lowest trained segment run forward only (inference buffers, nothing kept), and the backward pass stops where
+// nothing below it trains; a stage with nothing to train leaves grad(slot) as it is.
 #pragma once
 
 #include <functional>
@@ -14,8 +19,10 @@
 #include "backend/backend.h"
 #include "model/activations.h"
 #include "model/block_parameters.h"
+#include "model/embeddings.h"
 #include "model/layer_context.h"
 #include "model/parameter_layout.h"
+#include "model/trainable_set.h"
 #include "model/weight_gradients.h"
 
 namespace vitpipe {
@@ -31,26 +38,34 @@ struct StageOptions {
   bool split_backward = false;
   int64_t max_micro_batch = 1;
   int slots = 1;
+  std::shared_ptr<const TrainableSplit> split;  // null: every parameter the forward pass reads trains
 };
 
 class ViTStage {
  public:
+  // `layout`: the whole model's (full) layout; options.split, when given, must have been made from it.
   ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backend, StageOptions options);
 
   const ViTConfig& config() const { return layout_->config(); }
   const StageOptions& options() const { return options_; }
+  const TrainableSplit& split() const { return *split_; }
   bool has_embeddings() const { return options_.first_segment == 0; }
   bool has_head() const { return options_.last_segment == layout_->num_segments() - 1; }
   int first_block() const { return first_block_; }
   int num_blocks() const { return num_blocks_; }
 
+  // The trainable parameters (what optimizers step and checkpoints hold), in the trainable layout.
   FlatParameters& parameters() { return parameters_; }
   const FlatParameters& parameters() const { return parameters_; }
+  const FlatParameters& frozen_parameters() const { return frozen_; }
   FlatParameters& gradients() { return gradients_; }
   void zero_gradients() { gradients_.flat().fill_zero(); }
-  // Refreshes the bf16 copy of the weights; call after the parameters change (no-op in fp32).
+  // Refreshes the bf16 copy of the trainable weights; call after they change (no-op in fp32).
   void parameters_changed();
   void parameters_changed(int first_segment, int last_segment);  // the same for part of the range
+  // Copies this stage's parameters, trainable and frozen, from `whole` (any layout holding their names, e.g. a
+  // loaded model's) and refreshes the bf16 copies.
+  void load_values(const FlatParameters& whole);
 
   Tensor input(int slot, int64_t batch) const;   // images [b, C, S, S] or hidden [b, T, D]
   Tensor output(int slot, int64_t batch) const;  // logits [b, L] (last stage) or hidden [b, T, D]
@@ -64,9 +79,10 @@ class ViTStage {
   // `segment_done` (optional) is called as each segment's parameter gradients for this micro-batch are complete,
   // last segment first: the executor starts the gradient all-reduce of finished buckets while the rest runs.
   void backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
-  // The same split in two (split_backward stages): B writes grad(slot) (the gradient w.r.t. the input) and the bias
-  // and LayerNorm gradients; W adds the weight GEMMs' gradients, after which the slot's parameter gradients equal
-  // backward()'s. `segment_done` as backward()'s, called by W (each segment is final once its weights are).
+  // The same split in two (split_backward stages): B writes grad(slot) (the gradient w.r.t. the input) and the bias,
+  // LayerNorm, LayerScale and embedding-token gradients; W adds the weight GEMMs' and LoRA matrices' gradients, after
+  // which the slot's parameter gradients equal backward()'s. `segment_done` as backward()'s, called by W (each
+  // segment is final once its weights are).
   void backward_input(int slot, int64_t batch);
   void backward_weight(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
 
@@ -91,32 +107,43 @@ class ViTStage {
  private:
   struct Slot {
     Tensor images;
-    std::vector<Tensor> residual;  // num_blocks + 1 tensors [b * T, D] f32
-    std::vector<BlockActivations> blocks;
+    std::vector<Tensor> residual;          // num_blocks + 1 tensors [b * T, D] f32
+    std::vector<BlockActivations> blocks;  // per block on the backward path (empty for the others)
     EmbeddingActivations embeddings;
     HeadActivations head;
     Tensor grad;
-    StageWeightGradientInputs deferred;  // split_backward only
+    StageWeightGradientInputs deferred;  // split_backward only (blocks on the backward path; trained embeddings)
   };
-  LayerContext context() const { return LayerContext{backend_, config(), options_.precision}; }
+  LayerContext context() const;
+  ParameterViews value_views(bool gemm) const;
+  ParameterViews gradient_views() const;
   // backward() when !split; backward_input() when split.
   void backward_pass(int slot, int64_t batch, const std::function<void(int segment)>& segment_done, bool split);
   BlockWeightGradientInputs deferred_rows(int slot, int index, int64_t batch) const;
   Tensor residual(int slot, int index, int64_t batch) const;
-  // The stage's last block feeds the head: it computes token 0's output only (model/classifier_token_block.h).
+  // The stage's last block feeds a head that reads token 0 only: it computes token 0's output alone
+  // (model/classifier_token_block.h).
   bool is_classifier_token_block(int index) const { return classifier_token_block_ && index == num_blocks_ - 1; }
+  bool saves(int index) const;  // block `index` keeps its activations per slot
+  const Tensor* trained(const Tensor& grad) const { return grad.numel() ? &grad : nullptr; }
 
   std::shared_ptr<const ParameterLayout> layout_;
+  std::shared_ptr<const TrainableSplit> split_;
   Backend& backend_;
   StageOptions options_;
   int first_block_ = 0;
   int num_blocks_ = 0;
+  int first_backward_block_ = 0;    // local index: blocks below it run forward only
+  bool embeddings_train_ = false;   // this stage holds the embeddings and they train
+  bool input_grad_needed_ = false;  // an earlier stage trains: grad(slot) must hold the input's gradient
   bool classifier_token_block_ = false;
   FlatParameters parameters_;
+  FlatParameters frozen_;
   FlatParameters gradients_;
-  Tensor gemm_copy_;  // bf16 copy of parameters_ (bf16 only)
+  Tensor gemm_copy_, frozen_gemm_copy_;  // bf16 copies of the two value buffers (bf16 only)
+  PositionResampling resampling_;
   std::vector<Slot> slots_;
-  BlockActivations workspace_;  // inference and recomputation
+  BlockActivations workspace_;  // inference, frozen blocks and recomputation
   GradientWorkspace grad_workspace_;
   size_t activation_bytes_ = 0;
   std::function<void(const BlockGradients&)> block_observer_;

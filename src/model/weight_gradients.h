@@ -1,7 +1,10 @@
 // The weight-gradient pass W of a split backward (ZB-H1, Qi et al. 2023, "Zero Bubble Pipeline Parallelism"). The
 // input-gradient pass B computes what the previous stage needs (activation gradients) and the cheap parameter parts
-// fused into its kernels (bias column sums, LayerNorm weight and bias); W runs the weight GEMMs
-// grad_weight += grad_out^T . in of every linear layer later, when the stage would otherwise idle. Between B and W a
+// fused into its kernels (bias column sums, LayerNorm weight and bias, LayerScale gammas, the prefix tokens and
+// positions); W runs later, when the stage would otherwise idle: the weight GEMMs grad_weight += grad_out^T . in of
+// every trainable linear layer (patch projection, q/k/v, attention projection, fc1 (SwiGLU: both halves), fc2, the
+// classifier(s)) and the LoRA A/B gradients of every adapted one. Frozen parameters (empty gradient views) get no W
+// work. Between B and W a
 // micro-batch keeps the gradients at its linear layers' outputs (below) besides the activations W reads (the layer
 // inputs, already saved for the backward pass): the memory plan counts both until W has run.
 #pragma once
@@ -18,7 +21,7 @@ namespace vitpipe {
 // only for everything after the attention (classifier_token_rows).
 struct BlockWeightGradientInputs {
   Tensor fc2_out;   // [rows, D]: gradient at the block output (fc2's output)
-  Tensor fc1_out;   // [rows, I]: gradient at fc1's output (after GELU's backward)
+  Tensor fc1_out;   // [rows, fc1_out]: gradient at fc1's output (after the activation's backward)
   Tensor out_proj;  // [rows, D]: gradient at the attention projection's output (the residual stream at `mid`)
   Tensor qkv;       // [b, T, 3D]: gradient at the q/k/v projection's output
 
@@ -39,14 +42,16 @@ struct StageWeightGradientInputs {
   size_t bytes() const;
 };
 
-// W of one block: the four weight GEMMs (qkv, attention projection, fc1, fc2), ADDING into `grads`. `saved` and
-// `inputs` are views of the same kind (rows_for or classifier_token_rows).
-void block_weight_gradients(const LayerContext& ctx, const BlockParameters& grads, const BlockActivations& saved,
-                            const BlockWeightGradientInputs& inputs);
+// W of one block: the weight GEMMs (qkv, attention projection, fc1, fc2) and LoRA A/B gradients that train, ADDING
+// into `grads`; `gemm_weights` supplies the LoRA matrices. `saved` and `inputs` are views of the same kind (rows_for
+// or classifier_token_rows).
+void block_weight_gradients(const LayerContext& ctx, const BlockParameters& gemm_weights, const BlockParameters& grads,
+                            const BlockActivations& saved, const BlockWeightGradientInputs& inputs);
 // W of the patch embedding: grad_patch_weight += grad_patches^T . patches.
 void embeddings_weight_gradients(const LayerContext& ctx, const EmbeddingParameters& grads,
                                  const EmbeddingActivations& saved, const Tensor& grad_patches);
-// W of the classifier: grad_classifier_weight += grad_logits^T . cls_norm.
+// W of the classifier(s), per head kind (model/classifier_head.h): cls_token grad_logits^T . normed,
+// cls_and_distillation half_logits^T . normed (each token's half), cls_and_patch_mean grad_logits^T . features.
 void head_weight_gradients(const LayerContext& ctx, const HeadParameters& grads, const HeadActivations& saved);
 
 }  // namespace vitpipe

@@ -32,8 +32,9 @@ struct ChartSpec {
   std::string title, x_label, y_label;
   double x_min = 0, x_max = 1, y_min = 0, y_max = 1;
   int width = 340, height = 250;
-  bool diagonal = false;    // the y = x reference line (ROC chance, perfect calibration)
-  bool legend_top = false;  // legend in the top-right corner instead of the bottom-right
+  bool diagonal = false;     // the y = x reference line (ROC chance, perfect calibration)
+  bool legend_top = false;   // legend in the top-right corner instead of the bottom-right
+  bool legend_left = false;  // ... or in the left corner instead of the right
   std::vector<ChartSeries> series{};
   std::vector<ChartMarker> markers{};
   // Drawn in the plot, and set as the svg's data-empty attribute, when no series has a point: says why.

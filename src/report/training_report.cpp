@@ -186,7 +186,7 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica 
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 34px 0 10px; border-bottom: 2px solid var(--line);
 padding-bottom: 4px; } h3 { font-size: 15px; margin: 22px 0 8px; }
 .subtitle, .note { color: var(--muted); } .note { font-size: 12.5px; max-width: 900px; }
-table { border-collapse: collapse; margin: 6px 0 10px; font-size: 13px; }
+table { border-collapse: collapse; margin: 6px 0 10px; font-size: 13px; display: block; max-width: 100%; overflow-x: auto; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 9px; text-align: right; white-space: nowrap; }
 th { background: var(--band); font-weight: 600; } td:first-child, th:first-child { text-align: left; }
 tr.mean td { font-weight: 600; border-top: 2px solid var(--line); }
@@ -479,7 +479,7 @@ std::string evaluation_section(const std::vector<SplitSummary>& splits, const Re
         if (!roc && !points.empty()) {
           series.name += ", prev. " + fmt(static_cast<double>(ls.positives) / static_cast<double>(ls.known), "%.2f");
         }
-        c.legend_top = !roc;
+        c.legend_left = !roc;  // PR curves run high on the left and end low on the right
         c.series.push_back(std::move(series));
       }
       out += svg_chart(c);
@@ -492,7 +492,7 @@ std::string evaluation_section(const std::vector<SplitSummary>& splits, const Re
     const SplitSummary& s = splits[si];
     ChartSpec c{"calibration-" + s.name, s.name + ": reliability (all findings)", "mean predicted probability",
                 "fraction positive"};
-    c.width = 340, c.height = 280, c.diagonal = true, c.legend_top = true;
+    c.width = 340, c.height = 280, c.diagonal = true;  // legend bottom-right: reliability curves rarely go there
     ChartSeries series{s.name + " ECE " + fmt(s.calibration.expected_calibration_error), kChartColors[si % 8]};
     series.dots = true;
     for (const auto& b : s.calibration.bins) {
@@ -548,7 +548,8 @@ std::string heatmap_section(const std::vector<ReportHeatmap>& heatmaps) {
     const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
     VP_REQUIRE(!bytes.empty(), h.overlay_png.string(), ": missing or empty heatmap overlay");
     out += "<figure><img alt=\"" + html_escape(h.finding + " on " + h.image) + "\" src=\"data:image/png;base64," +
-           base64(bytes) + "\"><figcaption>" + html_escape(h.image) + ": " + html_escape(h.finding) +
+           base64(bytes) + "\" title=\"" + html_escape(h.image) + "\"><figcaption>" +
+           html_escape(fs::path(h.image).filename().string()) + ": " + html_escape(h.finding) +
            " p = " + fmt(h.probability) + " (" + html_escape(h.method) + ")</figcaption></figure>\n";
   }
   return out + "</div></section>\n";

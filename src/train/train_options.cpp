@@ -303,6 +303,20 @@ const std::vector<OptionDef>& option_table() {
       {"profile-cache", "DIR",
        "--layout auto: where per-segment profiles are cached (default $XDG_CACHE_HOME/vitpipe or ~/.cache/vitpipe)",
        [](O& o, const V& v) { o.profile_cache = v.null ? defaults().profile_cache : v.scalar(); }},
+      {"freeze", "WHAT", "none | backbone (a linear probe: only the classifier trains) (default none)",
+       [](O& o, const V& v) {
+         o.freeze = v.null ? defaults().freeze : v.choice({"none", "backbone"});
+       }},
+      {"freeze-layers", "N", "Freeze the embeddings and the first N encoder blocks (default 0)",
+       [](O& o, const V& v) { o.freeze_layers = v.null ? defaults().freeze_layers : v.integer(); }},
+      {"lora", "RANK", "LoRA of this rank on --lora-targets; base weights frozen, classifier trained (default off)",
+       [](O& o, const V& v) { o.lora_rank = v.null ? defaults().lora_rank : v.integer(); }},
+      {"lora-alpha", "X", "LoRA alpha: the update is scaled by alpha / rank (default: the rank)",
+       [](O& o, const V& v) { o.lora_alpha = v.null ? defaults().lora_alpha : v.number(); }},
+      {"lora-targets", "a,b,...", "Layers LoRA adapts: query, key, value, projection, fc1, fc2 (default query,value)",
+       [](O& o, const V& v) { o.lora_targets = v.null ? defaults().lora_targets : v.list(); }},
+      {"export-adapter", nullptr, "With --lora: also write peft's adapter_config.json + adapter_model.safetensors",
+       [](O& o, const V& v) { o.export_adapter = v.null ? defaults().export_adapter : v.boolean(); }},
   };
   return table;
 }
@@ -435,7 +449,7 @@ nlohmann::json parse_json_file(const std::filesystem::path& path) {
   };
   try {
     return nlohmann::json::parse(in, callback);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers past a double
     fail(path.string(), ": invalid JSON: ", e.what());
   }
 }
@@ -557,6 +571,37 @@ void TrainOptions::validate() const {
   VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = each epoch) (got ", checkpoint_every, ")");
   VP_REQUIRE(loader_threads >= 1 && loader_threads <= 256, "--loader-threads must be in [1, 256] (got ", loader_threads,
              ")");
+  VP_REQUIRE(freeze_layers >= 0, "--freeze-layers must be >= 0 (got ", freeze_layers, ")");
+  VP_REQUIRE(lora_rank >= 0 && lora_rank <= 4096, "--lora must be a rank in [1, 4096] (got ", lora_rank, ")");
+  const int modes = (freeze == "backbone") + (freeze_layers > 0) + (lora_rank > 0);
+  VP_REQUIRE(modes <= 1, "--freeze backbone, --freeze-layers and --lora are exclusive: give one of them");
+  VP_REQUIRE(std::isfinite(lora_alpha) && lora_alpha >= 0.0, "--lora-alpha must be > 0 (got ", lora_alpha, ")");
+  VP_REQUIRE(lora_rank > 0 || lora_alpha == 0.0, "--lora-alpha needs --lora RANK");
+  VP_REQUIRE(!export_adapter || lora_rank > 0, "--export-adapter needs --lora RANK (it writes the LoRA adapter)");
+  if (lora_rank > 0) {
+    VP_REQUIRE(!lora_targets.empty(), "--lora-targets: give at least one layer");
+    std::set<std::string> seen;
+    for (const auto& name : lora_targets) {
+      parse_linear_site(name);  // throws naming the known layers
+      VP_REQUIRE(seen.insert(name).second, "--lora-targets: \"", name, "\" is given twice");
+    }
+  }
+}
+
+TrainingMode TrainOptions::training_mode() const {
+  TrainingMode mode;
+  if (freeze == "backbone") {
+    mode.freeze = FreezeMode::backbone;
+  } else if (freeze_layers > 0) {
+    mode.freeze = FreezeMode::layers;
+    mode.frozen_layers = freeze_layers;
+  } else if (lora_rank > 0) {
+    mode.freeze = FreezeMode::lora;
+    mode.lora.rank = lora_rank;
+    mode.lora.alpha = lora_alpha > 0 ? lora_alpha : static_cast<double>(lora_rank);
+    for (const auto& name : lora_targets) mode.lora.targets.push_back(parse_linear_site(name));
+  }
+  return mode;
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -633,6 +678,12 @@ nlohmann::json TrainOptions::to_json() const {
       j[key] = nullptr;
     }
   }
+  j["freeze"] = freeze;
+  j["freeze_layers"] = freeze_layers;
+  j["lora"] = lora_rank;
+  j["lora_alpha"] = lora_alpha;
+  j["lora_targets"] = lora_targets;
+  j["export_adapter"] = export_adapter;
   return j;
 }
 

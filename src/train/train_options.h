@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/trainable_set.h"
 #include "tensor/dtype.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
@@ -125,6 +126,14 @@ struct TrainOptions {
     bool operator==(const GivenNames&) const { return true; }
   } layout_options_given;
 
+  // What trains (model/trainable_set.h): at most one of --freeze backbone, --freeze-layers N, --lora RANK.
+  std::string freeze = "none";  // --freeze none|backbone
+  int64_t freeze_layers = 0;    // --freeze-layers N: the embeddings and the first N blocks
+  int64_t lora_rank = 0;        // --lora RANK (0 = off)
+  double lora_alpha = 0;        // --lora-alpha (0 = the rank: scale 1)
+  std::vector<std::string> lora_targets = {"query", "value"};  // --lora-targets
+  bool export_adapter = false;  // --export-adapter: also write peft's adapter files to <output-dir>/adapter
+
   bool operator==(const TrainOptions&) const = default;
 
   // Throws vitpipe::Error naming the option ("--lr must be > 0 (got -1)").
@@ -133,6 +142,7 @@ struct TrainOptions {
 
   OptimizerConfig optimizer_config() const;
   LrSchedule lr_schedule() const;
+  TrainingMode training_mode() const;
   int64_t micro_batches() const { return batch_size / micro_batch_size.value_or(batch_size); }
 };
 

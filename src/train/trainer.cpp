@@ -13,8 +13,12 @@
 
 #include "backend/backend.h"
 #include "data/data_spec.h"
+#include "data/label_checks.h"
 #include "data/loader.h"
+#include "explain/explain_images.h"
 #include "io/model_files.h"
+#include "model/initializer.h"
+#include "model/trainable_set.h"
 #include "model/vit_stage.h"
 #include "parallel/optimizer_shards.h"
 #include "parallel/pipeline_executor.h"
@@ -26,10 +30,12 @@
 #include "train/evaluation.h"
 #include "train/grad_clip.h"
 #include "train/layout_auto.h"
+#include "train/lora_export.h"
 #include "train/metrics_log.h"
 #include "train/pos_weight.h"
 #include "train/predictions_file.h"
 #include "train/run_world.h"
+#include "train/subset_checkpoint.h"
 #include "train/training_checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -72,9 +78,29 @@ AugmentationSettings augmentation_settings(const AugmentOptions& a) {
 // "step" would change under it.
 void check_resume_compatible(const TrainOptions& now, const nlohmann::json& saved, const std::string& source) {
   const nlohmann::json current = now.to_json();
-  for (const char* key : {"data", "batch_size", "seed", "data_seed", "val_fraction", "view", "add_no_finding",
-                          "optimizer", "partial_batch", "image_size", "intensity", "dicom_window", "dicom_first_frame",
-                          "uncertain", "blank", "label_vote", "mimic_labels", "labels"}) {
+  for (const char* key : {"data",
+                          "batch_size",
+                          "seed",
+                          "data_seed",
+                          "val_fraction",
+                          "view",
+                          "add_no_finding",
+                          "optimizer",
+                          "partial_batch",
+                          "image_size",
+                          "intensity",
+                          "dicom_window",
+                          "dicom_first_frame",
+                          "uncertain",
+                          "blank",
+                          "label_vote",
+                          "mimic_labels",
+                          "labels",
+                          "freeze",
+                          "freeze_layers",
+                          "lora",
+                          "lora_alpha",
+                          "lora_targets"}) {
     if (saved.contains(key) && saved[key] != current[key]) {
       std::string flag = key;
       std::replace(flag.begin(), flag.end(), '_', '-');
@@ -107,6 +133,7 @@ class RankTrainer {
   EvaluationReport evaluate(Split split);
   nlohmann::json data_summary_record() const;
   void write_report(const std::vector<EvaluationReport>& reports);
+  void write_report_heatmaps(const EvaluationReport& report);
   void save_checkpoint();
   void export_model(const fs::path& directory);
   void after_evaluation(const EvaluationReport& report);
@@ -121,7 +148,11 @@ class RankTrainer {
   std::optional<fs::path> resume_from_;
   TrainingCheckpoint resumed_;
   LoadedModel model_;
-  std::shared_ptr<const ParameterLayout> layout_;
+  std::shared_ptr<const ParameterLayout> layout_;  // the whole model, LoRA matrices included
+  std::shared_ptr<const TrainableSplit> split_;
+  FlatParameters values_;             // whole model (layout_): the frozen values, and the trainable ones as exported
+  FlatParameters resumed_trainable_;  // resuming: the checkpoint's trainable parameters (whole, trainable layout)
+  uint64_t frozen_fingerprint_ = 0;
   ParallelPlan plan_;
   std::unique_ptr<ProcessGrid> grid_;
   std::vector<std::unique_ptr<Backend>> backends_;
@@ -200,6 +231,8 @@ void RankTrainer::open_data() {
   image_read_ = d.image_read;
   dataset_ = open_dataset(o_.data, d);
   VP_REQUIRE(!dataset_->split_indices(Split::train).empty(), o_.data, ": the train split has no images");
+  for (const auto& warning : check_trainable_labels(*dataset_, Split::train))
+    if (root()) warn(warning);
   if (dataset_->has_masked_labels()) {
     int64_t masked = 0, elements = 0;
     for (int64_t i : dataset_->split_indices(Split::train)) {
@@ -218,20 +251,37 @@ void RankTrainer::load_model_and_state() {
   lo.problem_type = dataset_->multi_label() ? ProblemType::multi_label : ProblemType::single_label;
   lo.seed = o_.seed;
   lo.allow_fresh_head = true;
+  const TrainingMode mode = o_.training_mode();
   if (resume_from_) {
     resumed_ = read_training_checkpoint(*resume_from_);
     check_resume_compatible(o_, resumed_.state.options, resume_from_->string());
     state_ = resumed_.state;
-    lo.allow_fresh_head = false;
-    model_ = load_model(resume_from_->string(), lo);
+    if (!resumed_.subset()) {
+      lo.allow_fresh_head = false;
+      model_ = load_model(resume_from_->string(), lo);
+    } else {
+      model_ = load_model(o_.model, lo);  // the base; what trained comes from the checkpoint below
+    }
     info("resuming from ", resume_from_->string(), " at step ", state_.step, " (epoch ", state_.epoch + 1, ", batch ",
          state_.batch_in_epoch, ")");
   } else {
     model_ = load_model(o_.model, lo);
   }
+  layout_ = std::make_shared<const ParameterLayout>(model_.config, mode.lora);
+  values_ = FlatParameters::whole_model(layout_);
+  copy_parameters(model_.parameters, values_, /*only_present=*/true);
+  if (mode.lora.enabled()) initialize_lora(values_, o_.seed);
+  model_.parameters = FlatParameters();  // values_ holds them now
+  split_ = make_trainable_split(layout_, mode);
+
+  if (resume_from_ && resumed_.subset()) restore_trainable(resumed_, *split_, values_, resume_from_->string());
+  frozen_fingerprint_ = frozen_fingerprint(*split_, values_);
+  if (resume_from_) {
+    resumed_trainable_ = FlatParameters::whole_model(split_->trainable);
+    copy_parameters(values_, resumed_trainable_);
+  }
   // How this run reads images goes into the exported preprocessor_config.json, so predict and eval read the same.
   model_.preprocessor.vitpipe_intensity = image_read_options_json(image_read_);
-  layout_ = model_.parameters.layout_ptr();
 }
 
 ParallelConfig RankTrainer::parallel_config(int layers) const {
@@ -280,6 +330,7 @@ void RankTrainer::build_pipeline() {
     so.split_backward = schedule_splits_backward(pc.schedule);
     so.max_micro_batch = micro_batch_;
     so.slots = activation_slots_needed(pc.schedule, pc.stages, micro_batches_, grid_->stage(), pc.virtual_stages);
+    so.split = split_;
     backends_.push_back(make_cpu_backend());
     chunks_.push_back(std::make_unique<ViTStage>(layout_, *backends_.back(), so));
     ViTStage& stage = *chunks_.back();
@@ -301,17 +352,14 @@ void RankTrainer::build_pipeline() {
     optimizer_bytes += optimizers_.back()->state_bytes();
     unsharded_optimizer_bytes +=
         optimizers_.back()->state_tensors().size() * static_cast<size_t>(stage.parameters().numel()) * sizeof(float);
+    stage.load_values(values_);
     if (resume_from_) {
-      load_chunk_state(stage, optimizers_.back().get(), resumed_.parameters, resumed_.optimizer_state,
+      load_chunk_state(stage, optimizers_.back().get(), resumed_trainable_, resumed_.optimizer_state,
                        resumed_.optimizer_metadata, resume_from_->string());
-    } else {
-      std::copy(model_.parameters.at(stage.parameters().begin()),
-                model_.parameters.at(stage.parameters().begin()) + stage.parameters().numel(),
-                stage.parameters().data());
-      stage.parameters_changed();
     }
   }
   resumed_ = TrainingCheckpoint{};  // the whole-model copies are no longer needed
+  resumed_trainable_ = FlatParameters();
 
   trace_ = std::make_unique<TraceRecorder>(!o_.trace.empty(), world_.rank());
   trace_->synchronize_start(world_);
@@ -342,11 +390,16 @@ void RankTrainer::build_pipeline() {
   executor_ = std::make_unique<PipelineExecutor>(*grid_, world_, chunks, eo, trace_.get());
 
   const double peak_activations = world_.allreduce(static_cast<double>(activation_bytes), ReduceOp::max);
-  info("model: ", config.num_hidden_layers, " layers, hidden ", config.hidden_size, ", ", config.image_size, " px, ",
+  info("model: ", config.num_hidden_layers, " layers, hidden ", config.hidden_size, ", ", config.input_size(), " px, ",
        layout_->numel(), " parameters, ", config.num_labels(), " labels (",
        config.problem_type == ProblemType::multi_label ? "multi-label, BCE" : "single-label, cross-entropy", "), ",
        precision_name(precision), model_.fresh_head ? ", fresh classifier head" : "");
   if (const std::string note = bf16_speed_note(precision); !note.empty()) info(note);
+  info("training: ", split_->mode.describe(), "; ", split_->trainable->numel(), " trainable parameters of ",
+       layout_->numel(),
+       split_->first_trained_segment > 0
+           ? concat(" (the backward pass stops at segment ", split_->first_trained_segment, ")")
+           : std::string());
   info("parallelism: ", world_.size(), launched_as_mpi_job() ? " MPI ranks" : " rank(s) in this process", " = ",
        o_.pipeline_stages, " pipeline stage(s) x ", grid_->replicas(), " replica(s), schedule ", o_.pipeline_schedule,
        o_.recompute ? ", activations recomputed" : "", "; ", configured_threads(), " CPU thread(s) per rank");
@@ -567,9 +620,16 @@ void RankTrainer::export_model(const fs::path& directory) {
   for (auto& c : chunks_) chunks.push_back(c.get());
   GatheredState gathered = gather_state(world_, *grid_, chunks, {});
   if (!root()) return;
-  replace_directory_atomically(directory, [&](const fs::path& staging) {
-    save_model(staging, model_.config, model_.preprocessor, gathered.parameters);
-  });
+  copy_parameters(gathered.parameters, values_, /*only_present=*/true);  // the frozen values stay as loaded
+  // LoRA: merged into the base weights (peft's merge_and_unload): a plain model transformers loads.
+  const FlatParameters model = layout_->lora().enabled() ? merge_lora(values_) : values_;
+  replace_directory_atomically(
+      directory, [&](const fs::path& staging) { save_model(staging, model_.config, model_.preprocessor, model); });
+  if (o_.export_adapter) {
+    const fs::path adapter = output_ / "adapter";
+    replace_directory_atomically(adapter,
+                                 [&](const fs::path& staging) { write_peft_adapter(staging, values_, o_.model); });
+  }
 }
 
 void RankTrainer::save_checkpoint() {
@@ -583,7 +643,14 @@ void RankTrainer::save_checkpoint() {
   TrainingCheckpoint c;
   c.config = model_.config;
   c.preprocessor = model_.preprocessor;
-  c.parameters = gathered.parameters;
+  copy_parameters(gathered.parameters, values_, /*only_present=*/true);  // frozen ones stay as loaded
+  if (split_->trains_whole_model()) {
+    c.model = values_;  // a whole Hugging Face model directory
+  } else {
+    for (const ParamSpec& spec : split_->trainable->specs()) c.trainable[spec.name] = gathered.parameters.tensor(spec);
+    c.base_model = o_.model;
+    c.frozen_fingerprint = frozen_fingerprint_;
+  }
   c.optimizer_state = gathered.optimizer_state;
   c.optimizer_metadata = gathered.optimizer_metadata;
   c.state = state_;
@@ -793,12 +860,10 @@ void RankTrainer::finish() {
     LoadOptions lo;
     lo.reference.allow_download = false;
     LoadedModel exported = load_model(model_dir.string(), lo);
-    for (auto& chunk : chunks_) {
-      std::copy(exported.parameters.at(chunk->parameters().begin()),
-                exported.parameters.at(chunk->parameters().begin()) + chunk->parameters().numel(),
-                chunk->parameters().data());
-      chunk->parameters_changed();
-    }
+    // LoRA: the export is merged, so the matrices stay zero here (no update on top of the merged weights).
+    FlatParameters values = FlatParameters::whole_model(layout_);
+    copy_parameters(exported.parameters, values, /*only_present=*/true);
+    for (auto& chunk : chunks_) chunk->load_values(values);
   }
   std::vector<EvaluationReport> reports;
   if (has_val) reports.push_back(val_known ? (export_last != 0 ? last_eval_ : best_eval_) : evaluate(Split::val));
@@ -821,11 +886,45 @@ void RankTrainer::finish() {
   }
 }
 
+// The report's "where the model looks": the exported model's gradient-weighted rollout on the kReportHeatmaps
+// images of the last evaluated split (test when evaluated) whose most probable finding scores highest. A dataset
+// without image files (a packed cache) has none to show; a failure here costs the run nothing but the maps.
+void RankTrainer::write_report_heatmaps(const EvaluationReport& report) {
+  constexpr size_t kReportHeatmaps = 4;
+  const size_t labels = static_cast<size_t>(dataset_->num_labels());
+  if (report.items.empty() || labels == 0 || report.scores.size() != report.items.size() * labels) return;
+  std::vector<std::pair<double, size_t>> best;  // (highest score of the row, row)
+  for (size_t r = 0; r < report.items.size(); ++r) {
+    const float* row = report.scores.data() + r * labels;
+    best.emplace_back(*std::max_element(row, row + labels), r);  // logits rank as their probabilities do
+  }
+  std::stable_sort(best.begin(), best.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> images;
+  for (const auto& [score, r] : best) {
+    const fs::path file = dataset_->file_path(report.items[r]);
+    if (file.empty()) return;
+    images.push_back(file.string());
+    if (images.size() == kReportHeatmaps) break;
+  }
+  try {
+    const fs::path dir = output_ / "heatmaps";
+    LoadedModel exported = load_model((output_ / "model").string());
+    ExplainRequest request;
+    request.out_dir = dir;
+    request.reading = image_read_;
+    explain_images(exported, (output_ / "model").string(), images, request);
+    info("heatmaps: ", images.size(), " ", report.split, " images in ", dir.string());
+  } catch (const Error& e) {
+    warn("heatmaps for the report not written: ", e.what());
+  }
+}
+
 // Rank 0: the exported model's predictions on each evaluated split, then the HTML report over the run's files.
 void RankTrainer::write_report(const std::vector<EvaluationReport>& reports) {
   for (const auto& report : reports) {
     write_predictions_csv(output_ / ("predictions-" + report.split + ".csv"), report, *dataset_);
   }
+  if (!reports.empty()) write_report_heatmaps(reports.back());
   const fs::path html = output_ / "report.html";
   write_text_file_atomically(html, training_report_html(read_run_directory(output_), ReportOptions{}));
   info("report: ", html.string(), " (predictions of the exported model: predictions-SPLIT.csv)");

@@ -8,17 +8,21 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ios>
 #include <string>
 #include <vector>
 
 #include "io/hf_config.h"
 #include "io/model_files.h"
+#include "io/preprocessor_config.h"
 #include "io/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace vitpipe {
 namespace fs = std::filesystem;
+
+constexpr const char* kTrainableFileName = "trainable.safetensors";
 
 nlohmann::json TrainerState::to_json() const {
   nlohmann::json j = {
@@ -75,13 +79,24 @@ fs::path write_training_checkpoint(const fs::path& output_dir, const TrainingChe
   fs::remove_all(staging, ignored);
   fs::create_directories(staging);
   try {
-    save_model(staging, c.config, c.preprocessor, c.parameters);
+    if (!c.subset()) {
+      save_model(staging, c.config, c.preprocessor, c.model);
+    } else {
+      VP_REQUIRE(!c.trainable.empty(), "internal: a subset checkpoint without trainable parameters");
+      const StringMap metadata = {{"format", "pt"},
+                                  {"base_model", c.base_model},
+                                  {"frozen_fingerprint", concat(std::hex, c.frozen_fingerprint)}};
+      write_safetensors(staging / kTrainableFileName, c.trainable, metadata);
+      write_hf_config(staging / "config.json", c.config);
+      write_preprocessor_config(staging / "preprocessor_config.json", c.preprocessor);
+    }
     if (!c.optimizer_state.empty())
       write_safetensors(staging / "optimizer.safetensors", c.optimizer_state, c.optimizer_metadata);
     write_text_file_atomically(staging / "trainer_state.json", c.state.to_json().dump(2) + "\n");
     fsync_directory(staging);
     fs::remove_all(final_dir, ignored);  // a checkpoint of the same step from an interrupted earlier run
-    fs::rename(staging, final_dir);
+    VP_REQUIRE(::rename(staging.c_str(), final_dir.c_str()) == 0, "cannot rename ", staging.string(), " to ",
+               final_dir.string(), ": ", std::strerror(errno));
     fsync_directory(root);
   } catch (...) {
     fs::remove_all(staging, ignored);
@@ -107,9 +122,14 @@ std::optional<fs::path> latest_checkpoint(const fs::path& output_dir) {
   if (!fs::exists(pointer)) return std::nullopt;
   std::string name = read_text_file(pointer);
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  // What write_training_checkpoint writes: a step-N directory beside the pointer, nothing else (not "../x").
+  const bool plain = name.starts_with("step-") && name.size() < 64 && name.find('/') == std::string::npos;
+  VP_REQUIRE(plain, pointer.string(), " names '", name.substr(0, 64), name.size() > 64 ? "...'" : "'",
+             ", which is not a checkpoint directory (step-NNNNNNNN)");
   const fs::path dir = root / name;
-  VP_REQUIRE(fs::is_directory(dir) && fs::exists(dir / "trainer_state.json"), pointer.string(), " names ", name,
-             ", which is not a complete checkpoint");
+  std::error_code unusable;
+  VP_REQUIRE(fs::is_directory(dir, unusable) && fs::exists(dir / "trainer_state.json", unusable), pointer.string(),
+             " names ", name, ", which is not a complete checkpoint");
   return dir;
 }
 
@@ -124,23 +144,50 @@ TrainingCheckpoint read_training_checkpoint(const fs::path& directory) {
     fail(state_path.string(), ": invalid JSON (", e.what(), ")");
   }
   c.state = TrainerState::from_json(state_json, state_path.string());
-  LoadOptions options;
-  options.reference.allow_download = false;
-  LoadedModel model = load_model(directory.string(), options);
-  c.config = model.config;
-  c.preprocessor = model.preprocessor;
-  c.parameters = model.parameters;
+  const fs::path trainable_path = directory / kTrainableFileName;
+  if (fs::exists(trainable_path)) {
+    // Only what trains: the base model comes from the run's --model.
+    SafetensorsFile file = read_safetensors(trainable_path);
+    for (auto& [name, tensor] : file.tensors) {
+      VP_REQUIRE(tensor.dtype() == DType::f32, trainable_path.string(), ": tensor '", name, "' must be F32");
+      c.trainable[name] = tensor.clone();
+    }
+    auto base = file.metadata.find("base_model");
+    auto fingerprint = file.metadata.find("frozen_fingerprint");
+    VP_REQUIRE(base != file.metadata.end() && fingerprint != file.metadata.end(), trainable_path.string(),
+               ": metadata lacks base_model or frozen_fingerprint");
+    c.base_model = base->second;
+    c.frozen_fingerprint = std::stoull(fingerprint->second, nullptr, 16);
+    c.config = read_hf_config(directory / "config.json").config;
+    c.preprocessor = read_preprocessor_config(directory / "preprocessor_config.json");
+  } else {
+    LoadOptions options;
+    options.reference.allow_download = false;
+    LoadedModel model = load_model(directory.string(), options);
+    c.config = model.config;
+    c.preprocessor = model.preprocessor;
+    c.model = model.parameters;
+  }
   const fs::path optimizer_path = directory / "optimizer.safetensors";
   if (fs::exists(optimizer_path)) {
     SafetensorsFile file = read_safetensors(optimizer_path);
+    int64_t numel = -1;
     for (auto& [name, tensor] : file.tensors) {
-      VP_REQUIRE(tensor.dtype() == DType::f32 && tensor.numel() == c.parameters.numel(), optimizer_path.string(),
-                 ": tensor '", name, "' must be F32 with ", c.parameters.numel(), " elements (the model's size)");
+      VP_REQUIRE(tensor.dtype() == DType::f32 && tensor.rank() == 1 && (numel < 0 || tensor.numel() == numel),
+                 optimizer_path.string(), ": tensor '", name, "' must be F32 [n] like the others");
+      numel = tensor.numel();
       c.optimizer_state[name] = tensor.clone();
     }
     c.optimizer_metadata = file.metadata;
   }
   return c;
+}
+
+uint64_t parameter_fingerprint(const FlatParameters& values) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  const auto* words = reinterpret_cast<const uint32_t*>(values.data());
+  for (int64_t i = 0; i < values.numel(); ++i) hash = (hash ^ words[i]) * 0x100000001b3ull;
+  return hash;
 }
 
 void remove_stale_temporaries(const fs::path& output_dir) {
@@ -180,7 +227,8 @@ void replace_directory_atomically(const fs::path& target, const std::function<vo
                  "cannot replace ", target.string(), ": ", std::strerror(errno));
       fs::remove_all(staging, ignored);
     } else {
-      fs::rename(staging, target);
+      VP_REQUIRE(::rename(staging.c_str(), target.c_str()) == 0, "cannot rename ", staging.string(), " to ",
+                 target.string(), ": ", std::strerror(errno));
     }
     fsync_directory(parent);
   } catch (...) {

@@ -1,8 +1,12 @@
-// A training checkpoint is a directory that is also a Hugging Face model directory, so `--model`, `vitpipe export`
-// and transformers can all read it:
+// A training checkpoint is a directory. When every parameter trains (full fine-tuning) it is also a Hugging Face
+// model directory, so `--model`, `vitpipe export` and transformers can all read it:
 //   config.json, preprocessor_config.json, model.safetensors   the whole model (fp32)
-//   optimizer.safetensors   the optimizer's moment buffers over the whole model (flat, layout order) + metadata
+//   optimizer.safetensors   the optimizer's moment buffers over the trainable parameters (flat, layout order)
 //   trainer_state.json      step, position in the data, best validation metric, the effective options
+// When only some train (--freeze, --freeze-layers, --lora) it holds only what trains: trainable.safetensors (the
+// trainable parameters by name, LoRA matrices included) instead of model.safetensors, with the base model it was
+// trained on and a fingerprint of the frozen values in its metadata (resume and export reload the base and refuse
+// one whose frozen values differ).
 // It is written under a temporary name and renamed, so a checkpoint directory exists only when complete (a kill -9
 // at any moment leaves the previous one intact); checkpoints/latest names the newest.
 #pragma once
@@ -36,11 +40,18 @@ struct TrainerState {
 struct TrainingCheckpoint {
   ViTConfig config;
   PreprocessorConfig preprocessor;
-  FlatParameters parameters;  // whole model
-  TensorMap optimizer_state;  // whole-model buffers, e.g. "exp_avg" f32 [model numel]
+  FlatParameters model;             // a whole-model checkpoint: every parameter (the base layout); else empty
+  TensorMap trainable;              // a subset checkpoint: the trainable parameters by name; else empty
+  std::string base_model;           // a subset checkpoint: the --model its frozen values come from
+  uint64_t frozen_fingerprint = 0;  // a subset checkpoint: parameter_fingerprint() of those frozen values
+  TensorMap optimizer_state;        // buffers over the trainable parameters, e.g. "exp_avg" f32 [trainable numel]
   StringMap optimizer_metadata;
   TrainerState state;
+  bool subset() const { return model.numel() == 0; }
 };
+
+// A 64-bit hash of the values (FNV-1a over their bits, in layout order): which frozen weights a run used.
+uint64_t parameter_fingerprint(const FlatParameters& values);
 
 // Writes <output_dir>/checkpoints/step-<step>/ and points checkpoints/latest at it; keeps the newest `keep`.
 std::filesystem::path write_training_checkpoint(const std::filesystem::path& output_dir,

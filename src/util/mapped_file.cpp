@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/mapping_guard.h"
 
 namespace vitpipe {
 
@@ -31,12 +32,14 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::filesystem::path& path) 
       fail("cannot map ", path.string(), ": ", std::strerror(err));
     }
     file->data_ = static_cast<const std::byte*>(addr);
+    watch_mapping(addr, file->size_, path.string());  // a file truncated under us: a clear error, not a SIGBUS
   }
   ::close(fd);
   return file;
 }
 
 MappedFile::~MappedFile() {
+  unwatch_mapping(data_);
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
 }
 

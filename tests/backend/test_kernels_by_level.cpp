@@ -415,6 +415,252 @@ TEST_P(KernelsAtLevel, LossesAndConversions) {
   for (int64_t i = 0; i < 1001; ++i) ASSERT_EQ(back.f32()[i], bf16_to_float(narrow.u16()[i])) << i;
 }
 
+// ---- the model families' kernels (DeiT, DINOv2, LoRA) ----
+
+TEST_P(KernelsAtLevel, ScaleKernel) {
+  for (DType in_type : {DType::f32, DType::bf16}) {
+    for (DType out_type : {DType::f32, DType::bf16}) {
+      const Tensor in = random_tensor({333}, 40, in_type), out = Tensor::empty({333}, out_type);
+      be().scale(in, -0.75, out);
+      Doubles expected = values(in);
+      for (double& v : expected) v *= -0.75;
+      EXPECT_LT(relative_difference(out, expected), tolerance(out_type)) << dtype_name(in_type);
+    }
+  }
+}
+
+// Prefix tokens of which the first `positioned` have position embeddings (DeiT: 2 of 2; registers: 1 of 3).
+TEST_P(KernelsAtLevel, TokenEmbeddingsForwardAndBackward) {
+  for (auto [P, Q] : {std::pair<int64_t, int64_t>{2, 2}, {3, 1}}) {
+    for (DType type : {DType::f32, DType::bf16}) {
+      const int64_t B = 3, Np = 5, D = 24, T = P + Np;
+      const Tensor proj = random_tensor({B * Np, D}, 41, DType::f32), prefix = random_tensor({P, D}, 42, DType::f32);
+      const Tensor pos = random_tensor({Q + Np, D}, 43, DType::f32), x = Tensor::empty({B, T, D});
+      be().token_embeddings_forward(proj, prefix, Q, pos, x);
+      const Doubles pr = values(proj), pf = values(prefix), po = values(pos);
+      Doubles expected(static_cast<size_t>(B * T * D));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < D; ++j) {
+            double v = t < P ? pf[t * D + j] : pr[(b * Np + t - P) * D + j];
+            if (t < Q) v += po[t * D + j];
+            if (t >= P) v += po[(Q + t - P) * D + j];
+            expected[(b * T + t) * D + j] = v;
+          }
+      EXPECT_LT(relative_difference(x, expected), 1e-6);
+      const Tensor grad_x = random_tensor({B, T, D}, 44, DType::f32);
+      const Doubles g = values(grad_x);
+      const Tensor grad_prefix = Tensor::zeros({P, D}), grad_pos = Tensor::zeros({Q + Np, D});
+      const Tensor grad_bias = Tensor::zeros({D}), grad_proj = Tensor::empty({B * Np, D}, type);
+      be().token_embeddings_backward(grad_x, &grad_prefix, Q, &grad_pos, grad_proj, &grad_bias);
+      Doubles e_prefix(static_cast<size_t>(P * D), 0.0), e_pos(static_cast<size_t>((Q + Np) * D), 0.0);
+      Doubles e_bias(static_cast<size_t>(D), 0.0), e_proj(static_cast<size_t>(B * Np * D));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < D; ++j) {
+            const double v = g[(b * T + t) * D + j];
+            if (t < P) e_prefix[t * D + j] += v;
+            if (t < Q) e_pos[t * D + j] += v;
+            if (t >= P) {
+              e_pos[(Q + t - P) * D + j] += v;
+              e_proj[(b * Np + t - P) * D + j] = v;
+              e_bias[j] += v;
+            }
+          }
+      EXPECT_LT(relative_difference(grad_prefix, e_prefix), 1e-6);
+      EXPECT_LT(relative_difference(grad_pos, e_pos), 1e-6);
+      EXPECT_LT(relative_difference(grad_bias, e_bias), 1e-6);
+      EXPECT_LT(relative_difference(grad_proj, e_proj), tolerance(type)) << dtype_name(type);
+    }
+  }
+}
+
+TEST_P(KernelsAtLevel, ResamplePositionsAndItsTranspose) {
+  for (const int64_t D : {17, 1024}) {  // 1024: enough work for the parallel loops
+    const int64_t Q = 2, hs = 5, ws = 4, hd = 3, wd = 6;
+    const Tensor pos = random_tensor({Q + hs * ws, D}, 45, DType::f32);
+    const Tensor wy = random_tensor({hd, hs}, 46, DType::f32), wx = random_tensor({wd, ws}, 47, DType::f32);
+    for (int64_t i = 0; i < hd * hs; i += 3) wy.f32()[i] = 0.0f;  // zero weights are skipped: still exact
+    const Tensor out = Tensor::empty({Q + hd * wd, D});
+    be().resample_positions_forward(pos, Q, wy, wx, out);
+    const Doubles p = values(pos), y = values(wy), x = values(wx);
+    Doubles expected(static_cast<size_t>((Q + hd * wd) * D), 0.0);
+    for (int64_t i = 0; i < Q * D; ++i) expected[i] = p[i];
+    for (int64_t a = 0; a < hd; ++a)
+      for (int64_t c = 0; c < wd; ++c)
+        for (int64_t i = 0; i < hs; ++i)
+          for (int64_t k = 0; k < ws; ++k)
+            for (int64_t j = 0; j < D; ++j)
+              expected[(Q + a * wd + c) * D + j] += y[a * hs + i] * x[c * ws + k] * p[(Q + i * ws + k) * D + j];
+    EXPECT_LT(relative_difference(out, expected), 1e-5);
+    const Tensor grad_out = random_tensor({Q + hd * wd, D}, 48, DType::f32);
+    const Tensor grad_pos = random_tensor({Q + hs * ws, D}, 49, DType::f32);  // the kernel adds into it
+    Doubles e_grad = values(grad_pos);
+    const Doubles go = values(grad_out);
+    for (int64_t i = 0; i < Q * D; ++i) e_grad[i] += go[i];
+    for (int64_t a = 0; a < hd; ++a)
+      for (int64_t c = 0; c < wd; ++c)
+        for (int64_t i = 0; i < hs; ++i)
+          for (int64_t k = 0; k < ws; ++k)
+            for (int64_t j = 0; j < D; ++j)
+              e_grad[(Q + i * ws + k) * D + j] += y[a * hs + i] * x[c * ws + k] * go[(Q + a * wd + c) * D + j];
+    be().resample_positions_backward(grad_out, Q, wy, wx, grad_pos);
+    EXPECT_LT(relative_difference(grad_pos, e_grad), 1e-5);
+  }
+}
+
+TEST_P(KernelsAtLevel, LayerScaleForwardAndBackward) {
+  for (DType type : {DType::f32, DType::bf16}) {
+    const int64_t M = 37, D = 40;
+    const Tensor branch = random_tensor({M, D}, 50, type), scale = random_tensor({D}, 51, DType::f32);
+    const Tensor residual = random_tensor({M, D}, 52, DType::f32), out = Tensor::empty({M, D});
+    be().layer_scale_forward(branch, scale, residual, out);
+    const Doubles br = values(branch), sc = values(scale), re = values(residual);
+    Doubles expected(static_cast<size_t>(M * D));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < D; ++j) expected[i * D + j] = re[i * D + j] + sc[j] * br[i * D + j];
+    EXPECT_LT(relative_difference(out, expected), 1e-6) << dtype_name(type);
+    const Tensor grad = random_tensor({M, D}, 53, DType::f32), branch_grad = Tensor::empty({M, D}, type);
+    const Tensor grad_scale = Tensor::zeros({D}), grad_bias = Tensor::zeros({D});
+    be().layer_scale_backward(grad, branch, scale, branch_grad, &grad_scale, &grad_bias);
+    const Doubles g = values(grad);
+    Doubles e_branch(static_cast<size_t>(M * D)), e_scale(static_cast<size_t>(D), 0.0), e_bias(static_cast<size_t>(D));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < D; ++j) {
+        e_branch[i * D + j] = sc[j] * g[i * D + j];
+        e_scale[j] += g[i * D + j] * br[i * D + j];
+        e_bias[j] += sc[j] * g[i * D + j];
+      }
+    EXPECT_LT(relative_difference(branch_grad, e_branch), tolerance(type)) << dtype_name(type);
+    EXPECT_LT(relative_difference(grad_scale, e_scale), 1e-5) << dtype_name(type);
+    EXPECT_LT(relative_difference(grad_bias, e_bias), 1e-5) << dtype_name(type);
+  }
+}
+
+TEST_P(KernelsAtLevel, SwigluForwardAndBackward) {
+  auto silu = [](double z) { return z / (1.0 + std::exp(-z)); };
+  for (DType type : {DType::f32, DType::bf16}) {
+    const int64_t M = 29, H = 40;
+    const Tensor in = random_tensor({M, 2 * H}, 54, type, 2.0), out = Tensor::empty({M, H}, type);
+    be().swiglu_forward(in, out);
+    const Doubles x = values(in);
+    Doubles expected(static_cast<size_t>(M * H));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < H; ++j) expected[i * H + j] = silu(x[i * 2 * H + j]) * x[i * 2 * H + H + j];
+    EXPECT_LT(relative_difference(out, expected), tolerance(type)) << dtype_name(type);
+    const Tensor grad_out = random_tensor({M, H}, 55, type), grad_in = Tensor::empty({M, 2 * H}, type);
+    const Tensor grad_bias = Tensor::zeros({2 * H});
+    be().swiglu_backward(grad_out, in, grad_in, &grad_bias);
+    const Doubles go = values(grad_out);
+    Doubles e_in(static_cast<size_t>(M * 2 * H)), e_bias(static_cast<size_t>(2 * H), 0.0);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < H; ++j) {
+        const double z = x[i * 2 * H + j], s = 1.0 / (1.0 + std::exp(-z)), g = go[i * H + j];
+        const double d1 = g * x[i * 2 * H + H + j] * s * (1.0 + z * (1.0 - s)), d2 = g * silu(z);
+        e_in[i * 2 * H + j] = d1;
+        e_in[i * 2 * H + H + j] = d2;
+        e_bias[j] += d1;
+        e_bias[H + j] += d2;
+      }
+    EXPECT_LT(relative_difference(grad_in, e_in), tolerance(type)) << dtype_name(type);
+    EXPECT_LT(relative_difference(grad_bias, e_bias), type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type);
+  }
+}
+
+TEST_P(KernelsAtLevel, TokenGatherScatterAndPatchMean) {
+  const int64_t B = 3, T = 9, D = 12, K = 2, skip = 3;
+  const Tensor x = random_tensor({B, T, D}, 56, DType::f32);
+  const Doubles xv = values(x);
+  const Tensor tokens = Tensor::empty({K, B, D});
+  be().gather_tokens(x, K, tokens);
+  Doubles e_tokens(static_cast<size_t>(K * B * D));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < D; ++j) e_tokens[(k * B + b) * D + j] = xv[(b * T + k) * D + j];
+  EXPECT_EQ(relative_difference(tokens, e_tokens), 0.0);
+  const Tensor grad_x = random_tensor({B, T, D}, 57, DType::f32);  // overwritten everywhere
+  be().scatter_tokens(tokens, grad_x);
+  Doubles e_scatter(static_cast<size_t>(B * T * D), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < D; ++j) e_scatter[(b * T + k) * D + j] = xv[(b * T + k) * D + j];
+  EXPECT_EQ(relative_difference(grad_x, e_scatter), 0.0);
+
+  const Tensor features = Tensor::empty({B, 2 * D});
+  be().cls_and_mean_forward(x, skip, features);
+  Doubles e_features(static_cast<size_t>(B * 2 * D), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < D; ++j) {
+      e_features[b * 2 * D + j] = xv[b * T * D + j];
+      for (int64_t t = skip; t < T; ++t) e_features[b * 2 * D + D + j] += xv[(b * T + t) * D + j] / (T - skip);
+    }
+  EXPECT_LT(relative_difference(features, e_features), 1e-6);
+  const Tensor grad_features = random_tensor({B, 2 * D}, 58, DType::f32);
+  const Doubles gf = values(grad_features);
+  be().cls_and_mean_backward(grad_features, skip, grad_x);
+  Doubles e_grad(static_cast<size_t>(B * T * D), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < D; ++j) {
+      e_grad[b * T * D + j] = gf[b * 2 * D + j];
+      for (int64_t t = skip; t < T; ++t) e_grad[(b * T + t) * D + j] = gf[b * 2 * D + D + j] / (T - skip);
+    }
+  EXPECT_LT(relative_difference(grad_x, e_grad), 1e-6);
+}
+
+// LoRA on the middle columns of a wider output, as on the value block of the fused q|k|v projection.
+TEST_P(KernelsAtLevel, LoraForwardAndBackward) {
+  for (DType type : {DType::f32, DType::bf16}) {
+    for (DType out_type : {DType::f32, type}) {
+      const int64_t M = 23, K = 30, N = 20, R = 4, LD = 3 * N, C0 = N;
+      const double scale = 2.5;
+      const Tensor in = random_tensor({M, K}, 60, type), a = random_tensor({R, K}, 61, type, 0.3);
+      const Tensor b = random_tensor({N, R}, 62, type, 0.3), low = Tensor::empty({M, R}, type);
+      const Tensor out = random_tensor({M, LD}, 63, out_type);  // the base layer's output, added to
+      const Doubles x = values(in), av = values(a), bv = values(b);
+      Doubles expected = values(out), e_low(static_cast<size_t>(M * R), 0.0);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t r = 0; r < R; ++r) {
+          for (int64_t k = 0; k < K; ++k) e_low[i * R + r] += x[i * K + k] * av[r * K + k];
+          e_low[i * R + r] *= scale;
+        }
+      be().lora_forward(in, a, b, scale, low, out, C0);
+      EXPECT_LT(relative_difference(low, e_low), tolerance(type)) << dtype_name(type);
+      const Doubles lo = values(low);  // the backward pass reads the stored (rounded) values
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t r = 0; r < R; ++r) expected[i * LD + C0 + n] += lo[i * R + r] * bv[n * R + r];
+      EXPECT_LT(relative_difference(out, expected), tolerance(out_type)) << dtype_name(type) << dtype_name(out_type);
+
+      const Tensor grad_out = random_tensor({M, LD}, 64, type);
+      const Tensor grad_in = random_tensor({M, K}, 65, out_type);  // added to (the base layer's input gradient)
+      const Tensor grad_a = Tensor::zeros({R, K}), grad_b = Tensor::zeros({N, R});
+      Doubles e_in = values(grad_in);  // before the kernel adds into it
+      be().lora_backward(grad_out, C0, in, a, b, scale, low, &grad_in, &grad_a, &grad_b);
+      const Doubles go = values(grad_out);
+      Doubles e_a(static_cast<size_t>(R * K), 0.0), e_b(static_cast<size_t>(N * R), 0.0);
+      Doubles t(static_cast<size_t>(M * R), 0.0);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t r = 0; r < R; ++r) {
+          for (int64_t n = 0; n < N; ++n) t[i * R + r] += go[i * LD + C0 + n] * bv[n * R + r];
+          t[i * R + r] *= scale;
+        }
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t r = 0; r < R; ++r) e_b[n * R + r] += go[i * LD + C0 + n] * lo[i * R + r];
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t k = 0; k < K; ++k) {
+            e_a[r * K + k] += t[i * R + r] * x[i * K + k];
+            e_in[i * K + k] += t[i * R + r] * av[r * K + k];
+          }
+      }
+      const double tol = type == DType::f32 ? 1e-5 : 2e-2;  // bf16: t is rounded before its two products
+      EXPECT_LT(relative_difference(grad_b, e_b), tolerance(type)) << dtype_name(type);
+      EXPECT_LT(relative_difference(grad_a, e_a), tol) << dtype_name(type);
+      EXPECT_LT(relative_difference(grad_in, e_in), tol) << dtype_name(type) << dtype_name(out_type);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, KernelsAtLevel,
                          ::testing::Values(CpuLevel::avx2, CpuLevel::avx512, CpuLevel::avx512_bf16, CpuLevel::amx),
                          [](const ::testing::TestParamInfo<CpuLevel>& info) {

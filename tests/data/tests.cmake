@@ -3,3 +3,5 @@ add_test(NAME data_inspect_matches_csv COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT
 set_tests_properties(data_inspect_matches_csv PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS data)
 add_test(NAME data_prepare_cli COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/check_prepare.sh)
 set_tests_properties(data_prepare_cli PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS data)
+add_test(NAME data_label_sets_cli COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_label_sets_cli.py)
+set_tests_properties(data_label_sets_cli PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS data)

@@ -21,6 +21,8 @@ foreach(case
     equal.zb-h1-stages2 equal.zb-h1-stages4 equal.zb-h1-stages2x2
     sharded.adamw-replicas2 sharded.adamw-replicas4 sharded.lamb-replicas2 sharded.lamb-replicas4
     sharded.lamb-stages2x2-zb-h1 sharded.adamw-stages2x2-interleaved
+    families.dinov2-full families.dinov2-lora families.dinov2-freeze-layers1 families.deit-full
+    families.deit-freeze-backbone families.deit-lora sharded-lora.stages2x2-zb-h1
     layout-auto.ranks2 layout-auto.ranks4 plan.mini-4-processes plan.under-mpirun plan.nothing-fits
     refuse.ranks-not-multiple-of-stages refuse.more-stages-than-pieces refuse.fewer-micro-batches-than-stages
     refuse.batch-not-divisible refuse.layout-auto-with-stages refuse.zb-h1-with-recompute

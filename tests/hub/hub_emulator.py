@@ -9,7 +9,9 @@ Hub:     GET  /api/models/{repo}/revision/{revision}        -> {"id", "sha", "si
              with X-Repo-Commit, a weak ETag (W/"git blob sha1") and Content-Length.
          Errors carry X-Error-Code / X-Error-Message: RepoNotFound (401 anonymous, 404 with a token),
          RevisionNotFound, EntryNotFound, GatedRepo, "Invalid credentials in Authorization header".
-Storage: GET /lfs/{sha256}?X-Amz-Signature=... with Range support.
+Storage: GET /lfs/{sha256}?X-Amz-Signature=... with Range support. With same_host_storage, LFS redirects go to
+         {endpoint}/storage/lfs/{sha256}?... on the Hub's own host and port (a self-hosted mirror or caching proxy),
+         which refuses (400) any request that carries an Authorization header: a signed URL must get no token.
 
 Knobs (attributes of HubEmulator): drops[sha256] = n (close the connection halfway through the next n transfers),
 unavailable[sha256] = n (answer the next n storage GETs with 503),
@@ -71,6 +73,7 @@ class HubEmulator:
         self.throttle_bytes_per_second = None
         self.ignore_range = False
         self.hidden = set()
+        self.same_host_storage = False
         self.lock = threading.Lock()
         self._servers = []
 
@@ -245,7 +248,13 @@ class HubHandler(Handler):
         emulator = self.emulator
         emulator.log(emulator.hub_log, self)
         path = urllib.parse.urlsplit(self.path).path
-        if path.startswith("/api/models/") and "/revision/" in path:
+        if path.startswith("/storage/lfs/"):
+            emulator.log(emulator.storage_log, self)
+            if "Authorization" in self.headers:
+                self.error(400, None, "the Authorization header was sent to a signed storage URL")
+                return
+            serve_storage(self, path[len("/storage"):])
+        elif path.startswith("/api/models/") and "/revision/" in path:
             repo_id, revision = path[len("/api/models/"):].split("/revision/", 1)
             self.model_info(repo_id, urllib.parse.unquote(revision))
         elif path.startswith("/api/resolve-cache/models/"):
@@ -292,7 +301,8 @@ class HubHandler(Handler):
         if filename.endswith(LFS_SUFFIXES):
             sha256 = hashlib.sha256(data).hexdigest()
             pointer = ("version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n" % (sha256, len(data)))
-            location = "%s/lfs/%s?X-Amz-Signature=deadbeef&X-Amz-Expires=3600" % (emulator.storage_url, sha256)
+            storage = emulator.endpoint + "/storage" if emulator.same_host_storage else emulator.storage_url
+            location = "%s/lfs/%s?X-Amz-Signature=deadbeef&X-Amz-Expires=3600" % (storage, sha256)
             headers = dict(common, **{"ETag": '"%s"' % git_blob_sha1(pointer.encode()),
                                       "X-Linked-Etag": '"%s"' % sha256, "X-Linked-Size": str(len(data)),
                                       "Location": location})
@@ -329,23 +339,27 @@ class ProxyHandler(Handler):
     do_HEAD = do_GET
 
 
+def serve_storage(handler, path):
+    """GET /lfs/{sha256}: the blob, honouring the unavailable knob."""
+    emulator = handler.emulator
+    data = emulator.blob(path.rsplit("/", 1)[-1]) if path.startswith("/lfs/") else None
+    if data is None:
+        handler.reply(404, {}, b"NoSuchKey")
+        return
+    sha = hashlib.sha256(data).hexdigest()
+    with emulator.lock:
+        unavailable = emulator.unavailable.get(sha, 0) > 0
+        if unavailable:
+            emulator.unavailable[sha] -= 1
+    if unavailable:
+        handler.reply(503, {}, b"SlowDown")
+        return
+    handler.send_bytes(data, {"Content-Type": "binary/octet-stream", "ETag": '"s3-etag"'})
+
+
 class StorageHandler(Handler):
     def do_GET(self):
-        emulator = self.emulator
-        emulator.log(emulator.storage_log, self)
-        path = urllib.parse.urlsplit(self.path).path
-        data = emulator.blob(path.rsplit("/", 1)[-1]) if path.startswith("/lfs/") else None
-        if data is None:
-            self.reply(404, {}, b"NoSuchKey")
-            return
-        sha = hashlib.sha256(data).hexdigest()
-        with emulator.lock:
-            unavailable = emulator.unavailable.get(sha, 0) > 0
-            if unavailable:
-                emulator.unavailable[sha] -= 1
-        if unavailable:
-            self.reply(503, {}, b"SlowDown")
-            return
-        self.send_bytes(data, {"Content-Type": "binary/octet-stream", "ETag": '"s3-etag"'})
+        self.emulator.log(self.emulator.storage_log, self)
+        serve_storage(self, urllib.parse.urlsplit(self.path).path)
 
     do_HEAD = do_GET

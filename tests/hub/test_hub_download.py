@@ -255,6 +255,26 @@ class HubDownloadTest(unittest.TestCase):
         self.assertNotIn("authorization", storage_requests[0]["headers"])
         self.assertNotIn(TOKEN, out.stdout + out.stderr)
 
+    def test_token_not_sent_to_same_host_storage(self):
+        # A mirror whose LFS redirects stay on its own host and port: the signed storage URL must get no token
+        # (the emulator answers 400 when it does), while every api/ and resolve/ request carries it.
+        self.hub.same_host_storage = True
+        private = self.hub.add_repo("acme/private-xray", private=True)
+        weights = random_bytes(300_000, 3)
+        commit = private.commit({"config.json": self.config, "model.safetensors": weights})
+        out = self.download("acme/private-xray", HF_TOKEN=TOKEN)
+        self.assertEqual(out.stdout.strip(), self.snapshot(commit, "acme/private-xray"))
+        self.assertEqual(self.read(os.path.join(out.stdout.strip(), "model.safetensors")), weights)
+        storage_requests = self.storage_gets(weights)
+        self.assertEqual(len(storage_requests), 1)
+        self.assertTrue(storage_requests[0]["path"].startswith("/storage/lfs/"), storage_requests[0]["path"])
+        self.assertNotIn("authorization", storage_requests[0]["headers"])
+        hub_requests = [r for r in self.hub.hub_log if "private-xray" in r["path"]]
+        self.assertTrue(any("/resolve/" in r["path"] for r in hub_requests))
+        self.assertTrue(any(r["path"].startswith("/api/") for r in hub_requests))
+        for request in hub_requests:
+            self.assertEqual(request["headers"].get("authorization"), "Bearer " + TOKEN, request["path"])
+
     def test_token_from_hf_home_file(self):
         private = self.hub.add_repo("acme/private-xray", private=True)
         private.commit({"config.json": self.config, "model.safetensors": random_bytes(1000, 4)})

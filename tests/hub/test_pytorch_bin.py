@@ -393,6 +393,27 @@ class PytorchBinTest(unittest.TestCase):
             f.write("version https://git-lfs.github.com/spec/v1\n")  # an LFS pointer, not the weights
         self.assert_refused(self.path("text.bin"), "not a PyTorch checkpoint")
 
+    def test_hostile_record_sizes(self):
+        # Found by tools/fuzz (fuzz_pytorch_bin): a stored record whose zip headers claim 4 GB made the reader
+        # allocate 4 GB before reading a byte. Claimed sizes are now checked against the archive first.
+        whole = self.path("whole.bin")
+        torch.save(vit_like_state_dict(), whole)
+        with open(whole, "rb") as f:
+            data = f.read()
+        claimed = 4_160_750_111
+        out = bytearray(data)
+        position = data.find(b"PK\x01\x02")
+        while position >= 0:  # the central directory's entry for data.pkl (libzip's consistency check passes)
+            name_length = int.from_bytes(data[position + 28: position + 30], "little")
+            if data[position + 46: position + 46 + name_length] == b"whole/data.pkl":
+                out[position + 24: position + 28] = claimed.to_bytes(4, "little")
+            position = data.find(b"PK\x01\x02", position + 1)
+        with open(self.path("claims_4gb.bin"), "wb") as f:
+            f.write(bytes(out))
+        self.assert_refused(self.path("claims_4gb.bin"),
+                            f"record 'whole/data.pkl' claims {claimed} bytes, more than the whole archive "
+                            f"({len(data)} bytes)")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -11,6 +11,7 @@ set(HUB_TEST_ENV ${VITPIPE_TEST_ENV}
 set(HUB_DOWNLOAD_CASES
     first_download_then_offline_reuse cache_layout_matches_huggingface_hub resume_after_interruption
     resume_after_killed_process storage_unavailable_then_retried range_ignored_by_server corrupted_blob_refused token_sent_to_hub_not_storage
+    token_not_sent_to_same_host_storage
     token_from_hf_home_file missing_or_wrong_token gated_repo revision_pinning_by_branch_and_commit
     unknown_repo_revision_and_file offline_with_empty_cache missing_optional_file_recorded sharded_safetensors
     pytorch_bin_only concurrent_downloads_share_one_transfer implicit_download_through_model_reference
@@ -25,7 +26,7 @@ endforeach()
 set(HUB_PYTORCH_BIN_CASES
     zip_formats_match_torch legacy_format_matches_torch sharded_index_matches_torch dtypes_and_shapes torch2_layout
     hostile_reduce_os_system hostile_builtins_eval hostile_unknown_torch_global hostile_recursion_bombs
-    hostile_out_of_bounds_storage truncated_files)
+    hostile_out_of_bounds_storage truncated_files hostile_record_sizes)
 foreach(case ${HUB_PYTORCH_BIN_CASES})
   add_test(NAME hub.pytorch_bin.${case}
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_pytorch_bin.py PytorchBinTest.test_${case})

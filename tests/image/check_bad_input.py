@@ -1,19 +1,23 @@
-"""Bad input: a truncated DICOM file, a lying length field (in the header and on the pixel data), a 60000x60000
-header, transfer syntaxes vitpipe cannot decode (a known video one and one DCMTK has never heard of), a CheXpert CSV
-with an unknown value. Each must give exit code 1 and ONE line on stderr naming the file and the field, and write
-nothing (`image convert`'s output, `data prepare`'s cache)."""
+"""Bad input: a truncated DICOM file, a lying length field (in the header and on the pixel data, plain and deflated), a
+60000x60000 header, an RLE header pointing outside its fragment, a deflate bomb, transfer syntaxes vitpipe cannot
+decode (a known video one and one DCMTK has never heard of), a CheXpert CSV with an unknown value. Each must give exit
+code 1 and ONE line on stderr naming the file and the field, and write nothing (`image convert`'s output, `data
+prepare`'s cache). Every command runs with 1 GiB of address space: a reader that allocates what a lying length field
+declares (4 GB) fails with "memory exhausted" instead of naming the lie."""
 
 import os
+import resource
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import numpy as np
 from pydicom.dataset import FileDataset, FileMetaDataset
 from pydicom.encaps import encapsulate
-from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+from pydicom.uid import ExplicitVRLittleEndian, RLELossless, generate_uid
 
 VITPIPE = os.environ["VITPIPE"]
 failures = []
@@ -25,8 +29,13 @@ def check(ok, what, detail=""):
         failures.append(what)
 
 
-def refused(what, command, output, *parts):
-    result = subprocess.run([VITPIPE, *command], capture_output=True, text=True)
+def one_gib_of_address_space():
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+def refused(what, command, output, *parts, env=None):
+    result = subprocess.run([VITPIPE, *command], capture_output=True, text=True, preexec_fn=one_gib_of_address_space,
+                            env=None if env is None else {**os.environ, **env})
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     ok = (result.returncode == 1 and len(lines) == 1 and all(p in lines[0] for p in parts) and
           not os.path.exists(output))
@@ -84,11 +93,49 @@ refused("DICOM truncated in its meta header", *convert(path), "truncated_header.
 lying = bytearray(good)
 lying[pixel_at + 8: pixel_at + 12] = struct.pack("<I", 0xFFFFFFF0)
 path = write("lying_pixel_length.dcm", lying)
-refused("lying Pixel Data length (4 GB)", *convert(path), "lying_pixel_length.dcm", "(7fe0,0010)", "4294967280")
+refused("lying Pixel Data length (4 GB)", *convert(path), "lying_pixel_length.dcm", "(7fe0,0010)", "4294967280",
+        "premature end of stream")
 lying = bytearray(good)
 lying[patient_at + 6: patient_at + 8] = struct.pack("<H", 0xFFF0)
 path = write("lying_patient_length.dcm", lying)
 refused("lying length of a header element", *convert(path), "lying_patient_length.dcm", "(0010,0020)", "65520")
+
+
+def deflated(explicit_little_endian):
+    """The file with its data set deflated (PS3.5 A.5: raw deflate) and the deflate syntax's UID in its meta header."""
+    group_at = explicit_little_endian.find(b"\x02\x00\x00\x00UL")
+    (group_length,) = struct.unpack("<I", explicit_little_endian[group_at + 8: group_at + 12])
+    meta_end = group_at + 12 + group_length
+    meta, data_set = bytearray(explicit_little_endian[:meta_end]), explicit_little_endian[meta_end:]
+    old_uid, new_uid = ExplicitVRLittleEndian.encode() + b"\0", b"1.2.840.10008.1.2.1.99"
+    at = meta.find(b"\x02\x00\x10\x00UI")
+    assert meta[at + 8: at + 8 + len(old_uid)] == old_uid
+    meta[at + 6: at + 8 + len(old_uid)] = struct.pack("<H", len(new_uid)) + new_uid
+    meta[group_at + 8: group_at + 12] = struct.pack("<I", group_length + len(new_uid) - len(old_uid))
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return meta + compressor.compress(bytes(data_set)) + compressor.flush()
+
+
+lying = bytearray(good)
+lying[pixel_at + 8: pixel_at + 12] = struct.pack("<I", 0xFFFFFFF0)
+path = write("lying_deflated.dcm", deflated(lying))
+refused("lying Pixel Data length (4 GB) in a deflated data set", *convert(path), "lying_deflated.dcm", "(7fe0,0010)",
+        "4294967280", "premature end of stream")
+bomb = bytearray(good)
+bomb[pixel_at + 8: pixel_at + 12] = struct.pack("<I", 80 << 20)
+path = write("deflate_bomb.dcm", deflated(bomb + bytes(80 << 20)))  # 80 MB of zeros deflate to ~80 kB
+refused("deflate bomb (80 MB from 80 kB)", *convert(path), "deflate_bomb.dcm", "deflate bomb", "VITPIPE_MAX_IMAGE_PIXELS",
+        env={"VITPIPE_MAX_IMAGE_PIXELS": "4096"})
+rle_header = struct.pack("<16I", 2, 64, 1 << 30, *([0] * 13))  # 16 bits: 2 segments, the second at 1 GB
+path = os.path.join(work, "rle_outside.dcm")
+dicom_bytes(path, syntax=RLELossless, pixel_bytes=encapsulate([rle_header + b"\x7f" + bytes(128)]))
+refused("RLE segment offset outside its fragment", *convert(path), "rle_outside.dcm", "(7fe0,0010)", "segment 2",
+        "1073741824")
+rle_header = struct.pack("<16I", 2, 64, 66, *([0] * 13))  # segment 1 is a lone no-op: it decodes to nothing
+path = os.path.join(work, "rle_empty.dcm")
+dicom_bytes(path, syntax=RLELossless, pixel_bytes=encapsulate([rle_header + b"\x80\x80" + b"\x81\x00" * 8]))
+refused("RLE segment that decodes to nothing", *convert(path), "rle_empty.dcm", "(7fe0,0010)", "segment 1",
+        "decodes to nothing")
 huge = bytearray(good)
 huge[rows_at + 8: rows_at + 10] = struct.pack("<H", 60000)
 columns_at = huge.find(b"\x28\x00\x11\x00US")

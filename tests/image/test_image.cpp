@@ -222,8 +222,8 @@ TEST(ImageProcessor, WithoutResizeKeepsTheInputSize) {
   config.do_resize = false;
   const ImageProcessor processor(config);
   const DecodedImage image = random_image(13, 7, 3, 11);
-  EXPECT_EQ(processor.output_height(7), 7);
-  EXPECT_EQ(processor.output_width(13), 13);
+  EXPECT_EQ(processor.output_height(13, 7), 7);
+  EXPECT_EQ(processor.output_width(13, 7), 13);
   std::vector<float> out(3 * 13 * 7);
   processor.process(image, out.data());
   // channel-major: out[c][y][x] from pixel (x, y) channel c

@@ -188,7 +188,8 @@ TEST(PillowReference, PreprocessMatchesViTImageProcessor) {
     const std::vector<uint8_t> expected = read_bytes(dir.path() / c.at(14));
     const ImageProcessor processor(config);
     const DecodedImage image = decode_image_file_keep_gray(c.at(0));
-    const int64_t h = processor.output_height(image.height), w = processor.output_width(image.width);
+    const int64_t h = processor.output_height(image.width, image.height);
+    const int64_t w = processor.output_width(image.width, image.height);
     ASSERT_EQ(expected.size(), static_cast<size_t>(3 * h * w * 4)) << c.at(0);
     std::vector<float> out(static_cast<size_t>(3 * h * w));
     processor.process(image, out.data());  // gray stays gray until the table lookup

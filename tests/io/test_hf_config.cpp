@@ -76,15 +76,12 @@ TEST(HfConfig, ReadsDeitTinyAsViT) {
   EXPECT_EQ(hf.config.labels.size(), 3u);
 }
 
-TEST(HfConfig, RefusesDistilledDeit) {
-  try {
-    read_hf_config(fixture("facebook_deit-tiny-distilled-patch16-224.config.json"));
-    ADD_FAILURE() << "accepted a distilled DeiT";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("DeiTForImageClassificationWithTeacher (distilled DeiT) is not supported"),
-              std::string::npos)
-        << e.what();
-  }
+TEST(HfConfig, ReadsDistilledDeitWithBothHeads) {
+  HfConfig hf = read_hf_config(fixture("facebook_deit-tiny-distilled-patch16-224.config.json"));
+  EXPECT_EQ(hf.config.model_type, "deit");
+  EXPECT_TRUE(hf.config.distillation_token);
+  EXPECT_EQ(hf.config.head, HeadKind::cls_and_distillation);
+  EXPECT_EQ(hf.config.tokens(), 14 * 14 + 2);
 }
 
 TEST(HfConfig, AcceptsDeitModelTypeAndDtypeSpellings) {

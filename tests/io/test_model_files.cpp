@@ -195,9 +195,10 @@ TEST(ModelFiles, MapsDeitPrefixesOldLayerNormNamesAndHalfPrecision) {
     }
     tensors.emplace(name, stored);
   }
+  // A ViT-format checkpoint under the "deit." prefix (model_type "deit" itself is the distillation-token family,
+  // tests/io/test_family_configs.cpp).
   Json json = hf_config_to_json(config);
-  json["model_type"] = "deit";
-  json["architectures"] = {"DeiTForImageClassification"};
+  json["architectures"] = {"ViTForImageClassification"};
   fs::path dir = temp_dir("deit");
   write_checkpoint(dir, tensors, json);
   LoadedModel m = load_model(dir.string());
@@ -218,7 +219,8 @@ TEST(ModelFiles, QkvBiasFalseMeansNoQkvBiases) {
   TensorMap with_bias = named(p);
   with_bias.emplace("vit.encoder.layer.0.attention.attention.query.bias", Tensor::zeros({64}));
   write_checkpoint(dir, with_bias, hf_config_to_json(config));
-  expect_load_error(dir, "unexpected tensor(s) vit.encoder.layer.0.attention.attention.query.bias that a ViT with");
+  expect_load_error(dir,
+                    "unexpected tensor(s) vit.encoder.layer.0.attention.attention.query.bias that a vit model with");
 }
 
 TEST(ModelFiles, RefusesMissingExtraAndMisshapenTensors) {
@@ -272,7 +274,35 @@ TEST(ModelFiles, RefusesMissingExtraAndMisshapenTensors) {
   TensorMap distilled = named(p);
   distilled.emplace("deit.embeddings.distillation_token", Tensor::zeros({1, 1, 64}));
   write_checkpoint(dir, distilled, json);
-  expect_load_error(dir, "a DeiT model with a distillation token");
+  expect_load_error(dir, "unexpected tensor(s) deit.embeddings.distillation_token that a vit model with");
+}
+
+// The bad inputs for the other families: DINOv2 weights without LayerScale; a registers count that the
+// register_tokens tensor contradicts.
+TEST(ModelFiles, RefusesDinov2WithoutLayerScaleAndMiscountedRegisters) {
+  ViTConfig dino = preset_config("dinov2-micro");
+  dino.labels = {"cat", "dog"};
+  const Json dino_json = hf_config_to_json(dino);
+  dino = parse_hf_config_text(dino_json.dump(), "config.json").config;
+  fs::path dir = temp_dir("no_layer_scale");
+  TensorMap tensors = named(random_parameters(dino, 8));
+  ASSERT_EQ(tensors.erase("dinov2.encoder.layer.0.layer_scale1.lambda1"), 1u);
+  write_checkpoint(dir, tensors, dino_json);
+  expect_load_error(dir, "no LayerScale parameter 'dinov2.encoder.layer.0.layer_scale1.lambda1'");
+
+  Json registers_json = dino_json;
+  registers_json["model_type"] = "dinov2_with_registers";
+  registers_json["architectures"] = {"Dinov2WithRegistersForImageClassification"};
+  registers_json["num_register_tokens"] = 2;
+  const ViTConfig registers = parse_hf_config_text(registers_json.dump(), "config.json").config;
+  ASSERT_EQ(registers.num_register_tokens, 2);
+  TensorMap with_registers = named(random_parameters(registers, 9));
+  ASSERT_EQ(with_registers.erase("dinov2_with_registers.embeddings.register_tokens"), 1u);
+  with_registers.emplace("dinov2_with_registers.embeddings.register_tokens", Tensor::zeros({1, 3, 64}));
+  dir = temp_dir("registers");
+  write_checkpoint(dir, with_registers, registers_json);
+  expect_load_error(dir, "has shape [1, 3, 64] (3 register tokens) but " + (dir / "config.json").string() +
+                             " says \"num_register_tokens\": 2");
 }
 
 TEST(ModelFiles, RefusesDirectoriesWithoutUsableWeights) {

@@ -106,6 +106,11 @@ TEST(Initializer, FollowsTransformersViTInitialisation) {
       case ParamKind::norm_bias:
         for (int64_t i = 0; i < spec.numel; ++i) ASSERT_EQ(v[i], 0.0f) << spec.name;
         break;
+      case ParamKind::layer_scale:  // DINOv2 and LoRA only: a plain ViT has none
+      case ParamKind::lora_a:
+      case ParamKind::lora_b:
+        ADD_FAILURE() << "a plain ViT has no parameter of this kind: " << spec.name;
+        break;
     }
   }
   // All linear weights together: std within 1% of initializer_range.

@@ -58,6 +58,8 @@ def load_dump(path):
     data = np.fromfile(os.path.join(path, "data.f32"), dtype="<f4")
     out = {}
     for name, entry in index.items():
+        if name == "config":  # what the run was (reference_families.py reads it), not a tensor
+            continue
         n = int(np.prod(entry["shape"])) if entry["shape"] else 1
         out[name] = torch.from_numpy(data[entry["offset"]:entry["offset"] + n].astype(np.float64)).reshape(entry["shape"])
     return out

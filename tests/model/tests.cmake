@@ -18,3 +18,18 @@ foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-one-channel-big-patch
                          SKIP_RETURN_CODE 77)
   endforeach()
 endforeach()
+
+# The model families (DeiT, DINOv2 with and without registers, SwiGLU, interpolated grids), LoRA and frozen modes.
+foreach(case dinov2-native-grid dinov2-interpolated-grid dinov2-upsampled-grid-stages dinov2-swiglu-recompute
+        dinov2-registers-native dinov2-registers-interpolated deit-with-token deit-distilled-teacher lora-vit-qv
+        lora-dinov2-all-recompute lora-deit-teacher-all freeze-backbone-dinov2 freeze-layers-vit-stages
+        bf16-dinov2-registers-interpolated bf16-deit-teacher-lora bf16-dinov2-swiglu trajectory-freeze-layers-dinov2
+        trajectory-freeze-backbone-deit trajectory-lora-vit split-dinov2-registers-swiglu-stages split-dinov2-one-stage
+        split-deit-teacher-stages split-lora-dinov2-all-stages split-lora-vit-stages split-freeze-backbone-deit-teacher
+        split-freeze-layers-vit-stages bf16-split-dinov2-swiglu bf16-split-deit-teacher-lora
+        split-trajectory-lora-dinov2-registers)
+  add_test(NAME golden_families.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/reference_families.py
+                   --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})
+  set_tests_properties(golden_families.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS model)
+endforeach()

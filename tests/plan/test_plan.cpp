@@ -25,28 +25,44 @@ ViTConfig small_config(int layers = 4) {
   return c;
 }
 
+// DINOv2 with registers: LayerScale, SwiGLU, the [CLS, patch mean] head, positions resampled to another grid.
+ViTConfig dinov2_config() {
+  ViTConfig c = small_config();
+  c.model_type = "dinov2_with_registers";
+  c.layer_scale = true;
+  c.swiglu = true;
+  c.head = HeadKind::cls_and_patch_mean;
+  c.num_register_tokens = 2;
+  c.position_interpolation = PositionInterpolation::bicubic_antialias;
+  c.input_image_size = 12;
+  c.validate("test");
+  return c;
+}
+
 TEST(PlanMemory, ActivationPlanMatchesWhatTheStageAllocates) {
-  auto layout = std::make_shared<const ParameterLayout>(small_config());
-  auto backend = make_cpu_backend();
-  const int head = layout->num_segments() - 1;
-  for (auto [first, last] : {std::pair{0, head}, {0, 0}, {0, 2}, {1, 3}, {2, head}, {head, head}, {4, head}}) {
-    for (Precision precision : {Precision::fp32, Precision::bf16}) {
-      for (int variant = 0; variant < 3; ++variant) {  // plain, recompute, split backward
-        for (int64_t b : {1, 3}) {
-          StageOptions o;
-          o.first_segment = first;
-          o.last_segment = last;
-          o.precision = precision;
-          o.recompute = variant == 1;
-          o.split_backward = variant == 2;
-          o.max_micro_batch = b;
-          o.slots = 2;
-          const ViTStage stage(layout, *backend, o);
-          EXPECT_EQ(planned_activation_bytes(layout->config(), first, last, precision, o.recompute, o.split_backward, b,
-                                             o.slots),
-                    stage.activation_bytes())
-              << "segments " << first << ".." << last << " " << precision_name(precision) << " variant " << variant
-              << " micro-batch " << b;
+  for (const ViTConfig& config : {small_config(), dinov2_config()}) {
+    auto layout = std::make_shared<const ParameterLayout>(config);
+    auto backend = make_cpu_backend();
+    const int head = layout->num_segments() - 1;
+    for (auto [first, last] : {std::pair{0, head}, {0, 0}, {0, 2}, {1, 3}, {2, head}, {head, head}, {4, head}}) {
+      for (Precision precision : {Precision::fp32, Precision::bf16}) {
+        for (int variant = 0; variant < 3; ++variant) {  // plain, recompute, split backward
+          for (int64_t b : {1, 3}) {
+            StageOptions o;
+            o.first_segment = first;
+            o.last_segment = last;
+            o.precision = precision;
+            o.recompute = variant == 1;
+            o.split_backward = variant == 2;
+            o.max_micro_batch = b;
+            o.slots = 2;
+            const ViTStage stage(layout, *backend, o);
+            EXPECT_EQ(planned_activation_bytes(layout->config(), first, last, precision, o.recompute, o.split_backward,
+                                               b, o.slots),
+                      stage.activation_bytes())
+                << "segments " << first << ".." << last << " " << precision_name(precision) << " variant " << variant
+                << " micro-batch " << b << " " << config.model_type;
+          }
         }
       }
     }

@@ -7,3 +7,12 @@ foreach(case chestxray14-p16 p8-no-qkv-bias-old-size bicubic-one-label-legacy-na
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/predict_golden.py --case ${case})
   set_tests_properties(predict.golden.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS predict TIMEOUT 300)
 endforeach()
+
+# DeiT, DINOv2 and DINOv2 with registers with their processors (resize + centre crop, shortest edge + crop).
+foreach(case dinov2-bit-interpolated dinov2-swiglu-rad-dino-processor dinov2-registers-bit deit-distilled-crop
+        deit-with-token-crop)
+  add_test(NAME predict.families.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/predict_families.py --case ${case})
+  set_tests_properties(predict.families.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS predict
+                       TIMEOUT 300)
+endforeach()

@@ -8,3 +8,8 @@ foreach(check train_refuses_bad_flags train_learns_and_exports train_resume trai
   set_tests_properties(train_e2e.${check} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 600
                       SKIP_RETURN_CODE 77)
 endforeach()
+
+# Frozen, partial and LoRA fine-tuning of a DINOv2 (checkpoints, resume, stages, mpirun replicas, exports, caches).
+add_test(NAME train_e2e.train_modes
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/train_modes.py --mpiexec ${MPIEXEC_EXECUTABLE})
+set_tests_properties(train_e2e.train_modes PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 900)

@@ -57,6 +57,33 @@ class CpuBackend final : public Backend {
                        const Tensor& grad_logits) override;
 
   void convert(const Tensor& src, const Tensor& dst) override;
+  void scale(const Tensor& in, double factor, const Tensor& out) override;
+
+  void token_embeddings_forward(const Tensor& patch_proj, const Tensor& prefix, int64_t positioned, const Tensor& pos,
+                                const Tensor& x) override;
+  void token_embeddings_backward(const Tensor& grad_x, const Tensor* grad_prefix, int64_t positioned,
+                                 const Tensor* grad_pos, const Tensor& grad_patch_proj,
+                                 const Tensor* grad_patch_bias) override;
+  void resample_positions_forward(const Tensor& pos, int64_t kept, const Tensor& wy, const Tensor& wx,
+                                  const Tensor& out) override;
+  void resample_positions_backward(const Tensor& grad_out, int64_t kept, const Tensor& wy, const Tensor& wx,
+                                   const Tensor& grad_pos) override;
+  void layer_scale_forward(const Tensor& branch, const Tensor& scale, const Tensor& residual,
+                           const Tensor& out) override;
+  void layer_scale_backward(const Tensor& grad, const Tensor& branch, const Tensor& scale, const Tensor& branch_grad,
+                            const Tensor* grad_scale, const Tensor* grad_bias) override;
+  void swiglu_forward(const Tensor& in, const Tensor& out) override;
+  void swiglu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
+                       const Tensor* grad_bias) override;
+  void gather_tokens(const Tensor& x, int64_t count, const Tensor& out) override;
+  void scatter_tokens(const Tensor& grad, const Tensor& grad_x) override;
+  void cls_and_mean_forward(const Tensor& x, int64_t skip, const Tensor& out) override;
+  void cls_and_mean_backward(const Tensor& grad, int64_t skip, const Tensor& grad_x) override;
+  void lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale, const Tensor& low,
+                    const Tensor& out, int64_t column) override;
+  void lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a, const Tensor& b,
+                     double scale, const Tensor& low, const Tensor* grad_in, const Tensor* grad_a,
+                     const Tensor* grad_b) override;
 
  private:
   CpuLevel level_;

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The sanitizer builds and their tests, each in a build directory of its own (scripts/test.sh runs this after the
+# main suite; it configures and builds what is missing, so a clean clone needs nothing more than setup.sh --tests):
+#   build-asan  GCC, AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer too): every GoogleTest unit test
+#               and the golden tests against PyTorch / Pillow / torch.save files (labels below), on the sanitized
+#               vitpipe binary and probes
+#   build-tsan  GCC, ThreadSanitizer: test_threads_tsan (ranks as threads, gradient buckets, loader, prepare) and
+#               a deliberate race it must report (tsan.canary)
+#   build-fuzz  clang + libFuzzer (ASan + UBSan): every harness of tools/fuzz for FUZZ_SECONDS (default 5) each,
+#               with FUZZ_SEED (default 1: the same mutations every run; FUZZ_SEED= for a fresh seed)
+# Usage: scripts/test_sanitized.sh [asan] [tsan] [fuzz]   (default: all three)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+jobs=$(nproc)
+parts=("$@")
+((${#parts[@]})) || parts=(asan tsan fuzz)
+status=0
+
+elapsed() { printf '%d s' $((SECONDS - $1)); }
+
+for part in "${parts[@]}"; do
+  start=$SECONDS
+  case "$part" in
+    asan)
+      sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+      # -Og: UndefinedBehaviorSanitizer makes -O1 take twice as long to compile as the -O3 build; -Og takes about
+      # as long and still runs the golden tests briskly. -g1: file:line in reports. Asserts stay on (no -DNDEBUG).
+      # VITPIPE_NATIVE: the kernels once, at this machine's level, instead of once per CPU level (a third of the
+      # kernel compile time; the levels are build/'s tests).
+      cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1" \
+        -DCMAKE_C_FLAGS_RELWITHDEBINFO="-Og -g1" -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_C_FLAGS="$sanitize" \
+        -DCMAKE_EXE_LINKER_FLAGS="$sanitize" -DCMAKE_SHARED_LINKER_FLAGS="$sanitize" -DVITPIPE_BENCHMARKS=OFF \
+        -DVITPIPE_NATIVE=ON >/dev/null
+      cmake --build build-asan -j"$jobs" >/dev/null
+      # Unit tests of every layer and the golden tests; left out: MPI jobs (OpenMPI's own allocations are
+      # reported as leaks), the Hub download emulator, the end-to-end and fault runs (LD_PRELOAD shims do not mix
+      # with ASan's runtime), the predict goldens (minutes under ASan; predict runs the golden forward's code) and
+      # the CPU-level tests (disassembly, QEMU, golden tests again per level: this build has one level).
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 \
+          -L '^(tensor|backend|data|image|io|model|train|parallel|hub)$' \
+          -E '^(parallel_mpi_|hub\.download\.|hub\.model_dir\.|backend\.(isa_confinement|emulated_cpus)$|golden_vit\..*\.at-)' || status=1
+      ;;
+    tsan)
+      cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Release -DVITPIPE_TSAN_TESTS=ON -DVITPIPE_BENCHMARKS=OFF >/dev/null
+      cmake --build build-tsan --target test_threads_tsan tsan_race_canary -j"$jobs" >/dev/null
+      ctest --test-dir build-tsan --output-on-failure -R '^tsan\.' || status=1
+      ;;
+    fuzz)
+      FUZZ_SEED=${FUZZ_SEED-1} tools/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-5}" || status=1
+      ;;
+    *)
+      echo "unknown part '$part' (asan, tsan or fuzz)" >&2
+      exit 2
+      ;;
+  esac
+  echo "sanitized $part: $(elapsed "$start")"
+done
+exit $status

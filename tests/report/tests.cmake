@@ -1,0 +1,4 @@
+# The HTML report: its numbers against scikit-learn and eval, and a real (headless) Chromium opening it offline.
+add_test(NAME report.in_browser COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/report_in_browser.py)
+set_tests_properties(report.in_browser PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS report TIMEOUT 600
+                     SKIP_RETURN_CODE 77)
