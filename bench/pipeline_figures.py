@@ -7,7 +7,12 @@
      did not compute). The theory, (P-1)/(m+P-1) (interleaved: (P-1)/(v m+P-1)), assumes equal stages and free
      messages;
   2. how much of the gradient all-reduce is hidden behind the backward pass with 2 replicas;
-  3. peak activation memory per rank with and without --recompute: the trainer's plan and each rank's max RSS.
+  3. peak activation memory per rank with and without --recompute: the trainer's plan and each rank's max RSS;
+  4. ZB-H1 against 1F1B, same runs side by side, for P = 2 and 4 at m = P .. 4P micro-batches: measured bubble
+     beside the theory, (P-1)/(m+P-1) for 1F1B and (P-1)/(3m+P-1) for ZB-H1 (forward, input and weight passes of
+     equal cost);
+  5. optimizer-state bytes per rank, unsharded and --shard-optimizer with 2 and 4 replicas (the trainer's count),
+     and each rank's max RSS, on vit-small.
 
     /usr/bin/python3 bench/pipeline_figures.py [--vitpipe build/vitpipe] [--quick]
 
@@ -182,13 +187,66 @@ def figure_memory(args, work):
               f"{rss.get(1, 0) / 1024:.0f} MiB |")
 
 
+def figure_zero_bubble(args, work):
+    model = os.path.join(work, "tiny64")
+    if not os.path.exists(model):
+        init_model(args, work, "tiny64", "vit-tiny", 64, 8)
+    rows = []
+    for stages in (2, 4):
+        counts = [stages, 2 * stages, 4 * stages] if args.quick else [stages, 2 * stages, 3 * stages, 4 * stages]
+        for m in counts:
+            row = [stages, m]
+            for schedule in ("1f1b", "zb-h1"):
+                out = os.path.join(work, f"zb-{stages}-{m}-{schedule}")
+                trace = out + ".json"
+                log = run(args, ["-np", str(stages), args.vitpipe, "train", "--model", model] + COMMON + [
+                    "--batch-size", str(4 * m), "--micro-batch-size", "4", "--max-steps", str(args.steps),
+                    "--pipeline-stages", str(stages), "--pipeline-schedule", schedule, "--trace", trace,
+                    "--output-dir", out])
+                measured, theory, _, _ = trainer_figures(log)
+                traced, _ = trace_bubble(trace)
+                row += [theory, measured, traced]
+                print(f"  zero bubble P={stages} m={m} {schedule}: theory {theory}%, trainer {measured}%, "
+                      f"trace {traced:.1f}%", file=sys.stderr, flush=True)
+            rows.append(row)
+    print("\n### ZB-H1 against 1F1B (vit-tiny, 12 layers, 64 px / patch 8, micro-batch 4, one thread per rank)\n")
+    print("| P | m | 1F1B theory | 1F1B measured (trainer / trace) | ZB-H1 theory | ZB-H1 measured (trainer / trace) |")
+    print("|---|---|---|---|---|---|")
+    for stages, m, t1, m1, r1, t2, m2, r2 in rows:
+        print(f"| {stages} | {m} | {t1:.1f}% | {m1:.1f}% / {r1:.1f}% | {t2:.1f}% | {m2:.1f}% / {r2:.1f}% |")
+
+
+def figure_sharded_memory(args, work):
+    model = init_model(args, work, "small64", "vit-small", 64, 8) if not os.path.exists(
+        os.path.join(work, "small64")) else os.path.join(work, "small64")
+    rows = []
+    for processes, shard in ((1, False), (2, False), (2, True), (4, True)):
+        out = os.path.join(work, f"shard-{processes}-{shard}")
+        train = [args.vitpipe, "train", "--model", model] + COMMON + [
+            "--batch-size", "8", "--micro-batch-size", "2", "--max-steps", "2", "--optimizer", "adamw",
+            "--output-dir", out] + (["--shard-optimizer"] if shard else [])
+        log = run(args, ["-np", str(processes), "sh", "-c", 'exec /usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK '
+                         'max-rss-kib %M" "$@"', "time"] + train)
+        state = re.search(r"optimizer state per rank \(most on any rank\): ([\d.]+ \w+)", log)
+        rss = max_rss_per_rank(log)
+        rows.append((processes, shard, state.group(1) if state else "?", rss))
+        print(f"  optimizer state {processes} replicas shard={shard}: {rows[-1][2]}, rss {rss}", file=sys.stderr,
+              flush=True)
+    print("\n### Optimizer state per rank (vit-small, 64 px / patch 8, AdamW, fp32, data parallel only)\n")
+    print("| replicas | --shard-optimizer | optimizer state per rank (trainer) | max RSS per rank |")
+    print("|---|---|---|---|")
+    for processes, shard, state, rss in rows:
+        print(f"| {processes} | {'yes' if shard else 'no'} | {state} | "
+              f"{' / '.join(f'{rss[r] / 1024:.0f} MiB' for r in sorted(rss))} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vitpipe", default=os.path.join(ROOT, "build", "vitpipe"))
     parser.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps per run (the first is not measured)")
     parser.add_argument("--quick", action="store_true", help="fewer micro-batch counts")
-    parser.add_argument("--only", choices=["bubble", "allreduce", "memory"])
+    parser.add_argument("--only", choices=["bubble", "allreduce", "memory", "zero-bubble", "sharded"])
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="vitpipe-figures-")
     try:
@@ -199,6 +257,10 @@ def main():
             figure_allreduce(args, work)
         if args.only in (None, "memory"):
             figure_memory(args, work)
+        if args.only in (None, "zero-bubble"):
+            figure_zero_bubble(args, work)
+        if args.only in (None, "sharded"):
+            figure_sharded_memory(args, work)
         print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
     finally:
         shutil.rmtree(work, ignore_errors=True)

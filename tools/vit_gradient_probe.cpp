@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
   app.add_option("--precision", precision);
   app.add_option("--problem", problem, "multi | single");
   app.add_flag("--recompute", recompute);
+  bool split_backward = false;
+  app.add_flag("--split-backward", split_backward,
+               "backward_input then backward_weight (ZB-H1), each micro-batch's W after the next one's B");
   app.add_option("--seed", seed);
   app.add_option("--threads", threads);
   app.add_option("--out", out)->required();
@@ -164,6 +167,8 @@ int main(int argc, char** argv) {
       o.last_segment = (s + 1) * segments / stages - 1;
       o.precision = parse_precision(precision);
       o.recompute = recompute;
+      o.split_backward = split_backward;
+      o.slots = split_backward ? 2 : 1;  // a micro-batch's W inputs wait in its slot while the next one runs
       o.max_micro_batch = micro_batch;
       o.split = split;
       backends.push_back(make_cpu_backend());
@@ -179,19 +184,30 @@ int main(int argc, char** argv) {
     auto compute_gradients = [&] {
       loss_sum = 0.0;
       for (auto& stage : pipeline) stage->zero_gradients();
-      for (int64_t start = 0; start < batch; start += micro_batch) {
+      for (int64_t start = 0, k = 0; start < batch; start += micro_batch, ++k) {
         const int64_t b = micro_batch;
-        pipeline.front()->input(0, b).copy_from(images.slice(start, start + b));
+        const int slot = split_backward ? static_cast<int>(k % 2) : 0;
+        pipeline.front()->input(slot, b).copy_from(images.slice(start, start + b));
         for (int s = 0; s < stages; ++s) {
-          pipeline[s]->forward(0, b);
-          if (s + 1 < stages) pipeline[s + 1]->input(0, b).copy_from(pipeline[s]->output(0, b));
+          pipeline[s]->forward(slot, b);
+          if (s + 1 < stages) pipeline[s + 1]->input(slot, b).copy_from(pipeline[s]->output(slot, b));
         }
         ViTStage& last = *pipeline.back();
-        logits.slice(start, start + b).copy_from(last.output(0, b));
-        loss_sum += last.loss(0, b, targets.slice(start, start + b), 1.0 / static_cast<double>(global_elements));
+        logits.slice(start, start + b).copy_from(last.output(slot, b));
+        loss_sum += last.loss(slot, b, targets.slice(start, start + b), 1.0 / static_cast<double>(global_elements));
         for (int s = stages - 1; s >= 0; --s) {
-          pipeline[s]->backward(0, b);
-          if (s > 0) pipeline[s - 1]->grad(0, b).copy_from(pipeline[s]->grad(0, b));
+          if (split_backward) {
+            pipeline[s]->backward_input(slot, b);
+          } else {
+            pipeline[s]->backward(slot, b);
+          }
+          if (s > 0) pipeline[s - 1]->grad(slot, b).copy_from(pipeline[s]->grad(slot, b));
+        }
+        if (split_backward && k > 0) {
+          for (auto& stage : pipeline) stage->backward_weight(1 - slot, b);  // the previous micro-batch's W
+        }
+        if (split_backward && start + micro_batch >= batch) {
+          for (auto& stage : pipeline) stage->backward_weight(slot, b);
         }
       }
     };

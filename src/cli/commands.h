@@ -9,6 +9,7 @@ namespace vitpipe::cli {
 void add_info_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_predict_command(CLI::App& app);

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   vitpipe::cli::add_info_command(app);
   vitpipe::cli::add_bench_command(app);
   vitpipe::cli::add_train_command(app);
+  vitpipe::cli::add_plan_command(app);
   vitpipe::cli::add_eval_command(app);
   vitpipe::cli::add_export_command(app);
   vitpipe::cli::add_predict_command(app);

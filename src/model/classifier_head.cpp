@@ -60,7 +60,7 @@ void head_backward(const LayerContext& ctx, const HeadParameters& w, const HeadP
   if (flow.last_fc2_bias_grad) ln.grad_in_colsum = *flow.last_fc2_bias_grad;
   switch (c.head) {
     case HeadKind::cls_token:
-      be.linear_backward_weight(a.grad_logits, a.normed, g.classifier_weight);
+      if (!flow.defer_weight) be.linear_backward_weight(a.grad_logits, a.normed, g.classifier_weight);
       be.bias_backward(a.grad_logits, g.classifier_bias);
       if (!through_norm) return;
       be.linear_backward_input(a.grad_logits, w.classifier_weight, a.grad_normed);
@@ -71,9 +71,9 @@ void head_backward(const LayerContext& ctx, const HeadParameters& w, const HeadP
     case HeadKind::cls_and_distillation: {
       // Each classifier sees half the gradient of the averaged logits.
       be.scale(a.grad_logits, 0.5, a.half_logits);
-      be.linear_backward_weight(a.half_logits, a.normed.slice(0, b), g.classifier_weight);
+      if (!flow.defer_weight) be.linear_backward_weight(a.half_logits, a.normed.slice(0, b), g.classifier_weight);
       be.bias_backward(a.half_logits, g.classifier_bias);
-      be.linear_backward_weight(a.half_logits, a.normed.slice(b, 2 * b), g.distillation_weight);
+      if (!flow.defer_weight) be.linear_backward_weight(a.half_logits, a.normed.slice(b, 2 * b), g.distillation_weight);
       be.bias_backward(a.half_logits, g.distillation_bias);
       if (!through_norm) return;
       be.linear_backward_input(a.half_logits, w.classifier_weight, a.grad_normed.slice(0, b));
@@ -84,7 +84,7 @@ void head_backward(const LayerContext& ctx, const HeadParameters& w, const HeadP
       break;
     }
     case HeadKind::cls_and_patch_mean:
-      be.linear_backward_weight(a.grad_logits, a.features, g.classifier_weight);
+      if (!flow.defer_weight) be.linear_backward_weight(a.grad_logits, a.features, g.classifier_weight);
       be.bias_backward(a.grad_logits, g.classifier_bias);
       if (!through_norm) return;
       be.linear_backward_input(a.grad_logits, w.classifier_weight, a.grad_features);

@@ -34,6 +34,9 @@ struct HeadGradientFlow {
   const Tensor* grad_hidden_low = nullptr;
   const Tensor* last_fc2_bias_grad = nullptr;  // column sums of that gradient (cls_token, cls_and_patch_mean)
   Tensor scratch;                              // [2D] f32: a frozen final LayerNorm's gradients
+  // Split backward: the classifier weight GEMMs are left to head_weight_gradients (model/weight_gradients.h), which
+  // reads saved.grad_logits (saved.half_logits for cls_and_distillation) and the classifier inputs.
+  bool defer_weight = false;
 };
 
 // Parameter gradients ADD into `grads` (empty views: frozen, skipped).

@@ -8,6 +8,7 @@
 #include "model/activations.h"
 #include "model/block_parameters.h"
 #include "model/layer_context.h"
+#include "model/weight_gradients.h"
 
 namespace vitpipe {
 
@@ -25,6 +26,10 @@ struct ClassifierTokenGradientFlow {
   bool need_low_on_exit = false;
   bool need_input_grad = true;                     // false: nothing before this block trains
   const Tensor* previous_fc2_bias_grad = nullptr;  // receives the column sums of the input gradient, if given
+  // Split backward, as BlockGradientFlow's (classifier_token_rows views): deferred->fc2_out holds the act-dtype
+  // gradient of the token-0 output on entry and is read instead of grad_cls_low.
+  const BlockWeightGradientInputs* deferred = nullptr;
+  Tensor grad_low_on_exit;  // default grad_low
 };
 
 // Parameter gradients ADD into `grads` (empty views: frozen, skipped); the fc2 bias gradient is added by whoever

@@ -49,25 +49,27 @@ void embeddings_forward(const LayerContext& ctx, const EmbeddingParameters& w, c
 }
 
 void embeddings_backward(const LayerContext& ctx, const EmbeddingParameters& g, const PositionResampling& resampling,
-                         const EmbeddingActivations& a, const Tensor& grad, const GradientWorkspace& ws) {
+                         const EmbeddingActivations& a, const Tensor& grad, const GradientWorkspace& ws,
+                         const Tensor* deferred_grad_patches) {
   Backend& be = ctx.backend;
   const ViTConfig& c = ctx.config;
   VP_REQUIRE(g.prefix.numel() && g.position.numel() && g.patch_weight.numel() && g.patch_bias.numel(),
              "internal: the embeddings train as a whole");
+  const Tensor grad_patches = deferred_grad_patches ? *deferred_grad_patches : ws.patches;
   Tensor positions = g.position;
   if (resampling.active()) {
     ws.positions.fill_zero();  // gradient at the resampled table, mapped back below
     positions = ws.positions;
   }
   if (single_cls(c)) {
-    be.embeddings_backward(grad, g.prefix.view({c.hidden_size}), positions, ws.patches, &g.patch_bias);
+    be.embeddings_backward(grad, g.prefix.view({c.hidden_size}), positions, grad_patches, &g.patch_bias);
   } else {
-    be.token_embeddings_backward(grad, &g.prefix, c.positioned_prefix(), &positions, ws.patches, &g.patch_bias);
+    be.token_embeddings_backward(grad, &g.prefix, c.positioned_prefix(), &positions, grad_patches, &g.patch_bias);
   }
   if (resampling.active()) {
     be.resample_positions_backward(ws.positions, c.positioned_prefix(), resampling.wy, resampling.wx, g.position);
   }
-  be.linear_backward_weight(ws.patches, a.patches, g.patch_weight);
+  if (!deferred_grad_patches) be.linear_backward_weight(ws.patches, a.patches, g.patch_weight);
 }
 
 }  // namespace vitpipe

@@ -21,9 +21,11 @@ void embeddings_forward(const LayerContext& ctx, const EmbeddingParameters& weig
                         const EmbeddingParameters& gemm_weights, const PositionResampling& resampling,
                         const Tensor& images, const EmbeddingActivations& saved, const Tensor& output);
 // grad [b, T, D] f32: gradient w.r.t. the embeddings output. Parameter gradients add (the embeddings train as a
-// whole or not at all: called only when they train).
+// whole or not at all: called only when they train). With `deferred_grad_patches` (split backward) the patch
+// projection's output gradient lands there and its weight GEMM is left to embeddings_weight_gradients
+// (model/weight_gradients.h); the prefix tokens', positions' and bias gradients are computed here.
 void embeddings_backward(const LayerContext& ctx, const EmbeddingParameters& grads,
                          const PositionResampling& resampling, const EmbeddingActivations& saved, const Tensor& grad,
-                         const GradientWorkspace& workspace);
+                         const GradientWorkspace& workspace, const Tensor* deferred_grad_patches = nullptr);
 
 }  // namespace vitpipe

@@ -38,12 +38,15 @@ void lora_forward_at(const LayerContext& ctx, const BlockParameters& gw, LinearS
 
 void lora_backward_at(const LayerContext& ctx, const BlockParameters& gw, const BlockParameters& g, LinearSite site,
                       const Tensor& grad_out, int64_t column, const Tensor& in, const BlockActivations& a,
-                      const Tensor* grad_in) {
+                      const Tensor* grad_in, bool weight_gradients) {
   const LoraParameters& l = gw.lora_at(site);
   if (!l.present()) return;
   const LoraParameters& gl = g.lora_at(site);
+  const Tensor* grad_a = weight_gradients ? optional(gl.a) : nullptr;
+  const Tensor* grad_b = weight_gradients ? optional(gl.b) : nullptr;
+  if (!grad_in && !grad_a && !grad_b) return;
   ctx.backend.lora_backward(grad_out, column, in, l.a, l.b, ctx.lora_scale, a.lora_low[static_cast<size_t>(site)],
-                            grad_in, optional(gl.a), optional(gl.b));
+                            grad_in, grad_a, grad_b);
 }
 
 void encoder_block_forward(const LayerContext& ctx, const BlockParameters& w, const BlockParameters& gw,
@@ -91,56 +94,68 @@ void encoder_block_backward(const LayerContext& ctx, const BlockParameters& w, c
   const ViTConfig& c = ctx.config;
   const int64_t rows = input.dim(0), d = c.hidden_size;
   const bool low = ctx.low_precision();
+  // Split backward: the weight GEMMs (and LoRA's A/B gradients) are left to block_weight_gradients, which reads the
+  // output gradients of the linear layers from `deferred`; everything else is as in the whole backward pass.
+  const BlockWeightGradientInputs* deferred = flow.deferred;
+  const bool weights = deferred == nullptr;
+  const Tensor mlp = deferred ? deferred->fc1_out : ws.mlp;  // gradient at fc1's output [rows, fc1_out]
 
   // MLP branch: out = mid + [l2 *] (act(ln2 W1^T + b1) W2^T + b2)
-  Tensor branch = flow.grad_low;  // gradient at fc2's output, act dtype
+  Tensor branch = deferred ? deferred->fc2_out : flow.grad_low;  // gradient at fc2's output, act dtype
   if (c.layer_scale) {
-    be.layer_scale_backward(flow.grad, a.mlp_out, w.ls2, ws.branch, optional(g.ls2), optional(g.fc2_bias));
-    branch = ws.branch;
+    branch = deferred ? deferred->fc2_out : ws.branch;
+    be.layer_scale_backward(flow.grad, a.mlp_out, w.ls2, branch, optional(g.ls2), optional(g.fc2_bias));
   }
-  const Tensor act_grad = c.swiglu ? ws.gated : ws.mlp;  // gradient at the activation's output [rows, I]
-  if (g.fc2_weight.numel()) be.linear_backward_weight(branch, a.gelu, g.fc2_weight);
+  const Tensor act_grad = c.swiglu ? ws.gated : mlp;  // gradient at the activation's output [rows, I]
+  if (weights && g.fc2_weight.numel()) be.linear_backward_weight(branch, a.gelu, g.fc2_weight);
   be.linear_backward_input(branch, gw.fc2_weight, act_grad);
-  lora_backward_at(ctx, gw, g, LinearSite::fc2, branch, 0, a.gelu, a, &act_grad);
+  lora_backward_at(ctx, gw, g, LinearSite::fc2, branch, 0, a.gelu, a, &act_grad, weights);
   if (c.swiglu) {
-    be.swiglu_backward(ws.gated, a.pre_gelu, ws.mlp, optional(g.fc1_bias));
+    be.swiglu_backward(ws.gated, a.pre_gelu, mlp, optional(g.fc1_bias));
   } else {
-    be.gelu_backward(ws.mlp, a.pre_gelu, ws.mlp, optional(g.fc1_bias));
+    be.gelu_backward(mlp, a.pre_gelu, mlp, optional(g.fc1_bias));
   }
-  if (g.fc1_weight.numel()) be.linear_backward_weight(ws.mlp, a.ln2, g.fc1_weight);
-  be.linear_backward_input(ws.mlp, gw.fc1_weight, ws.ln);
-  lora_backward_at(ctx, gw, g, LinearSite::fc1, ws.mlp, 0, a.ln2, a, &ws.ln);
+  if (weights && g.fc1_weight.numel()) be.linear_backward_weight(mlp, a.ln2, g.fc1_weight);
+  be.linear_backward_input(mlp, gw.fc1_weight, ws.ln);
+  lora_backward_at(ctx, gw, g, LinearSite::fc1, mlp, 0, a.ln2, a, &ws.ln, weights);
   LayerNormBackwardArgs ln2 = residual_layernorm_backward(ws.ln, a.mid, w.ln2_weight, a.mean2, a.rstd2, flow.grad,
                                                           g.ln2_weight, g.ln2_bias, ws.scratch);
   if (!c.layer_scale) {
-    if (low) ln2.grad_in_copy = flow.grad_low;
+    if (deferred) {
+      ln2.grad_in_copy = deferred->out_proj;  // kept for W: flow.grad moves on
+    } else if (low) {
+      ln2.grad_in_copy = flow.grad_low;
+    }
     // The attention projection's bias sees the gradient at `mid`.
     if (g.out_bias.numel()) ln2.grad_in_colsum = g.out_bias;
   }
   be.layernorm_backward(ln2);
 
   // Attention branch: mid = x + [l1 *] (attn(ln1 Wqkv^T + bqkv) Wo^T + bo)
-  branch = flow.grad_low;
+  branch = deferred ? deferred->out_proj : flow.grad_low;
   if (c.layer_scale) {
-    be.layer_scale_backward(flow.grad, a.attn_out, w.ls1, ws.branch, optional(g.ls1), optional(g.out_bias));
-    branch = ws.branch;
+    branch = deferred ? deferred->out_proj : ws.branch;
+    be.layer_scale_backward(flow.grad, a.attn_out, w.ls1, branch, optional(g.ls1), optional(g.out_bias));
   }
-  if (g.out_weight.numel()) be.linear_backward_weight(branch, a.attention, g.out_weight);
+  if (weights && g.out_weight.numel()) be.linear_backward_weight(branch, a.attention, g.out_weight);
   be.linear_backward_input(branch, gw.out_weight, ws.attention);
-  lora_backward_at(ctx, gw, g, LinearSite::projection, branch, 0, a.attention, a, &ws.attention);
-  be.attention_backward(ws.attention, a.qkv, a.probs, c.num_attention_heads, ws.qkv, optional(g.qkv_bias));
-  const Tensor grad_qkv = ws.qkv.view({rows, 3 * d});
-  if (g.qkv_weight.numel()) be.linear_backward_weight(grad_qkv, a.ln1, g.qkv_weight);
+  lora_backward_at(ctx, gw, g, LinearSite::projection, branch, 0, a.attention, a, &ws.attention, weights);
+  const Tensor qkv = deferred ? deferred->qkv : ws.qkv;
+  be.attention_backward(ws.attention, a.qkv, a.probs, c.num_attention_heads, qkv, optional(g.qkv_bias));
+  const Tensor grad_qkv = qkv.view({rows, 3 * d});
+  if (weights && g.qkv_weight.numel()) be.linear_backward_weight(grad_qkv, a.ln1, g.qkv_weight);
   // Below LayerNorm 1 only its own parameters and the blocks before this one need gradients.
   const bool through_ln1 = flow.need_input_grad || g.ln1_weight.numel() > 0;
   if (through_ln1) be.linear_backward_input(grad_qkv, gw.qkv_weight, ws.ln);
   for (int i = 0; i < 3; ++i) {
-    lora_backward_at(ctx, gw, g, kQkv[i], grad_qkv, i * d, a.ln1, a, through_ln1 ? &ws.ln : nullptr);
+    lora_backward_at(ctx, gw, g, kQkv[i], grad_qkv, i * d, a.ln1, a, through_ln1 ? &ws.ln : nullptr, weights);
   }
   if (!through_ln1) return;
   LayerNormBackwardArgs ln1 = residual_layernorm_backward(ws.ln, input, w.ln1_weight, a.mean1, a.rstd1, flow.grad,
                                                           g.ln1_weight, g.ln1_bias, ws.scratch);
-  if (low && flow.need_low_on_exit) ln1.grad_in_copy = flow.grad_low;
+  if ((low || deferred) && flow.need_low_on_exit) {
+    ln1.grad_in_copy = flow.grad_low_on_exit.numel() ? flow.grad_low_on_exit : flow.grad_low;
+  }
   if (flow.previous_fc2_bias_grad) ln1.grad_in_colsum = *flow.previous_fc2_bias_grad;
   be.layernorm_backward(ln1);
 }

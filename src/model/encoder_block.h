@@ -8,6 +8,7 @@
 #include "model/activations.h"
 #include "model/block_parameters.h"
 #include "model/layer_context.h"
+#include "model/weight_gradients.h"
 
 namespace vitpipe {
 
@@ -32,6 +33,13 @@ struct BlockGradientFlow {
   bool need_low_on_exit = false;  // refresh grad_low on exit (the block before this one, in this stage, needs it)
   bool need_input_grad = true;    // false: nothing before this block trains; `grad` is left as it is
   const Tensor* previous_fc2_bias_grad = nullptr;  // receives the column sums of the input gradient, if given
+  // Split backward (model/weight_gradients.h): when set, the weight GEMMs and LoRA's A/B gradients are left to
+  // block_weight_gradients and the linear layers' output gradients land here. Without LayerScale deferred->fc2_out
+  // must hold the act-dtype output gradient on entry (read instead of grad_low); with LayerScale the block writes it
+  // from `grad` (the LayerScale, bias and LayerNorm parameter gradients stay in this pass, fused into its kernels).
+  const BlockWeightGradientInputs* deferred = nullptr;
+  Tensor grad_low_on_exit;  // where the act-dtype copy goes when need_low_on_exit (default grad_low); written in
+                            // fp32 too when deferred
 };
 
 // Parameter gradients ADD into `grads` (empty views: frozen, skipped). Without LayerScale, the fc2 bias gradient
@@ -46,9 +54,10 @@ void encoder_block_backward(const LayerContext& ctx, const BlockParameters& weig
 // columns [column, column + N) are the layer's output.
 void lora_forward_at(const LayerContext& ctx, const BlockParameters& gemm_weights, LinearSite site, const Tensor& in,
                      const BlockActivations& saved, const Tensor& out, int64_t column = 0);
-// grad_in (may be null) += the LoRA path's input gradient; the A/B gradients add into `grads` (when they train).
+// grad_in (may be null) += the LoRA path's input gradient; the A/B gradients add into `grads` (when they train and
+// `weight_gradients`: a split backward's B pass leaves them to W).
 void lora_backward_at(const LayerContext& ctx, const BlockParameters& gemm_weights, const BlockParameters& grads,
                       LinearSite site, const Tensor& grad_out, int64_t column, const Tensor& in,
-                      const BlockActivations& saved, const Tensor* grad_in);
+                      const BlockActivations& saved, const Tensor* grad_in, bool weight_gradients = true);
 
 }  // namespace vitpipe

@@ -188,6 +188,17 @@ FlatParameters::FlatParameters(std::shared_ptr<const ParameterLayout> layout, in
   flat_ = Tensor::zeros({layout_->segment_end(last_) - begin_});
 }
 
+FlatParameters::FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment,
+                               int64_t begin, int64_t end)
+    : layout_(std::move(layout)), first_(first_segment), last_(last_segment) {
+  VP_REQUIRE(0 <= first_ && first_ <= last_ && last_ < layout_->num_segments(), "segment range [", first_, ", ", last_,
+             "] is outside the model's ", layout_->num_segments(), " segments");
+  VP_REQUIRE(layout_->segment_begin(first_) <= begin && begin <= end && end <= layout_->segment_end(last_),
+             "elements [", begin, ", ", end, ") are outside segments [", first_, ", ", last_, "]");
+  begin_ = begin;
+  flat_ = Tensor::zeros({end - begin});
+}
+
 FlatParameters FlatParameters::whole_model(std::shared_ptr<const ParameterLayout> layout) {
   int last = layout->num_segments() - 1;
   return FlatParameters(std::move(layout), 0, last);

@@ -90,6 +90,10 @@ class FlatParameters {
  public:
   FlatParameters() = default;
   FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment);
+  // Elements [begin, end) (model offsets) of that range only: an optimizer shard's moments (ZeRO-1). Parameters
+  // that straddle its ends are not held (tensor() refuses them); data() and at() address the slice.
+  FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment, int64_t begin,
+                 int64_t end);
   static FlatParameters whole_model(std::shared_ptr<const ParameterLayout> layout);
 
   const ParameterLayout& layout() const { return *layout_; }
@@ -101,7 +105,10 @@ class FlatParameters {
   const Tensor& flat() const { return flat_; }
   float* data() const { return flat_.f32(); }
 
-  bool holds(const ParamSpec& spec) const { return spec.segment >= first_ && spec.segment <= last_; }
+  bool holds(const ParamSpec& spec) const {
+    return spec.segment >= first_ && spec.segment <= last_ && spec.offset >= begin_ &&
+           spec.offset + spec.numel <= begin_ + numel();
+  }
   Tensor tensor(const ParamSpec& spec) const;  // a view with the parameter's shape
   Tensor tensor(std::string_view name) const;
   float* at(int64_t model_offset) const { return data() + (model_offset - begin_); }

@@ -18,6 +18,9 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
              "stage segments [", options_.first_segment, ", ", options_.last_segment, "] outside [0, ", segments - 1,
              "]");
   VP_REQUIRE(options_.max_micro_batch > 0 && options_.slots > 0, "stage needs a positive micro-batch and slot count");
+  VP_REQUIRE(!options_.split_backward || (options_.training && !options_.recompute),
+             "a split backward (zb-h1) needs a training stage without recomputation: its weight-gradient pass reads "
+             "the activations --recompute discards");
   split_ = options_.split ? options_.split : full_training_split(layout_);
   VP_REQUIRE(split_->full.get() == layout_.get() || split_->full->specs().size() == layout_->specs().size(),
              "internal: the trainable split belongs to another layout");
@@ -91,6 +94,15 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
       slot.grad = Tensor::empty({b * c.tokens(), c.hidden_size});
       activation_bytes_ += slot.grad.nbytes();
     }
+    if (options_.split_backward) {  // W's inputs, for what trains only
+      slot.deferred.blocks.resize(static_cast<size_t>(num_blocks_));
+      for (int i = first_backward_block_; i < num_blocks_; ++i) {
+        slot.deferred.blocks[static_cast<size_t>(i)] =
+            BlockWeightGradientInputs::allocate(c, b, act, is_classifier_token_block(i));
+      }
+      if (embeddings_train_) slot.deferred.patches = Tensor::empty({b * c.num_patches(), c.hidden_size}, act);
+      activation_bytes_ += slot.deferred.bytes();
+    }
   }
   bool shared_workspace = false;
   for (int i = 0; i < num_blocks_; ++i) shared_workspace |= !saves(i);
@@ -132,6 +144,18 @@ void ViTStage::parameters_changed() {
   if (gemm_copy_.numel() > 0) backend_.convert(parameters_.flat(), gemm_copy_);
 }
 
+void ViTStage::parameters_changed(int first_segment, int last_segment) {
+  VP_REQUIRE(
+      first_segment >= options_.first_segment && last_segment <= options_.last_segment && first_segment <= last_segment,
+      "parameters_changed: segments [", first_segment, ", ", last_segment, "] outside the stage's [",
+      options_.first_segment, ", ", options_.last_segment, "]");
+  if (gemm_copy_.numel() == 0) return;
+  const ParameterLayout& trainable = *split_->trainable;
+  const int64_t begin = trainable.segment_begin(first_segment) - parameters_.begin();
+  const int64_t end = trainable.segment_end(last_segment) - parameters_.begin();
+  if (end > begin) backend_.convert(parameters_.flat().slice(begin, end), gemm_copy_.slice(begin, end));
+}
+
 void ViTStage::load_values(const FlatParameters& whole) {
   copy_parameters(whole, parameters_);
   copy_parameters(whole, frozen_);
@@ -167,7 +191,7 @@ Tensor ViTStage::grad(int slot, int64_t batch) const {
       .view({batch, c.tokens(), c.hidden_size});
 }
 
-void ViTStage::forward(int slot, int64_t batch) {
+void ViTStage::forward(int slot, int64_t batch, const std::function<void(int segment)>& before_segment) {
   VP_REQUIRE(batch > 0 && batch <= options_.max_micro_batch, "micro-batch ", batch, " outside [1, ",
              options_.max_micro_batch, "]");
   const ViTConfig& c = config();
@@ -175,6 +199,7 @@ void ViTStage::forward(int slot, int64_t batch) {
   const Slot& s = slots_.at(static_cast<size_t>(slot));
   const ParameterViews values = value_views(false), gemm_values = value_views(true);
   if (has_embeddings()) {
+    if (before_segment) before_segment(0);
     embeddings_forward(ctx, embedding_parameters(values), embedding_parameters(gemm_values), resampling_,
                        s.images.slice(0, batch), s.embeddings.rows_for(c, batch),
                        residual(slot, 0, batch).view({batch, c.tokens(), c.hidden_size}));
@@ -182,6 +207,7 @@ void ViTStage::forward(int slot, int64_t batch) {
   const HeadActivations head = has_head() ? s.head.rows_for(c, batch) : HeadActivations{};
   for (int i = 0; i < num_blocks_; ++i) {
     const int block = first_block_ + i;
+    if (before_segment) before_segment(block + 1);
     const BlockActivations& saved = saves(i) ? s.blocks[static_cast<size_t>(i)] : workspace_;
     const BlockParameters w = block_parameters(values, block);
     const BlockParameters gw = block_parameters(gemm_values, block);
@@ -194,6 +220,7 @@ void ViTStage::forward(int slot, int64_t batch) {
     }
   }
   if (has_head()) {
+    if (before_segment) before_segment(options_.last_segment);
     Tensor hidden;
     if (!classifier_token_block_) hidden = residual(slot, num_blocks_, batch);
     const Tensor tokens3 = hidden.numel() ? hidden.view({batch, c.tokens(), c.hidden_size}) : Tensor();
@@ -218,6 +245,54 @@ void ViTStage::set_output_gradient(int slot, int64_t batch, const Tensor& grad_l
 }
 
 void ViTStage::backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done) {
+  backward_pass(slot, batch, segment_done, false);
+}
+
+void ViTStage::backward_input(int slot, int64_t batch) {
+  VP_REQUIRE(options_.split_backward, "backward_input() needs a stage built with split_backward");
+  backward_pass(slot, batch, {}, true);
+}
+
+BlockWeightGradientInputs ViTStage::deferred_rows(int slot, int index, int64_t batch) const {
+  const BlockWeightGradientInputs& all =
+      slots_.at(static_cast<size_t>(slot)).deferred.blocks.at(static_cast<size_t>(index));
+  return is_classifier_token_block(index) ? all.classifier_token_rows(config(), batch) : all.rows_for(config(), batch);
+}
+
+void ViTStage::backward_weight(int slot, int64_t batch, const std::function<void(int segment)>& segment_done) {
+  VP_REQUIRE(options_.split_backward, "backward_weight() needs a stage built with split_backward");
+  const ViTConfig& c = config();
+  const LayerContext ctx = context();
+  const Slot& s = slots_.at(static_cast<size_t>(slot));
+  const ParameterViews gemm_values = value_views(true), grads = gradient_views();
+  // Last segment first, as backward(): the gradient buckets of the end of the range can start first. Segments
+  // below the backward path (frozen) have nothing to do.
+  if (has_head()) {
+    head_weight_gradients(ctx, head_parameters(grads), s.head.rows_for(c, batch));
+    if (segment_done) segment_done(options_.last_segment);
+  }
+  for (int i = num_blocks_ - 1; i >= 0; --i) {
+    const int block = first_block_ + i;
+    if (i >= first_backward_block_) {
+      const BlockActivations& saved = s.blocks[static_cast<size_t>(i)];
+      const BlockActivations acts =
+          is_classifier_token_block(i) ? saved.classifier_token_rows(c, batch) : saved.rows_for(c, batch);
+      block_weight_gradients(ctx, block_parameters(gemm_values, block), block_parameters(grads, block), acts,
+                             deferred_rows(slot, i, batch));
+    }
+    if (segment_done) segment_done(block + 1);
+  }
+  if (has_embeddings()) {
+    if (embeddings_train_) {
+      embeddings_weight_gradients(ctx, embedding_parameters(grads), s.embeddings.rows_for(c, batch),
+                                  s.deferred.patches.slice(0, batch * c.num_patches()));
+    }
+    if (segment_done) segment_done(0);
+  }
+}
+
+void ViTStage::backward_pass(int slot, int64_t batch, const std::function<void(int segment)>& segment_done,
+                             bool split) {
   VP_REQUIRE(options_.training, "backward() needs a training stage");
   const ViTConfig& c = config();
   const LayerContext ctx = context();
@@ -240,17 +315,31 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
   const HeadActivations head = has_head() ? s.head.rows_for(c, batch) : HeadActivations{};
   // bf16: the act-dtype copy of the head's input gradient, for the final block's GEMMs.
   const Tensor grad_cls_low = low ? ws.residual_low.slice(0, batch) : head.grad_tokens;
+  // Split, no LayerScale: the last block's act-dtype output gradient goes straight to where its W reads it (with
+  // LayerScale the block makes it from the f32 gradient itself).
+  const Tensor last_block_out_low =
+      split && blocks_backward && !c.layer_scale ? deferred_rows(slot, num_blocks_ - 1, batch).fc2_out : Tensor();
+  const bool to_deferred = last_block_out_low.numel() > 0;
   if (has_head()) {
     HeadGradientFlow flow;
+    flow.defer_weight = split;
     flow.need_input_grad = blocks_backward || embeddings_train_ || input_grad_needed_;
     flow.scratch = ws.scratch;
     const bool to_block = blocks_backward;
     if (c.head == HeadKind::cls_token) {
-      if (low && to_block) flow.grad_tokens_low = &grad_cls_low;
+      if (to_deferred) {
+        flow.grad_tokens_low = &last_block_out_low;
+      } else if (low && to_block) {
+        flow.grad_tokens_low = &grad_cls_low;
+      }
       if (to_block) flow.last_fc2_bias_grad = last_bias;
     } else if (c.head == HeadKind::cls_and_patch_mean) {
       flow.grad_hidden = grad;
-      if (low && to_block) flow.grad_hidden_low = &ws.residual_low;
+      if (to_deferred) {
+        flow.grad_hidden_low = &last_block_out_low;
+      } else if (low && to_block) {
+        flow.grad_hidden_low = &ws.residual_low;
+      }
       if (to_block) flow.last_fc2_bias_grad = last_bias;
     }
     const Tensor hidden = classifier_token_block_ ? Tensor() : residual(slot, num_blocks_, batch);
@@ -260,14 +349,22 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
       if (c.head == HeadKind::cls_and_distillation) {
         backend_.scatter_tokens(head.grad_tokens, grad3);
         if (to_block && last_bias) backend_.bias_backward(grad, *last_bias);
-        if (to_block && low) backend_.convert(grad, grad_low);
+        if (to_deferred) {
+          backend_.convert(grad, last_block_out_low);
+        } else if (to_block && low) {
+          backend_.convert(grad, grad_low);
+        }
       }
     }
     if (segment_done) segment_done(options_.last_segment);
   } else if (blocks_backward) {
     // The gradient arrived from the next stage: the fused column sums and bf16 copy happen here instead.
     if (last_bias) backend_.bias_backward(grad, *last_bias);
-    if (low) backend_.convert(grad, grad_low);
+    if (to_deferred) {
+      backend_.convert(grad, last_block_out_low);
+    } else if (low) {
+      backend_.convert(grad, grad_low);
+    }
   }
   for (int i = num_blocks_ - 1; i >= 0; --i) {
     const int block = first_block_ + i;
@@ -291,6 +388,12 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
       const bool need_input = below_in_stage || (i == 0 && (embeddings_train_ || input_grad_needed_));
       Tensor previous_bias;
       if (below_in_stage && !c.layer_scale) previous_bias = block_parameters(grads, block - 1).fc2_bias;
+      BlockWeightGradientInputs deferred;
+      Tensor previous_out_low;  // split: the previous block's W input, written by this block's last LayerNorm
+      if (split) {
+        deferred = deferred_rows(slot, i, batch);
+        if (below_in_stage && !c.layer_scale) previous_out_low = deferred_rows(slot, i - 1, batch).fc2_out;
+      }
       if (classifier_token) {
         ClassifierTokenGradientFlow flow;
         flow.grad_cls = head.grad_tokens;
@@ -300,6 +403,8 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
         flow.need_low_on_exit = below_in_stage;
         flow.need_input_grad = need_input;
         flow.previous_fc2_bias_grad = trained(previous_bias);
+        flow.deferred = split ? &deferred : nullptr;
+        flow.grad_low_on_exit = previous_out_low;
         classifier_token_block_backward(ctx, w, gw, g, input, acts, ws, flow);
       } else {
         BlockGradientFlow flow;
@@ -308,6 +413,8 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
         flow.need_low_on_exit = below_in_stage && !c.layer_scale;
         flow.need_input_grad = need_input;
         flow.previous_fc2_bias_grad = trained(previous_bias);
+        flow.deferred = split ? &deferred : nullptr;
+        flow.grad_low_on_exit = previous_out_low;
         encoder_block_backward(ctx, w, gw, g, input, acts, ws, flow);
       }
       if (block_observer_) {
@@ -321,7 +428,9 @@ void ViTStage::backward(int slot, int64_t batch, const std::function<void(int se
   }
   if (has_embeddings()) {
     if (embeddings_train_) {
-      embeddings_backward(ctx, embedding_parameters(grads), resampling_, s.embeddings.rows_for(c, batch), grad3, ws);
+      const Tensor deferred_patches = split ? s.deferred.patches.slice(0, batch * c.num_patches()) : Tensor();
+      embeddings_backward(ctx, embedding_parameters(grads), resampling_, s.embeddings.rows_for(c, batch), grad3, ws,
+                          split ? &deferred_patches : nullptr);
     }
     if (segment_done) segment_done(0);
   }

@@ -23,6 +23,7 @@
 #include "model/layer_context.h"
 #include "model/parameter_layout.h"
 #include "model/trainable_set.h"
+#include "model/weight_gradients.h"
 
 namespace vitpipe {
 
@@ -32,6 +33,9 @@ struct StageOptions {
   Precision precision = Precision::fp32;
   bool training = true;    // false: forward only, no saved activations
   bool recompute = false;  // keep only each block's input; recompute the rest in the backward pass
+  // Backward split into backward_input (B) and backward_weight (W) for ZB-H1: each slot also keeps what W reads
+  // (model/weight_gradients.h) until W runs. Not with recompute (W reads the activations recompute discards).
+  bool split_backward = false;
   int64_t max_micro_batch = 1;
   int slots = 1;
   std::shared_ptr<const TrainableSplit> split;  // null: every parameter the forward pass reads trains
@@ -58,6 +62,7 @@ class ViTStage {
   void zero_gradients() { gradients_.flat().fill_zero(); }
   // Refreshes the bf16 copy of the trainable weights; call after they change (no-op in fp32).
   void parameters_changed();
+  void parameters_changed(int first_segment, int last_segment);  // the same for part of the range
   // Copies this stage's parameters, trainable and frozen, from `whole` (any layout holding their names, e.g. a
   // loaded model's) and refreshes the bf16 copies.
   void load_values(const FlatParameters& whole);
@@ -66,12 +71,20 @@ class ViTStage {
   Tensor output(int slot, int64_t batch) const;  // logits [b, L] (last stage) or hidden [b, T, D]
   Tensor grad(int slot, int64_t batch) const;    // [b, T, D] f32, see above
 
-  void forward(int slot, int64_t batch);
+  // `before_segment` (optional) is called before each segment is computed, first segment first: the executor waits
+  // there for a sharded optimizer's gathered parameters (parallel/parameter_gather.h).
+  void forward(int slot, int64_t batch, const std::function<void(int segment)>& before_segment = {});
   double loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight = nullptr,
               const Tensor* weights = nullptr);
   // `segment_done` (optional) is called as each segment's parameter gradients for this micro-batch are complete,
   // last segment first: the executor starts the gradient all-reduce of finished buckets while the rest runs.
   void backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
+  // The same split in two (split_backward stages): B writes grad(slot) (the gradient w.r.t. the input) and the bias,
+  // LayerNorm, LayerScale and embedding-token gradients; W adds the weight GEMMs' and LoRA matrices' gradients, after
+  // which the slot's parameter gradients equal backward()'s. `segment_done` as backward()'s, called by W (each
+  // segment is final once its weights are).
+  void backward_input(int slot, int64_t batch);
+  void backward_weight(int slot, int64_t batch, const std::function<void(int segment)>& segment_done = {});
 
   // For explanations (explain/): the gradient at the logits set directly instead of by loss(), and a look at each
   // block's saved activations and gradient workspace right after its backward pass (block = index in the model).
@@ -99,10 +112,14 @@ class ViTStage {
     EmbeddingActivations embeddings;
     HeadActivations head;
     Tensor grad;
+    StageWeightGradientInputs deferred;  // split_backward only (blocks on the backward path; trained embeddings)
   };
   LayerContext context() const;
   ParameterViews value_views(bool gemm) const;
   ParameterViews gradient_views() const;
+  // backward() when !split; backward_input() when split.
+  void backward_pass(int slot, int64_t batch, const std::function<void(int segment)>& segment_done, bool split);
+  BlockWeightGradientInputs deferred_rows(int slot, int index, int64_t batch) const;
   Tensor residual(int slot, int index, int64_t batch) const;
   // The stage's last block feeds a head that reads token 0 only: it computes token 0's output alone
   // (model/classifier_token_block.h).

@@ -91,6 +91,12 @@ class Communicator {
 
   // Sums `count` floats in place across all members, non-blocking. Every member ends with the same values.
   virtual CommRequest iallreduce_sum(float* data, size_t count) = 0;
+  // Sums `count` floats into root's buffer, in place, non-blocking; the other members' buffers are left as they
+  // were. A sharded optimizer's reduce-scatter, one bucket (owned by one replica) at a time.
+  virtual CommRequest ireduce_sum(float* data, size_t count, int root) = 0;
+  // Copies root's floats into every member's buffer, non-blocking. The all-gather of sharded parameters, a bucket
+  // (owned by one replica) at a time.
+  virtual CommRequest ibroadcast(float* data, size_t count, int root) = 0;
   // Small blocking reductions (loss sums, grad-norm parts, counters), in place.
   virtual void allreduce(double* data, size_t count, ReduceOp op) = 0;
   double allreduce(double value, ReduceOp op = ReduceOp::sum) {

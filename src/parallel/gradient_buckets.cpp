@@ -8,28 +8,52 @@
 
 namespace vitpipe {
 
-std::vector<GradientBucket> make_gradient_buckets(const std::vector<FlatParameters>& ranges, size_t bucket_bytes) {
+std::vector<GradientBucket> make_gradient_buckets(const std::vector<FlatParameters>& ranges, size_t bucket_bytes,
+                                                  const std::vector<std::vector<ElementRange>>& shards) {
   VP_REQUIRE(bucket_bytes > 0, "the gradient bucket size must be positive");
+  VP_REQUIRE(shards.empty() || shards.size() == ranges.size(), "gradient buckets: ", shards.size(), " shard lists for ",
+             ranges.size(), " gradient ranges");
   std::vector<GradientBucket> buckets;
   // Later chunks finish their backward first (interleaved 1F1B), so they come first too.
   for (int chunk = static_cast<int>(ranges.size()) - 1; chunk >= 0; --chunk) {
     const FlatParameters& range = ranges[static_cast<size_t>(chunk)];
     const auto specs = range.held_specs();
+    const std::vector<ElementRange>* owners = shards.empty() ? nullptr : &shards[static_cast<size_t>(chunk)];
     GradientBucket open;
     bool has_open = false;
     for (auto it = specs.rbegin(); it != specs.rend(); ++it) {
       const ParamSpec& spec = **it;
-      const int64_t begin = spec.offset - range.begin();
-      if (!has_open) {
-        open = GradientBucket{chunk, begin, begin + spec.numel, spec.segment, spec.segment};
-        has_open = true;
-      } else {
-        open.begin = begin;  // parameters are contiguous: growing towards the front
-        open.first_segment = spec.segment;
-      }
-      if (open.bytes() >= bucket_bytes) {
-        buckets.push_back(open);
-        has_open = false;
+      // The parameter, cut where shards meet (last piece first): [piece_begin, piece_end) in model offsets.
+      for (int64_t piece_end = spec.offset + spec.numel; piece_end > spec.offset;) {
+        int owner = -1;
+        int64_t piece_begin = spec.offset;
+        if (owners) {
+          for (size_t r = 0; r < owners->size(); ++r) {
+            const ElementRange& shard = (*owners)[r];
+            if (shard.numel() > 0 && shard.contains(piece_end - 1)) {
+              owner = static_cast<int>(r);
+              piece_begin = std::max(spec.offset, shard.begin);
+            }
+          }
+          VP_REQUIRE(owner >= 0, "gradient buckets: element ", piece_end - 1, " lies in no shard");
+        }
+        const int64_t begin = piece_begin - range.begin(), end = piece_end - range.begin();
+        if (has_open && open.owner != owner) {
+          buckets.push_back(open);
+          has_open = false;
+        }
+        if (!has_open) {
+          open = GradientBucket{chunk, begin, end, spec.segment, spec.segment, owner};
+          has_open = true;
+        } else {
+          open.begin = begin;  // contiguous: growing towards the front
+          open.first_segment = spec.segment;
+        }
+        if (open.bytes() >= bucket_bytes) {
+          buckets.push_back(open);
+          has_open = false;
+        }
+        piece_end = piece_begin;
       }
     }
     if (has_open) buckets.push_back(open);
@@ -56,7 +80,7 @@ GradientBuckets::GradientBuckets(std::vector<FlatParameters> gradients, Communic
                                  GradientBucketOptions options, TraceRecorder* trace)
     : gradients_(std::move(gradients)), group_(group), options_(options), trace_(trace) {
   VP_REQUIRE(!gradients_.empty(), "GradientBuckets needs at least one gradient range");
-  buckets_ = make_gradient_buckets(gradients_, options_.bucket_bytes);
+  buckets_ = make_gradient_buckets(gradients_, options_.bucket_bytes, options_.shards);
   for (const auto& g : gradients_) {
     ready_.emplace_back(static_cast<size_t>(g.last_segment() - g.first_segment() + 1), false);
   }
@@ -96,7 +120,9 @@ void GradientBuckets::launch(size_t b) {
   const GradientBucket& bucket = buckets_[b];
   float* data = gradients_[static_cast<size_t>(bucket.chunk)].data() + bucket.begin;
   if (group_ && group_->size() > 1) {
-    flight.request = group_->iallreduce_sum(data, static_cast<size_t>(bucket.end - bucket.begin));
+    const auto count = static_cast<size_t>(bucket.end - bucket.begin);
+    flight.request =
+        bucket.owner < 0 ? group_->iallreduce_sum(data, count) : group_->ireduce_sum(data, count, bucket.owner);
     blocked_ns_ += wall_ns() - flight.launch_ns;
   }
 }
@@ -108,8 +134,9 @@ void GradientBuckets::complete(size_t b, int64_t now_ns) {
   if (trace_ && trace_->enabled()) {
     // The trace's clock has its own origin: translate through "now".
     const int64_t trace_now = trace_->now_ns();
-    trace_->record("allreduce", kTraceAllReduce, trace_now - (now_ns - flight.launch_ns), trace_now,
-                   options_.trace_lane, -1, static_cast<int64_t>(b));
+    trace_->record(buckets_[b].owner < 0 ? "allreduce" : "reduce-scatter", kTraceAllReduce,
+                   trace_now - (now_ns - flight.launch_ns), trace_now, options_.trace_lane, -1, static_cast<int64_t>(b),
+                   static_cast<int64_t>(buckets_[b].bytes()));
   }
 }
 
@@ -130,6 +157,7 @@ void GradientBuckets::finish() {
   const int64_t finish_start = wall_ns();
   stats_ = GradientReductionStats{};
   stats_.buckets = static_cast<int>(buckets_.size());
+  stats_.sharded = !options_.shards.empty();
   for (size_t chunk = 0; chunk < gradients_.size(); ++chunk) {
     const FlatParameters& range = gradients_[chunk];
     for (int s = range.last_segment(); s >= range.first_segment(); --s) {
@@ -150,7 +178,8 @@ void GradientBuckets::finish() {
     }
     last_completion = std::max(last_completion, flight.completion_ns);
     stats_.bytes += buckets_[b].bytes();
-    if (options_.scale != 1.0f) {
+    const int me = group_ ? group_->rank() : 0;
+    if (options_.scale != 1.0f && (buckets_[b].owner < 0 || buckets_[b].owner == me)) {
       const GradientBucket& bucket = buckets_[b];
       float* data = gradients_[static_cast<size_t>(bucket.chunk)].data();
       for (int64_t i = bucket.begin; i < bucket.end; ++i) data[i] *= options_.scale;

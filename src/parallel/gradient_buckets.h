@@ -15,6 +15,7 @@
 
 #include "model/parameter_layout.h"
 #include "parallel/communicator.h"
+#include "parallel/optimizer_shards.h"
 
 namespace vitpipe {
 
@@ -26,6 +27,10 @@ struct GradientBucketOptions {
   // own samples, so that the step equals one process on the whole global batch.
   float scale = 1.0f;
   int trace_lane = 100;  // lane of the all-reduce events in the trace
+  // Sharded optimizer (optimizer_shards.h): per gradient range (chunk), every replica's shard of it, by rank in the
+  // data-parallel group. Buckets are then also cut at shard boundaries, and each is summed into its owner only (the
+  // reduce-scatter, bucket by bucket); the other replicas' copies of it are left unreduced. Empty: all-reduce.
+  std::vector<std::vector<ElementRange>> shards = {};
 };
 
 struct GradientBucket {
@@ -34,12 +39,14 @@ struct GradientBucket {
   int64_t end = 0;
   int first_segment = 0;  // segments it touches, inclusive
   int last_segment = 0;
+  int owner = -1;  // sharded: the data-parallel rank whose shard holds it; -1: all-reduced
   size_t bytes() const { return static_cast<size_t>(end - begin) * sizeof(float); }
 };
 
 struct GradientReductionStats {
   int buckets = 0;
-  size_t bytes = 0;
+  size_t bytes = 0;  // gradient bytes reduced (all-reduced or reduce-scattered), this rank's buffer
+  bool sharded = false;
   double window_seconds = 0;  // first all-reduce launched -> last one seen complete
   // The part of that window this rank spent inside the reduction's MPI calls: launching and testing buckets during
   // the backward pass (MPI progresses a reduction only inside its calls, so that work is not hidden) and waiting
@@ -52,8 +59,10 @@ struct GradientReductionStats {
   }
 };
 
-// Cuts the parameters of `ranges` (one FlatParameters per model chunk this rank holds) into buckets, from the end.
-std::vector<GradientBucket> make_gradient_buckets(const std::vector<FlatParameters>& ranges, size_t bucket_bytes);
+// Cuts the parameters of `ranges` (one FlatParameters per model chunk this rank holds) into buckets, from the end;
+// with `shards` (GradientBucketOptions::shards) also at shard boundaries, each bucket tagged with its owner.
+std::vector<GradientBucket> make_gradient_buckets(const std::vector<FlatParameters>& ranges, size_t bucket_bytes,
+                                                  const std::vector<std::vector<ElementRange>>& shards = {});
 
 class GradientBuckets {
  public:
@@ -72,7 +81,8 @@ class GradientBuckets {
   void mark_ready(int segment, int chunk = 0);
   // Tests the in-flight reductions (drives MPI's progress); cheap.
   void poll();
-  // Marks whatever is left ready, waits for every bucket, scales, and resets for the next step.
+  // Marks whatever is left ready, waits for every bucket, scales (sharded: the buckets this rank owns), and resets
+  // for the next step.
   void finish();
   // The numbers of the last finish().
   const GradientReductionStats& stats() const { return stats_; }

@@ -31,12 +31,14 @@ struct Message {
   std::vector<std::byte> data;
 };
 
-enum class CollectiveKind { allreduce_f32, allreduce_f64, broadcast, barrier, gather, split };
+enum class CollectiveKind { allreduce_f32, reduce_f32, allreduce_f64, broadcast, barrier, gather, split };
 
 const char* collective_name(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::allreduce_f32:
       return "an all-reduce of floats";
+    case CollectiveKind::reduce_f32:
+      return "a reduce of floats";
     case CollectiveKind::allreduce_f64:
       return "an all-reduce of doubles";
     case CollectiveKind::broadcast:
@@ -299,6 +301,17 @@ void perform(Collective& c) {
       for (size_t m = 1; m < members; ++m) std::memcpy(c.buffers[m], first, c.count * sizeof(float));
       break;
     }
+    case CollectiveKind::reduce_f32: {
+      // Summed in rank order like the all-reduce above, so both give the same bits.
+      auto* root = static_cast<float*>(c.buffers[static_cast<size_t>(c.root)]);
+      const auto* first = static_cast<const float*>(c.buffers[0]);
+      for (size_t i = 0; i < c.count; ++i) {
+        float sum = first[i];
+        for (size_t m = 1; m < members; ++m) sum += static_cast<const float*>(c.buffers[m])[i];
+        root[i] = sum;
+      }
+      break;
+    }
     case CollectiveKind::allreduce_f64: {
       auto* first = static_cast<double*>(c.buffers[0]);
       for (size_t m = 1; m < members; ++m) reduce_into(first, static_cast<const double*>(c.buffers[m]), c.count, c.op);
@@ -379,6 +392,14 @@ class LocalCommunicator : public Communicator {
 
   CommRequest iallreduce_sum(float* data, size_t count) override {
     return start(CollectiveKind::allreduce_f32, data, count, ReduceOp::sum, 0);
+  }
+  CommRequest ireduce_sum(float* data, size_t count, int root) override {
+    check_root(root);
+    return start(CollectiveKind::reduce_f32, data, count, ReduceOp::sum, root);
+  }
+  CommRequest ibroadcast(float* data, size_t count, int root) override {
+    check_root(root);
+    return start(CollectiveKind::broadcast, data, count * sizeof(float), ReduceOp::sum, root);
   }
   void allreduce(double* data, size_t count, ReduceOp op) override {
     start(CollectiveKind::allreduce_f64, data, count, op, 0).wait();

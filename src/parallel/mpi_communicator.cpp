@@ -118,10 +118,10 @@ class MpiCollectiveState : public CommRequest::State {
   explicit MpiCollectiveState(MPI_Request request) : request_(request) {}
   bool test() override {
     int flag = 0;
-    check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "all-reduce");
+    check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "collective");
     return flag != 0;
   }
-  void wait() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "all-reduce"); }
+  void wait() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "collective"); }
   void abandon(bool unwinding) override {
     if (!unwinding && request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
@@ -164,6 +164,23 @@ class MpiCommunicator : public Communicator {
     MPI_Request request;
     check(MPI_Iallreduce(MPI_IN_PLACE, data, as_count(count, "all-reduce"), MPI_FLOAT, MPI_SUM, comm_, &request),
           "Iallreduce");
+    return CommRequest(std::make_unique<MpiCollectiveState>(request));
+  }
+  CommRequest ireduce_sum(float* data, size_t count, int root) override {
+    check_root(root);
+    if (size_ == 1) return CommRequest();
+    MPI_Request request;
+    const void* send = rank_ == root ? MPI_IN_PLACE : data;
+    check(MPI_Ireduce(send, rank_ == root ? data : nullptr, as_count(count, "reduce"), MPI_FLOAT, MPI_SUM, root, comm_,
+                      &request),
+          "Ireduce");
+    return CommRequest(std::make_unique<MpiCollectiveState>(request));
+  }
+  CommRequest ibroadcast(float* data, size_t count, int root) override {
+    check_root(root);
+    if (size_ == 1) return CommRequest();
+    MPI_Request request;
+    check(MPI_Ibcast(data, as_count(count, "broadcast"), MPI_FLOAT, root, comm_, &request), "Ibcast");
     return CommRequest(std::make_unique<MpiCollectiveState>(request));
   }
   void allreduce(double* data, size_t count, ReduceOp op) override {

@@ -41,15 +41,47 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
     : grid_(grid), world_(world), chunks_(std::move(chunks)), options_(options), trace_(trace) {
   VP_REQUIRE(!chunks_.empty() && static_cast<int>(chunks_.size()) == options_.virtual_stages, "executor: expected ",
              options_.virtual_stages, " model chunks on this rank, got ", chunks_.size());
-  VP_REQUIRE(!schedule_splits_backward(options_.schedule), "--pipeline-schedule ",
-             schedule_kind_name(options_.schedule),
-             " splits the backward pass into input and weight parts, which the executor does not run yet; use "
-             "1f1b, gpipe or interleaved");
+  for (ViTStage* chunk : chunks_) {
+    VP_REQUIRE(chunk->options().split_backward == schedule_splits_backward(options_.schedule), "executor: the ",
+               schedule_kind_name(options_.schedule), " schedule needs stages built with split_backward ",
+               schedule_splits_backward(options_.schedule) ? "on" : "off");
+  }
   pipeline_group_ = world_.split(grid_.replica(), grid_.stage());
   data_parallel_group_ = split_data_parallel_group(world_, grid_);
-  std::vector<FlatParameters> grads;
-  for (ViTStage* chunk : chunks_) grads.push_back(chunk->gradients());
-  buckets_ = std::make_unique<GradientBuckets>(std::move(grads), data_parallel_group_.get(), options_.buckets, trace_);
+  std::vector<FlatParameters> grads, params;
+  for (ViTStage* chunk : chunks_) {
+    grads.push_back(chunk->gradients());
+    params.push_back(chunk->parameters());
+  }
+  GradientBucketOptions bucket_options = options_.buckets;
+  if (sharded()) {
+    VP_REQUIRE(options_.shards.size() == chunks_.size(), "executor: ", options_.shards.size(), " shard lists for ",
+               chunks_.size(), " chunks");
+    for (const auto& shards : options_.shards) {
+      VP_REQUIRE(static_cast<int>(shards.size()) == data_parallel_group_->size(), "executor: ", shards.size(),
+                 " shards for ", data_parallel_group_->size(), " replicas");
+    }
+    bucket_options.shards = options_.shards;
+  }
+  buckets_ = std::make_unique<GradientBuckets>(std::move(grads), data_parallel_group_.get(), bucket_options, trace_);
+  if (sharded()) {
+    gather_ = std::make_unique<ParameterGather>(std::move(params), buckets_->buckets(), data_parallel_group_.get(),
+                                                trace_, options_.buckets.trace_lane + 1);
+  }
+}
+
+void PipelineExecutor::start_parameter_gather() {
+  if (gather_) gather_->start();
+}
+
+void PipelineExecutor::complete_parameters() {
+  if (!gather_ || !gather_->in_flight()) return;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const StageOptions& o = chunks_[c]->options();
+    for (int segment = o.first_segment; segment <= o.last_segment; ++segment) {
+      if (gather_->wait_segment(static_cast<int>(c), segment)) chunks_[c]->parameters_changed(segment, segment);
+    }
+  }
 }
 
 PipelineExecutor::~PipelineExecutor() = default;
@@ -77,15 +109,31 @@ StepResult PipelineExecutor::train_step(const StepShape& requested, const MicroB
   const int m = static_cast<int>(shape.micro_batch_sizes.size());
   const auto program = make_schedule(options_.schedule, grid_.stages(), m, grid_.stage(), options_.virtual_stages);
   StepResult result;
+  const bool gathering = gather_ && gather_->in_flight();
   const auto start = std::chrono::steady_clock::now();
   run(program, shape, source, nullptr, &result);
+  complete_parameters();  // a segment no forward of this step waited for (none in practice)
   result.seconds = seconds_since(start);
   result.reduction = buckets_->stats();
+  CommunicationStats& comm = result.comm;
+  comm.replicas = data_parallel_group_->size();
+  if (comm.replicas > 1) {  // one replica: the gradients stay where they are
+    (result.reduction.sharded ? comm.reduce_scatter_bytes : comm.allreduce_bytes) = result.reduction.bytes;
+  }
+  comm.collective_window_seconds = result.reduction.window_seconds;
+  comm.collective_exposed_seconds = result.reduction.exposed_seconds;
+  if (gathering && comm.replicas > 1) {
+    const ParameterGatherStats& gathered = gather_->stats();
+    comm.allgather_bytes = gathered.bytes;
+    comm.collective_window_seconds += gathered.window_seconds;
+    comm.collective_exposed_seconds += gathered.exposed_seconds;
+  }
   return result;
 }
 
 void PipelineExecutor::forward_only(const StepShape& requested, const MicroBatchSource& source,
                                     const LogitsSink& sink) {
+  complete_parameters();
   StepShape shape = requested;
   exchange_shape(shape);
   const int m = static_cast<int>(shape.micro_batch_sizes.size());
@@ -132,10 +180,13 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
   st.weights.resize(static_cast<size_t>(m));
   st.items.resize(static_cast<size_t>(m));
 
-  // The last backward of each chunk in this step: its segments' gradients are final as it completes them.
+  // The last backward (or weight-gradient pass) of each chunk in this step: its segments' gradients are final as
+  // it completes them.
   std::vector<int> last_backward(chunks_.size(), -1);
   for (const Instruction& in : program) {
-    if (in.op == Op::backward) last_backward[static_cast<size_t>(in.chunk)] = in.micro_batch;
+    if (in.op == Op::backward || in.op == Op::backward_weight) {
+      last_backward[static_cast<size_t>(in.chunk)] = in.micro_batch;
+    }
   }
 
   auto virtual_stage = [&](int chunk) { return virtual_stage_of(p, grid_.stage(), chunk); };
@@ -146,10 +197,20 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
            static_cast<size_t>(b) * (weight_bytes_per_row + sizeof(int64_t));
   };
 
-  auto record = [&](const char* name, const char* category, int64_t start_ns, int lane, int mb, int64_t value = -1) {
-    if (trace_) trace_->record(name, category, start_ns, trace_->now_ns(), lane, mb, value);
+  auto record = [&](const char* name, const char* category, int64_t start_ns, int lane, int mb, int64_t value = -1,
+                    int64_t bytes = -1) {
+    if (trace_) trace_->record(name, category, start_ns, trace_->now_ns(), lane, mb, value, bytes);
   };
   auto now = [&] { return trace_ ? trace_->now_ns() : 0; };
+  CommunicationStats unused_comm;
+  CommunicationStats& comm = training ? result->comm : unused_comm;
+  // Waits on messages, timed for the communication figures.
+  auto timed_wait = [&](CommRequest& request) {
+    if (!request.pending()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    request.wait();
+    comm.p2p_wait_seconds += seconds_since(t0);
+  };
 
   // A slot for (chunk, mb): the one it already has, or a free one. A slot frees once its micro-batch is done
   // (backward in training, forward in evaluation) and its sends completed.
@@ -164,8 +225,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
           // Finished micro-batch: its buffers are reusable once its sends are through (wait on the second pass).
           if (attempt == 1 && (state.send_activation.pending() || state.send_grad.pending())) {
             const int64_t t0 = now();
-            state.send_activation.wait();
-            state.send_grad.wait();
+            timed_wait(state.send_activation);
+            timed_wait(state.send_grad);
             record("send wait", kTraceP2p, t0, 1, state.owner);
           }
           if (!state.send_activation.pending() && !state.send_grad.pending()) state.owner = -1;
@@ -223,6 +284,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
             std::memcpy(bytes.data() + at, items.data(), items.size() * sizeof(int64_t));
             st.label_sends[static_cast<size_t>(mb)] = world_.isend_bytes(
                 bytes.data(), bytes.size(), grid_.rank_of_virtual_stage(last_virtual), label_tag(mb));
+            comm.label_bytes += bytes.size();
           }
           record("load", kTraceData, t0, 0, mb);
         }
@@ -248,14 +310,21 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const int64_t b = size_of(mb);
         int64_t t0 = now();
-        state.recv_activation.wait();
+        timed_wait(state.recv_activation);
         if (vs > 0) record("recv activation", kTraceP2p, t0, 1, mb);
         t0 = now();
         const auto compute_start = std::chrono::steady_clock::now();
-        stage->forward(slot, b);
+        if (gather_ && gather_->in_flight()) {
+          // Sharded optimizer: each segment's parameters arrive from their owners just before it is computed.
+          stage->forward(slot, b, [&](int segment) {
+            if (gather_->wait_segment(chunk, segment)) stage->parameters_changed(segment, segment);
+          });
+        } else {
+          stage->forward(slot, b);
+        }
         if (vs == last_virtual) {
           if (last_virtual != 0) {
-            st.label_recvs[static_cast<size_t>(mb)].wait();
+            timed_wait(st.label_recvs[static_cast<size_t>(mb)]);
             const auto& bytes = st.label_buffers[static_cast<size_t>(mb)];
             Tensor targets = multi_label ? Tensor::empty({b, labels}) : Tensor::empty({b}, DType::i64);
             std::memcpy(targets.raw(), bytes.data(), targets.nbytes());
@@ -302,7 +371,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
                          grid_.rank_of_virtual_stage(vs + 1),
                          p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
         // Non-blocking: the event is the posting (value: bytes); a later wait for it shows as "send wait".
-        record("send activation", kTraceP2p, t0, 1, mb, static_cast<int64_t>(output.nbytes()));
+        record("send activation", kTraceP2p, t0, 1, mb, static_cast<int64_t>(output.nbytes()),
+               static_cast<int64_t>(output.nbytes()));
+        comm.activation_bytes += output.nbytes();
         break;
       }
       case Op::recv_grad: {
@@ -314,15 +385,19 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
                          grid_.rank_of_virtual_stage(vs + 1), p2p_tag(MessageKind::gradient, mb, chunk, v));
         break;
       }
-      case Op::backward: {
+      case Op::backward:
+      case Op::backward_input: {
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         int64_t t0 = now();
-        state.recv_grad.wait();
+        timed_wait(state.recv_grad);
         if (vs < last_virtual) record("recv grad", kTraceP2p, t0, 1, mb);
         t0 = now();
         const auto compute_start = std::chrono::steady_clock::now();
-        if (mb == last_backward[static_cast<size_t>(chunk)]) {
+        if (in.op == Op::backward_input) {
+          stage->backward_input(slot, size_of(mb));  // the slot stays held until its weight-gradient pass
+          buckets_->poll();
+        } else if (mb == last_backward[static_cast<size_t>(chunk)]) {
           stage->backward(slot, size_of(mb), [&](int segment) {
             buckets_->mark_ready(segment, chunk);
             buckets_->poll();
@@ -332,7 +407,26 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
           buckets_->poll();
         }
         result->compute_seconds += seconds_since(compute_start);
-        record("backward", kTraceCompute, t0, 0, mb);
+        record(in.op == Op::backward ? "backward" : "backward input", kTraceCompute, t0, 0, mb);
+        if (in.op == Op::backward) state.backward_done = true;
+        break;
+      }
+      case Op::backward_weight: {
+        const int slot = slot_for(chunk, mb);
+        auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+        const int64_t t0 = now();
+        const auto compute_start = std::chrono::steady_clock::now();
+        if (mb == last_backward[static_cast<size_t>(chunk)]) {
+          stage->backward_weight(slot, size_of(mb), [&](int segment) {
+            buckets_->mark_ready(segment, chunk);
+            buckets_->poll();
+          });
+        } else {
+          stage->backward_weight(slot, size_of(mb));
+          buckets_->poll();
+        }
+        result->compute_seconds += seconds_since(compute_start);
+        record("backward weight", kTraceCompute, t0, 0, mb);
         state.backward_done = true;
         break;
       }
@@ -344,7 +438,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         state.send_grad = world_.isend(std::span<const float>(grad.f32(), static_cast<size_t>(grad.numel())),
                                        grid_.rank_of_virtual_stage(vs - 1),
                                        p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
-        record("send grad", kTraceP2p, t0, 1, mb, static_cast<int64_t>(grad.nbytes()));
+        record("send grad", kTraceP2p, t0, 1, mb, static_cast<int64_t>(grad.nbytes()),
+               static_cast<int64_t>(grad.nbytes()));
+        comm.activation_grad_bytes += grad.nbytes();
         break;
       }
       case Op::reduce_grads: {
@@ -355,22 +451,19 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
       }
       case Op::optimizer_step:
         break;  // the trainer steps (it clips by the global norm across stages first)
-      case Op::backward_input:
-      case Op::backward_weight:
-        fail("executor: split backward instructions are not supported");
     }
   }
   // Every message of the step is through before its buffers are touched again.
   for (auto& chunk_slots : st.slots) {
     for (auto& state : chunk_slots) {
-      state.send_activation.wait();
-      state.send_grad.wait();
-      state.recv_activation.wait();
-      state.recv_grad.wait();
+      timed_wait(state.send_activation);
+      timed_wait(state.send_grad);
+      timed_wait(state.recv_activation);
+      timed_wait(state.recv_grad);
     }
   }
-  for (auto& request : st.label_sends) request.wait();
-  for (auto& request : st.label_recvs) request.wait();
+  for (auto& request : st.label_sends) timed_wait(request);
+  for (auto& request : st.label_recvs) timed_wait(request);
 }
 
 int activation_slots_needed(ScheduleKind kind, int stages, int micro_batches, int stage, int virtual_stages) {

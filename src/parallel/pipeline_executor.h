@@ -11,8 +11,11 @@
 #include <vector>
 
 #include "model/vit_stage.h"
+#include "parallel/communication_stats.h"
 #include "parallel/communicator.h"
 #include "parallel/gradient_buckets.h"
+#include "parallel/optimizer_shards.h"
+#include "parallel/parameter_gather.h"
 #include "parallel/process_grid.h"
 #include "parallel/schedule.h"
 #include "parallel/trace.h"
@@ -51,6 +54,7 @@ struct StepResult {
   double seconds = 0;
   double compute_seconds = 0;  // forward + backward on this rank
   GradientReductionStats reduction;
+  CommunicationStats comm;  // this rank's, this step (the parameter all-gather its forward waited for included)
 };
 
 struct ExecutorOptions {
@@ -58,6 +62,9 @@ struct ExecutorOptions {
   int virtual_stages = 1;
   GradientBucketOptions buckets;
   Tensor pos_weight;  // optional [labels] f32: BCE positive-class weights (multi-label)
+  // --shard-optimizer: per chunk, every replica's shard of its range (optimizer_shards.h), by data-parallel rank.
+  // Gradients are then reduce-scattered to the owners, and start_parameter_gather() all-gathers the parameters.
+  std::vector<std::vector<ElementRange>> shards;
 };
 
 // Activation slots a stage needs for this schedule (the most micro-batches it holds at once; 1F1B: <= stages).
@@ -83,6 +90,14 @@ class PipelineExecutor {
   // Forward passes only (evaluation), micro-batch after micro-batch; `sink` is called on last-stage ranks.
   void forward_only(const StepShape& shape, const MicroBatchSource& source, const LogitsSink& sink);
 
+  // Sharded optimizer: after every replica updated its shard, broadcasts each bucket from its owner; the next
+  // step's first forward waits for each segment just before computing it (and refreshes its bf16 copy).
+  void start_parameter_gather();
+  // Waits for whatever of the gather is left (before reading the parameters outside a training step: evaluation,
+  // checkpoints, exports). A no-op when nothing is in flight.
+  void complete_parameters();
+  bool sharded() const { return !options_.shards.empty(); }
+
  private:
   struct Pending;
   void exchange_shape(StepShape& shape);
@@ -98,6 +113,7 @@ class PipelineExecutor {
   ExecutorOptions options_;
   TraceRecorder* trace_;
   std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<ParameterGather> gather_;
 };
 
 }  // namespace vitpipe

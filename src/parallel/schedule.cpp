@@ -261,8 +261,15 @@ using MessageKey = std::tuple<int, int, int>;
 
 SimulationResult simulate_schedules(const std::vector<std::vector<Instruction>>& lists, int micro_batches,
                                     int virtual_stages, const SimulationCosts& costs) {
+  return simulate_schedules(lists, micro_batches, virtual_stages,
+                            std::vector<SimulationCosts>(std::max<size_t>(lists.size(), 1), costs));
+}
+
+SimulationResult simulate_schedules(const std::vector<std::vector<Instruction>>& lists, int micro_batches,
+                                    int virtual_stages, const std::vector<SimulationCosts>& per_stage) {
   const int stages = static_cast<int>(lists.size());
   VP_REQUIRE(stages >= 1 && micro_batches >= 1 && virtual_stages >= 1, "simulate: bad sizes");
+  VP_REQUIRE(per_stage.size() == lists.size(), "simulate: ", per_stage.size(), " stage costs for ", stages, " stages");
   const int v = virtual_stages;
   const int last_virtual = stages * v - 1;
   const double chunk_scale = 1.0 / v;
@@ -286,6 +293,7 @@ SimulationResult simulate_schedules(const std::vector<std::vector<Instruction>>&
   auto step = [&](int s) -> bool {
     const Instruction& in = lists[static_cast<size_t>(s)][pc[static_cast<size_t>(s)]];
     const auto su = static_cast<size_t>(s);
+    const SimulationCosts& costs = per_stage[su];
     const bool has_micro_batch = in.op != Op::reduce_grads && in.op != Op::optimizer_step;
     ChunkState* cs = nullptr;
     int vs = 0;

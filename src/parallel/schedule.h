@@ -113,6 +113,10 @@ struct SimulationResult {
 // Throws vitpipe::Error describing the problem on deadlock (which stage waits for what) or an invalid list.
 SimulationResult simulate_schedules(const std::vector<std::vector<Instruction>>& lists, int micro_batches,
                                     int virtual_stages = 1, const SimulationCosts& costs = {});
+// The same with each stage's own costs: per_stage[s] (its message_latency: the time a message stage s sends takes
+// to arrive). Unequal stages are what the planner (plan/) simulates.
+SimulationResult simulate_schedules(const std::vector<std::vector<Instruction>>& lists, int micro_batches,
+                                    int virtual_stages, const std::vector<SimulationCosts>& per_stage);
 SimulationResult simulate_schedule(ScheduleKind kind, int stages, int micro_batches, int virtual_stages = 1,
                                    const SimulationCosts& costs = {});
 

@@ -26,7 +26,7 @@ void TraceRecorder::set_lane_name(int lane, std::string name) {
 }
 
 void TraceRecorder::record(std::string_view name, std::string_view category, int64_t start_ns, int64_t end_ns, int lane,
-                           int micro_batch, int64_t value) {
+                           int micro_batch, int64_t value, int64_t bytes) {
   if (!enabled()) return;
   TraceEvent event{std::string(name),
                    std::string(category),
@@ -36,7 +36,8 @@ void TraceRecorder::record(std::string_view name, std::string_view category, int
                    lane,
                    step_,
                    micro_batch,
-                   value};
+                   value,
+                   bytes};
   std::lock_guard lock(mutex_);
   events_.push_back(std::move(event));
 }
@@ -136,6 +137,7 @@ GatheredTrace gather_trace(Communicator& world, const TraceRecorder& recorder, c
     writer.put<int32_t>(e.step);
     writer.put<int32_t>(e.micro_batch);
     writer.put<int64_t>(e.value);
+    writer.put<int64_t>(e.bytes);
   }
   auto all = world.gather_bytes(writer.bytes, 0);
   GatheredTrace trace;
@@ -160,6 +162,7 @@ GatheredTrace gather_trace(Communicator& world, const TraceRecorder& recorder, c
       e.step = reader.get<int32_t>();
       e.micro_batch = reader.get<int32_t>();
       e.value = reader.get<int64_t>();
+      e.bytes = reader.get<int64_t>();
       trace.events.push_back(std::move(e));
     }
     VP_REQUIRE(reader.done(), "trace gather: trailing bytes from rank ", r);
@@ -184,6 +187,7 @@ std::string chrome_trace_json(const GatheredTrace& trace) {
     if (e.step >= 0) args["step"] = e.step;
     if (e.micro_batch >= 0) args["micro_batch"] = e.micro_batch;
     if (e.value >= 0) args["value"] = e.value;
+    if (e.bytes >= 0) args["bytes"] = e.bytes;
     events.push_back({{"name", e.name},
                       {"cat", e.category},
                       {"ph", "X"},

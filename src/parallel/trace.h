@@ -34,7 +34,8 @@ struct TraceEvent {
   int lane = 0;   // tid in the trace: stage chunk, or a helper lane such as the all-reduce
   int step = -1;  // optimizer step, -1 when not set
   int micro_batch = -1;
-  int64_t value = -1;  // optional: bucket index, bytes...
+  int64_t value = -1;  // optional: bucket index...
+  int64_t bytes = -1;  // optional: bytes moved (messages, collectives)
 };
 
 class TraceRecorder {
@@ -57,7 +58,7 @@ class TraceRecorder {
 
   // Thread-safe; a no-op when disabled.
   void record(std::string_view name, std::string_view category, int64_t start_ns, int64_t end_ns, int lane = 0,
-              int micro_batch = -1, int64_t value = -1);
+              int micro_batch = -1, int64_t value = -1, int64_t bytes = -1);
 
   // Records [construction, destruction) of a scope.
   class Scope {
@@ -101,7 +102,7 @@ struct GatheredTrace {
 GatheredTrace gather_trace(Communicator& world, const TraceRecorder& recorder, const std::string& process_name);
 
 // {"traceEvents": [...], "displayTimeUnit": "ms"}: ph "X" events with ts/dur in microseconds, pid = rank,
-// tid = lane, args {step, micro_batch, value}; plus process_name / thread_name metadata.
+// tid = lane, args {step, micro_batch, value, bytes}; plus process_name / thread_name metadata.
 std::string chrome_trace_json(const GatheredTrace& trace);
 
 // Collective: gathers, then rank 0 writes `path` atomically (complete or absent).

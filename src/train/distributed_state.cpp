@@ -7,8 +7,10 @@
 namespace vitpipe {
 namespace {
 
-// Per chunk: begin, numel, then the parameters and each optimizer buffer (name order), as raw floats.
-std::vector<std::byte> pack(const std::vector<ViTStage*>& chunks, const std::vector<Optimizer*>& optimizers) {
+// Per chunk: the parameters' begin, numel and values (numel 0 where this rank does not send them), then the optimizer
+// buffers' begin, numel and each buffer (name order), as raw floats.
+std::vector<std::byte> pack(const std::vector<ViTStage*>& chunks, const std::vector<Optimizer*>& optimizers,
+                            bool send_parameters, bool send_optimizer) {
   std::vector<std::byte> bytes;
   auto append = [&](const void* data, size_t size) {
     const auto* p = static_cast<const std::byte*>(data);
@@ -18,14 +20,17 @@ std::vector<std::byte> pack(const std::vector<ViTStage*>& chunks, const std::vec
   append(&count, sizeof(count));
   for (size_t c = 0; c < chunks.size(); ++c) {
     const FlatParameters& params = chunks[c]->parameters();
-    const int64_t begin = params.begin(), numel = params.numel();
+    const int64_t begin = params.begin(), numel = send_parameters ? params.numel() : 0;
     append(&begin, sizeof(begin));
     append(&numel, sizeof(numel));
     append(params.data(), static_cast<size_t>(numel) * sizeof(float));
-    if (!optimizers.empty()) {
-      for (const auto& [name, tensor] : optimizers[c]->state_tensors()) {
-        append(tensor.raw(), tensor.nbytes());
-      }
+    const Optimizer* optimizer = send_optimizer && !optimizers.empty() ? optimizers[c] : nullptr;
+    const int64_t state_begin = optimizer ? optimizer->range_begin() : 0;
+    const int64_t state_numel = optimizer ? optimizer->range_end() - optimizer->range_begin() : 0;
+    append(&state_begin, sizeof(state_begin));
+    append(&state_numel, sizeof(state_numel));
+    if (optimizer) {
+      for (const auto& [name, tensor] : optimizer->state_tensors()) append(tensor.raw(), tensor.nbytes());
     }
   }
   return bytes;
@@ -35,9 +40,14 @@ std::vector<std::byte> pack(const std::vector<ViTStage*>& chunks, const std::vec
 
 GatheredState gather_state(Communicator& world, const ProcessGrid& grid, const std::vector<ViTStage*>& chunks,
                            const std::vector<Optimizer*>& optimizers) {
-  // Replicas hold identical copies; replica 0's stages speak.
-  std::vector<std::byte> mine;
-  if (grid.replica() == 0) mine = pack(chunks, optimizers);
+  // Replicas hold identical parameters: replica 0's stages send them. Optimizer state: replica 0's too, unless it
+  // is sharded across the replicas, when every replica sends its shard.
+  bool sharded = false;
+  for (size_t c = 0; c < optimizers.size(); ++c) {
+    sharded = sharded || optimizers[c]->range_end() - optimizers[c]->range_begin() != chunks[c]->parameters().numel();
+  }
+  const bool shards = world.allreduce(sharded ? 1.0 : 0.0, ReduceOp::max) > 0;
+  const std::vector<std::byte> mine = pack(chunks, optimizers, grid.replica() == 0, shards || grid.replica() == 0);
   auto gathered = world.gather_bytes(mine, 0);
   GatheredState out;
   if (world.rank() != 0) return out;
@@ -56,7 +66,7 @@ GatheredState gather_state(Communicator& world, const ProcessGrid& grid, const s
     out.optimizer_metadata["begin"] = "0";
     out.optimizer_metadata["numel"] = std::to_string(layout->numel());
   }
-  int64_t covered = 0;
+  int64_t covered = 0, state_covered = 0;
   for (const auto& bytes : gathered) {
     if (bytes.empty()) continue;
     size_t at = 0;
@@ -68,18 +78,27 @@ GatheredState gather_state(Communicator& world, const ProcessGrid& grid, const s
     int64_t count = 0;
     read(&count, sizeof(count));
     for (int64_t c = 0; c < count; ++c) {
-      int64_t begin = 0, numel = 0;
+      int64_t begin = 0, numel = 0, state_begin = 0, state_numel = 0;
       read(&begin, sizeof(begin));
       read(&numel, sizeof(numel));
-      VP_REQUIRE(begin >= 0 && begin + numel <= layout->numel(), "gather_state: range outside the model");
+      VP_REQUIRE(begin >= 0 && numel >= 0 && begin + numel <= layout->numel(), "gather_state: range outside the model");
       read(out.parameters.data() + begin, static_cast<size_t>(numel) * sizeof(float));
-      for (const auto& name : names)
-        read(out.optimizer_state[name].f32() + begin, static_cast<size_t>(numel) * sizeof(float));
       covered += numel;
+      read(&state_begin, sizeof(state_begin));
+      read(&state_numel, sizeof(state_numel));
+      VP_REQUIRE(state_begin >= 0 && state_numel >= 0 && state_begin + state_numel <= layout->numel(),
+                 "gather_state: optimizer range outside the model");
+      if (state_numel == 0) continue;
+      for (const auto& name : names) {
+        read(out.optimizer_state[name].f32() + state_begin, static_cast<size_t>(state_numel) * sizeof(float));
+      }
+      state_covered += state_numel;
     }
   }
   VP_REQUIRE(covered == layout->numel(), "gather_state: the stages cover ", covered, " of ", layout->numel(),
              " parameters");
+  VP_REQUIRE(names.empty() || state_covered == layout->numel(), "gather_state: the optimizer shards cover ",
+             state_covered, " of ", layout->numel(), " parameters");
   return out;
 }
 
@@ -92,8 +111,10 @@ void load_chunk_state(ViTStage& chunk, Optimizer* optimizer, const FlatParameter
   chunk.parameters_changed();
   if (optimizer == nullptr) return;
   VP_REQUIRE(!state.empty(), source, ": no optimizer state to resume from");
-  TensorMap views;
-  for (const auto& [name, tensor] : state) views[name] = tensor.slice(params.begin(), params.begin() + params.numel());
+  TensorMap views;  // the optimizer's elements: the chunk's range, or its shard of it
+  for (const auto& [name, tensor] : state) {
+    views[name] = tensor.slice(optimizer->range_begin(), optimizer->range_end());
+  }
   StringMap meta = optimizer->state_metadata();    // this chunk's range ...
   for (const char* key : {"optimizer", "step"}) {  // ... and what the checkpoint says about the run
     auto it = metadata.find(key);

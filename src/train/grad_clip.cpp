@@ -9,10 +9,18 @@
 namespace vitpipe {
 
 double sum_of_squares(const FlatParameters& grads) {
-  const std::vector<int64_t> bounds = update_chunk_bounds(grads.begin(), grads.numel());
+  return sum_of_squares(grads, grads.begin(), grads.begin() + grads.numel());
+}
+
+void scale(FlatParameters& grads, double factor) { scale(grads, factor, grads.begin(), grads.begin() + grads.numel()); }
+
+double sum_of_squares(const FlatParameters& grads, int64_t begin, int64_t end) {
+  VP_REQUIRE(grads.begin() <= begin && begin <= end && end <= grads.begin() + grads.numel(), "sum_of_squares: [", begin,
+             ", ", end, ") is outside the gradients' range");
+  const std::vector<int64_t> bounds = update_chunk_bounds(begin, end - begin);
   const int64_t chunks = static_cast<int64_t>(bounds.size()) - 1;
   std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(chunks, 0)), 0.0);
-  const float* g = grads.data();
+  const float* g = grads.at(begin);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     partial[static_cast<size_t>(c)] = sum_of_squares_lanes(g + bounds[c], bounds[c + 1] - bounds[c]);
@@ -22,11 +30,13 @@ double sum_of_squares(const FlatParameters& grads) {
   return total;
 }
 
-void scale(FlatParameters& grads, double factor) {
-  const std::vector<int64_t> bounds = update_chunk_bounds(grads.begin(), grads.numel());
+void scale(FlatParameters& grads, double factor, int64_t begin, int64_t end) {
+  VP_REQUIRE(grads.begin() <= begin && begin <= end && end <= grads.begin() + grads.numel(), "scale: [", begin, ", ",
+             end, ") is outside the gradients' range");
+  const std::vector<int64_t> bounds = update_chunk_bounds(begin, end - begin);
   const int64_t chunks = static_cast<int64_t>(bounds.size()) - 1;
   const float f = static_cast<float>(factor);
-  float* g = grads.data();
+  float* g = grads.at(begin);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     float* __restrict x = g + bounds[c];

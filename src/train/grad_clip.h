@@ -12,6 +12,9 @@ namespace vitpipe {
 double sum_of_squares(const FlatParameters& grads);
 // g *= factor (as fp32).
 void scale(FlatParameters& grads, double factor);
+// The same over elements [begin, end) (model offsets) only: a sharded optimizer's slice.
+double sum_of_squares(const FlatParameters& grads, int64_t begin, int64_t end);
+void scale(FlatParameters& grads, double factor, int64_t begin, int64_t end);
 // torch's rule: min(1, max_norm / (total_norm + 1e-6)); 1 when the norm is not finite (nothing sensible to scale by:
 // the caller should skip the step).
 double clip_factor(double total_norm, double max_norm);

@@ -89,11 +89,43 @@ std::vector<double> layer_lr_scales(int num_segments, double layer_decay) {
 }
 
 Optimizer::Optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first_segment,
-                     int last_segment)
-    : config_(config), layout_(std::move(layout)), first_(first_segment), last_(last_segment) {
+                     int last_segment, OptimizerShard shard)
+    : config_(config),
+      layout_(std::move(layout)),
+      first_(first_segment),
+      last_(last_segment),
+      shard_(std::move(shard)) {
   config_.validate();
+  VP_REQUIRE(0 <= first_ && first_ <= last_ && last_ < layout_->num_segments(), "optimizer: segment range [", first_,
+             ", ", last_, "] is outside the model's ", layout_->num_segments(), " segments");
+  range_begin_ = shard_.sharded() ? shard_.begin : layout_->segment_begin(first_);
+  range_end_ = shard_.sharded() ? shard_.end : layout_->segment_end(last_);
   plan_ = UpdatePlan(*layout_, first_, last_, layer_lr_scales(layout_->num_segments(), config_.layer_decay),
-                     config_.decay_all_parameters);
+                     config_.decay_all_parameters, range_begin_, range_end_);
+}
+
+size_t Optimizer::state_bytes() const {
+  size_t total = 0;
+  for (const auto& [name, buffer] : buffers()) total += buffer->flat().nbytes();
+  return total;
+}
+
+void Optimizer::sum_across_shards(std::vector<double>& a, std::vector<double>& b) const {
+  if (!shard_.sharded() || !shard_.sum_across_shards) return;
+  // Indexed by the layout's parameters, so that every shard's entries mean the same tensor.
+  const ParamSpec* first_spec = layout_->specs().data();
+  std::vector<double> all(2 * layout_->specs().size(), 0.0);
+  for (size_t i = 0; i < plan_.params().size(); ++i) {
+    const auto spec = static_cast<size_t>(plan_.params()[i].spec - first_spec);
+    all[2 * spec] = a[i];
+    all[2 * spec + 1] = b[i];
+  }
+  shard_.sum_across_shards(all);
+  for (size_t i = 0; i < plan_.params().size(); ++i) {
+    const auto spec = static_cast<size_t>(plan_.params()[i].spec - first_spec);
+    a[i] = all[2 * spec];
+    b[i] = all[2 * spec + 1];
+  }
 }
 
 void Optimizer::step(FlatParameters& params, const FlatParameters& grads, double lr) {
@@ -103,12 +135,15 @@ void Optimizer::step(FlatParameters& params, const FlatParameters& grads, double
     VP_REQUIRE(flat->first_segment() == first_ && flat->last_segment() == last_, "optimizer for segments [", first_,
                ", ", last_, "] was given ", what, " of segments [", flat->first_segment(), ", ", flat->last_segment(),
                "]");
+    VP_REQUIRE(flat->begin() <= range_begin_ && range_end_ <= flat->begin() + flat->numel(), "optimizer for elements [",
+               range_begin_, ", ", range_end_, ") was given ", what, " of elements [", flat->begin(), ", ",
+               flat->begin() + flat->numel(), ")");
     VP_REQUIRE(flat->layout().numel() == layout_->numel(), "optimizer step: ", what, " of a model with ",
                flat->layout().numel(), " parameters, the optimizer's has ", layout_->numel());
   }
   VP_REQUIRE(std::isfinite(lr) && lr >= 0.0, "optimizer step: learning rate must be finite and >= 0 (got ", lr, ")");
   ++step_count_;
-  update(params.data(), grads.data(), lr);
+  update(params.at(range_begin_), grads.at(range_begin_), lr);
 }
 
 TensorMap Optimizer::state_tensors() const {
@@ -122,7 +157,7 @@ StringMap Optimizer::state_metadata() const {
           {"step", std::to_string(step_count_)},
           {"first_segment", std::to_string(first_)},
           {"last_segment", std::to_string(last_)},
-          {"begin", std::to_string(layout_->segment_begin(first_))},
+          {"begin", std::to_string(range_begin_)},
           {"numel", std::to_string(plan_.numel())},
           {"model_numel", std::to_string(layout_->numel())}};
 }
@@ -140,9 +175,8 @@ void Optimizer::load_state(const TensorMap& tensors, const StringMap& metadata, 
   VP_REQUIRE(model_numel == layout_->numel(), source, ": optimizer state is for a model of ", model_numel,
              " parameters, this model has ", layout_->numel());
   const int64_t begin = parse_int(metadata, "begin", source), numel = parse_int(metadata, "numel", source);
-  VP_REQUIRE(begin == layout_->segment_begin(first_) && numel == plan_.numel(), source,
-             ": optimizer state covers elements [", begin, ", ", begin + numel, "), this stage holds [",
-             layout_->segment_begin(first_), ", ", layout_->segment_begin(first_) + plan_.numel(), ")");
+  VP_REQUIRE(begin == range_begin_ && numel == plan_.numel(), source, ": optimizer state covers elements [", begin,
+             ", ", begin + numel, "), this optimizer holds [", range_begin_, ", ", range_begin_ + plan_.numel(), ")");
   const int64_t step = parse_int(metadata, "step", source);
   VP_REQUIRE(step >= 0, source, ": optimizer step count is negative (", step, ")");
   for (const auto& [key, buffer] : buffers()) {
@@ -160,21 +194,22 @@ void Optimizer::load_state(const TensorMap& tensors, const StringMap& metadata, 
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                          int first_segment, int last_segment) {
+                                          int first_segment, int last_segment, OptimizerShard shard) {
   VP_REQUIRE(layout != nullptr, "optimizer: no parameter layout");
   switch (config.kind) {
     case OptimizerKind::adamw:
-      return make_adamw(config, std::move(layout), first_segment, last_segment);
+      return make_adamw(config, std::move(layout), first_segment, last_segment, std::move(shard));
     case OptimizerKind::lamb:
-      return make_lamb(config, std::move(layout), first_segment, last_segment);
+      return make_lamb(config, std::move(layout), first_segment, last_segment, std::move(shard));
     case OptimizerKind::sgd:
-      return make_sgd(config, std::move(layout), first_segment, last_segment);
+      return make_sgd(config, std::move(layout), first_segment, last_segment, std::move(shard));
   }
   fail("optimizer: unknown kind");
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const FlatParameters& like) {
-  return make_optimizer(config, like.layout_ptr(), like.first_segment(), like.last_segment());
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const FlatParameters& like,
+                                          OptimizerShard shard) {
+  return make_optimizer(config, like.layout_ptr(), like.first_segment(), like.last_segment(), std::move(shard));
 }
 
 }  // namespace vitpipe

@@ -24,7 +24,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,16 @@ struct OptimizerConfig {
   void validate() const;
 };
 
+// ZeRO stage 1: an optimizer that owns elements [begin, end) (model offsets) of its segment range; its moments cover
+// only those, and it updates only them. `sum_across_shards` adds, in place, per-tensor partial sums over every shard
+// of the range (LAMB's whole-tensor norms: a tensor may straddle shards); the data-parallel group's all-reduce.
+struct OptimizerShard {
+  int64_t begin = -1;  // -1: the whole segment range (not sharded)
+  int64_t end = -1;
+  std::function<void(std::span<double>)> sum_across_shards;
+  bool sharded() const { return begin >= 0; }
+};
+
 // The config of a named optimizer with default hyper-parameters; throws listing the known names.
 OptimizerConfig optimizer_config_named(const std::string& name);
 const std::vector<std::string>& optimizer_names();
@@ -68,14 +80,17 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update: `params` -= f(grads) with learning rate `lr` (before the layer-wise factor). Both must hold this
-  // optimizer's segment range.
+  // One update: `params` -= f(grads) with learning rate `lr` (before the layer-wise factor). Both must be of this
+  // optimizer's segment range and hold its elements (a shard updates its slice only).
   void step(FlatParameters& params, const FlatParameters& grads, double lr);
 
   const OptimizerConfig& config() const { return config_; }
   int64_t step_count() const { return step_count_; }
   int first_segment() const { return first_; }
   int last_segment() const { return last_; }
+  int64_t range_begin() const { return range_begin_; }  // model offsets of the elements it updates
+  int64_t range_end() const { return range_end_; }
+  size_t state_bytes() const;  // bytes of its moment buffers
 
   // Checkpointing. The tensors are views of the live buffers (no copy), each f32 [range numel]: "exp_avg",
   // "exp_avg_sq" (adamw, lamb), "momentum_buffer" (sgd with momentum). The metadata says what they cover:
@@ -88,24 +103,30 @@ class Optimizer {
 
  protected:
   Optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first_segment,
-            int last_segment);
+            int last_segment, OptimizerShard shard = {});
   // Called by step() after step_count() was incremented (so it is t = 1 on the first update).
   virtual void update(float* params, const float* grads, double lr) = 0;
   // The named moment buffers (the state; FlatParameters is a handle, so const still lets load_state fill them).
   virtual std::vector<std::pair<std::string, const FlatParameters*>> buffers() const = 0;
-  FlatParameters make_buffer() const { return FlatParameters(layout_, first_, last_); }
+  FlatParameters make_buffer() const { return FlatParameters(layout_, first_, last_, range_begin_, range_end_); }
+  // Sharded: completes per-tensor partial sums (indexed like plan_.params()) over every shard; else nothing.
+  void sum_across_shards(std::vector<double>& a, std::vector<double>& b) const;
 
   OptimizerConfig config_;
   std::shared_ptr<const ParameterLayout> layout_;
   int first_;
   int last_;
+  OptimizerShard shard_;
+  int64_t range_begin_ = 0;
+  int64_t range_end_ = 0;
   int64_t step_count_ = 0;
   UpdatePlan plan_;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                          int first_segment, int last_segment);
+                                          int first_segment, int last_segment, OptimizerShard shard = {});
 // For the range `like` holds.
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const FlatParameters& like);
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const FlatParameters& like,
+                                          OptimizerShard shard = {});
 
 }  // namespace vitpipe

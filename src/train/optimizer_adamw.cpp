@@ -31,8 +31,11 @@ void adamw_kernel(float* __restrict p, const float* __restrict g, float* __restr
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first, int last)
-      : Optimizer(config, std::move(layout), first, last), exp_avg_(make_buffer()), exp_avg_sq_(make_buffer()) {}
+  AdamW(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first, int last,
+        OptimizerShard shard)
+      : Optimizer(config, std::move(layout), first, last, std::move(shard)),
+        exp_avg_(make_buffer()),
+        exp_avg_sq_(make_buffer()) {}
 
  private:
   void update(float* params, const float* grads, double lr) override {
@@ -69,8 +72,8 @@ class AdamW final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                      int first_segment, int last_segment) {
-  return std::make_unique<AdamW>(config, std::move(layout), first_segment, last_segment);
+                                      int first_segment, int last_segment, OptimizerShard shard) {
+  return std::make_unique<AdamW>(config, std::move(layout), first_segment, last_segment, std::move(shard));
 }
 
 }  // namespace vitpipe

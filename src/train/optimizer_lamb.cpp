@@ -59,8 +59,11 @@ void lamb_apply(float* __restrict p, const float* __restrict m, const float* __r
 
 class Lamb final : public Optimizer {
  public:
-  Lamb(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first, int last)
-      : Optimizer(config, std::move(layout), first, last), exp_avg_(make_buffer()), exp_avg_sq_(make_buffer()) {
+  Lamb(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first, int last,
+       OptimizerShard shard)
+      : Optimizer(config, std::move(layout), first, last, std::move(shard)),
+        exp_avg_(make_buffer()),
+        exp_avg_sq_(make_buffer()) {
     piece_sums_.resize(plan_.pieces().size());
     trust_ratio_.resize(plan_.params().size());
   }
@@ -97,6 +100,7 @@ class Lamb final : public Optimizer {
       p_norm[param] += piece_sums_[i].p;
       u_norm[param] += piece_sums_[i].u;
     }
+    sum_across_shards(p_norm, u_norm);  // sharded: a tensor's other pieces live on other replicas
     for (size_t i = 0; i < trust_ratio_.size(); ++i) {
       const double pn = std::sqrt(p_norm[i]), un = std::sqrt(u_norm[i]);
       trust_ratio_[i] = plan_.params()[i].decays && pn > 0.0 && un > 0.0 ? pn / un : 1.0;
@@ -127,8 +131,8 @@ class Lamb final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_lamb(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                     int first_segment, int last_segment) {
-  return std::make_unique<Lamb>(config, std::move(layout), first_segment, last_segment);
+                                     int first_segment, int last_segment, OptimizerShard shard) {
+  return std::make_unique<Lamb>(config, std::move(layout), first_segment, last_segment, std::move(shard));
 }
 
 }  // namespace vitpipe

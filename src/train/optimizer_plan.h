@@ -30,9 +30,11 @@ struct UpdatePiece {
 class UpdatePlan {
  public:
   UpdatePlan() = default;
-  // `lr_scales` has one factor per segment of the model; `decay_all` overrides ParamSpec::decays().
+  // `lr_scales` has one factor per segment of the model; `decay_all` overrides ParamSpec::decays(). The plan covers
+  // elements [begin, end) (model offsets) of the segment range, the whole range by default (-1): an optimizer
+  // shard's slice. Offsets in pieces are relative to `begin`.
   UpdatePlan(const ParameterLayout& layout, int first_segment, int last_segment, const std::vector<double>& lr_scales,
-             bool decay_all);
+             bool decay_all, int64_t begin = -1, int64_t end = -1);
 
   const std::vector<UpdateParam>& params() const { return params_; }
   const std::vector<UpdatePiece>& pieces() const { return pieces_; }

@@ -33,8 +33,9 @@ void sgd_momentum_kernel(float* __restrict p, const float* __restrict g, float* 
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first, int last)
-      : Optimizer(config, std::move(layout), first, last) {
+  Sgd(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first, int last,
+      OptimizerShard shard)
+      : Optimizer(config, std::move(layout), first, last, std::move(shard)) {
     if (config_.momentum != 0.0) momentum_buffer_ = make_buffer();
   }
 
@@ -70,8 +71,8 @@ class Sgd final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                    int first_segment, int last_segment) {
-  return std::make_unique<Sgd>(config, std::move(layout), first_segment, last_segment);
+                                    int first_segment, int last_segment, OptimizerShard shard) {
+  return std::make_unique<Sgd>(config, std::move(layout), first_segment, last_segment, std::move(shard));
 }
 
 }  // namespace vitpipe

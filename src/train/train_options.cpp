@@ -271,9 +271,10 @@ const std::vector<OptionDef>& option_table() {
            o.layers_per_stage.push_back(static_cast<int>(std::clamp<int64_t>(one.integer(), -1, 1 << 20)));
          }
        }},
-      {"pipeline-schedule", "NAME", "Pipeline schedule: 1f1b | gpipe | interleaved (default 1f1b)",
+      {"pipeline-schedule", "NAME", "Pipeline schedule: 1f1b | gpipe | interleaved | zb-h1 (default 1f1b)",
        [](O& o, const V& v) {
-         o.pipeline_schedule = v.null ? defaults().pipeline_schedule : v.choice({"1f1b", "gpipe", "interleaved"});
+         o.pipeline_schedule =
+             v.null ? defaults().pipeline_schedule : v.choice({"1f1b", "gpipe", "interleaved", "zb-h1"});
        }},
       {"virtual-stages", "V", "Model chunks per rank for --pipeline-schedule interleaved (default 2)",
        [](O& o, const V& v) {
@@ -282,8 +283,26 @@ const std::vector<OptionDef>& option_table() {
        }},
       {"recompute", nullptr, "Recompute activations in the backward pass instead of keeping them",
        [](O& o, const V& v) { o.recompute = v.null ? false : v.boolean(); }},
+      {"shard-optimizer", nullptr,
+       "Partition the optimizer's moments across the data-parallel replicas of each stage (ZeRO stage 1)",
+       [](O& o, const V& v) { o.shard_optimizer = v.null ? false : v.boolean(); }},
       {"trace", "FILE", "Write a Chrome trace (chrome://tracing) of the pipeline to FILE",
        [](O& o, const V& v) { o.trace = v.null ? defaults().trace : v.scalar(); }},
+      {"layout", "NAME",
+       "manual (the flags above) | auto: plan stages x replicas, micro-batch, schedule, recompute and sharding "
+       "from a profile (see vitpipe plan) (default manual)",
+       [](O& o, const V& v) {
+         o.layout = v.null ? defaults().layout : v.choice({"manual", "auto"});
+       }},
+      {"memory-per-process", "SIZE",
+       "--layout auto: memory each process may use, e.g. 16GiB (default: this machine's memory per rank)",
+       [](O& o, const V& v) { o.memory_per_process = v.null ? defaults().memory_per_process : v.scalar(); }},
+      {"link", "BANDWIDTH[,LATENCY]",
+       "--layout auto: the network between processes, e.g. 10Gbit,20us (default: measured by a ping-pong)",
+       [](O& o, const V& v) { o.link = v.null ? defaults().link : v.scalar(); }},
+      {"profile-cache", "DIR",
+       "--layout auto: where per-segment profiles are cached (default $XDG_CACHE_HOME/vitpipe or ~/.cache/vitpipe)",
+       [](O& o, const V& v) { o.profile_cache = v.null ? defaults().profile_cache : v.scalar(); }},
       {"freeze", "WHAT", "none | backbone (a linear probe: only the classifier trains) (default none)",
        [](O& o, const V& v) {
          o.freeze = v.null ? defaults().freeze : v.choice({"none", "backbone"});
@@ -343,6 +362,12 @@ void apply_entries(TrainOptions& options, const Entries& entries, const std::str
   }
   for (const auto& [key, value] : entries) {
     find_option(key)->apply(options, value);
+    const auto& layout_names = layout_option_names();
+    if (std::find(layout_names.begin(), layout_names.end(), key) != layout_names.end()) {
+      auto& given_layout = options.layout_options_given.names;
+      given_layout.erase(std::remove(given_layout.begin(), given_layout.end(), key), given_layout.end());
+      if (!value.null) given_layout.push_back(key);
+    }
     if (value.null) continue;
     for (const auto& [a, b] : exclusive_pairs()) {  // this source's choice replaces an earlier source's partner
       if (key == a || key == b) find_option(key == a ? b : a)->apply(options, RawValue{value.where, true, false, {}});
@@ -435,6 +460,13 @@ nlohmann::json optional_json(const std::optional<int64_t>& value) {
 
 }  // namespace
 
+const std::vector<std::string>& layout_option_names() {
+  static const std::vector<std::string> names = {"pipeline-stages", "layers-per-stage", "pipeline-schedule",
+                                                 "virtual-stages",  "micro-batch-size", "recompute",
+                                                 "shard-optimizer"};
+  return names;
+}
+
 std::vector<std::string> train_option_names() {
   std::vector<std::string> names;
   for (const OptionDef& def : option_table()) names.emplace_back(def.name);
@@ -444,7 +476,9 @@ std::vector<std::string> train_option_names() {
 void complete_defaults(TrainOptions& options) {
   if (!options.epochs && !options.max_steps) options.epochs = 3;
   if (!options.warmup_ratio && !options.warmup_steps) options.warmup_ratio = 0.25;
-  if (!options.micro_batch_size && options.batch_size > 0) options.micro_batch_size = std::gcd(options.batch_size, 8);
+  if (!options.micro_batch_size && options.batch_size > 0 && options.layout != "auto") {
+    options.micro_batch_size = std::gcd(options.batch_size, 8);
+  }
 }
 
 void TrainOptions::validate() const {
@@ -460,10 +494,23 @@ void TrainOptions::validate() const {
   VP_REQUIRE(!epochs || *epochs > 0, "--epochs must be a positive integer (got ", epochs.value_or(0), ")");
   VP_REQUIRE(!max_steps || *max_steps > 0, "--max-steps must be a positive integer (got ", max_steps.value_or(0), ")");
   VP_REQUIRE(batch_size > 0, "--batch-size must be a positive integer (got ", batch_size, ")");
-  VP_REQUIRE(micro_batch_size.has_value(), "--micro-batch-size is not set (complete_defaults() fills it)");
-  VP_REQUIRE(*micro_batch_size > 0, "--micro-batch-size must be a positive integer (got ", *micro_batch_size, ")");
-  VP_REQUIRE(batch_size % *micro_batch_size == 0, "--batch-size ", batch_size,
-             " is not divisible by --micro-batch-size ", *micro_batch_size);
+  if (layout == "auto") {
+    const auto& given = layout_options_given.names;
+    if (!given.empty()) {
+      std::string conflict;
+      for (const auto& name : given) conflict += (conflict.empty() ? "--" : ", --") + name;
+      fail(
+          "--layout auto chooses the pipeline stages, layers per stage, schedule, virtual stages, micro-batch size, "
+          "recompute and optimizer sharding itself, but ",
+          conflict, given.size() > 1 ? " were" : " was", " given too: drop ", given.size() > 1 ? "them" : "it",
+          " or use --layout manual");
+    }
+  } else {
+    VP_REQUIRE(micro_batch_size.has_value(), "--micro-batch-size is not set (complete_defaults() fills it)");
+    VP_REQUIRE(*micro_batch_size > 0, "--micro-batch-size must be a positive integer (got ", *micro_batch_size, ")");
+    VP_REQUIRE(batch_size % *micro_batch_size == 0, "--batch-size ", batch_size,
+               " is not divisible by --micro-batch-size ", *micro_batch_size);
+  }
   VP_REQUIRE(std::find(optimizer_names().begin(), optimizer_names().end(), optimizer) != optimizer_names().end(),
              "--optimizer: unknown optimizer '", optimizer, "'");
   VP_REQUIRE(positive_finite(lr), "--lr must be > 0 (got ", lr, ")");
@@ -513,8 +560,13 @@ void TrainOptions::validate() const {
                  layers_per_stage[s], " layers, expected ", end_stage ? ">= 0" : ">= 1");
     }
   }
-  VP_REQUIRE(pipeline_schedule == "1f1b" || pipeline_schedule == "gpipe" || pipeline_schedule == "interleaved",
-             "--pipeline-schedule must be 1f1b, gpipe or interleaved (got '", pipeline_schedule, "')");
+  VP_REQUIRE(pipeline_schedule == "1f1b" || pipeline_schedule == "gpipe" || pipeline_schedule == "interleaved" ||
+                 pipeline_schedule == "zb-h1",
+             "--pipeline-schedule must be 1f1b, gpipe, interleaved or zb-h1 (got '", pipeline_schedule, "')");
+  VP_REQUIRE(!(recompute && pipeline_schedule == "zb-h1"),
+             "--recompute cannot be combined with --pipeline-schedule zb-h1: its deferred weight-gradient pass reads "
+             "the activations --recompute discards; use 1f1b with --recompute, or zb-h1 without it");
+  VP_REQUIRE(layout == "manual" || layout == "auto", "--layout must be manual or auto (got '", layout, "')");
   VP_REQUIRE(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
   VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = each epoch) (got ", checkpoint_every, ")");
   VP_REQUIRE(loader_threads >= 1 && loader_threads <= 256, "--loader-threads must be in [1, 256] (got ", loader_threads,
@@ -613,7 +665,19 @@ nlohmann::json TrainOptions::to_json() const {
   j["layers_per_stage"] = layers_per_stage;
   j["pipeline_schedule"] = pipeline_schedule;
   j["recompute"] = recompute;
+  j["shard_optimizer"] = shard_optimizer;
   j["trace"] = trace;
+  j["layout"] = layout;
+  j["memory_per_process"] = memory_per_process;
+  j["link"] = link;
+  j["profile_cache"] = profile_cache;
+  if (layout == "auto") {  // chosen by the planner: read back, they must not count as given
+    for (const auto& name : layout_option_names()) {
+      std::string key = name;
+      std::replace(key.begin(), key.end(), '-', '_');
+      j[key] = nullptr;
+    }
+  }
   j["freeze"] = freeze;
   j["freeze_layers"] = freeze_layers;
   j["lora"] = lora_rank;
@@ -688,7 +752,7 @@ TrainOptionsParser::TrainOptionsParser(CLI::App* app) {
   }
 }
 
-TrainOptions TrainOptionsParser::resolve() const {
+TrainOptions TrainOptionsParser::resolve(bool validate) const {
   TrainOptions options;
   if (!config_path_.empty()) apply_config_file(options, config_path_);
   Entries given;
@@ -701,7 +765,7 @@ TrainOptions TrainOptionsParser::resolve() const {
   }
   apply_entries(options, given, "the command line", true);
   complete_defaults(options);
-  options.validate();
+  if (validate) options.validate();
   return options;
 }
 

@@ -112,7 +112,19 @@ struct TrainOptions {
   std::string pipeline_schedule = "1f1b";  // 1f1b | gpipe | interleaved
   int virtual_stages = 2;                  // model chunks per rank for the interleaved schedule
   bool recompute = false;
-  std::string trace;  // --trace FILE: Chrome trace of the pipeline; empty = none
+  bool shard_optimizer = false;  // --shard-optimizer: ZeRO-1, moments partitioned across each stage's replicas
+  std::string trace;             // --trace FILE: Chrome trace of the pipeline; empty = none
+  // --layout auto: the planner (plan/) chooses stages, replicas, micro-batch, schedule, recompute and sharding.
+  std::string layout = "manual";
+  std::string memory_per_process;  // --memory-per-process SIZE for the planner; "" = this machine's per rank
+  std::string link;                // --link BANDWIDTH[,LATENCY] for the planner; "" = measured (ping-pong)
+  std::string profile_cache;       // --profile-cache DIR; "" = $XDG_CACHE_HOME/vitpipe (or ~/.cache/vitpipe)
+  // Layout options given explicitly (command line or config file): --layout auto refuses them, naming the conflict.
+  // Where a value came from is not part of the options' value: equal options compare equal whatever their source.
+  struct GivenNames {
+    std::vector<std::string> names;
+    bool operator==(const GivenNames&) const { return true; }
+  } layout_options_given;
 
   // What trains (model/trainable_set.h): at most one of --freeze backbone, --freeze-layers N, --lora RANK.
   std::string freeze = "none";  // --freeze none|backbone
@@ -134,7 +146,11 @@ struct TrainOptions {
   int64_t micro_batches() const { return batch_size / micro_batch_size.value_or(batch_size); }
 };
 
-// Fills what is left to defaults (epochs when neither epochs nor max_steps, warm-up ratio, micro-batch size).
+// The options --layout auto chooses (long flag names).
+const std::vector<std::string>& layout_option_names();
+
+// Fills what is left to defaults (epochs when neither epochs nor max_steps, warm-up ratio, micro-batch size unless
+// --layout auto chooses it).
 void complete_defaults(TrainOptions& options);
 
 // Applies a config file (.json, .yaml or .yml) on top of `options`. Errors name the file, the key and, for YAML,
@@ -155,7 +171,9 @@ class TrainOptionsParser {
   TrainOptionsParser(const TrainOptionsParser&) = delete;
   TrainOptionsParser& operator=(const TrainOptionsParser&) = delete;
 
-  TrainOptions resolve() const;
+  // `validate` false (vitpipe plan, which takes train's flags): completed, not checked for a whole run (no --data or
+  // --output-dir needed).
+  TrainOptions resolve(bool validate = true) const;
 
  private:
   struct Registered;

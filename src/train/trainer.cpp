@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "model/initializer.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
+#include "parallel/optimizer_shards.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
 #include "parallel/trace.h"
@@ -27,6 +29,7 @@
 #include "train/distributed_state.h"
 #include "train/evaluation.h"
 #include "train/grad_clip.h"
+#include "train/layout_auto.h"
 #include "train/lora_export.h"
 #include "train/metrics_log.h"
 #include "train/pos_weight.h"
@@ -46,11 +49,7 @@ namespace {
 
 constexpr int kMaxTracedSteps = 50;  // a trace of every step of a long run would not fit in memory
 
-ScheduleKind schedule_of(const TrainOptions& o) {
-  if (o.pipeline_schedule == "gpipe") return ScheduleKind::gpipe;
-  if (o.pipeline_schedule == "interleaved") return ScheduleKind::interleaved_1f1b;
-  return ScheduleKind::one_f_one_b;
-}
+ScheduleKind schedule_of(const TrainOptions& o) { return parse_schedule_kind(o.pipeline_schedule); }
 
 // A replica's rows split into m micro-batches whose sizes differ by at most one.
 std::vector<int64_t> even_split(int64_t rows, int parts) {
@@ -177,6 +176,12 @@ class RankTrainer {
   // Per measured step (the first is not: it includes one-time JIT compilation): this rank's step and compute time,
   // and the share of the gradient all-reduce hidden behind its backward pass.
   std::vector<double> step_seconds_, compute_seconds_, hidden_samples_;
+  double optimizer_state_bytes_ = 0;
+  std::optional<LayoutPrediction> predicted_;  // --layout auto's choice
+  std::vector<double> iteration_seconds_;      // per measured step: the whole iteration, optimizer included
+  // Communication summed over ranks and measured steps (optimizer_step's order), for the end-of-run summary.
+  std::array<double, 10> comm_sums_{};
+  int64_t comm_steps_ = 0;
 };
 
 void RankTrainer::run() {
@@ -196,9 +201,10 @@ void RankTrainer::run() {
                " already holds an exported model (model/) but no checkpoint to resume; choose another directory or "
                "remove it");
   }
-  check_layout_before_loading();
+  if (o_.layout != "auto") check_layout_before_loading();
   open_data();
   load_model_and_state();
+  if (o_.layout == "auto") predicted_ = choose_training_layout(world_, o_, model_.config);
   build_pipeline();
   plan_epochs();
   train_loop();
@@ -312,7 +318,8 @@ void RankTrainer::build_pipeline() {
   micro_batches_ = plan_.micro_batches;
 
   const Precision precision = o_.precision == DType::bf16 ? Precision::bf16 : Precision::fp32;
-  size_t activation_bytes = 0;
+  size_t activation_bytes = 0, optimizer_bytes = 0, unsharded_optimizer_bytes = 0;
+  std::vector<std::vector<ElementRange>> shards;  // per chunk (--shard-optimizer)
   for (int chunk = 0; chunk < pc.virtual_stages; ++chunk) {
     const SegmentRange range = plan_.segments_of(grid_->stage(), chunk);
     StageOptions so;
@@ -320,6 +327,7 @@ void RankTrainer::build_pipeline() {
     so.last_segment = range.last;
     so.precision = precision;
     so.recompute = o_.recompute;
+    so.split_backward = schedule_splits_backward(pc.schedule);
     so.max_micro_batch = micro_batch_;
     so.slots = activation_slots_needed(pc.schedule, pc.stages, micro_batches_, grid_->stage(), pc.virtual_stages);
     so.split = split_;
@@ -327,7 +335,23 @@ void RankTrainer::build_pipeline() {
     chunks_.push_back(std::make_unique<ViTStage>(layout_, *backends_.back(), so));
     ViTStage& stage = *chunks_.back();
     activation_bytes += stage.activation_bytes();
-    optimizers_.push_back(make_optimizer(o_.optimizer_config(), stage.parameters()));
+    OptimizerShard shard;
+    if (o_.shard_optimizer) {
+      // On the optimizers' chunk grid, so that a shard's update is the same arithmetic as the unsharded one's.
+      const FlatParameters& p = stage.parameters();
+      shards.push_back(shard_ranges(p.begin(), p.begin() + p.numel(), grid_->replicas(), kUpdateChunk));
+      const ElementRange mine = shards.back()[static_cast<size_t>(grid_->replica())];
+      shard.begin = mine.begin;
+      shard.end = mine.end;
+      // LAMB's whole-tensor norms: a tensor's pieces on the other replicas of this stage.
+      shard.sum_across_shards = [this](std::span<double> sums) {
+        executor_->data_parallel_group().allreduce(sums.data(), sums.size(), ReduceOp::sum);
+      };
+    }
+    optimizers_.push_back(make_optimizer(o_.optimizer_config(), stage.parameters(), shard));
+    optimizer_bytes += optimizers_.back()->state_bytes();
+    unsharded_optimizer_bytes +=
+        optimizers_.back()->state_tensors().size() * static_cast<size_t>(stage.parameters().numel()) * sizeof(float);
     stage.load_values(values_);
     if (resume_from_) {
       load_chunk_state(stage, optimizers_.back().get(), resumed_trainable_, resumed_.optimizer_state,
@@ -342,6 +366,7 @@ void RankTrainer::build_pipeline() {
   ExecutorOptions eo;
   eo.schedule = pc.schedule;
   eo.virtual_stages = pc.virtual_stages;
+  eo.shards = shards;
   if (o_.pos_weight_auto) {
     VP_REQUIRE(dataset_->multi_label(), "--pos-weight auto needs a multi-label dataset");
     const auto items = dataset_->split_indices(Split::train);
@@ -382,6 +407,15 @@ void RankTrainer::build_pipeline() {
   info("global batch ", o_.batch_size, " = micro-batch ", micro_batch_, " x ", micro_batches_,
        " accumulation step(s) x ", grid_->replicas(), " replica(s)");
   info("peak activation memory per rank (planned): ", format_bytes(peak_activations));
+  double optimizer_state[2] = {static_cast<double>(optimizer_bytes), static_cast<double>(unsharded_optimizer_bytes)};
+  world_.allreduce(optimizer_state, 2, ReduceOp::max);
+  optimizer_state_bytes_ = optimizer_state[0];
+  if (optimizer_state[1] > 0) {
+    info("optimizer state per rank (most on any rank): ", format_bytes(optimizer_state[0]),
+         o_.shard_optimizer ? concat(", sharded across ", grid_->replicas(),
+                                     " replica(s) (unsharded: ", format_bytes(optimizer_state[1]), ")")
+                            : std::string());
+  }
 }
 
 void RankTrainer::plan_epochs() {
@@ -498,15 +532,23 @@ StepShape RankTrainer::step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* 
 }
 
 void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* record) {
-  // Global gradient norm over the whole model: the stages of one replica hold disjoint parts.
+  // Global gradient norm over the whole model: the stages of one replica hold disjoint parts; with a sharded
+  // optimizer only each shard's owner holds the reduced gradient, so every rank adds its shards over the world.
+  const bool sharded = executor_->sharded();
   double squares = 0;
-  for (auto& chunk : chunks_) squares += sum_of_squares(chunk->gradients());
-  squares = executor_->pipeline_group().allreduce(squares);
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const Optimizer& opt = *optimizers_[c];
+    squares += sharded ? sum_of_squares(chunks_[c]->gradients(), opt.range_begin(), opt.range_end())
+                       : sum_of_squares(chunks_[c]->gradients());
+  }
+  squares = sharded ? world_.allreduce(squares) : executor_->pipeline_group().allreduce(squares);
   const double norm = std::sqrt(squares);
   if (o_.clip_grad_norm > 0) {
     const double factor = clip_factor(norm, o_.clip_grad_norm);
     if (factor != 1.0) {
-      for (auto& chunk : chunks_) scale(chunk->gradients(), factor);
+      for (size_t c = 0; c < chunks_.size(); ++c) {
+        scale(chunks_[c]->gradients(), factor, optimizers_[c]->range_begin(), optimizers_[c]->range_end());
+      }
     }
   }
   const double lr = o_.lr_schedule().lr(state_.step, state_.total_steps);
@@ -514,15 +556,46 @@ void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* recor
     TraceRecorder::Scope scope(trace_.get(), "optimizer", kTraceOptimizer, 0);
     for (size_t c = 0; c < chunks_.size(); ++c) {
       optimizers_[c]->step(chunks_[c]->parameters(), chunks_[c]->gradients(), lr);
-      chunks_[c]->parameters_changed();
+      if (!sharded) chunks_[c]->parameters_changed();  // sharded: as each segment arrives (parameter_gather.h)
       chunks_[c]->zero_gradients();
     }
   }
-  double loss[2] = {result.loss_sum, static_cast<double>(result.loss_elements)};
-  world_.allreduce(loss, 2, ReduceOp::sum);
-  (*record)["loss"] = loss[1] > 0 ? loss[0] / loss[1] : 0.0;
+  executor_->start_parameter_gather();  // sharded: each shard's owner sends its update to the other replicas
+  // The loss, and this step's communication summed over every rank of the job, in one reduction.
+  const CommunicationStats& c = result.comm;
+  double sums[12] = {result.loss_sum,
+                     static_cast<double>(result.loss_elements),
+                     static_cast<double>(c.activation_bytes),
+                     static_cast<double>(c.activation_grad_bytes),
+                     static_cast<double>(c.label_bytes),
+                     static_cast<double>(c.allreduce_bytes),
+                     static_cast<double>(c.reduce_scatter_bytes),
+                     static_cast<double>(c.allgather_bytes),
+                     c.wire_bytes(),
+                     c.p2p_wait_seconds,
+                     c.collective_exposed_seconds,
+                     c.collective_hidden_seconds()};
+  world_.allreduce(sums, 12, ReduceOp::sum);
+  (*record)["loss"] = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
   (*record)["lr"] = lr;
   (*record)["grad_norm"] = norm;
+  // Bytes: payloads handed to the communicator by all ranks together; wire: a ring algorithm's bytes on the links.
+  // Seconds: summed over ranks (divide by the world size for a mean per rank).
+  nlohmann::json comm = {{"activation_bytes", sums[2]},
+                         {"activation_grad_bytes", sums[3]},
+                         {"label_bytes", sums[4]},
+                         {"allreduce_bytes", sums[5]},
+                         {"reduce_scatter_bytes", sums[6]},
+                         {"allgather_bytes", sums[7]},
+                         {"wire_bytes", sums[8]},
+                         {"p2p_wait_seconds", sums[9]},
+                         {"collective_exposed_seconds", sums[10]},
+                         {"collective_hidden_seconds", sums[11]}};
+  (*record)["comm"] = std::move(comm);
+  if (state_.step > 0) {
+    for (int i = 2; i < 12; ++i) comm_sums_[static_cast<size_t>(i - 2)] += sums[i];
+    ++comm_steps_;
+  }
 }
 
 EvaluationReport RankTrainer::evaluate(Split split) {
@@ -542,6 +615,7 @@ EvaluationReport RankTrainer::evaluate(Split split) {
 }
 
 void RankTrainer::export_model(const fs::path& directory) {
+  executor_->complete_parameters();
   std::vector<ViTStage*> chunks;
   for (auto& c : chunks_) chunks.push_back(c.get());
   GatheredState gathered = gather_state(world_, *grid_, chunks, {});
@@ -559,6 +633,7 @@ void RankTrainer::export_model(const fs::path& directory) {
 }
 
 void RankTrainer::save_checkpoint() {
+  executor_->complete_parameters();
   std::vector<ViTStage*> chunks;
   std::vector<Optimizer*> optimizers;
   for (auto& c : chunks_) chunks.push_back(c.get());
@@ -629,6 +704,7 @@ void RankTrainer::train_loop() {
   int64_t steps_since_log = 0;
   std::string detail;  // the progress line's epoch, loss and rate
   while (state_.step < state_.total_steps) {
+    const Stopwatch iteration;
     const int64_t epoch = state_.epoch, index = state_.batch_in_epoch;
     trace_->set_step(static_cast<int>(state_.step));
     Batch batch;
@@ -641,6 +717,7 @@ void RankTrainer::train_loop() {
     const StepResult result = executor_->train_step(shape, source);
     nlohmann::json record = {{"type", "train"}, {"step", state_.step + 1}};
     optimizer_step(result, &record);
+    if (state_.step > 0) iteration_seconds_.push_back(iteration.seconds());
     if (state_.step > 0 && result.seconds > 0) {  // the first step includes one-time JIT compilation
       step_seconds_.push_back(result.seconds);
       compute_seconds_.push_back(result.compute_seconds);
@@ -732,6 +809,38 @@ void RankTrainer::finish() {
                                {"bubble_measured", sums[0] / sums[2]},
                                {"bubble_theory", theory}};
       if (grid_->replicas() > 1) record["allreduce_hidden"] = sums[1] / sums[2];
+      metrics_->write(record);
+    }
+  }
+  if (comm_steps_ > 0 && world_.size() > 1) {
+    const double n = static_cast<double>(comm_steps_), ranks = world_.size();
+    const auto& c = comm_sums_;
+    info("communication per step (all ranks): activations ", format_bytes(c[0] / n), ", their gradients ",
+         format_bytes(c[1] / n), ", labels ", format_bytes(c[2] / n), ", gradient all-reduce ", format_bytes(c[3] / n),
+         ", reduce-scatter ", format_bytes(c[4] / n), ", parameter all-gather ", format_bytes(c[5] / n),
+         "; on the wire (ring model) ", format_bytes(c[6] / n),
+         ". Per rank and step: ", static_cast<int>(1e3 * c[7] / n / ranks), " ms waiting for messages, collectives ",
+         static_cast<int>(1e3 * c[8] / n / ranks), " ms exposed / ", static_cast<int>(1e3 * c[9] / n / ranks),
+         " ms hidden");
+  }
+  if (predicted_ && !iteration_seconds_.empty()) {
+    std::vector<double> sorted = iteration_seconds_;
+    std::sort(sorted.begin(), sorted.end());
+    const double measured = sorted[sorted.size() / 2];
+    char line[240];
+    std::snprintf(line, sizeof(line),
+                  "--layout auto: predicted %.3f s per step, measured %.3f s (median of %zu steps after the first; "
+                  "measured / predicted = %.2f)",
+                  predicted_->step_seconds, measured, sorted.size(), measured / predicted_->step_seconds);
+    info(line);
+    if (root()) {
+      nlohmann::json record = {{"type", "layout"},
+                               {"layout", predicted_->layout.describe()},
+                               {"train_flags", predicted_->layout.train_flags()},
+                               {"predicted_step_seconds", predicted_->step_seconds},
+                               {"measured_step_seconds", measured},
+                               {"measured_steps", sorted.size()},
+                               {"predicted_bubble", predicted_->bubble}};
       metrics_->write(record);
     }
   }

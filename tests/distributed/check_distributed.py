@@ -11,6 +11,15 @@ Cases (each one ctest test; `setup` is their fixture, it writes the models and t
   fail.rank-killed         SIGKILL to rank 3 mid-training: mpirun exits non-zero within 10 s
   resume.<from>-to-<to>    a checkpoint of one layout resumed under another reaches the uninterrupted weights
   trace                    --trace: valid Chrome trace JSON with every rank's compute and communication events
+  sharded.<layout>         --shard-optimizer (AdamW, LAMB, clipping on) == one process with the same optimizer
+  layout-auto.ranks<N>     --layout auto: the chosen layout's weights == one process; predicted vs measured printed
+  plan.<what>              `vitpipe plan`: a layout for 4 processes (cached profile reused, layout flags fix the
+                           search), under mpirun, and a memory no layout fits refused saying what would fit
+  families.<model>-<mode>  zb-h1 == 1F1B (2 stages, mpirun) on DINOv2 with registers + SwiGLU + LayerScale and on
+                           DeiT with its distillation token and teacher head, fully trained, with LoRA, with frozen
+                           layers or a frozen backbone (frozen weights checked bit for bit)
+  sharded-lora.stages2x2-zb-h1  --shard-optimizer + --lora under 2 stages x 2 replicas zb-h1 == one unsharded
+                           process: the shards hold the trainable elements only, the frozen weights never move
 """
 import argparse
 import json
@@ -49,7 +58,43 @@ LAYOUTS = {  # name: (processes, extra flags)
     "interleaved2x2-recompute": (4, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
                                      "--virtual-stages", "2", "--recompute"]),
     "threads-stages2": (0, ["--pipeline-stages", "2"]),  # no mpirun: the stages run as threads of one process
+    # ZB-H1: the backward split into input and weight passes, the weight passes deferred into the bubbles.
+    "zb-h1-stages2": (2, ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1"]),
+    "zb-h1-stages4": (4, ["--pipeline-stages", "4", "--pipeline-schedule", "zb-h1"]),
+    "zb-h1-stages2x2": (4, ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1"]),
 }
+
+# --shard-optimizer (ZeRO-1) with AdamW and LAMB, gradient clipping that does clip (the gradient norms of these
+# runs are well above 0.05): against one process with the same optimizer. name: (processes, optimizer, flags)
+SHARDED = {
+    "adamw-replicas2": (2, "adamw", []),
+    "adamw-replicas4": (4, "adamw", []),
+    "lamb-replicas2": (2, "lamb", []),
+    "lamb-replicas4": (4, "lamb", []),
+    "lamb-stages2x2-zb-h1": (4, "lamb", ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1"]),
+    "adamw-stages2x2-interleaved": (4, "adamw", ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
+                                                 "--virtual-stages", "2"]),
+}
+CLIP = ["--clip-grad-norm", "0.05"]
+# LAMB's step is lr x the trust ratio: at AdamW's 1e-3 the weights would move too little for the comparison to mean much.
+SHARDED_LR = {"adamw": "1e-3", "lamb": "1e-2"}
+
+
+# The families' checkpoints, written the way save_pretrained writes them (tests/predict's writers, not vitpipe's).
+FAMILY_MODELS = {  # name: (model_type, architecture, options)
+    "dinov2": ("dinov2_with_registers", "Dinov2WithRegistersForImageClassification", {"swiglu": True, "registers": 2}),
+    "deit": ("deit", "DeiTForImageClassificationWithTeacher", {"mlp": 128}),
+}
+LORA_ALL = ["--lora", "4", "--lora-alpha", "8", "--lora-targets", "query,key,value,projection,fc1,fc2"]
+FAMILIES = {  # name: (model, trainable-set flags)
+    "dinov2-full": ("dinov2", []),
+    "dinov2-lora": ("dinov2", LORA_ALL),
+    "dinov2-freeze-layers1": ("dinov2", ["--freeze-layers", "1"]),
+    "deit-full": ("deit", []),
+    "deit-freeze-backbone": ("deit", ["--freeze", "backbone"]),
+    "deit-lora": ("deit", ["--lora", "2", "--lora-targets", "query,value,fc2"]),
+}
+FAMILY_SGD = ["--optimizer", "sgd", "--lr", "0.5"]
 
 
 class Job:
@@ -88,7 +133,7 @@ def data_flag(root=SAMPLE):
     return ["--data", "chestxray14:" + root]
 
 
-def compare(initial_path, expected_path, actual_path, what):
+def compare(initial_path, expected_path, actual_path, what, min_moved=10 * TOLERANCE):
     """Every tensor within TOLERANCE of the reference, and the run must have moved the weights well beyond it."""
     initial, expected, actual = (read_safetensors(p) for p in (initial_path, expected_path, actual_path))
     assert expected.keys() == actual.keys(), f"{what}: tensor names differ"
@@ -106,7 +151,7 @@ def compare(initial_path, expected_path, actual_path, what):
           f"least {least_moved:.2e} of its scale")
     if worst > TOLERANCE:
         sys.exit(f"FAIL: {what}: {worst_name} differs by {worst:.2e} relative (tolerance {TOLERANCE})")
-    if least_moved < 10 * TOLERANCE:
+    if least_moved < min_moved:
         sys.exit(f"FAIL: {what}: the weights moved too little ({least_moved:.2e}) for the comparison to mean much")
 
 
@@ -146,6 +191,9 @@ def case_setup(job):
     mini = ["--model", job.model("mini")] + data_flag() + COMMON + THREADS + BATCH
     job.train(0, mini + SGD + STEPS + ["--output-dir", job.model("reference-sgd")])
     job.train(0, mini + ADAMW + ["--max-steps", "4", "--output-dir", job.model("reference-adamw")])
+    for optimizer in ("adamw", "lamb"):
+        job.train(0, mini + ["--optimizer", optimizer, "--lr", SHARDED_LR[optimizer]] + CLIP + STEPS +
+                  ["--output-dir", job.model(f"reference-{optimizer}-clipped")])
     write_masked_csv(os.path.join(job.shared, "masked.csv"))
     job.train(0, ["--model", job.model("mini")] + masked_flags(job) + COMMON + THREADS + BATCH + SGD + STEPS +
               ["--output-dir", job.model("reference-masked")])
@@ -193,6 +241,284 @@ def case_equal(job, layout):
             print(line)
 
 
+def case_sharded(job, name):
+    processes, optimizer, flags = SHARDED[name]
+    out = os.path.join(job.work, "sharded." + name)
+    shutil.rmtree(out, ignore_errors=True)
+    result = job.train(processes, ["--model", job.model("mini")] + data_flag() + COMMON + THREADS + BATCH +
+                       ["--optimizer", optimizer, "--lr", SHARDED_LR[optimizer]] + CLIP + STEPS + flags +
+                       ["--shard-optimizer", "--output-dir", out])
+    log = result.stderr
+    assert f"{processes} MPI ranks" in log, "the job did not run as MPI ranks:\n" + log
+    replicas = processes // (2 if "--pipeline-stages" in flags else 1)
+    assert f"sharded across {replicas} replica(s)" in log, "the optimizer was not sharded:\n" + log
+    for line in log.splitlines():
+        if "optimizer state per rank" in line or "communication per step" in line:
+            print(line)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    norms = [r["grad_norm"] for r in records if r.get("type") == "train"]
+    print(f"gradient norms before clipping: {norms}")
+    if min(norms) <= 0.05:
+        sys.exit("FAIL: clipping at 0.05 did not clip every step; the test would not exercise it")
+    scattered = [r["comm"]["reduce_scatter_bytes"] for r in records if r.get("type") == "train"]
+    gathered = [r["comm"]["allgather_bytes"] for r in records if r.get("type") == "train"]
+    if not all(b > 0 for b in scattered) or gathered[0] != 0 or not all(b > 0 for b in gathered[1:]):
+        sys.exit(f"FAIL: reduce-scatter bytes {scattered}, all-gather bytes {gathered} (every step reduce-scatters, "
+                 "every step after the first all-gathers)")
+    compare(os.path.join(job.model("mini"), "model.safetensors"),
+            os.path.join(job.model(f"reference-{optimizer}-clipped"), "model", "model.safetensors"),
+            os.path.join(out, "model", "model.safetensors"), f"{processes} MPI ranks, {optimizer}, sharded, "
+            + " ".join(flags))
+
+
+def family_model(job, name):
+    """A small checkpoint of the family (4 blocks, 14 findings), written once per test directory (cases run in
+    parallel: written aside, then renamed into place)."""
+    import tempfile
+    directory = os.path.join(job.work, "family-" + name)
+    if os.path.exists(os.path.join(directory, "model.safetensors")):
+        return directory
+    os.makedirs(job.work, exist_ok=True)
+    aside = os.path.join(tempfile.mkdtemp(dir=job.work), "model")
+    sys.path.insert(0, os.path.join(os.environ["VITPIPE_SOURCE_DIR"], "tests", "predict"))
+    import predict_families as pf
+    import predict_golden as pg
+    model_type, architecture, options = FAMILY_MODELS[name]
+    if model_type == "deit":
+        config = pf.family_config(model_type, 64, 4, 4, 32, 8, FINDINGS, architecture, **options)
+        processor = pf.deit_processor(36, 32)
+    else:  # a 6 x 6 position grid fed 4 x 4, as dinov2-micro
+        config = pf.family_config(model_type, 64, 4, 4, 42, 7, FINDINGS, architecture, **options)
+        processor = pf.bit_processor(32, 28, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    pg.write_model(aside, config, pf.family_state_dict(config, seed=11), processor)
+    try:
+        os.rename(aside, directory)
+    except OSError:  # another case wrote it first (the same bytes)
+        shutil.rmtree(os.path.dirname(aside))
+    return directory
+
+
+LORA_MERGED = {  # a LoRA target: the exported weights (within an encoder layer) it merges into
+    "query": {"attention.attention.query.weight"}, "key": {"attention.attention.key.weight"},
+    "value": {"attention.attention.value.weight"}, "projection": {"attention.output.dense.weight"},
+    "fc1": {"intermediate.dense.weight", "mlp.fc1.weight", "mlp.weights_in.weight"},
+    "fc2": {"output.dense.weight", "mlp.fc2.weight", "mlp.weights_out.weight"},
+}
+CLASSIFIERS = ("classifier.", "cls_classifier.", "distillation_classifier.")
+
+
+def frozen_unchanged(initial_path, exported_path, flags):
+    """Names of exported tensors the trainable set freezes that are not bit for bit as loaded (should be none).
+    --freeze backbone trains the classifiers alone; --freeze-layers 1 freezes the embeddings and block 0; LoRA freezes
+    everything but the classifiers and the weights its adapters merge into."""
+    import numpy as np
+    initial, exported = read_safetensors(initial_path), read_safetensors(exported_path)
+    merged = set()
+    if "--lora" in flags:
+        for target in flags[flags.index("--lora-targets") + 1].split(","):
+            merged |= LORA_MERGED[target]
+    moved = []
+    for name, before in initial.items():
+        local = name.split(".encoder.layer.", 1)[1].split(".", 1)[1] if ".encoder.layer." in name else None
+        if "--freeze" in flags:
+            frozen = not name.startswith(CLASSIFIERS)
+        elif "--freeze-layers" in flags:
+            frozen = ".embeddings." in name or ".encoder.layer.0." in name
+        elif "--lora" in flags:
+            frozen = not name.startswith(CLASSIFIERS) and local not in merged
+        else:
+            frozen = False
+        if frozen and (name not in exported or not np.array_equal(before, exported[name])):
+            moved.append(name)
+    return moved
+
+
+def case_families(job, name):
+    """zb-h1's split backward (W deferred into the bubbles) gives 1F1B's weights on the model families and
+    trainable sets, 2 stages under mpirun; the frozen weights stay bit for bit as loaded."""
+    model_name, flags = FAMILIES[name]
+    model = family_model(job, model_name)
+    outputs, checkpoints = {}, {}
+    for schedule in ("1f1b", "zb-h1"):
+        out = os.path.join(job.work, f"families.{name}.{schedule}")
+        shutil.rmtree(out, ignore_errors=True)
+        log = job.train(2, ["--model", model] + data_flag() + COMMON + THREADS + BATCH + FAMILY_SGD + STEPS + flags +
+                        ["--checkpoint-every", "3", "--pipeline-stages", "2", "--pipeline-schedule", schedule,
+                         "--output-dir", out]).stderr
+        assert "2 MPI ranks" in log and f"schedule {schedule}" in log, log
+        outputs[schedule] = os.path.join(out, "model", "model.safetensors")
+        checkpoints[schedule] = latest_checkpoint(out)
+        moved = frozen_unchanged(os.path.join(model, "model.safetensors"), outputs[schedule], flags)
+        if moved:
+            sys.exit(f"FAIL: {schedule} {' '.join(flags)}: frozen tensors changed: {moved[:5]}")
+    initial = os.path.join(model, "model.safetensors")
+    if "--lora" in flags:
+        # The merged export moves by (alpha / r) B A only, little beside W: the adapters themselves are compared
+        # (B starts at zero: all it holds is what training moved).
+        compare(initial, outputs["1f1b"], outputs["zb-h1"], f"{name}: zb-h1 vs 1f1b, merged export", min_moved=0)
+        compare_adapters(*(os.path.join(checkpoints[s], "trainable.safetensors") for s in ("1f1b", "zb-h1")),
+                         f"{name}: zb-h1 vs 1f1b, checkpoint")
+    else:
+        compare(initial, outputs["1f1b"], outputs["zb-h1"], f"{name}: zb-h1 vs 1f1b, 2 stages")
+
+
+def latest_checkpoint(out):
+    with open(os.path.join(out, "checkpoints", "latest")) as f:
+        return os.path.join(out, "checkpoints", f.read().strip())
+
+
+def compare_adapters(expected_path, actual_path, what):
+    """A LoRA checkpoint's trainable tensors (A, B, classifiers) within TOLERANCE; every B trained (peft starts it
+    at zero, so what it holds is what training moved)."""
+    import numpy as np
+    expected, actual = read_safetensors(expected_path), read_safetensors(actual_path)
+    assert expected.keys() == actual.keys(), f"{what}: the checkpoints hold different tensors"
+    worst, worst_name = 0.0, ""
+    for k in expected:
+        error = np.abs(actual[k] - expected[k]).max() / max(np.abs(expected[k]).max(), 1e-30)
+        if error > worst:
+            worst, worst_name = error, k
+    untrained = [k for k in expected if "lora_B" in k and not np.abs(expected[k]).max() > 0]
+    print(f"{what}: {len(expected)} trainable tensors (LoRA A/B, classifiers), worst relative difference {worst:.2e} "
+          f"({worst_name or '-'}), {sum('lora_B' in k for k in expected)} B matrices all moved from zero")
+    if worst > TOLERANCE or untrained or not any("lora_B" in k for k in expected):
+        sys.exit(f"FAIL: {what}: {worst_name} differs by {worst:.2e} (tolerance {TOLERANCE}); B still zero or "
+                 f"missing: {untrained[:3]}")
+
+
+def read_bytes(text):
+    number, unit = text.split()
+    return float(number) * {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}[unit]
+
+
+def case_sharded_lora(job):
+    """--shard-optimizer with LoRA (2 stages x 2 replicas, zb-h1, AdamW): the moments are sharded over the trainable
+    parameters only (per rank about half of the unsharded trainable state; the checkpoint's optimizer state holds
+    exactly the trainable elements), the result is one unsharded process's, and the frozen weights never move."""
+    import numpy as np
+    model = family_model(job, "dinov2")
+    lora = ["--lora", "4", "--lora-alpha", "8", "--lora-targets", "query,value,fc2"]
+    flags = ["--model", model] + data_flag() + COMMON + THREADS + BATCH + ADAMW + STEPS + lora + \
+        ["--checkpoint-every", "3", "--export-last"]
+    reference = os.path.join(job.work, "sharded-lora.reference")
+    out = os.path.join(job.work, "sharded-lora.stages2x2-zb-h1")
+    for d in (reference, out):
+        shutil.rmtree(d, ignore_errors=True)
+    job.train(0, flags + ["--output-dir", reference])
+    log = job.train(4, flags + ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1", "--shard-optimizer",
+                                "--output-dir", out]).stderr
+    training = [line for line in log.splitlines() if "trainable parameters of" in line]
+    state = [line for line in log.splitlines() if "optimizer state per rank" in line]
+    print("\n".join(training + state))
+    assert training and state and "sharded across 2 replica(s)" in state[0], log
+    trainable = int(training[0].split(" trainable parameters of")[0].rsplit(" ", 1)[1])
+    per_rank = read_bytes(state[0].split("(most on any rank): ")[1].split(",")[0])
+    unsharded = read_bytes(state[0].split("(unsharded: ")[1].rstrip(")"))
+    # AdamW: two moments of 4 bytes per trainable element (the frozen ones have none); sharded, a rank holds part of
+    # its stage's (shards are whole 8192-element update chunks, so not half of a model this small).
+    if unsharded > 2 * 4 * trainable * 1.01 or not per_rank < unsharded:
+        sys.exit(f"FAIL: optimizer state per rank {per_rank:.0f} B of unsharded {unsharded:.0f} B; the model has "
+                 f"{trainable} trainable parameters (2 moments of 4 bytes each at most {8 * trainable} B)")
+
+    latest = latest_checkpoint
+    sharded_state = read_safetensors(os.path.join(latest(out), "optimizer.safetensors"))
+    reference_state = read_safetensors(os.path.join(latest(reference), "optimizer.safetensors"))
+    sizes = sum(t.size for t in sharded_state.values())
+    if sizes != 2 * trainable:
+        sys.exit(f"FAIL: the sharded run's optimizer state holds {sizes} elements, not 2 x {trainable} trainable")
+    for name, expected in reference_state.items():
+        error = np.abs(sharded_state[name] - expected).max() / max(np.abs(expected).max(), 1e-30)
+        print(f"optimizer state {name}: {expected.size} elements, worst relative difference {error:.2e}")
+        if error > TOLERANCE:
+            sys.exit(f"FAIL: optimizer state {name} differs by {error:.2e} relative")
+    held = read_safetensors(os.path.join(latest(out), "trainable.safetensors"))
+    if sum(t.size for t in held.values()) != trainable:
+        sys.exit("FAIL: the checkpoint's trainable.safetensors does not hold exactly the trainable parameters")
+    compare_adapters(os.path.join(latest(reference), "trainable.safetensors"),
+                     os.path.join(latest(out), "trainable.safetensors"), "sharded LoRA vs one unsharded process")
+    moved = frozen_unchanged(os.path.join(model, "model.safetensors"), os.path.join(out, "model", "model.safetensors"),
+                             lora)
+    if moved:
+        sys.exit(f"FAIL: frozen tensors changed under --shard-optimizer --lora: {moved[:5]}")
+
+
+def case_layout_auto(job, processes):
+    """--layout auto under mpirun: the planner picks any layout; the weights must still be one process's."""
+    out = os.path.join(job.work, f"layout-auto.ranks{processes}")
+    shutil.rmtree(out, ignore_errors=True)
+    cache = os.path.join(job.work, "layout-auto-profiles")
+    result = job.train(processes, ["--model", job.model("mini")] + data_flag() + COMMON[2:] + THREADS + BATCH + SGD +
+                       STEPS +
+                       ["--layout", "auto", "--link", "10Gbit,20us", "--memory-per-process", "2GiB",
+                        "--profile-cache", cache, "--output-dir", out])
+    log = result.stderr
+    chosen = [line for line in log.splitlines() if "--layout auto chose" in line]
+    report = [line for line in log.splitlines() if "--layout auto: predicted" in line]
+    print("\n".join(chosen + report))
+    if not chosen or not report:
+        sys.exit("FAIL: no chosen layout or no predicted-vs-measured report:\n" + log)
+    if not any(name.startswith("profile-") for name in os.listdir(cache)):
+        sys.exit(f"FAIL: no profile cached in {cache}")
+    compare(os.path.join(job.model("mini"), "model.safetensors"),
+            os.path.join(job.model("reference-sgd"), "model", "model.safetensors"),
+            os.path.join(out, "model", "model.safetensors"), f"{processes} MPI ranks, --layout auto")
+    with open(os.path.join(out, "train_options.json")) as f:
+        saved = json.load(f)
+    if saved["layout"] != "auto" or saved["pipeline_stages"] is not None:
+        sys.exit("FAIL: train_options.json must say layout auto and leave the chosen layout to the planner")
+
+
+def plan(job, processes, flags, expect_ok=True):
+    command = ([] if processes == 0 else job.mpirun(processes)) + [VITPIPE, "plan", "--model", job.model("mini"),
+                                                                    "--batch-size", "8", "--link", "10Gbit,20us",
+                                                                    "--profile-cache",
+                                                                    os.path.join(job.work, "plan-profiles")] + flags
+    print("$", " ".join(command), flush=True)
+    return job.run(command, expect_ok, timeout=120)
+
+
+def case_plan(job, name):
+    if name == "mini-4-processes":
+        first = json.loads(plan(job, 0, ["--processes", "4", "--json"]).stdout)
+        again = json.loads(plan(job, 0, ["--processes", "4", "--json"]).stdout)
+        chosen = first["layouts"][0]
+        print(json.dumps({k: chosen[k] for k in ("stages", "replicas", "micro_batch", "micro_batches", "schedule",
+                                                  "shard_optimizer", "layers_per_stage", "step_seconds")}))
+        if chosen["stages"] * chosen["replicas"] != 4 or chosen["micro_batch"] * chosen["micro_batches"] * \
+                chosen["replicas"] != 8:
+            sys.exit("FAIL: the chosen layout does not use 4 processes on a global batch of 8")
+        times = [layout["step_seconds"] for layout in first["layouts"]]
+        if times != sorted(times) or not all(layout["fits"] for layout in first["layouts"]):
+            sys.exit(f"FAIL: layouts not ranked fastest first, or one that does not fit listed: {times}")
+        if not again.get("profile_measured") is False:
+            sys.exit("FAIL: the second plan profiled again instead of reading the cache")
+        if again["layouts"][0]["train_flags"] != chosen["train_flags"]:
+            sys.exit("FAIL: the same inputs and cached profile chose another layout")
+        text = plan(job, 0, ["--processes", "4", "--pipeline-stages", "2", "--pipeline-schedule", "1f1b"]).stdout
+        print(text)
+        if "chosen: 2 stage(s) x 2 replica(s)" not in text or "zb-h1" in text.split("chosen:")[1]:
+            sys.exit("FAIL: --pipeline-stages 2 --pipeline-schedule 1f1b did not fix the stages and the schedule")
+    elif name == "under-mpirun":
+        text = plan(job, 2, []).stdout
+        print(text)
+        if "plan: 2 process(es)" not in text or "chosen:" not in text:
+            sys.exit("FAIL: under mpirun -np 2 the plan is not for mpirun's 2 processes")
+    elif name == "nothing-fits":
+        result = plan(job, 0, ["--processes", "4", "--memory-per-process", "64MiB"], expect_ok=False)
+        output = result.stdout + result.stderr
+        print(output)
+        lines = [line for line in output.splitlines() if line.strip()]
+        if result.returncode != 1 or len(lines) != 1:
+            sys.exit(f"FAIL: expected one line and exit status 1, got {result.returncode} and {len(lines)} lines")
+        for expected in ("no layout of 4 process(es) fits 64.0 MiB per process (--memory-per-process)",
+                         "the layout needing the least memory", "needs"):
+            if expected not in output:
+                sys.exit(f"FAIL: the message does not say {expected!r}")
+    else:
+        sys.exit(f"unknown plan case {name}")
+
+
 REFUSALS = {  # name: (processes, model or None when the refusal must come before reading any, flags, message)
     "ranks-not-multiple-of-stages": (3, None, ["--pipeline-stages", "2", "--batch-size", "8"],
                                      "cannot arrange 3 processes into 2 pipeline stages"),
@@ -202,6 +528,10 @@ REFUSALS = {  # name: (processes, model or None when the refusal must come befor
                                         "1 micro-batches per step, fewer than the 2 pipeline stages"),
     "batch-not-divisible": (2, None, ["--batch-size", "6"],
                             "global batch size 6 is not divisible by micro-batch size 2 x 2 replicas"),
+    "layout-auto-with-stages": (2, None, ["--layout", "auto", "--pipeline-stages", "2"],
+                                "--layout auto chooses the pipeline stages"),
+    "zb-h1-with-recompute": (2, None, ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1", "--recompute"],
+                             "--recompute cannot be combined with --pipeline-schedule zb-h1"),
 }
 
 
@@ -351,6 +681,12 @@ RESUMES = {  # name: (first layout, second layout), each (processes, flags)
     "4stages-gpipe-to-2x2-interleaved": ((4, ["--pipeline-stages", "4", "--pipeline-schedule", "gpipe"]),
                                          (4, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
                                               "--virtual-stages", "2"])),
+    # Sharded optimizer state written as the whole model's moments and read back by any layout, and back.
+    "sharded-replicas4-to-1": ((4, ["--shard-optimizer"]), (0, [])),
+    "1-to-sharded-2x2-zb-h1": ((0, []), (4, ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1",
+                                             "--shard-optimizer"])),
+    "sharded-2x2-to-sharded-replicas2": ((4, ["--pipeline-stages", "2", "--shard-optimizer"]),
+                                         (2, ["--shard-optimizer"])),
 }
 
 
@@ -448,6 +784,16 @@ def main():
         case_rank_killed(job)
     elif kind == "resume":
         case_resume(job, name)
+    elif kind == "sharded":
+        case_sharded(job, name)
+    elif kind == "layout-auto":
+        case_layout_auto(job, int(name.removeprefix("ranks")))
+    elif kind == "plan":
+        case_plan(job, name)
+    elif kind == "families":
+        case_families(job, name)
+    elif args.case == "sharded-lora.stages2x2-zb-h1":
+        case_sharded_lora(job)
     elif args.case == "trace":
         case_trace(job)
     else:

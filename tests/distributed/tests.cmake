@@ -18,10 +18,17 @@ set(VITPIPE_DISTRIBUTED_TESTS)
 foreach(case
     equal.stages2 equal.replicas2 equal.stages2x2-1f1b equal.stages4-gpipe-recompute equal.interleaved2
     equal.interleaved2x2-recompute equal.threads-stages2 equal.masked-stages2x2
+    equal.zb-h1-stages2 equal.zb-h1-stages4 equal.zb-h1-stages2x2
+    sharded.adamw-replicas2 sharded.adamw-replicas4 sharded.lamb-replicas2 sharded.lamb-replicas4
+    sharded.lamb-stages2x2-zb-h1 sharded.adamw-stages2x2-interleaved
+    families.dinov2-full families.dinov2-lora families.dinov2-freeze-layers1 families.deit-full
+    families.deit-freeze-backbone families.deit-lora sharded-lora.stages2x2-zb-h1
+    layout-auto.ranks2 layout-auto.ranks4 plan.mini-4-processes plan.under-mpirun plan.nothing-fits
     refuse.ranks-not-multiple-of-stages refuse.more-stages-than-pieces refuse.fewer-micro-batches-than-stages
-    refuse.batch-not-divisible
+    refuse.batch-not-divisible refuse.layout-auto-with-stages refuse.zb-h1-with-recompute
     fail.rank-raises fail.rank-killed
     resume.2x2-to-1 resume.1-to-2x2 resume.4stages-gpipe-to-2x2-interleaved
+    resume.sharded-replicas4-to-1 resume.1-to-sharded-2x2-zb-h1 resume.sharded-2x2-to-sharded-replicas2
     trace)
   add_test(NAME distributed.${case} COMMAND ${VITPIPE_DISTRIBUTED_CHECK} ${case})
   list(APPEND VITPIPE_DISTRIBUTED_TESTS distributed.${case})

@@ -2,7 +2,8 @@
 add_executable(vit_gradient_probe ${PROJECT_SOURCE_DIR}/tools/vit_gradient_probe.cpp)
 target_link_libraries(vit_gradient_probe PRIVATE vitpipe_library CLI11::CLI11)
 foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-one-channel-big-patch fp32-stages-and-accumulation
-        fp32-recompute-head-only-stage fp32-vit-micro-shape bf16-basic bf16-stages-recompute-single)
+        fp32-recompute-head-only-stage fp32-vit-micro-shape bf16-basic bf16-stages-recompute-single
+        fp32-split-backward-stages bf16-split-backward-single)
   add_test(NAME golden_vit.${case}
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/reference_vit.py
                    --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})
@@ -23,7 +24,10 @@ foreach(case dinov2-native-grid dinov2-interpolated-grid dinov2-upsampled-grid-s
         dinov2-registers-native dinov2-registers-interpolated deit-with-token deit-distilled-teacher lora-vit-qv
         lora-dinov2-all-recompute lora-deit-teacher-all freeze-backbone-dinov2 freeze-layers-vit-stages
         bf16-dinov2-registers-interpolated bf16-deit-teacher-lora bf16-dinov2-swiglu trajectory-freeze-layers-dinov2
-        trajectory-freeze-backbone-deit trajectory-lora-vit)
+        trajectory-freeze-backbone-deit trajectory-lora-vit split-dinov2-registers-swiglu-stages split-dinov2-one-stage
+        split-deit-teacher-stages split-lora-dinov2-all-stages split-lora-vit-stages split-freeze-backbone-deit-teacher
+        split-freeze-layers-vit-stages bf16-split-dinov2-swiglu bf16-split-deit-teacher-lora
+        split-trajectory-lora-dinov2-registers)
   add_test(NAME golden_families.${case}
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/reference_families.py
                    --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})

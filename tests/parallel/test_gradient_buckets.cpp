@@ -10,6 +10,8 @@
 #include "model/parameter_layout.h"
 #include "parallel/gradient_buckets.h"
 #include "parallel/local_communicator.h"
+#include "parallel/optimizer_shards.h"
+#include "parallel/parameter_gather.h"
 #include "parallel/process_grid.h"
 #include "parallel/trace.h"
 
@@ -157,6 +159,97 @@ TEST(GradientBuckets, FinishMarksWhatIsLeft) {
     GradientBuckets buckets({grads}, &world, GradientBucketOptions{64, 0.5f});
     buckets.finish();  // no mark_ready at all
     for (int64_t i = 0; i < grads.numel(); ++i) VP_REQUIRE(grads.data()[i] == 1.0f, "sum 2 x 0.5");
+  });
+  EXPECT_EQ(error, "");
+}
+
+TEST(OptimizerShards, ContiguousAlignedAndBalanced) {
+  // 100000 elements from offset 1000, 3 shards on a grid of 64: boundaries at multiples of 64, sizes within 64.
+  const auto shards = shard_ranges(1000, 101000, 3, 64);
+  ASSERT_EQ(shards.size(), 3u);
+  EXPECT_EQ(shards.front().begin, 1000);
+  EXPECT_EQ(shards.back().end, 101000);
+  for (size_t r = 0; r < shards.size(); ++r) {
+    if (r > 0) {
+      EXPECT_EQ(shards[r].begin, shards[r - 1].end);
+    }
+    if (r + 1 < shards.size()) {
+      EXPECT_EQ(shards[r].end % 64, 0);
+    }
+    EXPECT_NEAR(static_cast<double>(shards[r].numel()), 100000.0 / 3, 64.0);
+  }
+  // Fewer aligned chunks than parts: some shards are empty, together they still cover the range.
+  const auto few = shard_ranges(0, 100, 4, 64);
+  int64_t covered = 0;
+  for (const auto& shard : few) covered += shard.numel();
+  EXPECT_EQ(covered, 100);
+  EXPECT_EQ(shard_ranges(5, 9, 1, 64), (std::vector<ElementRange>{{5, 9}}));
+}
+
+TEST(GradientBuckets, ShardedBucketsAreCutAtShardBoundariesAndOwned) {
+  auto layout = tiny_layout();
+  FlatParameters grads(layout, 0, layout->num_segments() - 1);
+  const auto shards = shard_ranges(grads.begin(), grads.begin() + grads.numel(), 3, 128);
+  const auto buckets = make_gradient_buckets({grads}, 2000, {shards});
+  int64_t covered = 0;
+  for (const auto& bucket : buckets) {
+    ASSERT_GE(bucket.owner, 0);
+    const ElementRange& owner = shards[static_cast<size_t>(bucket.owner)];
+    EXPECT_GE(bucket.begin + grads.begin(), owner.begin);
+    EXPECT_LE(bucket.end + grads.begin(), owner.end);
+    covered += bucket.end - bucket.begin;
+  }
+  EXPECT_EQ(covered, grads.numel());
+  for (const auto& bucket : make_gradient_buckets({grads}, 2000)) EXPECT_EQ(bucket.owner, -1);
+}
+
+// The reduce-scatter (each bucket summed into its owner) and the all-gather (each bucket broadcast from its owner):
+// after both, every replica holds what an all-reduce gives, and the owners held it in between.
+TEST(GradientBuckets, ReduceScatterThenParameterGatherAcrossReplicas) {
+  auto layout = tiny_layout();
+  const int replicas = 3;
+  std::string error = run_ranks(replicas, [&](Communicator& world) {
+    const int last = layout->num_segments() - 1;
+    FlatParameters grads(layout, 0, last), params(layout, 0, last);
+    const auto shards = shard_ranges(0, grads.numel(), replicas, 64);
+    const ElementRange mine = shards[static_cast<size_t>(world.rank())];
+    TraceRecorder trace(true, world.rank());
+    GradientBucketOptions options;
+    options.bucket_bytes = 1000;
+    options.scale = 0.5f;
+    options.shards = {shards};
+    GradientBuckets buckets({grads}, &world, options, &trace);
+    for (int64_t i = 0; i < grads.numel(); ++i) grads.data()[i] = static_cast<float>((world.rank() + 1) * (i % 5));
+    for (int s = last; s >= 0; --s) buckets.mark_ready(s);
+    buckets.finish();
+    VP_REQUIRE(buckets.stats().sharded && buckets.stats().bytes == static_cast<size_t>(grads.numel()) * 4,
+               "stats: every gradient byte reduce-scattered");
+    for (int64_t i = mine.begin; i < mine.end; ++i) {
+      VP_REQUIRE(grads.data()[i] == 0.5f * 6.0f * static_cast<float>(i % 5), "rank ", world.rank(), " element ", i,
+                 " of its shard: ", grads.data()[i]);
+    }
+    // The owners' "updated parameters": value = owner rank + 1; everyone else holds garbage until the gather.
+    for (int64_t i = 0; i < params.numel(); ++i) {
+      params.data()[i] = mine.contains(i) ? static_cast<float>(world.rank() + 1) : -1.0f;
+    }
+    ParameterGather gather({params}, buckets.buckets(), &world, &trace);
+    gather.start();
+    VP_REQUIRE(gather.in_flight(), "in flight after start");
+    for (int s = 0; s <= last; ++s) VP_REQUIRE(gather.wait_segment(0, s), "segment ", s, " first seen now");
+    VP_REQUIRE(!gather.in_flight() && !gather.wait_segment(0, 0), "complete once every segment was waited for");
+    for (size_t r = 0; r < shards.size(); ++r) {
+      for (int64_t i = shards[r].begin; i < shards[r].end; ++i) {
+        VP_REQUIRE(params.data()[i] == static_cast<float>(r + 1), "rank ", world.rank(), " element ", i, " from ", r);
+      }
+    }
+    VP_REQUIRE(gather.stats().bytes == static_cast<size_t>(params.numel()) * 4, "gathered bytes");
+    int scattered = 0, gathered = 0;
+    for (const auto& e : trace.events()) {
+      scattered += e.name == "reduce-scatter" && e.bytes > 0 ? 1 : 0;
+      gathered += e.name == "all-gather" && e.bytes > 0 ? 1 : 0;
+    }
+    VP_REQUIRE(scattered == static_cast<int>(buckets.buckets().size()) && gathered == scattered,
+               "trace events with bytes: ", scattered, " reduce-scatter, ", gathered, " all-gather");
   });
   EXPECT_EQ(error, "");
 }

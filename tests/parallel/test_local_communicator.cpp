@@ -147,6 +147,21 @@ TEST(LocalCommunicator, AllReduceTestIsFalseUntilEveryMemberArrives) {
   EXPECT_EQ(error, "");
 }
 
+TEST(LocalCommunicator, NonBlockingReduceToARootAndBroadcast) {
+  run_local_ranks(3, [](Communicator& world) {
+    std::vector<float> data(1000, static_cast<float>(world.rank() + 1));
+    CommRequest reduce = world.ireduce_sum(data.data(), data.size(), 1);
+    reduce.wait();
+    // The root holds the sum; the others keep what they had.
+    const float want = world.rank() == 1 ? 6.0f : static_cast<float>(world.rank() + 1);
+    for (float v : data) VP_REQUIRE(v == want, "rank ", world.rank(), ": ", v, " != ", want);
+    std::vector<float> values(500, static_cast<float>(world.rank()));
+    CommRequest broadcast = world.ibroadcast(values.data(), values.size(), 2);
+    broadcast.wait();
+    for (float v : values) VP_REQUIRE(v == 2.0f, "broadcast from rank 2");
+  });
+}
+
 TEST(LocalCommunicator, SmallCollectives) {
   const int n = 3;
   std::string error = run_ranks(n, [&](Communicator& comm) {

@@ -99,6 +99,7 @@ void check_pipeline(int stages, int replicas, ScheduleKind kind, int virtual_sta
       o.last_segment = range.last;
       o.max_micro_batch = micro_batch;
       o.slots = activation_slots_needed(kind, stages, m, grid.stage(), virtual_stages);
+      o.split_backward = schedule_splits_backward(kind);
       backends.push_back(make_cpu_backend());
       owned.push_back(std::make_unique<ViTStage>(problem.layout, *backends.back(), o));
       ViTStage& stage = *owned.back();
@@ -154,6 +155,10 @@ TEST(PipelineExecutor, TwoStagesTwoReplicas1F1B) { check_pipeline(2, 2, Schedule
 TEST(PipelineExecutor, FourStagesGPipe) { check_pipeline(4, 1, ScheduleKind::gpipe, 1, 2); }
 TEST(PipelineExecutor, ThreeStagesUnevenMicroBatches1F1B) { check_pipeline(3, 1, ScheduleKind::one_f_one_b, 1, 1); }
 TEST(PipelineExecutor, InterleavedTwoChunks) { check_pipeline(2, 1, ScheduleKind::interleaved_1f1b, 2, 2); }
+// ZB-H1: backward split into input (B) and weight (W) passes, W deferred into the bubbles.
+TEST(PipelineExecutor, FourStagesZeroBubbleH1) { check_pipeline(4, 1, ScheduleKind::zero_bubble_h1, 1, 1); }
+TEST(PipelineExecutor, TwoStagesTwoReplicasZeroBubbleH1) { check_pipeline(2, 2, ScheduleKind::zero_bubble_h1, 1, 1); }
+TEST(PipelineExecutor, OneStageZeroBubbleH1) { check_pipeline(1, 1, ScheduleKind::zero_bubble_h1, 1, 2); }
 
 }  // namespace
 }  // namespace vitpipe

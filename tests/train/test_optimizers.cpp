@@ -5,6 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "parallel/local_communicator.h"
+#include "parallel/optimizer_shards.h"
 #include "reference.h"
 #include "train/grad_clip.h"
 #include "train/optimizer.h"
@@ -190,6 +192,55 @@ TEST(Optimizer, StagesStepLikeTheWholeModel) {
       for (int64_t i = 0; i < stage->numel(); ++i) {
         ASSERT_EQ(stage->data()[i], whole.at(stage->begin())[i]) << "element " << stage->begin() + i;
       }
+    }
+  }
+}
+
+// ZeRO-1: R replicas (threads on a local communicator) each update their shard of a stage; put together, the shards
+// are the unsharded update: bit for bit for the element-wise rules, and LAMB's trust ratios from whole-tensor norms
+// summed across the shards (summation order differs, so to within rounding).
+TEST(Optimizer, ShardsStepLikeTheWholeRange) {
+  auto layout = small_layout();
+  const int last = layout->num_segments() - 1;
+  for (const std::string name : {"adamw", "lamb", "sgd"}) {
+    for (int replicas : {2, 3, 4}) {
+      SCOPED_TRACE(name + " x" + std::to_string(replicas));
+      FlatParameters whole = FlatParameters::whole_model(layout), grads = FlatParameters::whole_model(layout);
+      randomise(whole, 1, 0.02);
+      FlatParameters start = sub_range(whole, 0, last);
+      auto opt_whole = make_optimizer(config_for(name), whole);
+      std::vector<FlatParameters> step_grads;
+      for (int step = 0; step < 3; ++step) {
+        randomise(grads, 100 + step, 1.0);
+        step_grads.push_back(sub_range(grads, 0, last));
+        opt_whole->step(whole, step_grads.back(), 1e-3);
+      }
+      // A stage of segments 1..last (not starting at 0): shards on the optimizers' chunk grid.
+      const int64_t begin = layout->segment_begin(1), end = layout->numel();
+      const auto shards = shard_ranges(begin, end, replicas, kUpdateChunk);
+      FlatParameters result = sub_range(start, 0, last);
+      std::vector<size_t> state_bytes(static_cast<size_t>(replicas));
+      run_local_ranks(replicas, [&](Communicator& group) {
+        const ElementRange mine = shards[static_cast<size_t>(group.rank())];
+        FlatParameters params = sub_range(start, 1, last);
+        OptimizerShard shard{mine.begin, mine.end, [&group](std::span<double> sums) {
+                               group.allreduce(sums.data(), sums.size(), ReduceOp::sum);
+                             }};
+        auto opt = make_optimizer(config_for(name), params, shard);
+        state_bytes[static_cast<size_t>(group.rank())] = opt->state_bytes();
+        for (const FlatParameters& g : step_grads) opt->step(params, sub_range(g, 1, last), 1e-3);
+        std::copy(params.at(mine.begin), params.at(mine.end), result.at(mine.begin));
+      });
+      const double tolerance = name == "lamb" ? 1e-6 : 0.0;
+      for (int64_t i = begin; i < end; ++i) {
+        const float want = whole.data()[i], got = result.data()[i];
+        ASSERT_LE(std::fabs(got - want), tolerance * std::fabs(want)) << "element " << i;
+      }
+      // The moments are split: together the shards hold what one unsharded optimizer holds.
+      size_t total = 0;
+      for (size_t bytes : state_bytes) total += bytes;
+      const size_t buffers = name == "sgd" ? 1 : 2;
+      EXPECT_EQ(total, buffers * static_cast<size_t>(end - begin) * sizeof(float));
     }
   }
 }

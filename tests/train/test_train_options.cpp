@@ -328,7 +328,7 @@ TEST(TrainOptions, RefusesBadValuesNamingTheOption) {
       {{"--pipeline-stages", "3", "--layers-per-stage", "3,0,3"}, "stage 1 gets 0 layers, expected >= 1"},
       {{"--pipeline-stages", "2", "--layers-per-stage", "3,x"}, "--layers-per-stage: expected an integer, got 'x'"},
       {{"--pipeline-schedule", "zb"},
-       "--pipeline-schedule: unknown value 'zb' (expected one of: 1f1b, gpipe, interleaved)"},
+       "--pipeline-schedule: unknown value 'zb' (expected one of: 1f1b, gpipe, interleaved, zb-h1)"},
       {{"--frobnicate"}, "command line: "},
       {{"--lr"}, "command line: "},
   };

@@ -146,6 +146,19 @@ void collectives(Communicator& world, const std::string& trace_path) {
     }
   }
 
+  // The sharded optimizer's collectives: a bucket summed into its owner only, then broadcast from it (in flight
+  // together, waited in reverse order).
+  std::vector<float> reduced(3000, static_cast<float>(r + 1)), gathered(2000, static_cast<float>(r));
+  const int owner = world.size() - 1;
+  CommRequest reduce = world.ireduce_sum(reduced.data(), reduced.size(), owner);
+  CommRequest gather = world.ibroadcast(gathered.data(), gathered.size(), 0);
+  gather.wait();
+  reduce.wait();
+  for (float v : reduced) {
+    VP_REQUIRE(v == (r == owner ? n * (n + 1) / 2.0f : static_cast<float>(r + 1)), "reduce to rank ", owner, ": ", v);
+  }
+  for (float v : gathered) VP_REQUIRE(v == 0.0f, "broadcast from rank 0: ", v);
+
   double sums[2] = {static_cast<double>(r), 1.0};
   world.allreduce(sums, 2, ReduceOp::sum);
   VP_REQUIRE(sums[0] == n * (n - 1) / 2.0 && sums[1] == n, "allreduce doubles");

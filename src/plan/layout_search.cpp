@@ -1,0 +1,419 @@
+#include "plan/layout_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "parallel/pipeline_executor.h"
+#include "parallel/process_grid.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace vitpipe {
+namespace {
+
+constexpr double kBucketBytes = 25.0 * 1024 * 1024;  // GradientBucketOptions' default
+
+int layers_of(const ViTConfig& c) { return static_cast<int>(c.num_hidden_layers); }
+
+SegmentKind kind_of(const ViTConfig& c, int segment, bool piece_has_head) {
+  const int layers = layers_of(c);
+  if (segment == 0) return SegmentKind::embeddings;
+  if (segment == layers + 1) return SegmentKind::head;
+  return segment == layers && piece_has_head ? SegmentKind::classifier_block : SegmentKind::block;
+}
+
+// The passes of a piece holding segments [first, last] at micro-batch b; recomputation runs each block's forward
+// again before its backward.
+PassTimes piece_times(const ModelProfile& profile, const ViTConfig& c, int first, int last, double b, bool recompute) {
+  const bool has_head = last == layers_of(c) + 1;
+  PassTimes sum;
+  for (int s = first; s <= last; ++s) {
+    const SegmentKind kind = kind_of(c, s, has_head);
+    const PassTimes t = profile.at(kind, b);
+    sum.forward += t.forward;
+    sum.backward += t.backward;
+    sum.backward_input += t.backward_input;
+    sum.backward_weight += t.backward_weight;
+    if (recompute && (kind == SegmentKind::block || kind == SegmentKind::classifier_block)) {
+      sum.backward += t.forward;
+      sum.backward_input += t.forward;
+    }
+  }
+  return sum;
+}
+
+// Contiguous pieces of the segments minimising the most expensive piece (forward + backward): a linear partition.
+std::vector<SegmentRange> balanced_pieces(const ModelProfile& profile, const ViTConfig& c, int pieces, double b,
+                                          bool recompute) {
+  const int segments = layers_of(c) + 2;
+  auto cost = [&](int first, int last) {
+    const PassTimes t = piece_times(profile, c, first, last, b, recompute);
+    return t.forward + t.backward;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[k][i]: the first i segments in k pieces; cut[k][i]: where the k-th piece starts.
+  std::vector<std::vector<double>> best(static_cast<size_t>(pieces) + 1,
+                                        std::vector<double>(static_cast<size_t>(segments) + 1, inf));
+  std::vector<std::vector<int>> cut(best.size(), std::vector<int>(best[0].size(), 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= pieces; ++k) {
+    for (int i = k; i <= segments; ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        if (best[k - 1][j] == inf) continue;
+        const double v = std::max(best[k - 1][j], cost(j, i - 1));
+        if (v < best[k][i]) {
+          best[k][i] = v;
+          cut[k][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<SegmentRange> out(static_cast<size_t>(pieces));
+  for (int k = pieces, i = segments; k >= 1; --k) {
+    const int j = cut[k][i];
+    out[static_cast<size_t>(k - 1)] = SegmentRange{j, i - 1};
+    i = j;
+  }
+  return out;
+}
+
+std::vector<int> blocks_per_piece(const ViTConfig& c, const std::vector<SegmentRange>& pieces) {
+  std::vector<int> blocks;
+  for (const SegmentRange& p : pieces) {
+    int n = 0;
+    for (int s = p.first; s <= p.last; ++s) n += s >= 1 && s <= layers_of(c) ? 1 : 0;
+    blocks.push_back(n);
+  }
+  return blocks;
+}
+
+const char* yes_no(bool b) { return b ? "yes" : "no"; }
+
+std::string join(const std::vector<int>& values) {
+  std::string text;
+  for (int v : values) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(v);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string Layout::describe() const {
+  std::string text = concat(stages, " stage(s) x ", replicas, " replica(s), micro-batch ", micro_batch, " x ",
+                            micro_batches, ", ", schedule_kind_name(schedule));
+  if (schedule == ScheduleKind::interleaved_1f1b) text += concat(" v=", virtual_stages);
+  if (recompute) text += ", recompute";
+  if (shard) text += ", sharded optimizer";
+  if (stages > 1) text += ", layers " + join(layers_per_stage);
+  return text;
+}
+
+std::vector<std::string> Layout::train_flags() const {
+  std::vector<std::string> flags = {"--pipeline-stages", std::to_string(stages), "--micro-batch-size",
+                                    std::to_string(micro_batch)};
+  const char* name = schedule == ScheduleKind::interleaved_1f1b ? "interleaved" : schedule_kind_name(schedule);
+  flags.insert(flags.end(), {"--pipeline-schedule", name});
+  if (schedule == ScheduleKind::interleaved_1f1b)
+    flags.insert(flags.end(), {"--virtual-stages", std::to_string(virtual_stages)});
+  if (stages > 1) flags.insert(flags.end(), {"--layers-per-stage", join(layers_per_stage)});
+  if (recompute) flags.push_back("--recompute");
+  if (shard) flags.push_back("--shard-optimizer");
+  return flags;
+}
+
+std::vector<int64_t> candidate_micro_batches(const PlanInputs& in) {
+  std::vector<int64_t> sizes;
+  const int layers = layers_of(in.config);
+  for (int p = 1; p <= std::min(in.processes, layers + 2); ++p) {
+    if (in.processes % p != 0 || (in.stages && *in.stages != p)) continue;
+    const int replicas = in.processes / p;
+    if (in.global_batch % replicas != 0) continue;
+    const int64_t per_replica = in.global_batch / replicas;
+    for (int64_t b = 1; b <= std::min(per_replica, in.max_micro_batch); ++b) {
+      if (per_replica % b != 0 || per_replica / b < p || (in.micro_batch && *in.micro_batch != b)) continue;
+      if (std::find(sizes.begin(), sizes.end(), b) == sizes.end()) sizes.push_back(b);
+    }
+  }
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
+LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profile, Layout layout) {
+  const ViTConfig& c = in.config;
+  const int p = layout.stages, r = layout.replicas, v = layout.virtual_stages, m = layout.micro_batches;
+  const double b = static_cast<double>(layout.micro_batch);
+  const int layers = layers_of(c);
+  const std::vector<SegmentRange> pieces = layout.layers_per_stage.empty()
+                                               ? balanced_pieces(profile, c, p * v, b, layout.recompute)
+                                               : split_segments(layers, p * v, layout.layers_per_stage);
+  layout.layers_per_stage = blocks_per_piece(c, pieces);
+  ParameterLayout parameters(c);
+
+  // Ranks sharing a node's cores compute more slowly.
+  const double slowdown = std::max(
+      1.0, static_cast<double>(in.processes_per_node * in.threads_per_process) / std::max(1, in.cores_per_node));
+  const double hidden_bytes = b * static_cast<double>(c.tokens() * c.hidden_size) * sizeof(float);
+  const bool split = schedule_splits_backward(layout.schedule);
+
+  std::vector<SimulationCosts> costs(static_cast<size_t>(p));
+  std::vector<double> stage_numel(static_cast<size_t>(p), 0.0), stage_forward(static_cast<size_t>(p), 0.0);
+  LayoutPrediction out;
+  for (int s = 0; s < p; ++s) {
+    PassTimes t;
+    size_t activations = 0;
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const SegmentRange& piece = pieces[static_cast<size_t>(chunk * p + s)];
+      const PassTimes q = piece_times(profile, c, piece.first, piece.last, b, layout.recompute);
+      t.forward += q.forward;
+      t.backward += q.backward;
+      t.backward_input += q.backward_input;
+      t.backward_weight += q.backward_weight;
+      stage_numel[static_cast<size_t>(s)] +=
+          static_cast<double>(parameters.segment_end(piece.last) - parameters.segment_begin(piece.first));
+      const int slots = activation_slots_needed(layout.schedule, p, m, s, v);
+      activations += planned_activation_bytes(c, piece.first, piece.last, in.precision, layout.recompute, split,
+                                              layout.micro_batch, slots);
+    }
+    SimulationCosts& sc = costs[static_cast<size_t>(s)];
+    sc.forward = t.forward * slowdown;
+    sc.backward = t.backward * slowdown;
+    sc.backward_input = t.backward_input * slowdown;
+    sc.backward_weight = t.backward_weight * slowdown;
+    sc.message_latency = p > 1 ? in.link.transfer_seconds(hidden_bytes) : 0.0;
+    stage_forward[static_cast<size_t>(s)] = sc.forward;
+
+    const double n = stage_numel[static_cast<size_t>(s)];
+    RankMemory mem;
+    mem.parameters = 4 * n;
+    mem.gradients = 4 * n;
+    mem.optimizer = in.optimizer_buffers * 4 * n / (layout.shard ? r : 1);
+    mem.gemm_copy = in.precision == Precision::fp32 ? 0.0 : 2 * n;
+    mem.activations = static_cast<double>(activations);
+    if (s == 0) {  // the loader's decoded batch and the one it prepares next
+      mem.loader = 2.0 * static_cast<double>(in.global_batch / r) *
+                   static_cast<double>(c.num_channels * c.image_size * c.image_size) * sizeof(float);
+    }
+    if (mem.total() > out.memory.total()) out.memory = mem;
+  }
+  const SimulationResult sim = simulate_schedules(make_all_schedules(layout.schedule, p, m, v), m, v, costs);
+  out.pipeline_seconds = sim.makespan;
+  out.bubble = sim.bubble_fraction;
+
+  const double bandwidth = in.link.bandwidth, latency = in.link.latency;
+  const double share = r > 1 ? static_cast<double>(r - 1) / r : 0.0;
+  double step = 0;
+  for (int s = 0; s < p; ++s) {
+    const auto& timeline = sim.timeline[static_cast<size_t>(s)];
+    double finish = 0, last_backward = 0;
+    for (const TimedInstruction& t : timeline) {
+      if (t.end > t.start) {
+        finish = std::max(finish, t.end);
+        if (t.instruction.op != Op::forward) last_backward = t.end - t.start;
+      }
+    }
+    const double bytes = 4 * stage_numel[static_cast<size_t>(s)];
+    const double buckets = std::max(1.0, std::ceil(bytes / kBucketBytes)) + (layout.shard ? r - 1 : 0);
+    double exposed = 0;
+    if (r > 1) {
+      // Ring algorithms: an all-reduce moves 2 (r-1)/r of the buffer over each link, a reduce-scatter or an
+      // all-gather (r-1)/r. The reduction overlaps the last backward; the gather the next step's first forward.
+      const double reduce =
+          (layout.shard ? 1.0 : 2.0) * share * bytes / bandwidth + (layout.shard ? 1.0 : 2.0) * (r - 1) * latency;
+      exposed += std::max(reduce / buckets, reduce - last_backward);
+      if (layout.shard) {
+        const double gather = share * bytes / bandwidth + (r - 1) * latency;
+        exposed += std::max(gather / buckets, gather - stage_forward[static_cast<size_t>(s)]);
+      }
+    }
+    const auto cost = profile.optimizer_seconds_per_element.find(in.optimizer);
+    const double per_element = cost == profile.optimizer_seconds_per_element.end() ? 0.0 : cost->second;
+    const double optimizer = per_element * stage_numel[static_cast<size_t>(s)] / (layout.shard ? r : 1) * slowdown;
+    out.exposed_communication_seconds = std::max(out.exposed_communication_seconds, exposed);
+    out.optimizer_seconds = std::max(out.optimizer_seconds, optimizer);
+    step = std::max(step, finish + exposed + optimizer);
+  }
+  // The gradient norm and the loss: two small all-reduces over the job.
+  const double hops = in.processes > 1 ? std::ceil(std::log2(static_cast<double>(in.processes))) : 0.0;
+  out.step_seconds = step + 2 * hops * latency;
+
+  StepVolume& vol = out.volume;
+  const int boundaries = p * v - 1;
+  const double label_bytes =
+      b * ((c.problem_type == ProblemType::multi_label ? 4.0 * static_cast<double>(c.num_labels()) : 8.0) + 8.0);
+  vol.activations = static_cast<double>(r) * m * boundaries * hidden_bytes;
+  vol.activation_grads = vol.activations;
+  vol.labels = boundaries > 0 ? static_cast<double>(r) * m * label_bytes : 0.0;
+  double model_bytes = 0;
+  for (double n : stage_numel) model_bytes += 4 * n;
+  if (r > 1) {
+    const double payload = static_cast<double>(r) * model_bytes;
+    (layout.shard ? vol.reduce_scatter : vol.allreduce) = payload;
+    if (layout.shard) vol.allgather = payload;
+  }
+  vol.wire = vol.activations + vol.activation_grads + vol.labels + 2 * share * static_cast<double>(r) * model_bytes;
+  out.layout = std::move(layout);
+  out.fits = out.memory.total() <= in.memory_per_process;
+  return out;
+}
+
+Plan plan_layouts(const PlanInputs& in, const ModelProfile& profile) {
+  Plan plan;
+  const int layers = layers_of(in.config);
+  for (int p = 1; p <= std::min(in.processes, layers + 2); ++p) {
+    if (in.processes % p != 0 || (in.stages && *in.stages != p)) continue;
+    const int r = in.processes / p;
+    if (in.global_batch % r != 0) continue;
+    const int64_t per_replica = in.global_batch / r;
+    for (int64_t b = 1; b <= std::min(per_replica, in.max_micro_batch); ++b) {
+      if (per_replica % b != 0 || per_replica / b < p || (in.micro_batch && *in.micro_batch != b)) continue;
+      const int m = static_cast<int>(per_replica / b);
+      std::vector<std::pair<ScheduleKind, int>> schedules = {{ScheduleKind::one_f_one_b, 1}};
+      if (p > 1) {
+        schedules.push_back({ScheduleKind::gpipe, 1});
+        schedules.push_back({ScheduleKind::zero_bubble_h1, 1});
+        if (m % p == 0 && 2 * p <= layers + 2) schedules.push_back({ScheduleKind::interleaved_1f1b, 2});
+      }
+      for (auto [schedule, v] : schedules) {
+        if (in.schedule && *in.schedule != schedule) continue;
+        if (in.virtual_stages && schedule == ScheduleKind::interleaved_1f1b) v = *in.virtual_stages;
+        if (schedule == ScheduleKind::interleaved_1f1b && (m % p != 0 || p * v > layers + 2)) continue;
+        for (bool recompute : {false, true}) {
+          if ((in.recompute && *in.recompute != recompute) || (recompute && schedule == ScheduleKind::zero_bubble_h1)) {
+            continue;
+          }
+          for (bool shard : {false, true}) {
+            if ((in.shard && *in.shard != shard) || (shard && (r == 1 || in.optimizer_buffers == 0))) continue;
+            Layout layout;
+            layout.stages = p;
+            layout.replicas = r;
+            layout.micro_batch = b;
+            layout.micro_batches = m;
+            layout.schedule = schedule;
+            layout.virtual_stages = v;
+            layout.recompute = recompute;
+            layout.shard = shard;
+            if (static_cast<int>(in.layers_per_stage.size()) == p * v) layout.layers_per_stage = in.layers_per_stage;
+            LayoutPrediction prediction = predict_layout(in, profile, layout);
+            ++plan.searched;
+            if (!plan.least_memory || prediction.memory.total() < plan.least_memory->memory.total()) {
+              plan.least_memory = prediction;
+            }
+            if (prediction.fits) plan.ranked.push_back(std::move(prediction));
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(plan.ranked.begin(), plan.ranked.end(), [](const LayoutPrediction& a, const LayoutPrediction& b) {
+    if (a.step_seconds != b.step_seconds) return a.step_seconds < b.step_seconds;
+    return a.memory.total() < b.memory.total();
+  });
+  return plan;
+}
+
+std::string what_would_fit(const PlanInputs& in, const ModelProfile& profile, const Plan& plan) {
+  std::string text;
+  if (plan.least_memory) {
+    text = concat("the layout needing the least memory (", plan.least_memory->layout.describe(), ") needs ",
+                  format_bytes(plan.least_memory->memory.total()), " per process");
+  } else {
+    text = concat("no layout of ", in.processes, " process(es) divides the global batch of ", in.global_batch);
+  }
+  for (int n = in.processes + 1; n <= 64 * in.processes; ++n) {
+    PlanInputs more = in;
+    more.processes = n;
+    more.processes_per_node = std::max(in.processes_per_node, 1) * n / std::max(in.processes, 1);
+    if (candidate_micro_batches(more).empty()) continue;
+    const Plan larger = plan_layouts(more, profile);
+    if (!larger.ranked.empty()) {
+      text += concat("; with ", n, " processes it would fit (", larger.ranked.front().layout.describe(), ", ",
+                     format_bytes(larger.ranked.front().memory.total()), " per process)");
+      return text;
+    }
+  }
+  return text + concat("; no layout of up to ", 64 * in.processes, " processes fits either");
+}
+
+nlohmann::json prediction_json(const LayoutPrediction& x) {
+  const Layout& l = x.layout;
+  return {{"stages", l.stages},
+          {"replicas", l.replicas},
+          {"micro_batch", l.micro_batch},
+          {"micro_batches", l.micro_batches},
+          {"schedule", schedule_kind_name(l.schedule)},
+          {"virtual_stages", l.virtual_stages},
+          {"recompute", l.recompute},
+          {"shard_optimizer", l.shard},
+          {"layers_per_stage", l.layers_per_stage},
+          {"train_flags", l.train_flags()},
+          {"step_seconds", x.step_seconds},
+          {"pipeline_seconds", x.pipeline_seconds},
+          {"bubble", x.bubble},
+          {"exposed_communication_seconds", x.exposed_communication_seconds},
+          {"optimizer_seconds", x.optimizer_seconds},
+          {"memory_per_rank_bytes", x.memory.total()},
+          {"memory",
+           {{"parameters", x.memory.parameters},
+            {"gradients", x.memory.gradients},
+            {"optimizer", x.memory.optimizer},
+            {"gemm_copy", x.memory.gemm_copy},
+            {"activations", x.memory.activations},
+            {"loader", x.memory.loader},
+            {"overhead", x.memory.overhead}}},
+          {"bytes_per_step",
+           {{"activations", x.volume.activations},
+            {"activation_grads", x.volume.activation_grads},
+            {"labels", x.volume.labels},
+            {"allreduce", x.volume.allreduce},
+            {"reduce_scatter", x.volume.reduce_scatter},
+            {"allgather", x.volume.allgather},
+            {"wire", x.volume.wire}}},
+          {"fits", x.fits}};
+}
+
+nlohmann::json plan_json(const PlanInputs& in, const Plan& plan, int rows) {
+  nlohmann::json j;
+  j["processes"] = in.processes;
+  j["processes_per_node"] = in.processes_per_node;
+  j["threads_per_process"] = in.threads_per_process;
+  j["memory_per_process_bytes"] = in.memory_per_process;
+  j["link"] = {
+      {"bandwidth_bytes_per_s", in.link.bandwidth}, {"latency_s", in.link.latency}, {"source", in.link.source}};
+  j["global_batch"] = in.global_batch;
+  j["searched"] = plan.searched;
+  j["layouts"] = nlohmann::json::array();
+  for (int i = 0; i < std::min<int>(rows, static_cast<int>(plan.ranked.size())); ++i) {
+    j["layouts"].push_back(prediction_json(plan.ranked[static_cast<size_t>(i)]));
+  }
+  if (plan.least_memory) j["least_memory"] = prediction_json(*plan.least_memory);
+  return j;
+}
+
+std::string format_plan(const PlanInputs& in, const Plan& plan, int rows) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-3s %-8s %-12s %-18s %-9s %-7s %-16s %10s %7s %12s %12s\n", "#", "P x R",
+                "micro-batch", "schedule", "recompute", "sharded", "layers/stage", "step time", "bubble", "memory/rank",
+                "bytes/step");
+  out += line;
+  for (int i = 0; i < std::min<int>(rows, static_cast<int>(plan.ranked.size())); ++i) {
+    const LayoutPrediction& x = plan.ranked[static_cast<size_t>(i)];
+    const Layout& l = x.layout;
+    std::string schedule = schedule_kind_name(l.schedule);
+    if (l.schedule == ScheduleKind::interleaved_1f1b) schedule += concat(" v=", l.virtual_stages);
+    std::snprintf(line, sizeof(line), "%-3d %-8s %-12s %-18s %-9s %-7s %-16s %9.3fs %6.1f%% %12s %12s\n", i + 1,
+                  concat(l.stages, " x ", l.replicas).c_str(), concat(l.micro_batch, " x ", l.micro_batches).c_str(),
+                  schedule.c_str(), yes_no(l.recompute), yes_no(l.shard),
+                  (l.stages > 1 ? join(l.layers_per_stage) : std::string("-")).c_str(), x.step_seconds, 100 * x.bubble,
+                  format_bytes(x.memory.total()).c_str(), format_bytes(x.volume.wire).c_str());
+    out += line;
+  }
+  (void)in;
+  return out;
+}
+
+}  // namespace vitpipe

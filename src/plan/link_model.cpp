@@ -1,0 +1,119 @@
+#include "plan/link_model.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/local_communicator.h"
+#include "util/error.h"
+
+namespace vitpipe {
+namespace {
+
+constexpr int kPingTag = 31000;
+
+// A number followed by a unit; the unit's factor turns it into bytes/s (or seconds).
+double parse_quantity(std::string_view text, const std::vector<std::pair<std::string_view, double>>& units,
+                      const std::string& where, std::string_view what) {
+  double value = 0.0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(begin, end, value);
+  VP_REQUIRE(error == std::errc() && stop != begin && std::isfinite(value) && value >= 0.0, where, ": '", text,
+             "' is not a ", what, " (expected a number and a unit, e.g. 10Gbit,20us)");
+  const std::string_view unit(stop, static_cast<size_t>(end - stop));
+  for (const auto& [name, factor] : units) {
+    if (unit == name) return value * factor;
+  }
+  std::string known;
+  for (const auto& [name, factor] : units) known += (known.empty() ? "" : ", ") + std::string(name);
+  fail(where, ": unknown ", what, " unit '", unit, "' in '", text, "' (known: ", known, ")");
+}
+
+LinkModel from_round_trips(double small_rtt, double big_rtt, double big_bytes, std::string source) {
+  LinkModel link;
+  link.latency = small_rtt / 2;
+  link.bandwidth = big_bytes / std::max(1e-9, big_rtt / 2 - link.latency);
+  link.source = std::move(source);
+  return link;
+}
+
+// Round trips between `me` (0 or 1) and the other of the two; the best of `tries`.
+double best_round_trip(Communicator& comm, int me, std::vector<char>& buffer, int tries) {
+  double best = 1e30;
+  const int peer = 1 - me;
+  for (int t = 0; t < tries; ++t) {
+    const auto start = std::chrono::steady_clock::now();
+    if (me == 0) {
+      comm.isend_bytes(buffer.data(), buffer.size(), peer, kPingTag).wait();
+      comm.irecv_bytes(buffer.data(), buffer.size(), peer, kPingTag).wait();
+    } else {
+      comm.irecv_bytes(buffer.data(), buffer.size(), peer, kPingTag).wait();
+      comm.isend_bytes(buffer.data(), buffer.size(), peer, kPingTag).wait();
+    }
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string LinkModel::describe() const {
+  char text[160];
+  std::snprintf(text, sizeof(text), "%.2f Gbit/s, %.1f us latency (%s)", bandwidth * 8 / 1e9, latency * 1e6,
+                source.c_str());
+  return text;
+}
+
+LinkModel parse_link(std::string_view text, const std::string& where) {
+  static const std::vector<std::pair<std::string_view, double>> bandwidth_units = {
+      {"bit", 1.0 / 8},  {"Kbit", 1e3 / 8},    {"Mbit", 1e6 / 8},      {"Gbit", 1e9 / 8}, {"Tbit", 1e12 / 8},
+      {"b/s", 1.0 / 8},  {"Kb/s", 1e3 / 8},    {"Mb/s", 1e6 / 8},      {"Gb/s", 1e9 / 8}, {"Tb/s", 1e12 / 8},
+      {"bps", 1.0 / 8},  {"Kbps", 1e3 / 8},    {"Mbps", 1e6 / 8},      {"Gbps", 1e9 / 8}, {"Tbps", 1e12 / 8},
+      {"B/s", 1.0},      {"KB/s", 1e3},        {"MB/s", 1e6},          {"GB/s", 1e9},     {"TB/s", 1e12},
+      {"KiB/s", 1024.0}, {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0}};
+  static const std::vector<std::pair<std::string_view, double>> time_units = {
+      {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}};
+  const size_t comma = text.find(',');
+  LinkModel link;
+  link.bandwidth = parse_quantity(text.substr(0, comma), bandwidth_units, where, "bandwidth");
+  VP_REQUIRE(link.bandwidth > 0, where, ": the bandwidth must be > 0 (got '", text.substr(0, comma), "')");
+  if (comma != std::string_view::npos)
+    link.latency = parse_quantity(text.substr(comma + 1), time_units, where, "latency");
+  link.source = where;
+  return link;
+}
+
+LinkModel measure_link(Communicator& world) {
+  VP_REQUIRE(world.size() >= 2, "measure_link needs two ranks");
+  std::vector<char> small(8), big(size_t{4} << 20);
+  double rtt[2] = {0, 0};
+  if (world.rank() < 2) {
+    best_round_trip(world, world.rank(), small, 3);  // warm-up: connection set-up
+    rtt[0] = best_round_trip(world, world.rank(), small, 20);
+    rtt[1] = best_round_trip(world, world.rank(), big, 5);
+  }
+  world.broadcast_bytes(rtt, sizeof(rtt), 0);
+  return from_round_trips(rtt[0], rtt[1], static_cast<double>(big.size()), "measured: ping-pong between ranks 0 and 1");
+}
+
+LinkModel measure_local_link() {
+  double rtt[2] = {0, 0};
+  run_local_ranks(2, [&](Communicator& comm) {
+    std::vector<char> small(8), big(size_t{4} << 20);
+    best_round_trip(comm, comm.rank(), small, 3);
+    const double s = best_round_trip(comm, comm.rank(), small, 20);
+    const double b = best_round_trip(comm, comm.rank(), big, 5);
+    if (comm.rank() == 0) {
+      rtt[0] = s;
+      rtt[1] = b;
+    }
+  });
+  return from_round_trips(rtt[0], rtt[1], 4.0 * 1048576, "measured: ping-pong between two threads of this process");
+}
+
+}  // namespace vitpipe

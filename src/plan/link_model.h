@@ -1,0 +1,32 @@
+// The network between processes as the planner models it: a message of n bytes takes latency + n / bandwidth.
+// Given as --link BANDWIDTH[,LATENCY] ("10Gbit,20us", "100Gb/s", "12.5GB/s,2us"), or measured with a ping-pong.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace vitpipe {
+
+class Communicator;
+
+struct LinkModel {
+  double bandwidth = 0;  // bytes per second
+  double latency = 0;    // seconds
+  std::string source;    // how it was obtained, for the plan's printout
+
+  double transfer_seconds(double bytes) const { return latency + bytes / bandwidth; }
+  std::string describe() const;  // "10.0 Gbit/s, 20 us latency (--link)"
+};
+
+// Bandwidth units: bit/s (Kbit, Mbit, Gbit, Tbit; also written Gb/s, Gbps) or bytes/s (KB/s, MB/s, GB/s, KiB/s,
+// MiB/s, GiB/s); latency: ns, us, ms or s (default 0). Throws naming `where` and the expected form.
+LinkModel parse_link(std::string_view text, const std::string& where = "--link");
+
+// A ping-pong between ranks 0 and 1 of `world` (collective: the other ranks only wait): half the round trip of a
+// small message is the latency, a 4 MiB message gives the bandwidth. Best of a few tries.
+LinkModel measure_link(Communicator& world);
+
+// The same between two threads of this process (no mpirun): the shared-memory copy a same-node MPI job would use.
+LinkModel measure_local_link();
+
+}  // namespace vitpipe

@@ -1,0 +1,271 @@
+#include "plan/segment_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/cpu_level.h"
+#include "model/vit_stage.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/random.h"
+#include "util/threads.h"
+
+namespace vitpipe {
+namespace {
+
+constexpr int kRepeats = 2;  // after one warm-up run; the best is kept (the machine is shared)
+
+double seconds_of(const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void fill_random(const Tensor& t, Rng& rng, double stddev) {
+  if (t.dtype() != DType::f32) return;
+  float* x = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) x[i] = static_cast<float>(rng.normal(0.0, stddev));
+}
+
+// The passes of a stage holding segments [first, last], at micro-batch b, best of kRepeats.
+PassTimes measure_stage(const std::shared_ptr<const ParameterLayout>& layout, Precision precision, int first, int last,
+                        int64_t b) {
+  const ViTConfig& c = layout->config();
+  auto backend = make_cpu_backend();
+  StageOptions o;
+  o.first_segment = first;
+  o.last_segment = last;
+  o.precision = precision;
+  o.max_micro_batch = b;
+  o.split_backward = true;  // runs backward() as well as its two halves
+  ViTStage stage(layout, *backend, o);
+  Rng rng(7);
+  fill_random(stage.parameters().flat(), rng, 0.02);
+  stage.parameters_changed();
+  Tensor targets =
+      c.problem_type == ProblemType::multi_label ? Tensor::zeros({b, c.num_labels()}) : Tensor::zeros({b}, DType::i64);
+  auto prepare = [&] {
+    fill_random(stage.input(0, b), rng, 1.0);
+    stage.forward(0, b);
+    if (stage.has_head()) {
+      stage.loss(0, b, targets, 1.0 / static_cast<double>(b));
+    } else {
+      fill_random(stage.grad(0, b), rng, 1e-3);
+    }
+  };
+  PassTimes best{1e30, 1e30, 1e30, 1e30};
+  for (int run = 0; run <= kRepeats; ++run) {
+    PassTimes t;
+    fill_random(stage.input(0, b), rng, 1.0);
+    t.forward = seconds_of([&] { stage.forward(0, b); });
+    if (stage.has_head()) {
+      stage.loss(0, b, targets, 1.0 / static_cast<double>(b));
+    } else {
+      fill_random(stage.grad(0, b), rng, 1e-3);
+    }
+    t.backward = seconds_of([&] { stage.backward(0, b); });
+    prepare();
+    t.backward_input = seconds_of([&] { stage.backward_input(0, b); });
+    t.backward_weight = seconds_of([&] { stage.backward_weight(0, b); });
+    stage.zero_gradients();
+    if (run == 0) continue;  // warm-up: oneDNN's primitives are created on first use
+    best.forward = std::min(best.forward, t.forward);
+    best.backward = std::min(best.backward, t.backward);
+    best.backward_input = std::min(best.backward_input, t.backward_input);
+    best.backward_weight = std::min(best.backward_weight, t.backward_weight);
+  }
+  return best;
+}
+
+PassTimes minus(const PassTimes& a, const PassTimes& b) {
+  return {std::max(0.0, a.forward - b.forward), std::max(0.0, a.backward - b.backward),
+          std::max(0.0, a.backward_input - b.backward_input), std::max(0.0, a.backward_weight - b.backward_weight)};
+}
+
+ProfilePoint measure_point(const std::shared_ptr<const ParameterLayout>& layout, Precision precision, int64_t b) {
+  const int head = layout->num_segments() - 1;
+  ProfilePoint p;
+  p.micro_batch = b;
+  p.embeddings = measure_stage(layout, precision, 0, 0, b);
+  p.block = measure_stage(layout, precision, 1, 1, b);
+  p.head = measure_stage(layout, precision, head, head, b);
+  // The final block computes the classifier token only when its stage holds the head: measured with it.
+  p.classifier_block = minus(measure_stage(layout, precision, head - 1, head, b), p.head);
+  return p;
+}
+
+nlohmann::json times_json(const PassTimes& t) {
+  return {{"forward", t.forward},
+          {"backward", t.backward},
+          {"backward_input", t.backward_input},
+          {"backward_weight", t.backward_weight}};
+}
+
+PassTimes times_from(const nlohmann::json& j) {
+  return {j.at("forward").get<double>(), j.at("backward").get<double>(), j.at("backward_input").get<double>(),
+          j.at("backward_weight").get<double>()};
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+const PassTimes& ProfilePoint::of(SegmentKind kind) const {
+  switch (kind) {
+    case SegmentKind::embeddings:
+      return embeddings;
+    case SegmentKind::block:
+      return block;
+    case SegmentKind::classifier_block:
+      return classifier_block;
+    case SegmentKind::head:
+      return head;
+  }
+  return block;
+}
+
+PassTimes ModelProfile::at(SegmentKind kind, double b) const {
+  VP_REQUIRE(!points.empty(), "profile: no measurements");
+  auto scaled = [](const PassTimes& t, double f) {
+    return PassTimes{t.forward * f, t.backward * f, t.backward_input * f, t.backward_weight * f};
+  };
+  if (b <= static_cast<double>(points.front().micro_batch)) {
+    return scaled(points.front().of(kind), b / static_cast<double>(points.front().micro_batch));
+  }
+  for (size_t i = 1; i < points.size(); ++i) {
+    const double lo = static_cast<double>(points[i - 1].micro_batch), hi = static_cast<double>(points[i].micro_batch);
+    if (b <= hi) {
+      const double w = (b - lo) / (hi - lo);
+      const PassTimes a = points[i - 1].of(kind), c = points[i].of(kind);
+      return {a.forward + w * (c.forward - a.forward), a.backward + w * (c.backward - a.backward),
+              a.backward_input + w * (c.backward_input - a.backward_input),
+              a.backward_weight + w * (c.backward_weight - a.backward_weight)};
+    }
+  }
+  return scaled(points.back().of(kind), b / static_cast<double>(points.back().micro_batch));
+}
+
+bool ModelProfile::covers(int64_t b) const {
+  return std::any_of(points.begin(), points.end(), [&](const ProfilePoint& p) { return p.micro_batch == b; });
+}
+
+nlohmann::json ModelProfile::to_json() const {
+  nlohmann::json j;
+  j["key"] = key;
+  j["describe"] = describe;
+  j["points"] = nlohmann::json::array();
+  for (const auto& p : points) {
+    j["points"].push_back({{"micro_batch", p.micro_batch},
+                           {"embeddings", times_json(p.embeddings)},
+                           {"block", times_json(p.block)},
+                           {"classifier_block", times_json(p.classifier_block)},
+                           {"head", times_json(p.head)}});
+  }
+  j["optimizer_seconds_per_element"] = optimizer_seconds_per_element;
+  return j;
+}
+
+ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string& source) {
+  try {
+    ModelProfile p;
+    p.key = j.at("key").get<std::string>();
+    p.describe = j.value("describe", nlohmann::json::object());
+    for (const auto& point : j.at("points")) {
+      ProfilePoint q;
+      q.micro_batch = point.at("micro_batch").get<int64_t>();
+      q.embeddings = times_from(point.at("embeddings"));
+      q.block = times_from(point.at("block"));
+      q.classifier_block = times_from(point.at("classifier_block"));
+      q.head = times_from(point.at("head"));
+      VP_REQUIRE(q.micro_batch >= 1, source, ": micro_batch must be >= 1");
+      p.points.push_back(q);
+    }
+    std::sort(p.points.begin(), p.points.end(),
+              [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
+    p.optimizer_seconds_per_element = j.value("optimizer_seconds_per_element", std::map<std::string, double>{});
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    fail(source, ": not a vitpipe profile (", e.what(), ")");
+  }
+}
+
+std::string profile_key(const ProfileRequest& r) {
+  const ViTConfig& c = r.config;
+  return concat("vitpipe-profile-v1 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
+                " heads=", c.num_attention_heads, " mlp=", c.intermediate_size, " image=", c.image_size,
+                " patch=", c.patch_size, " channels=", c.num_channels, " labels=", c.num_labels(),
+                " qkv_bias=", c.qkv_bias ? 1 : 0, " problem=", problem_type_name(c.problem_type),
+                " precision=", precision_name(r.precision), " cpu=", cpu::cpu_features().model,
+                " level=", cpu::cpu_level_name(cpu::selected_cpu_level()), " threads=", r.threads);
+}
+
+std::filesystem::path default_profile_cache() {
+  if (const char* v = std::getenv("VITPIPE_CACHE"); v && *v) return v;
+  if (const char* v = std::getenv("XDG_CACHE_HOME"); v && *v) return std::filesystem::path(v) / "vitpipe";
+  if (const char* v = std::getenv("HOME"); v && *v) return std::filesystem::path(v) / ".cache" / "vitpipe";
+  return std::filesystem::temp_directory_path() / "vitpipe-cache";
+}
+
+ModelProfile load_or_measure_profile(const ProfileRequest& request, const OptimizerTimer& time_optimizers,
+                                     bool* measured) {
+  const std::string key = profile_key(request);
+  char name[64];
+  std::snprintf(name, sizeof(name), "profile-%016llx.json", static_cast<unsigned long long>(fnv1a(key)));
+  const std::filesystem::path file = request.cache_dir.empty() ? std::filesystem::path() : request.cache_dir / name;
+  ModelProfile profile;
+  if (!file.empty() && std::filesystem::exists(file)) {
+    try {
+      ModelProfile cached = ModelProfile::from_json(nlohmann::json::parse(read_text_file(file)), file.string());
+      if (cached.key == key) profile = std::move(cached);
+    } catch (const Error&) {
+      // An unreadable cache entry is measured again and replaced.
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  profile.key = key;
+  profile.describe = {{"model",
+                       {{"hidden_size", request.config.hidden_size},
+                        {"layers", request.config.num_hidden_layers},
+                        {"image_size", request.config.image_size},
+                        {"patch_size", request.config.patch_size},
+                        {"labels", request.config.num_labels()}}},
+                      {"precision", precision_name(request.precision)},
+                      {"cpu", cpu::cpu_features().model},
+                      {"cpu_level", cpu::cpu_level_name(cpu::selected_cpu_level())},
+                      {"threads", request.threads}};
+  std::vector<int64_t> missing;
+  for (int64_t b : request.micro_batches) {
+    if (!profile.covers(b) && std::find(missing.begin(), missing.end(), b) == missing.end()) missing.push_back(b);
+  }
+  const bool optimizers_missing = time_optimizers && profile.optimizer_seconds_per_element.empty();
+  if (measured) *measured = !missing.empty() || optimizers_missing;
+  if (missing.empty() && !optimizers_missing) return profile;
+
+  const int saved_threads = configured_threads();
+  configure_threads(request.threads);
+  auto layout = std::make_shared<const ParameterLayout>(request.config);
+  for (int64_t b : missing) profile.points.push_back(measure_point(layout, request.precision, b));
+  if (optimizers_missing) profile.optimizer_seconds_per_element = time_optimizers(layout);
+  configure_threads(saved_threads);
+  std::sort(profile.points.begin(), profile.points.end(),
+            [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
+  if (!file.empty()) {
+    std::filesystem::create_directories(request.cache_dir);
+    write_text_file_atomically(file, profile.to_json().dump(1) + "\n");
+  }
+  return profile;
+}
+
+}  // namespace vitpipe

@@ -1,0 +1,71 @@
+// What one pipeline segment costs on this CPU, measured: the forward pass, the whole backward pass and its two
+// halves (input gradients B, weight gradients W: model/weight_gradients.h) of the embeddings, an encoder block,
+// the final (classifier-token) block and the head, at a few micro-batch sizes, with the threads one rank would
+// use. Measured once (a few micro-batches each, best of a few runs) and cached per model, image size, precision,
+// CPU and thread count; the planner (layout_search.h) interpolates between the sizes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/parameter_layout.h"
+#include "model/precision.h"
+#include "model/vit_config.h"
+
+namespace vitpipe {
+
+enum class SegmentKind { embeddings, block, classifier_block, head };
+
+struct PassTimes {  // seconds for one micro-batch
+  double forward = 0, backward = 0, backward_input = 0, backward_weight = 0;
+};
+
+struct ProfilePoint {
+  int64_t micro_batch = 1;
+  PassTimes embeddings, block, classifier_block, head;
+  const PassTimes& of(SegmentKind kind) const;
+};
+
+struct ModelProfile {
+  std::string key;                   // what it was measured for (model, precision, CPU, threads)
+  nlohmann::json describe;           // the same, readable
+  std::vector<ProfilePoint> points;  // ascending micro-batch
+  // Optimizer update cost per parameter element (seconds), by optimizer name ("adamw", "lamb", "sgd").
+  std::map<std::string, double> optimizer_seconds_per_element;
+
+  // Times at micro-batch b: linear between the measured sizes, proportional beyond the largest.
+  PassTimes at(SegmentKind kind, double micro_batch) const;
+  bool covers(int64_t micro_batch) const;
+  nlohmann::json to_json() const;
+  static ModelProfile from_json(const nlohmann::json& json, const std::string& source);
+};
+
+struct ProfileRequest {
+  ViTConfig config;  // image size, labels and problem type applied
+  Precision precision = Precision::fp32;
+  int threads = 1;                     // CPU threads per rank
+  std::vector<int64_t> micro_batches;  // sizes the plan needs
+  std::filesystem::path cache_dir;     // "" = no cache
+};
+
+// The cache key of a request (model dimensions, precision, CPU brand and kernel level, threads).
+std::string profile_key(const ProfileRequest& request);
+
+// Measures the optimizers' update cost per element on a range of `layout` (the training layer provides it).
+using OptimizerTimer =
+    std::function<std::map<std::string, double>(const std::shared_ptr<const ParameterLayout>& layout)>;
+
+// The cached profile when it covers every requested size; otherwise measures the missing sizes (and the optimizer
+// costs when absent), merges and writes the cache atomically. `measured` (optional) tells whether it measured.
+ModelProfile load_or_measure_profile(const ProfileRequest& request, const OptimizerTimer& time_optimizers,
+                                     bool* measured = nullptr);
+
+// The default cache directory: $VITPIPE_CACHE, else $XDG_CACHE_HOME/vitpipe, else ~/.cache/vitpipe.
+std::filesystem::path default_profile_cache();
+
+}  // namespace vitpipe

@@ -1,0 +1,301 @@
+#include "train/layout_auto.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "io/hf_config.h"
+#include "io/model_reference.h"
+#include "parallel/mpi_communicator.h"
+#include "train/optimizer.h"
+#include "train/run_world.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/progress.h"
+#include "util/threads.h"
+
+namespace vitpipe {
+namespace {
+
+constexpr int kLayoutTag = 31500;  // rank 0 -> every rank: the chosen layout (size, then JSON text)
+
+Layout layout_from_json(const nlohmann::json& j) {
+  Layout l;
+  l.stages = j.at("stages").get<int>();
+  l.replicas = j.at("replicas").get<int>();
+  l.micro_batch = j.at("micro_batch").get<int64_t>();
+  l.micro_batches = j.at("micro_batches").get<int>();
+  l.schedule = parse_schedule_kind(j.at("schedule").get<std::string>());
+  l.virtual_stages = j.at("virtual_stages").get<int>();
+  l.recompute = j.at("recompute").get<bool>();
+  l.shard = j.at("shard_optimizer").get<bool>();
+  l.layers_per_stage = j.at("layers_per_stage").get<std::vector<int>>();
+  return l;
+}
+
+// The other ranks wait for rank 0's plan by polling a receive with sleeps: a blocking MPI call would spin and take
+// the cores rank 0 is profiling on.
+std::string receive_politely(Communicator& world) {
+  int64_t size = 0;
+  CommRequest request = world.irecv_bytes(&size, sizeof(size), 0, kLayoutTag);
+  while (!request.test()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::string text(static_cast<size_t>(size), '\0');
+  world.irecv_bytes(text.data(), text.size(), 0, kLayoutTag).wait();
+  return text;
+}
+
+int ranks_on_this_node(int world_size) {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local == nullptr) local = std::getenv("MPI_LOCALNRANKS");
+  return local ? std::max(1, std::atoi(local)) : world_size;
+}
+
+std::string plan_text(const PlanInputs& in, const Plan& plan, bool profiled, const std::string& cache) {
+  return concat("plan: ", in.processes, " process(es), ", in.processes_per_node, " per node of ", in.cores_per_node,
+                " core(s), ", in.threads_per_process, " thread(s) each, ", format_bytes(in.memory_per_process),
+                " per process, global batch ", in.global_batch, "; link ", in.link.describe(), "; profile ",
+                profiled ? "measured now" : "from the cache", " (", cache, "); ", plan.searched, " layouts searched, ",
+                plan.ranked.size(), " fit\n", format_plan(in, plan, 6));
+}
+
+std::string cache_dir_of(const TrainOptions& o) {
+  return (o.profile_cache.empty() ? default_profile_cache() : std::filesystem::path(o.profile_cache)).string();
+}
+
+}  // namespace
+
+double parse_memory_size(std::string_view text, const std::string& where) {
+  double value = 0.0;
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  auto [stop, error] = std::from_chars(begin, end, value);
+  VP_REQUIRE(error == std::errc() && stop != begin && std::isfinite(value) && value > 0, where, ": '", text,
+             "' is not a memory size (expected e.g. 16GiB, 512MiB, 1.5GB)");
+  const std::string_view unit(stop, static_cast<size_t>(end - stop));
+  static const std::vector<std::pair<std::string_view, double>> units = {{"", 1.0},
+                                                                         {"B", 1.0},
+                                                                         {"K", 1024.0},
+                                                                         {"KiB", 1024.0},
+                                                                         {"KB", 1e3},
+                                                                         {"M", 1048576.0},
+                                                                         {"MiB", 1048576.0},
+                                                                         {"MB", 1e6},
+                                                                         {"G", 1073741824.0},
+                                                                         {"GiB", 1073741824.0},
+                                                                         {"GB", 1e9},
+                                                                         {"T", 1099511627776.0},
+                                                                         {"TiB", 1099511627776.0},
+                                                                         {"TB", 1e12}};
+  for (const auto& [name, factor] : units) {
+    if (unit == name) return value * factor;
+  }
+  fail(where, ": unknown unit '", unit, "' in '", text, "' (expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
+}
+
+double machine_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemTotal:") return kib * 1024;
+    std::string rest;
+    std::getline(in, rest);
+  }
+  return 8.0 * 1073741824.0;  // not Linux: a guess, said as such by the plan's printout of the inputs
+}
+
+std::map<std::string, double> time_optimizers(const std::shared_ptr<const ParameterLayout>& layout) {
+  std::map<std::string, double> cost;
+  FlatParameters params(layout, 1, 1), grads(layout, 1, 1);
+  for (int64_t i = 0; i < params.numel(); ++i) {
+    params.data()[i] = 0.01f * static_cast<float>(i % 13);
+    grads.data()[i] = 1e-4f * static_cast<float>(i % 7);
+  }
+  for (const char* name : {"adamw", "lamb", "sgd"}) {
+    OptimizerConfig config = optimizer_config_named(name);
+    if (config.kind == OptimizerKind::sgd) config.momentum = 0.9;
+    auto optimizer = make_optimizer(config, params);
+    double best = 1e30;
+    for (int run = 0; run < 3; ++run) {
+      const auto start = std::chrono::steady_clock::now();
+      optimizer->step(params, grads, 1e-6);
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (run > 0) best = std::min(best, t);
+    }
+    cost[name] = best / static_cast<double>(params.numel());
+  }
+  return cost;
+}
+
+ViTConfig model_config_for_plan(const TrainOptions& o) {
+  VP_REQUIRE(!o.model.empty(), "--model is required (a model directory or a Hugging Face repo id)");
+  const auto directory = resolve_model_reference(o.model);
+  ViTConfig config = read_hf_config(directory / "config.json").config;
+  if (o.image_size > 0) {
+    VP_REQUIRE(o.image_size % config.patch_size == 0, "--image-size ", o.image_size,
+               " is not a multiple of the model's patch size ", config.patch_size);
+    config.image_size = o.image_size;
+  }
+  if (config.labels.empty()) config.labels.assign(14, "label");  // a backbone: ChestX-ray14's 14 findings
+  return config;
+}
+
+PlanInputs plan_inputs(const TrainOptions& o, const ViTConfig& config, const PlanJob& job, const LinkModel& link,
+                       bool constrained) {
+  PlanInputs in;
+  in.config = config;
+  in.precision = o.precision == DType::bf16 ? Precision::bf16 : Precision::fp32;
+  in.global_batch = o.batch_size;
+  in.processes = job.processes;
+  in.processes_per_node = job.processes_per_node();
+  in.cores_per_node = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  in.threads_per_process = o.threads > 0 ? o.threads : std::max(1, in.cores_per_node / in.processes_per_node);
+  in.memory_per_process = o.memory_per_process.empty()
+                              ? machine_memory_bytes() / in.processes_per_node
+                              : parse_memory_size(o.memory_per_process, "--memory-per-process");
+  in.link = link;
+  const OptimizerConfig optimizer = o.optimizer_config();
+  in.optimizer = optimizer.kind == OptimizerKind::adamw  ? "adamw"
+                 : optimizer.kind == OptimizerKind::lamb ? "lamb"
+                                                         : "sgd";
+  in.optimizer_buffers = optimizer.kind == OptimizerKind::sgd ? (optimizer.momentum != 0 ? 1 : 0) : 2;
+  if (constrained) {
+    auto given = [&](const char* name) {
+      const auto& names = o.layout_options_given.names;
+      return std::find(names.begin(), names.end(), name) != names.end();
+    };
+    if (given("pipeline-stages")) in.stages = o.pipeline_stages;
+    if (given("micro-batch-size") && o.micro_batch_size) in.micro_batch = *o.micro_batch_size;
+    if (given("pipeline-schedule")) in.schedule = parse_schedule_kind(o.pipeline_schedule);
+    if (given("virtual-stages")) in.virtual_stages = o.virtual_stages;
+    if (given("recompute")) in.recompute = o.recompute;
+    if (given("shard-optimizer")) in.shard = o.shard_optimizer;
+    if (given("layers-per-stage")) in.layers_per_stage = o.layers_per_stage;
+  }
+  return in;
+}
+
+Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled) {
+  ProfileRequest request;
+  request.config = in.config;
+  request.precision = in.precision;
+  request.threads = in.threads_per_process;
+  request.micro_batches = candidate_micro_batches(in);
+  VP_REQUIRE(!request.micro_batches.empty(), "no layout of ", in.processes, " process(es) can run a global batch of ",
+             in.global_batch,
+             " (--batch-size must be divisible by the data-parallel replicas and give every stage a "
+             "micro-batch): change --batch-size or the process count");
+  request.cache_dir = o.profile_cache.empty() ? default_profile_cache() : std::filesystem::path(o.profile_cache);
+  const ModelProfile profile = load_or_measure_profile(request, time_optimizers, profiled);
+  Plan plan = plan_layouts(in, profile);
+  if (plan.ranked.empty()) {
+    fail("no layout of ", in.processes, " process(es) fits ", format_bytes(in.memory_per_process),
+         " per process (--memory-per-process) for this model (", in.config.num_hidden_layers, " layers, hidden ",
+         in.config.hidden_size, ", ", in.config.image_size, " px) at global batch ", in.global_batch, ": ",
+         what_would_fit(in, profile, plan));
+  }
+  return plan;
+}
+
+LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, const ViTConfig& config) {
+  PlanJob job;
+  job.processes = world.size();
+  const int here = std::min(world.size(), ranks_on_this_node(world.size()));
+  job.nodes = std::max(1, world.size() / here);
+  LinkModel link;
+  if (!o.link.empty()) {
+    link = parse_link(o.link);
+  } else if (world.size() > 1) {
+    link = measure_link(world);  // collective
+  } else {
+    link = LinkModel{1e12, 0.0, "one process: no link"};
+  }
+  std::string text;
+  LayoutPrediction prediction;
+  if (world.rank() == 0) {
+    PlanInputs in = plan_inputs(o, config, job, link, false);
+    in.threads_per_process = configured_threads();  // what this job's ranks run with
+    bool profiled = false;
+    const Plan plan = make_plan(in, o, &profiled);
+    info(plan_text(in, plan, profiled, cache_dir_of(o)));
+    prediction = plan.ranked.front();
+    text = prediction_json(prediction).dump();
+    const int64_t size = static_cast<int64_t>(text.size());
+    std::vector<CommRequest> sends;
+    for (int r = 1; r < world.size(); ++r) {
+      sends.push_back(world.isend_bytes(&size, sizeof(size), r, kLayoutTag));
+      sends.push_back(world.isend_bytes(text.data(), text.size(), r, kLayoutTag));
+    }
+    wait_all(sends);
+  } else {
+    const nlohmann::json chosen = nlohmann::json::parse(receive_politely(world));
+    prediction.layout = layout_from_json(chosen);
+    prediction.step_seconds = chosen.at("step_seconds").get<double>();
+    prediction.bubble = chosen.at("bubble").get<double>();
+  }
+  const Layout& l = prediction.layout;
+  o.pipeline_stages = l.stages;
+  o.layers_per_stage = l.stages > 1 ? l.layers_per_stage : std::vector<int>{};
+  o.pipeline_schedule = l.schedule == ScheduleKind::interleaved_1f1b ? "interleaved" : schedule_kind_name(l.schedule);
+  o.virtual_stages = l.virtual_stages;
+  o.micro_batch_size = l.micro_batch;
+  o.recompute = l.recompute;
+  o.shard_optimizer = l.shard;
+  info(
+      "--layout auto chose ", l.describe(), ": predicted ", prediction.step_seconds, " s per step (flags: ",
+      [&] {
+        std::string flags;
+        for (const auto& f : l.train_flags()) flags += (flags.empty() ? "" : " ") + f;
+        return flags;
+      }(),
+      ")");
+  return prediction;
+}
+
+void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json) {
+  VP_REQUIRE(processes >= 0, "--processes must be >= 1 (got ", processes, ")");
+  VP_REQUIRE(nodes >= 1, "--nodes must be >= 1 (got ", nodes, ")");
+  VP_REQUIRE(rows >= 1, "--top must be >= 1 (got ", rows, ")");
+  const ViTConfig config = model_config_for_plan(options);
+  run_on_world(1, options.threads, [&](Communicator& world) {
+    PlanJob job;
+    job.processes = launched_as_mpi_job() ? world.size() : std::max(1, processes);
+    VP_REQUIRE(!launched_as_mpi_job() || processes == 0 || processes == world.size(), "--processes ", processes,
+               " disagrees with mpirun's ", world.size(), " processes: give one of them");
+    job.nodes = std::min(nodes, job.processes);
+    LinkModel link;
+    if (!options.link.empty()) {
+      link = parse_link(options.link);
+    } else if (world.size() > 1) {
+      link = measure_link(world);
+    } else {
+      link = measure_local_link();
+    }
+    if (world.rank() != 0) return;
+    PlanInputs in = plan_inputs(options, config, job, link, true);
+    bool profiled = false;
+    const Plan plan = make_plan(in, options, &profiled);
+    if (json) {
+      nlohmann::json j = plan_json(in, plan, rows);
+      j["profile_measured"] = profiled;
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("%s", plan_text(in, plan, profiled, cache_dir_of(options)).c_str());
+      std::string flags;
+      for (const auto& f : plan.ranked.front().layout.train_flags()) flags += " " + f;
+      std::printf(
+          "chosen: %s\n  predicted %.3f s per step, bubble %.1f%%, %s per rank, %s per step on the wire\n"
+          "  train with:%s (or --layout auto)\n",
+          plan.ranked.front().layout.describe().c_str(), plan.ranked.front().step_seconds,
+          100 * plan.ranked.front().bubble, format_bytes(plan.ranked.front().memory.total()).c_str(),
+          format_bytes(plan.ranked.front().volume.wire).c_str(), flags.c_str());
+    }
+  });
+}
+
+}  // namespace vitpipe

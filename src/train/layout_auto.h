@@ -1,0 +1,47 @@
+// `vitpipe plan` and `train --layout auto`: the planner's inputs (plan/layout_search.h) from train's own options and
+// the job around them: how many processes, how many share a node, the memory each may use and the link. Rank 0
+// profiles (cached) and plans while the other ranks wait without spinning; every rank then applies the same layout.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "parallel/communicator.h"
+#include "plan/layout_search.h"
+#include "train/train_options.h"
+
+namespace vitpipe {
+
+struct PlanJob {
+  int processes = 1;
+  int nodes = 1;  // processes are spread evenly; those on one node share its cores and memory
+  int processes_per_node() const { return (processes + nodes - 1) / nodes; }
+};
+
+// "16GiB", "512MiB", "1.5GB", "2G", or plain bytes. Throws naming `where` and the expected form.
+double parse_memory_size(std::string_view text, const std::string& where);
+double machine_memory_bytes();  // MemTotal of /proc/meminfo
+
+// Each optimizer's update cost per element, measured on one block's parameters (segment_profile.h's timer).
+std::map<std::string, double> time_optimizers(const std::shared_ptr<const ParameterLayout>& layout);
+
+// config.json of --model (no weights read) with --image-size applied; the labels as the checkpoint has them.
+ViTConfig model_config_for_plan(const TrainOptions& options);
+
+// The planner's inputs. `constrained`: the layout flags given explicitly fix that part of the search (plan);
+// otherwise everything is searched (train --layout auto, which refuses those flags). Threads per process:
+// --threads, else the node's cores shared by its processes.
+PlanInputs plan_inputs(const TrainOptions& options, const ViTConfig& config, const PlanJob& job, const LinkModel& link,
+                       bool constrained);
+
+// Profiles (or reads the cache) and plans. Throws, saying what would fit, when no layout fits the memory given.
+Plan make_plan(const PlanInputs& inputs, const TrainOptions& options, bool* profiled = nullptr);
+
+// train --layout auto, collective over `world`: plans on rank 0 (profiling there while the others sleep), prints the
+// chosen layout beside the next best, sets the layout options of `options` on every rank, and returns the choice.
+LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& options, const ViTConfig& config);
+
+// `vitpipe plan`: prints (or writes as JSON) the plan for `options` on `processes` processes (0 = mpirun's, or 1).
+void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json);
+
+}  // namespace vitpipe

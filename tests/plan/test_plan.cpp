@@ -1,0 +1,219 @@
+// The planner's parts against what they model: the memory plan against the tensors ViTStage really allocates, the
+// link parser, cost-balanced boundaries, and the search on a synthetic profile (known costs, known answers).
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+#include "model/vit_stage.h"
+#include "parallel/pipeline_executor.h"
+#include "plan/layout_search.h"
+#include "plan/link_model.h"
+#include "plan/memory_model.h"
+#include "util/error.h"
+
+namespace vitpipe {
+namespace {
+
+ViTConfig small_config(int layers = 4) {
+  ViTConfig c;
+  c.hidden_size = 32;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 48;
+  c.image_size = 16;
+  c.patch_size = 4;
+  c.labels = {"a", "b", "c"};
+  return c;
+}
+
+// DINOv2 with registers: LayerScale, SwiGLU, the [CLS, patch mean] head, positions resampled to another grid.
+ViTConfig dinov2_config() {
+  ViTConfig c = small_config();
+  c.model_type = "dinov2_with_registers";
+  c.layer_scale = true;
+  c.swiglu = true;
+  c.head = HeadKind::cls_and_patch_mean;
+  c.num_register_tokens = 2;
+  c.position_interpolation = PositionInterpolation::bicubic_antialias;
+  c.input_image_size = 12;
+  c.validate("test");
+  return c;
+}
+
+TEST(PlanMemory, ActivationPlanMatchesWhatTheStageAllocates) {
+  for (const ViTConfig& config : {small_config(), dinov2_config()}) {
+    auto layout = std::make_shared<const ParameterLayout>(config);
+    auto backend = make_cpu_backend();
+    const int head = layout->num_segments() - 1;
+    for (auto [first, last] : {std::pair{0, head}, {0, 0}, {0, 2}, {1, 3}, {2, head}, {head, head}, {4, head}}) {
+      for (Precision precision : {Precision::fp32, Precision::bf16}) {
+        for (int variant = 0; variant < 3; ++variant) {  // plain, recompute, split backward
+          for (int64_t b : {1, 3}) {
+            StageOptions o;
+            o.first_segment = first;
+            o.last_segment = last;
+            o.precision = precision;
+            o.recompute = variant == 1;
+            o.split_backward = variant == 2;
+            o.max_micro_batch = b;
+            o.slots = 2;
+            const ViTStage stage(layout, *backend, o);
+            EXPECT_EQ(planned_activation_bytes(layout->config(), first, last, precision, o.recompute, o.split_backward,
+                                               b, o.slots),
+                      stage.activation_bytes())
+                << "segments " << first << ".." << last << " " << precision_name(precision) << " variant " << variant
+                << " micro-batch " << b << " " << config.model_type;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PlanLink, ParsesUnitsAndRefusesNonsense) {
+  const LinkModel a = parse_link("10Gbit,20us");
+  EXPECT_DOUBLE_EQ(a.bandwidth, 1.25e9);
+  EXPECT_DOUBLE_EQ(a.latency, 20e-6);
+  EXPECT_DOUBLE_EQ(parse_link("100Gb/s").bandwidth, 12.5e9);
+  EXPECT_DOUBLE_EQ(parse_link("2GiB/s,1ms").bandwidth, 2.0 * 1073741824);
+  EXPECT_DOUBLE_EQ(parse_link("2GiB/s,1ms").latency, 1e-3);
+  EXPECT_NEAR(a.transfer_seconds(1.25e9), 1.0 + 20e-6, 1e-12);
+  for (const char* bad : {"fast", "10", "10Gbit,soon", "0Gbit", "-1Gbit", "10Gbit,20"}) {
+    EXPECT_THROW(parse_link(bad), Error) << bad;
+  }
+  try {
+    parse_link("10furlongs");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--link"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Gbit"), std::string::npos) << e.what();
+  }
+}
+
+// A profile with exact, linear costs: a block's forward 1 s per sample, backward 2 (B 1.2, W 0.8); the embeddings
+// and head cost `ends` times a block.
+ModelProfile synthetic_profile(double ends) {
+  ModelProfile p;
+  for (int64_t b : {1, 2, 4, 8, 16, 32}) {
+    ProfilePoint q;
+    q.micro_batch = b;
+    const double x = static_cast<double>(b);
+    q.block = {x, 2 * x, 1.2 * x, 0.8 * x};
+    q.classifier_block = {0.25 * x, 0.5 * x, 0.3 * x, 0.2 * x};
+    q.embeddings = {ends * x, 2 * ends * x, 1.2 * ends * x, 0.8 * ends * x};
+    q.head = {ends * x, 2 * ends * x, 1.2 * ends * x, 0.8 * ends * x};
+    p.points.push_back(q);
+  }
+  p.optimizer_seconds_per_element = {{"adamw", 1e-9}, {"lamb", 2e-9}, {"sgd", 5e-10}};
+  return p;
+}
+
+PlanInputs inputs(int processes, int64_t batch, double memory) {
+  PlanInputs in;
+  in.config = small_config(12);
+  in.global_batch = batch;
+  in.processes = processes;
+  in.processes_per_node = 1;  // one per node: no oversubscription
+  in.cores_per_node = 1;
+  in.memory_per_process = memory;
+  in.link = parse_link("100Gbit,1us");
+  return in;
+}
+
+TEST(PlanSearch, BoundariesAreBalancedByCostNotLayerCount) {
+  PlanInputs in = inputs(4, 16, 1e12);
+  Layout l;
+  l.stages = 4;
+  l.micro_batch = 1;
+  l.micro_batches = 16;
+  // Free embeddings and head: 12 blocks in 3s, except that the final block (classifier token only) is cheap.
+  LayoutPrediction even = predict_layout(in, synthetic_profile(0.0), l);
+  EXPECT_EQ(even.layout.layers_per_stage, (std::vector<int>{3, 3, 3, 3}));
+  // Embeddings and head as heavy as 3 blocks each: the end stages take fewer blocks.
+  LayoutPrediction heavy = predict_layout(in, synthetic_profile(3.0), l);
+  const auto& split = heavy.layout.layers_per_stage;
+  ASSERT_EQ(split.size(), 4u);
+  EXPECT_LT(split.front(), 3);
+  EXPECT_LT(split.back(), 4);
+  EXPECT_EQ(split[0] + split[1] + split[2] + split[3], 12);
+}
+
+TEST(PlanSearch, ZeroBubbleBeatsOneFOneBAndBubblesFollowTheSimulator) {
+  PlanInputs in = inputs(4, 16, 1e12);
+  in.stages = 4;
+  in.micro_batch = 2;
+  const ModelProfile profile = synthetic_profile(0.0);
+  const Plan plan = plan_layouts(in, profile);
+  ASSERT_FALSE(plan.ranked.empty());
+  double one_f_one_b = 0, zero_bubble = 0;
+  for (const auto& x : plan.ranked) {
+    if (x.layout.recompute || x.layout.shard) continue;
+    if (x.layout.schedule == ScheduleKind::one_f_one_b) one_f_one_b = x.step_seconds;
+    if (x.layout.schedule == ScheduleKind::zero_bubble_h1) zero_bubble = x.step_seconds;
+  }
+  EXPECT_GT(one_f_one_b, 0);
+  EXPECT_LT(zero_bubble, one_f_one_b);
+  for (size_t i = 1; i < plan.ranked.size(); ++i)
+    EXPECT_LE(plan.ranked[i - 1].step_seconds, plan.ranked[i].step_seconds);
+}
+
+TEST(PlanSearch, ShardingCutsOptimizerMemoryByTheReplicas) {
+  PlanInputs in = inputs(4, 16, 1e12);
+  in.stages = 1;
+  in.micro_batch = 4;
+  in.schedule = ScheduleKind::one_f_one_b;
+  in.recompute = false;
+  const ModelProfile profile = synthetic_profile(0.5);
+  in.shard = false;
+  const LayoutPrediction full = plan_layouts(in, profile).ranked.at(0);
+  in.shard = true;
+  const LayoutPrediction sharded = plan_layouts(in, profile).ranked.at(0);
+  EXPECT_TRUE(sharded.layout.shard);
+  EXPECT_NEAR(sharded.memory.optimizer, full.memory.optimizer / 4, 1e-6 * full.memory.optimizer);
+  EXPECT_DOUBLE_EQ(sharded.memory.parameters, full.memory.parameters);
+  // The same bytes on the wire: a reduce-scatter plus an all-gather is an all-reduce.
+  EXPECT_NEAR(sharded.volume.wire, full.volume.wire, 1e-6 * full.volume.wire);
+  EXPECT_DOUBLE_EQ(sharded.volume.reduce_scatter, full.volume.allreduce);
+}
+
+TEST(PlanSearch, NothingFitsSaysWhatWould) {
+  PlanInputs in = inputs(2, 8, 1.0);  // one byte per process
+  const ModelProfile profile = synthetic_profile(0.5);
+  const Plan plan = plan_layouts(in, profile);
+  EXPECT_TRUE(plan.ranked.empty());
+  ASSERT_TRUE(plan.least_memory.has_value());
+  const std::string hint = what_would_fit(in, profile, plan);
+  EXPECT_NE(hint.find("needs"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("per process"), std::string::npos) << hint;
+  // Enough memory for the smallest layout of 2 processes but not of 1: the hint names it.
+  in.memory_per_process = plan.least_memory->memory.total() * 1.01;
+  EXPECT_FALSE(plan_layouts(in, profile).ranked.empty());
+}
+
+TEST(PlanSearch, ConstraintsFixThatPartOfTheSearch) {
+  PlanInputs in = inputs(8, 32, 1e12);
+  in.stages = 2;
+  in.schedule = ScheduleKind::gpipe;
+  const Plan plan = plan_layouts(in, synthetic_profile(0.2));
+  ASSERT_FALSE(plan.ranked.empty());
+  for (const auto& x : plan.ranked) {
+    EXPECT_EQ(x.layout.stages, 2);
+    EXPECT_EQ(x.layout.replicas, 4);
+    EXPECT_EQ(x.layout.schedule, ScheduleKind::gpipe);
+  }
+  const auto flags = plan.ranked.front().layout.train_flags();
+  EXPECT_EQ(flags.at(0), "--pipeline-stages");
+  EXPECT_EQ(flags.at(1), "2");
+}
+
+TEST(PlanSimulator, UnequalStagesTakeTheSlowestStagesTime) {
+  // 1F1B, 2 stages, 4 micro-batches: stage 1 twice as slow. Its busy time bounds the makespan from below.
+  std::vector<SimulationCosts> costs(2);
+  costs[1].forward = 2;
+  costs[1].backward = 4;
+  const auto sim = simulate_schedules(make_all_schedules(ScheduleKind::one_f_one_b, 2, 4), 4, 1, costs);
+  EXPECT_GE(sim.makespan, 4 * (2 + 4));
+  EXPECT_LT(sim.stage_bubble[1], sim.stage_bubble[0]);
+}
+
+}  // namespace
+}  // namespace vitpipe
