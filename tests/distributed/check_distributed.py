@@ -33,6 +33,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_numpy import read_safetensors  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_e2e"))
+from e2e_common import rank_pids  # noqa: E402
+
 VITPIPE = os.environ["VITPIPE"]
 SAMPLE = os.path.join(os.environ["VITPIPE_SOURCE_DIR"], "data", "chestxray14-sample")
 TOLERANCE = 1e-4  # relative, per tensor: max |a - b| / max |a|
@@ -604,26 +607,6 @@ def case_rank_raises(job):
     print(f"steps logged before the failure: {steps}")
     if steps and max(steps) > 1:
         sys.exit("FAIL: training went past the step whose image was corrupted")
-
-
-def rank_pids(mpirun_pid):
-    """rank -> pid of mpirun's children (the ranks on this node)."""
-    pids = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            if parent != mpirun_pid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                for variable in f.read().split(b"\0"):
-                    if variable.startswith(b"OMPI_COMM_WORLD_RANK="):
-                        pids[int(variable.split(b"=")[1])] = int(entry)
-        except (OSError, IndexError, ValueError):
-            continue
-    return pids
 
 
 def case_rank_killed(job):

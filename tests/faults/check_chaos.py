@@ -57,26 +57,6 @@ def state_of(out):
             for name in ("model.safetensors", "optimizer.safetensors")}
 
 
-def rank_pids(mpirun_pid):
-    """rank -> pid of mpirun's children (the ranks on this node)."""
-    pids = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            if parent != mpirun_pid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                for variable in f.read().split(b"\0"):
-                    if variable.startswith(b"OMPI_COMM_WORLD_RANK="):
-                        pids[int(variable.split(b"=")[1])] = int(entry)
-        except (OSError, IndexError, ValueError):
-            continue
-    return pids
-
-
 # The uninterrupted run.
 reference = os.path.join(root, "reference")
 started = time.monotonic()
@@ -101,7 +81,7 @@ for run in range(args.runs):
         start = time.monotonic()
         pids = {}
         while process.poll() is None and (time.monotonic() - start < delay or len(pids) < 4):
-            pids = rank_pids(process.pid)
+            pids = e2e.rank_pids(process.pid)
             time.sleep(0.005)
         killed = process.poll() is None and rank in pids
         if killed:

@@ -222,3 +222,23 @@ class Checks:
             print(f"{len(self.failures)} check(s) failed:\n  " + "\n  ".join(self.failures))
             sys.exit(1)
         print("all checks passed")
+
+
+def rank_pids(mpirun_pid):
+    """rank -> pid of mpirun's children (the ranks on this node)."""
+    pids = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            if parent != mpirun_pid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                for variable in f.read().split(b"\0"):
+                    if variable.startswith(b"OMPI_COMM_WORLD_RANK="):
+                        pids[int(variable.split(b"=")[1])] = int(entry)
+        except (OSError, IndexError, ValueError):
+            continue
+    return pids
