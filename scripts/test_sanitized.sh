@@ -6,15 +6,18 @@
 #               vitpipe binary and probes
 #   build-tsan  GCC, ThreadSanitizer: test_threads_tsan (ranks as threads, gradient buckets, loader, prepare) and
 #               a deliberate race it must report (tsan.canary)
-#   build-fuzz  clang + libFuzzer (ASan + UBSan): every harness of tools/fuzz for FUZZ_SECONDS (default 5) each,
-#               with FUZZ_SEED (default 1: the same mutations every run; FUZZ_SEED= for a fresh seed)
-# Usage: scripts/test_sanitized.sh [asan] [tsan] [fuzz]   (default: all three)
+#   build-fuzz  clang, ASan + UBSan: part "readers" runs the unit tests of the layers that read untrusted input
+#               (tests/{tensor,data,io,hub,image} and train's options and checkpoints: test_readers_sanitized, on
+#               the fuzzers' library; what CI can afford of ASan), part "fuzz" every harness of tools/fuzz for
+#               FUZZ_SECONDS (default 5) each, with FUZZ_SEED (default 1: the same mutations every run; FUZZ_SEED=
+#               for a fresh seed)
+# Usage: scripts/test_sanitized.sh [asan] [tsan] [readers] [fuzz]   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 jobs=$(nproc)
 parts=("$@")
-((${#parts[@]})) || parts=(asan tsan fuzz)
+((${#parts[@]})) || parts=(asan tsan readers fuzz)
 status=0
 
 elapsed() { printf '%d s' $((SECONDS - $1)); }
@@ -49,11 +52,23 @@ for part in "${parts[@]}"; do
       cmake --build build-tsan --target test_threads_tsan tsan_race_canary -j"$jobs" >/dev/null
       ctest --test-dir build-tsan --output-on-failure -R '^tsan\.' || status=1
       ;;
+    readers)
+      tools/fuzz/build.sh test_readers_sanitized
+      # The readers' warnings go to the log; a failure shows its tail (the sanitizer report and stack).
+      log=build-fuzz/test_readers_sanitized.log
+      if ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build-fuzz/tools/fuzz/test_readers_sanitized >"$log" 2>&1; then
+        grep -E '^\[(==========|  PASSED  )\]' "$log"
+      else
+        tail -60 "$log"
+        status=1
+      fi
+      ;;
     fuzz)
       FUZZ_SEED=${FUZZ_SEED-1} tools/fuzz/run_fuzzers.sh "${FUZZ_SECONDS:-5}" || status=1
       ;;
     *)
-      echo "unknown part '$part' (asan, tsan or fuzz)" >&2
+      echo "unknown part '$part' (asan, tsan, readers or fuzz)" >&2
       exit 2
       ;;
   esac

@@ -19,13 +19,7 @@ fi
 seed=()
 [[ -n "${FUZZ_SEED:-}" ]] && seed=(-seed="$FUZZ_SEED")
 
-if [[ ! -f "$out/CMakeCache.txt" ]]; then
-  # -O1 and line tables only: a third less compile time than -O2 -g, and reports still name file and line.
-  CC=clang CXX=clang++ cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" -DVITPIPE_FUZZ=ON -DVITPIPE_TESTS=OFF \
-    -DVITPIPE_BENCHMARKS=OFF -DVITPIPE_NATIVE=OFF >/dev/null
-fi
-cmake --build "$out" --target fuzz_all -j"$(nproc)" >/dev/null
+tools/fuzz/build.sh fuzz_all
 /usr/bin/python3 tools/fuzz/make_seeds.py "$out/seeds"
 
 declare -A max_len=([png]=16384 [jpeg]=16384 [dicom]=16384 [pytorch_bin]=16384 [training_checkpoint]=16384)
