@@ -148,7 +148,9 @@ void run_bench(const BenchOptions& o) {
   const double images_per_s = static_cast<double>(o.batch) * o.steps / seconds;
   // A full training step costs 3x the forward FLOPs; with frozen parts it costs less (not modelled: the rates below
   // then overstate the work done).
-  const double flops_per_image = forward_flops_per_image(config, layout->lora()).total() * (train ? 3.0 : 1.0);
+  const FlopCount forward_flops = forward_flops_per_image(config, layout->lora());
+  const double pass_factor = train ? 3.0 : 1.0;
+  const double flops_per_image = forward_flops.total() * pass_factor;
   const double gflops = flops_per_image * images_per_s / 1e9;
   // What eager PyTorch computes for the same images (every token through the final block): comparable across engines.
   const double full_model_gflops =
@@ -165,6 +167,14 @@ void run_bench(const BenchOptions& o) {
   breakdown["optimizer"] = optimizer_seconds / seconds;
   accounted += optimizer_seconds;
   breakdown["unaccounted"] = std::max(0.0, 1.0 - accounted / seconds);
+  // Attention's share of the executed FLOPs is the share of the step it would take at the GEMMs' rate: the
+  // rates below say how far its kernel (small per-head GEMMs + softmax) is from the big GEMMs'.
+  const double timed_images = static_cast<double>(o.batch) * o.steps;
+  const double attention_flop_share = forward_flops.attention / forward_flops.total();
+  const double attention_gflops =
+      forward_flops.attention * pass_factor * timed_images / std::max(1e-12, backend.seconds(OpKind::attention)) / 1e9;
+  const double linear_gflops =
+      forward_flops.linear * pass_factor * timed_images / std::max(1e-12, backend.seconds(OpKind::gemm)) / 1e9;
 
   nlohmann::json result = {
       {"model", model_name},
@@ -186,6 +196,9 @@ void run_bench(const BenchOptions& o) {
       {"peak_rss_bytes", peak_rss_bytes()},
       {"activation_bytes", model.activation_bytes()},
       {"breakdown", breakdown},
+      {"attention_flop_share", attention_flop_share},
+      {"attention_gflops_per_s", attention_gflops},
+      {"linear_gemm_gflops_per_s", linear_gflops},
       {"includes_optimizer", train},
       {"cpu_model", cpu::cpu_features().model},
       {"cpu_kernels", cpu::cpu_level_name(cpu::selected_cpu_level())},
@@ -222,6 +235,10 @@ void run_bench(const BenchOptions& o) {
   for (auto& [name, fraction] : breakdown.items())
     std::printf(" %s %.1f%%", name.c_str(), 100.0 * fraction.get<double>());
   std::printf("\n");
+  std::printf(
+      "  attention is %.1f%% of the executed FLOPs and ran at %.1f GFLOP/s (with its softmax), the linear GEMMs at "
+      "%.1f\n",
+      100.0 * attention_flop_share, attention_gflops, linear_gflops);
 }
 
 }  // namespace
