@@ -16,9 +16,11 @@ import tempfile
 import zlib
 
 import numpy as np
-from pydicom.dataset import FileDataset, FileMetaDataset
 from pydicom.encaps import encapsulate
-from pydicom.uid import ExplicitVRLittleEndian, RLELossless, generate_uid
+from pydicom.uid import ExplicitVRLittleEndian, RLELossless
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dicom_files import write_dicom  # noqa: E402
 
 VITPIPE = os.environ["VITPIPE"]
 failures = []
@@ -49,24 +51,9 @@ def refused(what, command, output, *parts, env=None):
 
 
 def dicom_bytes(path, syntax=ExplicitVRLittleEndian, pixel_bytes=None):
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.1.1"
-    meta.MediaStorageSOPInstanceUID = generate_uid()
-    meta.TransferSyntaxUID = syntax
-    ds = FileDataset(path, {}, file_meta=meta, preamble=b"\0" * 128)
-    ds.SOPClassUID = meta.MediaStorageSOPClassUID
-    ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
-    ds.PatientID = "synthetic"
-    ds.Rows, ds.Columns = 64, 48
-    ds.SamplesPerPixel = 1
-    ds.PhotometricInterpretation = "MONOCHROME2"
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 12, 11, 0
-    ds.PixelData = pixel_bytes if pixel_bytes is not None else np.arange(64 * 48, dtype="<u2").tobytes()
-    if syntax != ExplicitVRLittleEndian:
-        ds["PixelData"].is_undefined_length = True
-        ds["PixelData"].VR = "OB"
-    ds.is_little_endian, ds.is_implicit_VR = True, False
-    ds.save_as(path, write_like_original=False)
+    """A 64x48 12-bit gray file written to path; its bytes."""
+    write_dicom(path, np.arange(64 * 48, dtype=np.uint16).reshape(64, 48), 16, 12, syntax=syntax,
+                pixel_bytes=pixel_bytes)
     with open(path, "rb") as f:
         return bytearray(f.read())
 

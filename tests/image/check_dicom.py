@@ -20,12 +20,12 @@ import tempfile
 import numpy as np
 import pydicom
 from PIL import Image
-from pydicom.dataset import Dataset, FileDataset, FileMetaDataset
+from pydicom.dataset import Dataset
 from pydicom.encaps import encapsulate
-from pydicom.uid import ExplicitVRLittleEndian, generate_uid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dicom_reference as ref  # noqa: E402
+from dicom_files import write_dicom  # noqa: E402
 
 VITPIPE = os.environ["VITPIPE"]
 failures = []
@@ -38,49 +38,6 @@ def check(ok, what, detail=""):
     print(("ok    " if ok else "FAIL  ") + what + (f"  [{detail}]" if detail else ""), flush=True)
     if not ok:
         failures.append(what)
-
-
-def write_dicom(path, words, bits_allocated, bits_stored, high_bit=None, signed=False, photometric="MONOCHROME2",
-                planar=0, frames=None, syntax=ExplicitVRLittleEndian, pixel_bytes=None, **attributes):
-    """words: [rows, cols] (gray), [rows, cols, 3] (RGB, interleaved) or [frames, rows, cols]."""
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.1.1"  # Digital X-Ray Image Storage - For Presentation
-    meta.MediaStorageSOPInstanceUID = generate_uid()
-    meta.TransferSyntaxUID = syntax
-    ds = FileDataset(path, {}, file_meta=meta, preamble=b"\0" * 128)
-    ds.SOPClassUID = meta.MediaStorageSOPClassUID
-    ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
-    ds.Modality = "DX"
-    ds.PatientID = "synthetic"
-    rgb = photometric == "RGB"
-    shape = words.shape[1:] if frames else words.shape
-    ds.Rows, ds.Columns = int(shape[0]), int(shape[1])
-    ds.SamplesPerPixel = 3 if rgb else 1
-    ds.PhotometricInterpretation = photometric
-    if rgb:
-        ds.PlanarConfiguration = planar
-    if frames:
-        ds.NumberOfFrames = frames
-    ds.BitsAllocated = bits_allocated
-    ds.BitsStored = bits_stored
-    ds.HighBit = bits_stored - 1 if high_bit is None else high_bit
-    ds.PixelRepresentation = 1 if signed else 0
-    for key, value in attributes.items():
-        setattr(ds, key, value)
-    if pixel_bytes is None:
-        dtype = "<u2" if bits_allocated == 16 else "u1"
-        data = words
-        if rgb and planar == 1:
-            data = np.ascontiguousarray(words.transpose(2, 0, 1))
-        pixel_bytes = data.astype(dtype).tobytes()
-    ds.PixelData = pixel_bytes
-    if syntax != ExplicitVRLittleEndian:
-        ds["PixelData"].is_undefined_length = True
-        ds["PixelData"].VR = "OB"
-    ds.is_little_endian = True
-    ds.is_implicit_VR = False
-    ds.save_as(path, write_like_original=False)
-    return path
 
 
 def run(*args):

@@ -179,43 +179,12 @@ def main(out):
     # DICOM (the decode path of data/dicom_decoder): small files pydicom writes, gray 8/12/16 bits stored (signed
     # and unsigned), MONOCHROME1, rescale and a window, RGB in both planar configurations, two frames, and the
     # deflated and RLE transfer syntaxes (pydicom's own encoders; the DCMTK-compressed ones are check_dicom.py's).
-    import pydicom
-    from pydicom.dataset import FileDataset, FileMetaDataset
-    from pydicom.uid import (DeflatedExplicitVRLittleEndian, ExplicitVRBigEndian, ExplicitVRLittleEndian,
-                             ImplicitVRLittleEndian, RLELossless)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "image"))
+    from dicom_files import dicom_file_bytes
+    from pydicom.uid import DeflatedExplicitVRLittleEndian, ExplicitVRBigEndian, ImplicitVRLittleEndian, RLELossless
 
-    def dicom_bytes(words, bits_stored, signed=False, photometric="MONOCHROME2", planar=0, frames=None,
-                    syntax=ExplicitVRLittleEndian, **attributes):
-        meta = FileMetaDataset()
-        meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.1.1"
-        meta.MediaStorageSOPInstanceUID = "1.2.3.4"
-        meta.TransferSyntaxUID = syntax
-        ds = FileDataset("seed.dcm", {}, file_meta=meta, preamble=b"\0" * 128)
-        ds.SOPClassUID, ds.SOPInstanceUID, ds.Modality = meta.MediaStorageSOPClassUID, "1.2.3.4", "DX"
-        rgb = photometric == "RGB"
-        shape = words.shape[1:] if frames else words.shape
-        ds.Rows, ds.Columns = int(shape[0]), int(shape[1])
-        ds.SamplesPerPixel = 3 if rgb else 1
-        ds.PhotometricInterpretation = photometric
-        if rgb:
-            ds.PlanarConfiguration = planar
-        if frames:
-            ds.NumberOfFrames = frames
-        ds.BitsAllocated = words.dtype.itemsize * 8
-        ds.BitsStored, ds.HighBit, ds.PixelRepresentation = bits_stored, bits_stored - 1, int(signed)
-        for key, value in attributes.items():
-            setattr(ds, key, value)
-        data = words.transpose(2, 0, 1) if rgb and planar else words
-        ds.is_little_endian = syntax != ExplicitVRBigEndian
-        ds.is_implicit_VR = syntax == ImplicitVRLittleEndian
-        ds.PixelData = data.astype(data.dtype.newbyteorder("<" if ds.is_little_endian else ">")).tobytes()
-        if syntax == RLELossless:
-            ds.is_little_endian, ds.is_implicit_VR = True, False
-            ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
-            ds.compress(RLELossless)
-        buffer = io.BytesIO()
-        ds.save_as(buffer, write_like_original=False)
-        return buffer.getvalue()
+    def dicom_bytes(words, bits_stored, **options):  # a fixed instance UID: the same seeds every run
+        return dicom_file_bytes(words, words.dtype.itemsize * 8, bits_stored, instance_uid="1.2.3.4", **options)
 
     gray8 = rng.integers(0, 256, size=(6, 5), dtype=np.uint8)
     gray16 = rng.integers(0, 4096, size=(6, 5), dtype=np.uint16)
