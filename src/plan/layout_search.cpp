@@ -121,7 +121,8 @@ std::vector<std::string> Layout::train_flags() const {
   flags.insert(flags.end(), {"--pipeline-schedule", name});
   if (schedule == ScheduleKind::interleaved_1f1b)
     flags.insert(flags.end(), {"--virtual-stages", std::to_string(virtual_stages)});
-  if (stages > 1) flags.insert(flags.end(), {"--layers-per-stage", join(layers_per_stage)});
+  if (stages > 1 && schedule != ScheduleKind::interleaved_1f1b)  // interleaved: train splits its chunks evenly
+    flags.insert(flags.end(), {"--layers-per-stage", join(layers_per_stage)});
   if (recompute) flags.push_back("--recompute");
   if (shard) flags.push_back("--shard-optimizer");
   return flags;
@@ -152,9 +153,11 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
   auto parameters = std::make_shared<const ParameterLayout>(c, in.mode.lora);
   const auto trainable = make_trainable_split(parameters, in.mode);
   const int trained = trainable->first_trained_segment;
-  const std::vector<SegmentRange> pieces = layout.layers_per_stage.empty()
-                                               ? balanced_pieces(profile, c, p * v, b, layout.recompute, trained)
-                                               : split_segments(layers, p * v, layout.layers_per_stage);
+  // Interleaved chunks are split evenly, as train does (its --layers-per-stage takes one entry per stage).
+  const bool interleaved = layout.schedule == ScheduleKind::interleaved_1f1b;
+  const std::vector<SegmentRange> pieces = !layout.layers_per_stage.empty() || interleaved
+                                               ? split_segments(layers, p * v, layout.layers_per_stage)
+                                               : balanced_pieces(profile, c, p * v, b, layout.recompute, trained);
   layout.layers_per_stage = blocks_per_piece(c, pieces);
 
   // Ranks sharing a node's cores compute more slowly: by the share of a core each gets, beyond what the profile

@@ -311,7 +311,9 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   }
   const Layout& l = prediction.layout;
   o.pipeline_stages = l.stages;
-  o.layers_per_stage = l.stages > 1 ? l.layers_per_stage : std::vector<int>{};
+  // Interleaved chunks are split evenly (the planner predicted that split; train takes one entry per stage).
+  o.layers_per_stage =
+      l.stages > 1 && l.schedule != ScheduleKind::interleaved_1f1b ? l.layers_per_stage : std::vector<int>{};
   o.pipeline_schedule = l.schedule == ScheduleKind::interleaved_1f1b ? "interleaved" : schedule_kind_name(l.schedule);
   o.virtual_stages = l.virtual_stages;
   o.micro_batch_size = l.micro_batch;
