@@ -25,14 +25,16 @@ SegmentKind kind_of(const ViTConfig& c, int segment, bool piece_has_head) {
 }
 
 // The passes of a piece holding segments [first, last] at micro-batch b; recomputation runs each block's forward
-// again before its backward.
-PassTimes piece_times(const ModelProfile& profile, const ViTConfig& c, int first, int last, double b, bool recompute) {
+// again before its backward. Segments below `trained` (the lowest that trains) have no backward pass.
+PassTimes piece_times(const ModelProfile& profile, const ViTConfig& c, int first, int last, double b, bool recompute,
+                      int trained) {
   const bool has_head = last == layers_of(c) + 1;
   PassTimes sum;
   for (int s = first; s <= last; ++s) {
     const SegmentKind kind = kind_of(c, s, has_head);
     const PassTimes t = profile.at(kind, b);
     sum.forward += t.forward;
+    if (s < trained) continue;
     sum.backward += t.backward;
     sum.backward_input += t.backward_input;
     sum.backward_weight += t.backward_weight;
@@ -46,10 +48,10 @@ PassTimes piece_times(const ModelProfile& profile, const ViTConfig& c, int first
 
 // Contiguous pieces of the segments minimising the most expensive piece (forward + backward): a linear partition.
 std::vector<SegmentRange> balanced_pieces(const ModelProfile& profile, const ViTConfig& c, int pieces, double b,
-                                          bool recompute) {
+                                          bool recompute, int trained) {
   const int segments = layers_of(c) + 2;
   auto cost = [&](int first, int last) {
-    const PassTimes t = piece_times(profile, c, first, last, b, recompute);
+    const PassTimes t = piece_times(profile, c, first, last, b, recompute, trained);
     return t.forward + t.backward;
   };
   const double inf = std::numeric_limits<double>::infinity();
@@ -119,7 +121,8 @@ std::vector<std::string> Layout::train_flags() const {
   flags.insert(flags.end(), {"--pipeline-schedule", name});
   if (schedule == ScheduleKind::interleaved_1f1b)
     flags.insert(flags.end(), {"--virtual-stages", std::to_string(virtual_stages)});
-  if (stages > 1) flags.insert(flags.end(), {"--layers-per-stage", join(layers_per_stage)});
+  if (stages > 1 && schedule != ScheduleKind::interleaved_1f1b)  // interleaved: train splits its chunks evenly
+    flags.insert(flags.end(), {"--layers-per-stage", join(layers_per_stage)});
   if (recompute) flags.push_back("--recompute");
   if (shard) flags.push_back("--shard-optimizer");
   return flags;
@@ -147,33 +150,45 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
   const int p = layout.stages, r = layout.replicas, v = layout.virtual_stages, m = layout.micro_batches;
   const double b = static_cast<double>(layout.micro_batch);
   const int layers = layers_of(c);
-  const std::vector<SegmentRange> pieces = layout.layers_per_stage.empty()
-                                               ? balanced_pieces(profile, c, p * v, b, layout.recompute)
-                                               : split_segments(layers, p * v, layout.layers_per_stage);
+  auto parameters = std::make_shared<const ParameterLayout>(c, in.mode.lora);
+  const auto trainable = make_trainable_split(parameters, in.mode);
+  const int trained = trainable->first_trained_segment;
+  // Interleaved chunks are split evenly, as train does (its --layers-per-stage takes one entry per stage).
+  const bool interleaved = layout.schedule == ScheduleKind::interleaved_1f1b;
+  const std::vector<SegmentRange> pieces = !layout.layers_per_stage.empty() || interleaved
+                                               ? split_segments(layers, p * v, layout.layers_per_stage)
+                                               : balanced_pieces(profile, c, p * v, b, layout.recompute, trained);
   layout.layers_per_stage = blocks_per_piece(c, pieces);
-  ParameterLayout parameters(c);
 
-  // Ranks sharing a node's cores compute more slowly.
-  const double slowdown = std::max(
-      1.0, static_cast<double>(in.processes_per_node * in.threads_per_process) / std::max(1, in.cores_per_node));
+  // Ranks sharing a node's cores compute more slowly: by the share of a core each gets, beyond what the profile
+  // measured (a profile measured by this many ranks at once already holds their sharing).
+  const double cores = std::max(1, in.cores_per_node);
+  auto core_share = [&](int ranks) {
+    return std::max(1.0, static_cast<double>(ranks * in.threads_per_process) / cores);
+  };
+  const double slowdown = core_share(in.processes_per_node) / core_share(std::max(1, profile.corunning_ranks));
   const double hidden_bytes = b * static_cast<double>(c.tokens() * c.hidden_size) * sizeof(float);
   const bool split = schedule_splits_backward(layout.schedule);
 
   std::vector<SimulationCosts> costs(static_cast<size_t>(p));
-  std::vector<double> stage_numel(static_cast<size_t>(p), 0.0), stage_forward(static_cast<size_t>(p), 0.0);
+  // Elements per stage: every value it holds, and the trainable ones (gradients, optimizer state, reductions).
+  std::vector<double> stage_values(static_cast<size_t>(p), 0.0), stage_numel(static_cast<size_t>(p), 0.0);
+  std::vector<double> stage_forward(static_cast<size_t>(p), 0.0);
   LayoutPrediction out;
   for (int s = 0; s < p; ++s) {
     PassTimes t;
     size_t activations = 0;
     for (int chunk = 0; chunk < v; ++chunk) {
       const SegmentRange& piece = pieces[static_cast<size_t>(chunk * p + s)];
-      const PassTimes q = piece_times(profile, c, piece.first, piece.last, b, layout.recompute);
+      const PassTimes q = piece_times(profile, c, piece.first, piece.last, b, layout.recompute, trained);
       t.forward += q.forward;
       t.backward += q.backward;
       t.backward_input += q.backward_input;
       t.backward_weight += q.backward_weight;
-      stage_numel[static_cast<size_t>(s)] +=
-          static_cast<double>(parameters.segment_end(piece.last) - parameters.segment_begin(piece.first));
+      stage_values[static_cast<size_t>(s)] +=
+          static_cast<double>(parameters->segment_end(piece.last) - parameters->segment_begin(piece.first));
+      stage_numel[static_cast<size_t>(s)] += static_cast<double>(trainable->trainable->segment_end(piece.last) -
+                                                                 trainable->trainable->segment_begin(piece.first));
       const int slots = activation_slots_needed(layout.schedule, p, m, s, v);
       activations += planned_activation_bytes(c, piece.first, piece.last, in.precision, layout.recompute, split,
                                               layout.micro_batch, slots);
@@ -185,13 +200,14 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     sc.backward_weight = t.backward_weight * slowdown;
     sc.message_latency = p > 1 ? in.link.transfer_seconds(hidden_bytes) : 0.0;
     stage_forward[static_cast<size_t>(s)] = sc.forward;
+    out.stage_passes.push_back({sc.forward, sc.backward, sc.backward_input, sc.backward_weight});
 
-    const double n = stage_numel[static_cast<size_t>(s)];
+    const double n = stage_numel[static_cast<size_t>(s)], values = stage_values[static_cast<size_t>(s)];
     RankMemory mem;
-    mem.parameters = 4 * n;
+    mem.parameters = 4 * values;
     mem.gradients = 4 * n;
     mem.optimizer = in.optimizer_buffers * 4 * n / (layout.shard ? r : 1);
-    mem.gemm_copy = in.precision == Precision::fp32 ? 0.0 : 2 * n;
+    mem.gemm_copy = in.precision == Precision::fp32 ? 0.0 : 2 * values;
     mem.activations = static_cast<double>(activations);
     if (s == 0) {  // the loader's decoded batch and the one it prepares next
       mem.loader = 2.0 * static_cast<double>(in.global_batch / r) *
@@ -203,7 +219,11 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
   out.pipeline_seconds = sim.makespan;
   out.bubble = sim.bubble_fraction;
 
-  const double bandwidth = in.link.bandwidth, latency = in.link.latency;
+  const double latency = in.link.latency;
+  const double bandwidth = in.link.collective_bandwidth > 0 ? in.link.collective_bandwidth : in.link.bandwidth;
+  // MPI moves a reduction forward only inside its calls, and on one node the copies and sums are CPU work: with
+  // every core already computing, nothing of it hides behind the backward pass or the next forward.
+  const bool no_core_to_spare = in.processes_per_node * in.threads_per_process >= in.cores_per_node;
   const double share = r > 1 ? static_cast<double>(r - 1) / r : 0.0;
   double step = 0;
   for (int s = 0; s < p; ++s) {
@@ -223,10 +243,11 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
       // all-gather (r-1)/r. The reduction overlaps the last backward; the gather the next step's first forward.
       const double reduce =
           (layout.shard ? 1.0 : 2.0) * share * bytes / bandwidth + (layout.shard ? 1.0 : 2.0) * (r - 1) * latency;
-      exposed += std::max(reduce / buckets, reduce - last_backward);
+      exposed += no_core_to_spare ? reduce : std::max(reduce / buckets, reduce - last_backward);
       if (layout.shard) {
         const double gather = share * bytes / bandwidth + (r - 1) * latency;
-        exposed += std::max(gather / buckets, gather - stage_forward[static_cast<size_t>(s)]);
+        exposed +=
+            no_core_to_spare ? gather : std::max(gather / buckets, gather - stage_forward[static_cast<size_t>(s)]);
       }
     }
     const auto cost = profile.optimizer_seconds_per_element.find(in.optimizer);
@@ -238,7 +259,21 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
   }
   // The gradient norm and the loss: two small all-reduces over the job.
   const double hops = in.processes > 1 ? std::ceil(std::log2(static_cast<double>(in.processes))) : 0.0;
-  out.step_seconds = step + 2 * hops * latency;
+  step += 2 * hops * latency;
+  // The data path: each first-stage rank loads its replica's share of the batch, ahead of the step.
+  if (in.data_seconds_per_image > 0) {
+    const double per_loader = in.data_seconds_per_image * static_cast<double>(in.global_batch / r);
+    const int busy_threads = in.processes_per_node * in.threads_per_process;
+    if (busy_threads >= in.cores_per_node) {
+      // No core to spare: the node's loading (its first-stage ranks' share) is time-sliced into the compute.
+      const double loaders_on_node = std::max(1.0, static_cast<double>(in.processes_per_node) / p);
+      out.data_seconds = loaders_on_node * per_loader / cores;
+    } else {
+      const double threads = std::max(1, std::min(in.loader_threads, in.cores_per_node - busy_threads));
+      out.data_seconds = std::max(0.0, per_loader / threads - step);
+    }
+  }
+  out.step_seconds = step + out.data_seconds;
 
   StepVolume& vol = out.volume;
   const int boundaries = p * v - 1;
@@ -355,6 +390,7 @@ nlohmann::json prediction_json(const LayoutPrediction& x) {
           {"bubble", x.bubble},
           {"exposed_communication_seconds", x.exposed_communication_seconds},
           {"optimizer_seconds", x.optimizer_seconds},
+          {"data_seconds", x.data_seconds},
           {"memory_per_rank_bytes", x.memory.total()},
           {"memory",
            {{"parameters", x.memory.parameters},

@@ -25,11 +25,17 @@ namespace vitpipe {
 struct PlanInputs {
   ViTConfig config;  // image size, labels, problem type applied
   Precision precision = Precision::fp32;
+  TrainingMode mode;  // as profiled: frozen segments below the backward path run forward only
   int64_t global_batch = 1;
   int processes = 1;
-  int processes_per_node = 1;  // share a node's cores (oversubscription slows every rank's compute)
-  int cores_per_node = 1;
-  int threads_per_process = 1;    // as profiled
+  int processes_per_node = 1;   // share a node's cores (oversubscription slows every rank's compute)
+  int cores_per_node = 1;       // the cores the processes may run on (affinity mask)
+  int threads_per_process = 1;  // as profiled
+  // The data path: the loader's CPU time per training image (decode or packed-cache read, augmentation; 0 = not
+  // measured) and its threads per first-stage rank. Prefetched, it is hidden while the node has a core to spare;
+  // on a node whose cores the ranks' threads already fill it takes its CPU time from the compute.
+  double data_seconds_per_image = 0;
+  int loader_threads = 2;
   double memory_per_process = 0;  // bytes
   LinkModel link;
   std::string optimizer = "adamw";  // moments: 2 buffers (adamw, lamb), 1 (sgd with momentum)
@@ -74,7 +80,9 @@ struct LayoutPrediction {
   double bubble = 0;                         // simulated, mean over stages
   double exposed_communication_seconds = 0;  // gradient reduction and parameter gather not hidden, worst stage
   double optimizer_seconds = 0;
-  RankMemory memory;  // of the rank needing the most
+  double data_seconds = 0;              // the data path's share of the step (not hidden by prefetching)
+  std::vector<PassTimes> stage_passes;  // per stage: one micro-batch's passes as simulated (slowdown included)
+  RankMemory memory;                    // of the rank needing the most
   StepVolume volume;
   bool fits = false;
 };

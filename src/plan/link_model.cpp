@@ -63,10 +63,16 @@ double best_round_trip(Communicator& comm, int me, std::vector<char>& buffer, in
 }  // namespace
 
 std::string LinkModel::describe() const {
-  char text[160];
+  char text[240];
   std::snprintf(text, sizeof(text), "%.2f Gbit/s, %.1f us latency (%s)", bandwidth * 8 / 1e9, latency * 1e6,
                 source.c_str());
-  return text;
+  std::string out = text;
+  if (collective_bandwidth > 0) {
+    std::snprintf(text, sizeof(text), "; all-reduce measured at %.2f Gbit/s per ring link",
+                  collective_bandwidth * 8 / 1e9);
+    out += text;
+  }
+  return out;
 }
 
 LinkModel parse_link(std::string_view text, const std::string& where) {
@@ -99,6 +105,29 @@ LinkModel measure_link(Communicator& world) {
   }
   world.broadcast_bytes(rtt, sizeof(rtt), 0);
   return from_round_trips(rtt[0], rtt[1], static_cast<double>(big.size()), "measured: ping-pong between ranks 0 and 1");
+}
+
+double measure_collective_bandwidth(Communicator& world, size_t bytes) {
+  // As the sharded trainer reduces: the buffer cut into one piece per rank, each summed onto its owner, all in
+  // flight at once (a reduce-scatter).
+  const int n = world.size();
+  std::vector<float> buffer(std::max<size_t>(static_cast<size_t>(n), bytes / sizeof(float)), 1e-3f);
+  const size_t piece = buffer.size() / static_cast<size_t>(n);
+  double best = 1e30;
+  for (int run = 0; run < 4; ++run) {
+    world.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<CommRequest> requests;
+    for (int owner = 0; owner < n; ++owner) {
+      requests.push_back(world.ireduce_sum(buffer.data() + static_cast<size_t>(owner) * piece, piece, owner));
+    }
+    wait_all(requests);
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (run > 0) best = std::min(best, t);
+  }
+  double seconds = best;
+  world.allreduce(&seconds, 1, ReduceOp::max);  // every rank gets the same figure
+  return (n - 1.0) / n * static_cast<double>(piece * static_cast<size_t>(n) * sizeof(float)) / std::max(seconds, 1e-9);
 }
 
 LinkModel measure_local_link() {

@@ -12,7 +12,10 @@ class Communicator;
 struct LinkModel {
   double bandwidth = 0;  // bytes per second
   double latency = 0;    // seconds
-  std::string source;    // how it was obtained, for the plan's printout
+  // A ring's per-link bandwidth as a reduction of gradient-sized buffers achieved when measured (the MPI library's
+  // reduction and copies included: on one node they are CPU work); 0 = not measured, `bandwidth` is used.
+  double collective_bandwidth = 0;
+  std::string source;  // how it was obtained, for the plan's printout
 
   double transfer_seconds(double bytes) const { return latency + bytes / bandwidth; }
   std::string describe() const;  // "10.0 Gbit/s, 20 us latency (--link)"
@@ -25,6 +28,11 @@ LinkModel parse_link(std::string_view text, const std::string& where = "--link")
 // A ping-pong between ranks 0 and 1 of `world` (collective: the other ranks only wait): half the round trip of a
 // small message is the latency, a 4 MiB message gives the bandwidth. Best of a few tries.
 LinkModel measure_link(Communicator& world);
+
+// Times a reduce-scatter of `bytes` over `world` as the sharded trainer runs it (one reduce per owner, all in
+// flight; collective, best of a few after a warm-up) and returns the per-link bandwidth of a ring that would take
+// that long: (n - 1) / n x bytes / seconds.
+double measure_collective_bandwidth(Communicator& world, size_t bytes);
 
 // The same between two threads of this process (no mpirun): the shared-memory copy a same-node MPI job would use.
 LinkModel measure_local_link();

@@ -18,7 +18,8 @@
 namespace vitpipe {
 namespace {
 
-constexpr int kRepeats = 2;  // after one warm-up run; the best is kept (the machine is shared)
+// After one warm-up run; the median is kept, the statistic train --layout auto reports of the measured steps.
+constexpr int kRepeats = 3;
 
 double seconds_of(const std::function<void()>& fn) {
   const auto start = std::chrono::steady_clock::now();
@@ -33,8 +34,9 @@ void fill_random(const Tensor& t, Rng& rng, double stddev) {
 }
 
 // The passes of a stage holding segments [first, last], at micro-batch b, best of kRepeats.
-PassTimes measure_stage(const std::shared_ptr<const ParameterLayout>& layout, Precision precision, int first, int last,
+PassTimes measure_stage(const std::shared_ptr<const TrainableSplit>& split, Precision precision, int first, int last,
                         int64_t b) {
+  const std::shared_ptr<const ParameterLayout>& layout = split->full;
   const ViTConfig& c = layout->config();
   auto backend = make_cpu_backend();
   StageOptions o;
@@ -43,6 +45,7 @@ PassTimes measure_stage(const std::shared_ptr<const ParameterLayout>& layout, Pr
   o.precision = precision;
   o.max_micro_batch = b;
   o.split_backward = true;  // runs backward() as well as its two halves
+  o.split = split;
   ViTStage stage(layout, *backend, o);
   Rng rng(7);
   fill_random(stage.parameters().flat(), rng, 0.02);
@@ -58,7 +61,7 @@ PassTimes measure_stage(const std::shared_ptr<const ParameterLayout>& layout, Pr
       fill_random(stage.grad(0, b), rng, 1e-3);
     }
   };
-  PassTimes best{1e30, 1e30, 1e30, 1e30};
+  std::vector<PassTimes> runs;
   for (int run = 0; run <= kRepeats; ++run) {
     PassTimes t;
     fill_random(stage.input(0, b), rng, 1.0);
@@ -73,13 +76,16 @@ PassTimes measure_stage(const std::shared_ptr<const ParameterLayout>& layout, Pr
     t.backward_input = seconds_of([&] { stage.backward_input(0, b); });
     t.backward_weight = seconds_of([&] { stage.backward_weight(0, b); });
     stage.zero_gradients();
-    if (run == 0) continue;  // warm-up: oneDNN's primitives are created on first use
-    best.forward = std::min(best.forward, t.forward);
-    best.backward = std::min(best.backward, t.backward);
-    best.backward_input = std::min(best.backward_input, t.backward_input);
-    best.backward_weight = std::min(best.backward_weight, t.backward_weight);
+    if (run > 0) runs.push_back(t);  // run 0 warms up: oneDNN's primitives are created on first use
   }
-  return best;
+  auto median = [&](double PassTimes::*pass) {
+    std::vector<double> v;
+    for (const PassTimes& t : runs) v.push_back(t.*pass);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(&PassTimes::forward), median(&PassTimes::backward), median(&PassTimes::backward_input),
+          median(&PassTimes::backward_weight)};
 }
 
 PassTimes minus(const PassTimes& a, const PassTimes& b) {
@@ -87,15 +93,23 @@ PassTimes minus(const PassTimes& a, const PassTimes& b) {
           std::max(0.0, a.backward_input - b.backward_input), std::max(0.0, a.backward_weight - b.backward_weight)};
 }
 
-ProfilePoint measure_point(const std::shared_ptr<const ParameterLayout>& layout, Precision precision, int64_t b) {
-  const int head = layout->num_segments() - 1;
+// A block measured where the mode trains it with a gradient to pass down (blocks below the backward path run
+// forward only: the planner gives them no backward time, segment_trains_backward()).
+int profiled_block_segment(const TrainableSplit& split) {
+  const int layers = split.full->num_segments() - 2;
+  return std::clamp(split.first_trained_segment + 1, 1, layers);
+}
+
+ProfilePoint measure_point(const std::shared_ptr<const TrainableSplit>& split, Precision precision, int64_t b) {
+  const int head = split->full->num_segments() - 1;
+  const int block = profiled_block_segment(*split);
   ProfilePoint p;
   p.micro_batch = b;
-  p.embeddings = measure_stage(layout, precision, 0, 0, b);
-  p.block = measure_stage(layout, precision, 1, 1, b);
-  p.head = measure_stage(layout, precision, head, head, b);
+  p.embeddings = measure_stage(split, precision, 0, 0, b);
+  p.block = measure_stage(split, precision, block, block, b);
+  p.head = measure_stage(split, precision, head, head, b);
   // The final block computes the classifier token only when its stage holds the head: measured with it.
-  p.classifier_block = minus(measure_stage(layout, precision, head - 1, head, b), p.head);
+  p.classifier_block = minus(measure_stage(split, precision, head - 1, head, b), p.head);
   return p;
 }
 
@@ -174,6 +188,7 @@ nlohmann::json ModelProfile::to_json() const {
                            {"head", times_json(p.head)}});
   }
   j["optimizer_seconds_per_element"] = optimizer_seconds_per_element;
+  j["corunning_ranks"] = corunning_ranks;
   return j;
 }
 
@@ -195,6 +210,7 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
     std::sort(p.points.begin(), p.points.end(),
               [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
     p.optimizer_seconds_per_element = j.value("optimizer_seconds_per_element", std::map<std::string, double>{});
+    p.corunning_ranks = j.value("corunning_ranks", 1);
     return p;
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": not a vitpipe profile (", e.what(), ")");
@@ -203,12 +219,13 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
 
 std::string profile_key(const ProfileRequest& r) {
   const ViTConfig& c = r.config;
-  return concat("vitpipe-profile-v1 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
+  return concat("vitpipe-profile-v3 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
                 " heads=", c.num_attention_heads, " mlp=", c.intermediate_size, " image=", c.image_size,
                 " patch=", c.patch_size, " channels=", c.num_channels, " labels=", c.num_labels(),
                 " qkv_bias=", c.qkv_bias ? 1 : 0, " problem=", problem_type_name(c.problem_type),
-                " precision=", precision_name(r.precision), " cpu=", cpu::cpu_features().model,
-                " level=", cpu::cpu_level_name(cpu::selected_cpu_level()), " threads=", r.threads);
+                " precision=", precision_name(r.precision), " mode=", r.mode.describe(),
+                " cpu=", cpu::cpu_features().model, " level=", cpu::cpu_level_name(cpu::selected_cpu_level()),
+                " threads=", r.threads, " corunning=", r.corunning_ranks);
 }
 
 std::filesystem::path default_profile_cache() {
@@ -218,8 +235,74 @@ std::filesystem::path default_profile_cache() {
   return std::filesystem::temp_directory_path() / "vitpipe-cache";
 }
 
+namespace {
+
+nlohmann::json describe_request(const ProfileRequest& request) {
+  return {{"model",
+           {{"hidden_size", request.config.hidden_size},
+            {"layers", request.config.num_hidden_layers},
+            {"image_size", request.config.image_size},
+            {"patch_size", request.config.patch_size},
+            {"labels", request.config.num_labels()}}},
+          {"precision", precision_name(request.precision)},
+          {"training", request.mode.describe()},
+          {"cpu", cpu::cpu_features().model},
+          {"cpu_level", cpu::cpu_level_name(cpu::selected_cpu_level())},
+          {"threads", request.threads},
+          {"corunning_ranks", request.corunning_ranks}};
+}
+
+PassTimes* passes_of(ProfilePoint& p, int i) {
+  PassTimes* all[] = {&p.embeddings, &p.block, &p.classifier_block, &p.head};
+  return all[i];
+}
+
+}  // namespace
+
+ModelProfile measure_profile_work(const ProfileRequest& request, const ProfileWork& work,
+                                  const OptimizerTimer& time_optimizers, const ProfileCombine& combine) {
+  ModelProfile profile;
+  profile.key = profile_key(request);
+  profile.describe = describe_request(request);
+  profile.corunning_ranks = request.corunning_ranks;
+  const int saved_threads = configured_threads();
+  configure_threads(request.threads);
+  auto layout = std::make_shared<const ParameterLayout>(request.config, request.mode.lora);
+  const auto split = make_trainable_split(layout, request.mode);
+  for (int64_t b : work.micro_batches) profile.points.push_back(measure_point(split, request.precision, b));
+  if (work.optimizers && time_optimizers) profile.optimizer_seconds_per_element = time_optimizers(layout);
+  configure_threads(saved_threads);
+  if (combine) {
+    std::vector<double> flat;
+    for (ProfilePoint& p : profile.points) {
+      for (int k = 0; k < 4; ++k) {
+        const PassTimes* t = passes_of(p, k);
+        flat.insert(flat.end(), {t->forward, t->backward, t->backward_input, t->backward_weight});
+      }
+    }
+    for (const char* name : {"adamw", "lamb", "sgd"}) {
+      const auto it = profile.optimizer_seconds_per_element.find(name);
+      flat.push_back(it == profile.optimizer_seconds_per_element.end() ? 0.0 : it->second);
+    }
+    combine(flat);
+    size_t i = 0;
+    for (ProfilePoint& p : profile.points) {
+      for (int k = 0; k < 4; ++k) {
+        PassTimes* t = passes_of(p, k);
+        *t = {flat[i], flat[i + 1], flat[i + 2], flat[i + 3]};
+        i += 4;
+      }
+    }
+    if (!profile.optimizer_seconds_per_element.empty()) {
+      for (const char* name : {"adamw", "lamb", "sgd"}) profile.optimizer_seconds_per_element[name] = flat[i++];
+    }
+  }
+  return profile;
+}
+
 ModelProfile load_or_measure_profile(const ProfileRequest& request, const OptimizerTimer& time_optimizers,
-                                     bool* measured) {
+                                     bool* measured, const std::function<void(const ProfileWork&)>& work_known,
+                                     const ProfileCombine& combine) {
   const std::string key = profile_key(request);
   char name[64];
   std::snprintf(name, sizeof(name), "profile-%016llx.json", static_cast<unsigned long long>(fnv1a(key)));
@@ -235,30 +318,23 @@ ModelProfile load_or_measure_profile(const ProfileRequest& request, const Optimi
     }
   }
   profile.key = key;
-  profile.describe = {{"model",
-                       {{"hidden_size", request.config.hidden_size},
-                        {"layers", request.config.num_hidden_layers},
-                        {"image_size", request.config.image_size},
-                        {"patch_size", request.config.patch_size},
-                        {"labels", request.config.num_labels()}}},
-                      {"precision", precision_name(request.precision)},
-                      {"cpu", cpu::cpu_features().model},
-                      {"cpu_level", cpu::cpu_level_name(cpu::selected_cpu_level())},
-                      {"threads", request.threads}};
-  std::vector<int64_t> missing;
+  profile.describe = describe_request(request);
+  profile.corunning_ranks = request.corunning_ranks;
+  ProfileWork work;
   for (int64_t b : request.micro_batches) {
-    if (!profile.covers(b) && std::find(missing.begin(), missing.end(), b) == missing.end()) missing.push_back(b);
+    if (!profile.covers(b) &&
+        std::find(work.micro_batches.begin(), work.micro_batches.end(), b) == work.micro_batches.end()) {
+      work.micro_batches.push_back(b);
+    }
   }
-  const bool optimizers_missing = time_optimizers && profile.optimizer_seconds_per_element.empty();
-  if (measured) *measured = !missing.empty() || optimizers_missing;
-  if (missing.empty() && !optimizers_missing) return profile;
+  work.optimizers = time_optimizers && profile.optimizer_seconds_per_element.empty();
+  if (work_known) work_known(work);
+  if (measured) *measured = !work.empty();
+  if (work.empty()) return profile;
 
-  const int saved_threads = configured_threads();
-  configure_threads(request.threads);
-  auto layout = std::make_shared<const ParameterLayout>(request.config);
-  for (int64_t b : missing) profile.points.push_back(measure_point(layout, request.precision, b));
-  if (optimizers_missing) profile.optimizer_seconds_per_element = time_optimizers(layout);
-  configure_threads(saved_threads);
+  ModelProfile now = measure_profile_work(request, work, time_optimizers, combine);
+  for (ProfilePoint& p : now.points) profile.points.push_back(p);
+  if (work.optimizers) profile.optimizer_seconds_per_element = now.optimizer_seconds_per_element;
   std::sort(profile.points.begin(), profile.points.end(),
             [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
   if (!file.empty()) {

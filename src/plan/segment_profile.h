@@ -1,8 +1,10 @@
 // What one pipeline segment costs on this CPU, measured: the forward pass, the whole backward pass and its two
 // halves (input gradients B, weight gradients W: model/weight_gradients.h) of the embeddings, an encoder block,
 // the final (classifier-token) block and the head, at a few micro-batch sizes, with the threads one rank would
-// use. Measured once (a few micro-batches each, best of a few runs) and cached per model, image size, precision,
-// CPU and thread count; the planner (layout_search.h) interpolates between the sizes.
+// use and in the run's training mode (model/trainable_set.h: a frozen segment below the backward path runs forward
+// only, LoRA's B and W passes are its own). Measured once (a few micro-batches each, the median of a few runs) and
+// cached per model, image size, precision, CPU and thread count; the planner (layout_search.h) interpolates between the
+// sizes.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 
 #include "model/parameter_layout.h"
 #include "model/precision.h"
+#include "model/trainable_set.h"
 #include "model/vit_config.h"
 
 namespace vitpipe {
@@ -37,6 +40,9 @@ struct ModelProfile {
   std::vector<ProfilePoint> points;  // ascending micro-batch
   // Optimizer update cost per parameter element (seconds), by optimizer name ("adamw", "lamb", "sgd").
   std::map<std::string, double> optimizer_seconds_per_element;
+  // How many ranks measured it at once on one node (train --layout auto: every rank of the job, the slowest kept),
+  // so the times already include sharing the node's cores and memory bandwidth among that many ranks.
+  int corunning_ranks = 1;
 
   // Times at micro-batch b: linear between the measured sizes, proportional beyond the largest.
   PassTimes at(SegmentKind kind, double micro_batch) const;
@@ -48,22 +54,44 @@ struct ModelProfile {
 struct ProfileRequest {
   ViTConfig config;  // image size, labels and problem type applied
   Precision precision = Precision::fp32;
+  TrainingMode mode;                   // full fine-tuning, a frozen backbone or layers, LoRA
   int threads = 1;                     // CPU threads per rank
+  int corunning_ranks = 1;             // ranks measuring at the same time on this node (see ModelProfile)
   std::vector<int64_t> micro_batches;  // sizes the plan needs
   std::filesystem::path cache_dir;     // "" = no cache
 };
 
-// The cache key of a request (model dimensions, precision, CPU brand and kernel level, threads).
+// The cache key of a request (model dimensions, precision, training mode, CPU brand and kernel level, threads).
 std::string profile_key(const ProfileRequest& request);
 
 // Measures the optimizers' update cost per element on a range of `layout` (the training layer provides it).
 using OptimizerTimer =
     std::function<std::map<std::string, double>(const std::shared_ptr<const ParameterLayout>& layout)>;
 
+// What is still to measure for a request: the sizes its cache lacks, and the optimizer costs when absent.
+struct ProfileWork {
+  std::vector<int64_t> micro_batches;
+  bool optimizers = false;
+  bool empty() const { return micro_batches.empty() && !optimizers; }
+};
+
+// Reduces the flat measurements of ranks measuring the same work at the same time (element-wise max: the slowest
+// rank's times); every one of them calls it once, in the same order.
+using ProfileCombine = std::function<void(std::vector<double>& values)>;
+
+// Measures `work` for `request` (threads and training mode applied). With `combine`, the other ranks measuring
+// alongside call this too, with the same work, and every rank gets the combined times.
+ModelProfile measure_profile_work(const ProfileRequest& request, const ProfileWork& work,
+                                  const OptimizerTimer& time_optimizers, const ProfileCombine& combine = {});
+
 // The cached profile when it covers every requested size; otherwise measures the missing sizes (and the optimizer
 // costs when absent), merges and writes the cache atomically. `measured` (optional) tells whether it measured.
+// `work_known` (optional) is told what is to measure before measuring starts (to start the ranks measuring
+// alongside); `combine` as in measure_profile_work.
 ModelProfile load_or_measure_profile(const ProfileRequest& request, const OptimizerTimer& time_optimizers,
-                                     bool* measured = nullptr);
+                                     bool* measured = nullptr,
+                                     const std::function<void(const ProfileWork&)>& work_known = {},
+                                     const ProfileCombine& combine = {});
 
 // The default cache directory: $VITPIPE_CACHE, else $XDG_CACHE_HOME/vitpipe, else ~/.cache/vitpipe.
 std::filesystem::path default_profile_cache();

@@ -1,5 +1,7 @@
 #include "train/layout_auto.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -22,7 +24,8 @@
 namespace vitpipe {
 namespace {
 
-constexpr int kLayoutTag = 31500;  // rank 0 -> every rank: the chosen layout (size, then JSON text)
+constexpr int kLayoutTag = 31500;   // rank 0 -> every rank: the chosen layout (size, then JSON text)
+constexpr int kProfileTag = 31501;  // rank 0 -> every rank: what to profile alongside it (size, then JSON text)
 
 Layout layout_from_json(const nlohmann::json& j) {
   Layout l;
@@ -40,13 +43,23 @@ Layout layout_from_json(const nlohmann::json& j) {
 
 // The other ranks wait for rank 0's plan by polling a receive with sleeps: a blocking MPI call would spin and take
 // the cores rank 0 is profiling on.
-std::string receive_politely(Communicator& world) {
+std::string receive_politely(Communicator& world, int tag) {
   int64_t size = 0;
-  CommRequest request = world.irecv_bytes(&size, sizeof(size), 0, kLayoutTag);
+  CommRequest request = world.irecv_bytes(&size, sizeof(size), 0, tag);
   while (!request.test()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::string text(static_cast<size_t>(size), '\0');
-  world.irecv_bytes(text.data(), text.size(), 0, kLayoutTag).wait();
+  world.irecv_bytes(text.data(), text.size(), 0, tag).wait();
   return text;
+}
+
+void send_to_every_rank(Communicator& world, const std::string& text, int tag) {
+  const int64_t size = static_cast<int64_t>(text.size());
+  std::vector<CommRequest> sends;
+  for (int r = 1; r < world.size(); ++r) {
+    sends.push_back(world.isend_bytes(&size, sizeof(size), r, tag));
+    sends.push_back(world.isend_bytes(text.data(), text.size(), r, tag));
+  }
+  wait_all(sends);
 }
 
 int ranks_on_this_node(int world_size) {
@@ -55,16 +68,57 @@ int ranks_on_this_node(int world_size) {
   return local ? std::max(1, std::atoi(local)) : world_size;
 }
 
+std::string format_seconds_short(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f", value);
+  return text;
+}
+
 std::string plan_text(const PlanInputs& in, const Plan& plan, bool profiled, const std::string& cache) {
+  const std::string data = in.data_seconds_per_image > 0
+                               ? concat("; data path ", format_seconds_short(in.data_seconds_per_image * 1e3),
+                                        " ms per image, ", in.loader_threads, " loader thread(s)")
+                               : std::string();
   return concat("plan: ", in.processes, " process(es), ", in.processes_per_node, " per node of ", in.cores_per_node,
                 " core(s), ", in.threads_per_process, " thread(s) each, ", format_bytes(in.memory_per_process),
-                " per process, global batch ", in.global_batch, "; link ", in.link.describe(), "; profile ",
+                " per process, global batch ", in.global_batch, "; link ", in.link.describe(), data, "; profile ",
                 profiled ? "measured now" : "from the cache", " (", cache, "); ", plan.searched, " layouts searched, ",
                 plan.ranked.size(), " fit\n", format_plan(in, plan, 6));
 }
 
+ProfileRequest profile_request(const PlanInputs& in, const TrainOptions& o) {
+  ProfileRequest request;
+  request.config = in.config;
+  request.precision = in.precision;
+  request.mode = in.mode;
+  request.threads = in.threads_per_process;
+  request.micro_batches = candidate_micro_batches(in);
+  VP_REQUIRE(!request.micro_batches.empty(), "no layout of ", in.processes, " process(es) can run a global batch of ",
+             in.global_batch,
+             " (--batch-size must be divisible by the data-parallel replicas and give every stage a "
+             "micro-batch): change --batch-size or the process count");
+  request.cache_dir = o.profile_cache.empty() ? default_profile_cache() : std::filesystem::path(o.profile_cache);
+  return request;
+}
+
 std::string cache_dir_of(const TrainOptions& o) {
   return (o.profile_cache.empty() ? default_profile_cache() : std::filesystem::path(o.profile_cache)).string();
+}
+
+// The cores the job's ranks may run on, together: the union of their affinity masks (mpirun binds each of 2
+// ranks to a core of its own, 4 ranks on 2 cores to both). Nodes are taken to be alike.
+int cores_of_the_job(Communicator& world) {
+  const int cpus = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<double> mine(static_cast<size_t>(cpus), 0.0);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < cpus; ++c) mine[static_cast<size_t>(c)] = CPU_ISSET(c, &set) ? 1.0 : 0.0;
+  } else {
+    std::fill(mine.begin(), mine.end(), 1.0);
+  }
+  world.allreduce(mine.data(), mine.size(), ReduceOp::max);
+  return std::max(1, static_cast<int>(std::count(mine.begin(), mine.end(), 1.0)));
 }
 
 }  // namespace
@@ -150,10 +204,12 @@ PlanInputs plan_inputs(const TrainOptions& o, const ViTConfig& config, const Pla
   PlanInputs in;
   in.config = config;
   in.precision = o.precision == DType::bf16 ? Precision::bf16 : Precision::fp32;
+  in.mode = o.training_mode();
   in.global_batch = o.batch_size;
   in.processes = job.processes;
   in.processes_per_node = job.processes_per_node();
-  in.cores_per_node = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  in.cores_per_node = std::max(1, available_cores());
+  in.loader_threads = o.loader_threads;
   in.threads_per_process = o.threads > 0 ? o.threads : std::max(1, in.cores_per_node / in.processes_per_node);
   in.memory_per_process = o.memory_per_process.empty()
                               ? machine_memory_bytes() / in.processes_per_node
@@ -180,18 +236,11 @@ PlanInputs plan_inputs(const TrainOptions& o, const ViTConfig& config, const Pla
   return in;
 }
 
-Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled) {
-  ProfileRequest request;
-  request.config = in.config;
-  request.precision = in.precision;
-  request.threads = in.threads_per_process;
-  request.micro_batches = candidate_micro_batches(in);
-  VP_REQUIRE(!request.micro_batches.empty(), "no layout of ", in.processes, " process(es) can run a global batch of ",
-             in.global_batch,
-             " (--batch-size must be divisible by the data-parallel replicas and give every stage a "
-             "micro-batch): change --batch-size or the process count");
-  request.cache_dir = o.profile_cache.empty() ? default_profile_cache() : std::filesystem::path(o.profile_cache);
-  const ModelProfile profile = load_or_measure_profile(request, time_optimizers, profiled);
+Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled, int corunning_ranks,
+               const std::function<void(const ProfileWork&)>& work_known, const ProfileCombine& combine) {
+  ProfileRequest request = profile_request(in, o);
+  request.corunning_ranks = corunning_ranks;
+  const ModelProfile profile = load_or_measure_profile(request, time_optimizers, profiled, work_known, combine);
   Plan plan = plan_layouts(in, profile);
   if (plan.ranked.empty()) {
     fail("no layout of ", in.processes, " process(es) fits ", format_bytes(in.memory_per_process),
@@ -202,7 +251,8 @@ Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled) {
   return plan;
 }
 
-LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, const ViTConfig& config) {
+LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, const ViTConfig& config,
+                                        const std::function<double()>& time_data_path) {
   PlanJob job;
   job.processes = world.size();
   const int here = std::min(world.size(), ranks_on_this_node(world.size()));
@@ -213,34 +263,57 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   } else if (world.size() > 1) {
     link = measure_link(world);  // collective
   } else {
-    link = LinkModel{1e12, 0.0, "one process: no link"};
+    link = LinkModel{1e12, 0.0, 0.0, "one process: no link"};
   }
-  std::string text;
+  if (world.size() > 1 && o.link.empty()) {
+    // The gradient reduction as this MPI library runs it here: one bucket's all-reduce (at most 25 MiB).
+    const TrainingMode mode = o.training_mode();
+    const auto split = make_trainable_split(std::make_shared<const ParameterLayout>(config, mode.lora), mode);
+    link.collective_bandwidth = measure_collective_bandwidth(
+        world, std::min<size_t>(size_t{25} << 20, static_cast<size_t>(split->trainable->numel()) * sizeof(float)));
+  }
+  PlanInputs in = plan_inputs(o, config, job, link, false);
+  in.threads_per_process = configured_threads();  // what this job's ranks run with
+  in.cores_per_node = cores_of_the_job(world);
+  // Every rank profiles at the same time as rank 0 (the slowest rank's times kept), so the profile holds what
+  // sharing the node's cores and memory bandwidth with the other ranks costs, as training will.
+  const ProfileCombine combine = [&](std::vector<double>& values) {
+    world.allreduce(values.data(), values.size(), ReduceOp::max);
+  };
   LayoutPrediction prediction;
   if (world.rank() == 0) {
-    PlanInputs in = plan_inputs(o, config, job, link, false);
-    in.threads_per_process = configured_threads();  // what this job's ranks run with
+    if (time_data_path) in.data_seconds_per_image = time_data_path();  // alone: the others wait politely
     bool profiled = false;
-    const Plan plan = make_plan(in, o, &profiled);
+    const auto work_known = [&](const ProfileWork& work) {
+      send_to_every_rank(world,
+                         nlohmann::json{{"micro_batches", work.micro_batches}, {"optimizers", work.optimizers}}.dump(),
+                         kProfileTag);
+    };
+    const Plan plan = make_plan(in, o, &profiled, here, work_known, combine);
     info(plan_text(in, plan, profiled, cache_dir_of(o)));
     prediction = plan.ranked.front();
-    text = prediction_json(prediction).dump();
-    const int64_t size = static_cast<int64_t>(text.size());
-    std::vector<CommRequest> sends;
-    for (int r = 1; r < world.size(); ++r) {
-      sends.push_back(world.isend_bytes(&size, sizeof(size), r, kLayoutTag));
-      sends.push_back(world.isend_bytes(text.data(), text.size(), r, kLayoutTag));
-    }
-    wait_all(sends);
+    send_to_every_rank(world, prediction_json(prediction).dump(), kLayoutTag);
   } else {
-    const nlohmann::json chosen = nlohmann::json::parse(receive_politely(world));
+    const nlohmann::json asked = nlohmann::json::parse(receive_politely(world, kProfileTag));
+    ProfileWork work;
+    work.micro_batches = asked.at("micro_batches").get<std::vector<int64_t>>();
+    work.optimizers = asked.at("optimizers").get<bool>();
+    if (!work.empty()) {
+      ProfileRequest request = profile_request(in, o);
+      request.corunning_ranks = here;
+      measure_profile_work(request, work, time_optimizers, combine);
+    }
+    const nlohmann::json chosen = nlohmann::json::parse(receive_politely(world, kLayoutTag));
     prediction.layout = layout_from_json(chosen);
     prediction.step_seconds = chosen.at("step_seconds").get<double>();
     prediction.bubble = chosen.at("bubble").get<double>();
+    prediction.data_seconds = chosen.at("data_seconds").get<double>();
   }
   const Layout& l = prediction.layout;
   o.pipeline_stages = l.stages;
-  o.layers_per_stage = l.stages > 1 ? l.layers_per_stage : std::vector<int>{};
+  // Interleaved chunks are split evenly (the planner predicted that split; train takes one entry per stage).
+  o.layers_per_stage =
+      l.stages > 1 && l.schedule != ScheduleKind::interleaved_1f1b ? l.layers_per_stage : std::vector<int>{};
   o.pipeline_schedule = l.schedule == ScheduleKind::interleaved_1f1b ? "interleaved" : schedule_kind_name(l.schedule);
   o.virtual_stages = l.virtual_stages;
   o.micro_batch_size = l.micro_batch;
@@ -279,7 +352,7 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     if (world.rank() != 0) return;
     PlanInputs in = plan_inputs(options, config, job, link, true);
     bool profiled = false;
-    const Plan plan = make_plan(in, options, &profiled);
+    const Plan plan = make_plan(in, options, &profiled, 1);
     if (json) {
       nlohmann::json j = plan_json(in, plan, rows);
       j["profile_measured"] = profiled;

@@ -3,6 +3,7 @@
 // profiles (cached) and plans while the other ranks wait without spinning; every rank then applies the same layout.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -35,11 +36,16 @@ PlanInputs plan_inputs(const TrainOptions& options, const ViTConfig& config, con
                        bool constrained);
 
 // Profiles (or reads the cache) and plans. Throws, saying what would fit, when no layout fits the memory given.
-Plan make_plan(const PlanInputs& inputs, const TrainOptions& options, bool* profiled = nullptr);
+// `corunning_ranks`, `work_known`, `combine`: profiling alongside other ranks (segment_profile.h).
+Plan make_plan(const PlanInputs& inputs, const TrainOptions& options, bool* profiled = nullptr, int corunning_ranks = 1,
+               const std::function<void(const ProfileWork&)>& work_known = {}, const ProfileCombine& combine = {});
 
-// train --layout auto, collective over `world`: plans on rank 0 (profiling there while the others sleep), prints the
-// chosen layout beside the next best, sets the layout options of `options` on every rank, and returns the choice.
-LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& options, const ViTConfig& config);
+// train --layout auto, collective over `world`: rank 0 times the data path (`time_data_path`, optional: seconds per
+// training image) while the others wait without spinning, then every rank profiles the segments at once (unless
+// cached), rank 0 plans and prints the chosen layout beside the next best; every rank's layout options in `options`
+// are set, and the choice is returned.
+LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& options, const ViTConfig& config,
+                                        const std::function<double()>& time_data_path = {});
 
 // `vitpipe plan`: prints (or writes as JSON) the plan for `options` on `processes` processes (0 = mpirun's, or 1).
 void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json);

@@ -23,7 +23,7 @@ foreach(case
     sharded.lamb-stages2x2-zb-h1 sharded.adamw-stages2x2-interleaved
     families.dinov2-full families.dinov2-lora families.dinov2-freeze-layers1 families.deit-full
     families.deit-freeze-backbone families.deit-lora sharded-lora.stages2x2-zb-h1
-    layout-auto.ranks2 layout-auto.ranks4 plan.mini-4-processes plan.under-mpirun plan.nothing-fits
+    layout-auto.ranks2 layout-auto.ranks4 layout-auto.predicted-vs-measured plan.mini-4-processes plan.under-mpirun plan.nothing-fits
     refuse.ranks-not-multiple-of-stages refuse.more-stages-than-pieces refuse.fewer-micro-batches-than-stages
     refuse.batch-not-divisible refuse.layout-auto-with-stages refuse.zb-h1-with-recompute
     fail.rank-raises fail.rank-killed

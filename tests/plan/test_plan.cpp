@@ -205,6 +205,74 @@ TEST(PlanSearch, ConstraintsFixThatPartOfTheSearch) {
   EXPECT_EQ(flags.at(1), "2");
 }
 
+TrainingMode frozen_layers(int64_t n) {
+  TrainingMode m;
+  m.freeze = FreezeMode::layers;
+  m.frozen_layers = n;
+  return m;
+}
+
+TEST(PlanTrainingMode, FrozenSegmentsGetNoBackwardAndBoundariesFollow) {
+  PlanInputs in = inputs(2, 16, 1e12);
+  Layout l;
+  l.stages = 2;
+  l.micro_batch = 2;
+  l.micro_batches = 8;
+  l.layers_per_stage = {6, 6};
+  const ModelProfile profile = synthetic_profile(0.5);
+  const LayoutPrediction full = predict_layout(in, profile, l);
+  in.mode = frozen_layers(6);  // the embeddings and blocks 0-5: all of stage 0
+  const LayoutPrediction frozen = predict_layout(in, profile, l);
+  ASSERT_EQ(full.stage_passes.size(), 2u);
+  ASSERT_EQ(frozen.stage_passes.size(), 2u);
+  EXPECT_GT(full.stage_passes[0].backward, 0.0);
+  EXPECT_EQ(frozen.stage_passes[0].backward, 0.0);
+  EXPECT_EQ(frozen.stage_passes[0].backward_weight, 0.0);
+  EXPECT_DOUBLE_EQ(frozen.stage_passes[0].forward, full.stage_passes[0].forward);
+  EXPECT_DOUBLE_EQ(frozen.stage_passes[1].backward, full.stage_passes[1].backward);
+  EXPECT_LT(frozen.step_seconds, full.step_seconds);
+  // Frozen blocks keep no gradients or optimizer state (their values stay).
+  EXPECT_LT(frozen.memory.total(), full.memory.total());
+  // Balanced by cost, the stage of forward-only blocks takes more of them.
+  Layout balanced = l;
+  balanced.layers_per_stage.clear();
+  const LayoutPrediction moved = predict_layout(in, profile, balanced);
+  EXPECT_GT(moved.layout.layers_per_stage.at(0), 6) << moved.layout.describe();
+  // A frozen backbone: only the head's passes go backward.
+  in.mode = TrainingMode{};
+  in.mode.freeze = FreezeMode::backbone;
+  const LayoutPrediction probe = predict_layout(in, profile, l);
+  EXPECT_EQ(probe.stage_passes[0].backward, 0.0);
+  EXPECT_DOUBLE_EQ(probe.stage_passes[1].backward, profile.at(SegmentKind::head, 2).backward);
+}
+
+// The profile itself is measured in the run's training mode (each measured on this CPU, so only orders are asserted,
+// where the work differs many times over: a frozen block's backward does nothing, LoRA's W pass computes rank-2
+// matrices instead of four weight matrices).
+TEST(PlanTrainingMode, ProfileIsMeasuredInTheTrainingMode) {
+  ProfileRequest request;
+  request.config = small_config(3);
+  request.config.hidden_size = 128;
+  request.config.intermediate_size = 512;
+  request.config.image_size = 32;  // 64 patches of 4 x 4
+  request.micro_batches = {4};
+  ProfileRequest lora = request, probe = request;
+  lora.mode.freeze = FreezeMode::lora;
+  lora.mode.lora.rank = 2;
+  lora.mode.lora.targets = {LinearSite::query, LinearSite::value};
+  probe.mode.freeze = FreezeMode::backbone;
+  EXPECT_NE(profile_key(request), profile_key(lora));
+  EXPECT_NE(profile_key(request), profile_key(probe));
+  ProfileWork work;
+  work.micro_batches = {4};
+  const PassTimes full_block = measure_profile_work(request, work, {}).points.at(0).block;
+  const PassTimes lora_block = measure_profile_work(lora, work, {}).points.at(0).block;
+  const ProfilePoint probe_point = measure_profile_work(probe, work, {}).points.at(0);
+  EXPECT_LT(lora_block.backward_weight, 0.5 * full_block.backward_weight);
+  EXPECT_LT(probe_point.block.backward, 0.1 * full_block.backward);
+  EXPECT_LT(probe_point.embeddings.backward, 0.1 * full_block.backward);
+}
+
 TEST(PlanSimulator, UnequalStagesTakeTheSlowestStagesTime) {
   // 1F1B, 2 stages, 4 micro-batches: stage 1 twice as slow. Its busy time bounds the makespan from below.
   std::vector<SimulationCosts> costs(2);
