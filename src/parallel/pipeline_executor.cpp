@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 
 #include "util/error.h"
 
@@ -22,9 +23,19 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 struct PipelineExecutor::Pending {
   struct SlotState {
     int owner = -1;  // micro-batch using the slot, -1 when free
-    CommRequest send_activation, send_grad, recv_activation, recv_grad;
+    CommRequest recv_activation, recv_grad;
     bool backward_done = false;
   };
+  // Outgoing activations and gradients travel from buffers of their own, not from the slots. A send completes only
+  // once the receiver posts its receive (MPI's rendezvous protocol for all but small messages), and the receiver
+  // may be waiting on this rank: a slot that waited for its send to be reusable deadlocked interleaved 1F1B
+  // (2 stages, v = 2, 24 or more micro-batches). The slot counts come from the schedule simulator, which models
+  // buffered sends; these buffers are what makes that model true.
+  struct StagedSend {
+    std::vector<float> data;
+    CommRequest request;
+  };
+  std::deque<StagedSend> staged_sends;                // a deque: elements stay put while sends are in flight
   std::vector<std::vector<SlotState>> slots;          // [chunk][slot]
   std::vector<std::vector<int>> slot_of;              // [chunk][micro_batch]
   std::vector<MicroBatchData> loaded;                 // first stage: kept until their labels are sent
@@ -212,35 +223,35 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     comm.p2p_wait_seconds += seconds_since(t0);
   };
 
+  // Copies `data` into a staged buffer whose previous send has completed (a new one if none has) and sends it.
+  auto send_staged = [&](const Tensor& data, int peer, int tag) {
+    Pending::StagedSend* free = nullptr;
+    for (auto& send : st.staged_sends) {
+      if (send.request.test()) {
+        free = &send;
+        break;
+      }
+    }
+    if (!free) free = &st.staged_sends.emplace_back();
+    const float* values = data.f32();
+    free->data.assign(values, values + data.numel());
+    free->request = world_.isend(std::span<const float>(free->data), peer, tag);
+  };
+
   // A slot for (chunk, mb): the one it already has, or a free one. A slot frees once its micro-batch is done
-  // (backward in training, forward in evaluation) and its sends completed.
+  // (backward in training, forward in evaluation).
   auto slot_for = [&](int chunk, int mb) {
     int& slot = st.slot_of[static_cast<size_t>(chunk)][static_cast<size_t>(mb)];
     if (slot >= 0) return slot;
     auto& slots = st.slots[static_cast<size_t>(chunk)];
-    for (int attempt = 0; attempt < 2 && slot < 0; ++attempt) {
-      for (size_t s = 0; s < slots.size(); ++s) {
-        auto& state = slots[s];
-        if (state.owner >= 0 && state.backward_done) {
-          // Finished micro-batch: its buffers are reusable once its sends are through (wait on the second pass).
-          if (attempt == 1 && (state.send_activation.pending() || state.send_grad.pending())) {
-            const int64_t t0 = now();
-            timed_wait(state.send_activation);
-            timed_wait(state.send_grad);
-            record("send wait", kTraceP2p, t0, 1, state.owner);
-          }
-          if (!state.send_activation.pending() && !state.send_grad.pending()) state.owner = -1;
-        }
-        if (state.owner < 0) {
-          state.owner = mb;
-          state.backward_done = false;
-          slot = static_cast<int>(s);
-          break;
-        }
-        if (attempt == 0) {
-          state.send_activation.test();
-          state.send_grad.test();
-        }
+    for (size_t s = 0; s < slots.size(); ++s) {
+      auto& state = slots[s];
+      if (state.owner >= 0 && state.backward_done) state.owner = -1;  // its sends left from staged copies
+      if (state.owner < 0) {
+        state.owner = mb;
+        state.backward_done = false;
+        slot = static_cast<int>(s);
+        break;
       }
     }
     VP_REQUIRE(slot >= 0, "executor: no free activation slot for micro-batch ", mb, " of chunk ", chunk, " (",
@@ -363,14 +374,11 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
       }
       case Op::send_activation: {
         const int slot = slot_for(chunk, mb);
-        auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const Tensor output = stage->output(slot, size_of(mb));
         const int64_t t0 = now();
-        state.send_activation =
-            world_.isend(std::span<const float>(output.f32(), static_cast<size_t>(output.numel())),
-                         grid_.rank_of_virtual_stage(vs + 1),
-                         p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
-        // Non-blocking: the event is the posting (value: bytes); a later wait for it shows as "send wait".
+        send_staged(output, grid_.rank_of_virtual_stage(vs + 1),
+                    p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
+        // Non-blocking: the event is the copy and the posting (value: bytes).
         record("send activation", kTraceP2p, t0, 1, mb, static_cast<int64_t>(output.nbytes()),
                static_cast<int64_t>(output.nbytes()));
         comm.activation_bytes += output.nbytes();
@@ -432,12 +440,10 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
       }
       case Op::send_grad: {
         const int slot = slot_for(chunk, mb);
-        auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const Tensor grad = stage->grad(slot, size_of(mb));
         const int64_t t0 = now();
-        state.send_grad = world_.isend(std::span<const float>(grad.f32(), static_cast<size_t>(grad.numel())),
-                                       grid_.rank_of_virtual_stage(vs - 1),
-                                       p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
+        send_staged(grad, grid_.rank_of_virtual_stage(vs - 1),
+                    p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
         record("send grad", kTraceP2p, t0, 1, mb, static_cast<int64_t>(grad.nbytes()),
                static_cast<int64_t>(grad.nbytes()));
         comm.activation_grad_bytes += grad.nbytes();
@@ -454,10 +460,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     }
   }
   // Every message of the step is through before its buffers are touched again.
+  for (auto& send : st.staged_sends) timed_wait(send.request);
   for (auto& chunk_slots : st.slots) {
     for (auto& state : chunk_slots) {
-      timed_wait(state.send_activation);
-      timed_wait(state.send_grad);
       timed_wait(state.recv_activation);
       timed_wait(state.recv_grad);
     }

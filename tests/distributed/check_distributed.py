@@ -6,6 +6,7 @@ Cases (each one ctest test; `setup` is their fixture, it writes the models and t
   setup                    vit-mini (4 layers, 32 px) and vit-micro (2 layers); reference runs in one process
   equal.<layout>           final weights of an mpirun job == the single-process run on the same global batch
   equal.masked-stages2x2   the same with masked labels (blank and -1 cells of a csv, --blank ignore)
+  equal.interleaved2-24-micro-batches  interleaved 1F1B, 2 ranks, 24 micro-batches of 1 (once a deadlock)
   refuse.<what>            a bad layout refused before any work, with a message saying what to change
   fail.rank-raises         a corrupted image that only rank 2 loads: the job ends within seconds, reason shown
   fail.rank-killed         SIGKILL to rank 3 mid-training: mpirun exits non-zero within 10 s
@@ -215,6 +216,27 @@ def case_equal_masked(job):
     compare(os.path.join(job.model("mini"), "model.safetensors"),
             os.path.join(job.model("reference-masked"), "model", "model.safetensors"),
             os.path.join(out, "model", "model.safetensors"), "masked labels, 4 MPI ranks = 2 stages x 2 replicas")
+
+
+# Many micro-batches of one image: interleaved 1F1B on 2 ranks once deadlocked from 24 micro-batches up (a slot
+# waited for its send, which the peer could not yet receive). 24 here, against one process on the same batch.
+MANY_MICRO_BATCHES = ["--micro-batch-size", "1", "--batch-size", "24", "--schedule", "constant", "--warmup-steps", "0",
+                      "--val-fraction", "0", "--seed", "5", "--log-every", "1", "--max-steps", "2"]
+
+
+def case_equal_many_micro_batches(job):
+    out = os.path.join(job.work, "equal.interleaved2-24-micro-batches")
+    reference = os.path.join(job.work, "equal.interleaved2-24-micro-batches.reference")
+    for folder in (out, reference):
+        shutil.rmtree(folder, ignore_errors=True)
+    common = ["--model", job.model("mini")] + data_flag() + MANY_MICRO_BATCHES + THREADS + SGD
+    job.train(0, common + ["--output-dir", reference])
+    log = job.train(2, common + ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved", "--virtual-stages",
+                                 "2", "--output-dir", out], timeout=60).stderr
+    assert "2 MPI ranks" in log, log
+    compare(os.path.join(job.model("mini"), "model.safetensors"),
+            os.path.join(reference, "model", "model.safetensors"), os.path.join(out, "model", "model.safetensors"),
+            "2 MPI ranks, interleaved 1F1B (v = 2), 24 micro-batches of 1")
 
 
 def case_equal(job, layout):
@@ -790,6 +812,8 @@ def main():
         case_setup(job)
     elif args.case == "equal.masked-stages2x2":
         case_equal_masked(job)
+    elif args.case == "equal.interleaved2-24-micro-batches":
+        case_equal_many_micro_batches(job)
     elif kind == "equal":
         case_equal(job, name)
     elif kind == "refuse":

@@ -17,7 +17,7 @@ set_tests_properties(distributed.setup PROPERTIES FIXTURES_SETUP distributed_ref
 set(VITPIPE_DISTRIBUTED_TESTS)
 foreach(case
     equal.stages2 equal.replicas2 equal.stages2x2-1f1b equal.stages4-gpipe-recompute equal.interleaved2
-    equal.interleaved2x2-recompute equal.threads-stages2 equal.masked-stages2x2
+    equal.interleaved2x2-recompute equal.threads-stages2 equal.masked-stages2x2 equal.interleaved2-24-micro-batches
     equal.zb-h1-stages2 equal.zb-h1-stages4 equal.zb-h1-stages2x2
     sharded.adamw-replicas2 sharded.adamw-replicas4 sharded.lamb-replicas2 sharded.lamb-replicas4
     sharded.lamb-stages2x2-zb-h1 sharded.adamw-stages2x2-interleaved
