@@ -1,4 +1,5 @@
-// `vitpipe explain --model M --method rollout|grad-rollout|gradcam [--finding NAME | --top K] --out DIR IMAGE...`:
+// `vitpipe explain --model M --method rollout|grad-rollout|gradcam [--head-fusion mean|max|min] [--discard-ratio X]
+// [--finding NAME | --top K] --out DIR IMAGE...`:
 // where the model looks, per image and finding (explain/explain_images.h).
 #include <cstdio>
 
@@ -16,6 +17,8 @@ struct ExplainOptions {
   std::string model;
   std::string revision = "main";
   std::vector<std::string> methods{"grad-rollout"};
+  std::string head_fusion = "mean";
+  double discard_ratio = 0.9;
   std::vector<std::string> findings;
   int64_t top = 1;
   std::string out;
@@ -26,12 +29,15 @@ struct ExplainOptions {
 
 void run_explain(const ExplainOptions& o) {
   configure_threads(o.threads);
-  LoadOptions load;
-  load.reference.revision = o.revision;
-  const LoadedModel model = load_model(o.model, load);
   ExplainRequest request;
   request.methods.clear();
   for (const auto& m : o.methods) request.methods.push_back(parse_explain_method(m));
+  request.rollout.head_fusion = parse_head_fusion(o.head_fusion);
+  request.rollout.discard_ratio = o.discard_ratio;
+  check_rollout_options(request.rollout);
+  LoadOptions load;
+  load.reference.revision = o.revision;
+  const LoadedModel model = load_model(o.model, load);
   request.findings = o.findings;
   request.top = o.top;
   request.out_dir = o.out;
@@ -60,6 +66,11 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--method", o->methods, "rollout | grad-rollout | gradcam (repeatable)")
       ->capture_default_str()
       ->allow_extra_args(false);
+  cmd->add_option("--head-fusion", o->head_fusion, "rollout: fuse a block's heads by their mean, max or min")
+      ->capture_default_str();
+  cmd->add_option("--discard-ratio", o->discard_ratio,
+                  "rollout: drop this fraction of each row's weakest attentions first, in [0, 1)")
+      ->capture_default_str();
   auto* finding = cmd->add_option("--finding", o->findings, "A label to explain (repeatable)")->allow_extra_args(false);
   cmd->add_option("--top", o->top, "Explain each image's K most probable labels")
       ->capture_default_str()

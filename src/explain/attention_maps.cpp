@@ -1,6 +1,8 @@
 #include "explain/attention_maps.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 #include "util/error.h"
 
@@ -23,6 +25,30 @@ const char* explain_method_name(ExplainMethod method) {
       return "gradcam";
   }
   return "?";
+}
+
+HeadFusion parse_head_fusion(const std::string& name) {
+  if (name == "mean") return HeadFusion::mean;
+  if (name == "max") return HeadFusion::max;
+  if (name == "min") return HeadFusion::min;
+  fail("--head-fusion: unknown value '", name, "' (expected one of: mean, max, min)");
+}
+
+const char* head_fusion_name(HeadFusion fusion) {
+  switch (fusion) {
+    case HeadFusion::mean:
+      return "mean";
+    case HeadFusion::max:
+      return "max";
+    case HeadFusion::min:
+      return "min";
+  }
+  return "?";
+}
+
+void check_rollout_options(const RolloutOptions& options) {
+  VP_REQUIRE(std::isfinite(options.discard_ratio) && options.discard_ratio >= 0.0 && options.discard_ratio < 1.0,
+             "--discard-ratio must be in [0, 1) (got ", options.discard_ratio, ")");
 }
 
 namespace {
@@ -55,6 +81,33 @@ std::vector<double> fused_row(const BlockAttention& b, int64_t row, Transform tr
   }
   for (double& v : out) v /= static_cast<double>(b.heads);
   return out;
+}
+
+// Row `row` of block b with its heads fused as `fusion` says: [tokens].
+std::vector<double> head_fused_row(const BlockAttention& b, int64_t row, HeadFusion fusion) {
+  if (fusion == HeadFusion::mean) return fused_row(b, row, [](double a, double) { return a; });
+  std::vector<double> out(static_cast<size_t>(b.tokens));
+  for (int64_t j = 0; j < b.tokens; ++j) {
+    double v = b.probs[static_cast<size_t>(row * b.tokens + j)];
+    for (int64_t h = 1; h < b.heads; ++h) {
+      const double a = b.probs[static_cast<size_t>((h * b.rows + row) * b.tokens + j)];
+      v = fusion == HeadFusion::max ? std::max(v, a) : std::min(v, a);
+    }
+    out[static_cast<size_t>(j)] = v;
+  }
+  return out;
+}
+
+// Sets the floor(ratio * tokens) smallest entries of `row` to 0, entry 0 (the class token) exempt; ties go to the
+// lower index first.
+void discard_smallest(std::vector<double>& row, double ratio) {
+  const size_t count = static_cast<size_t>(std::floor(ratio * static_cast<double>(row.size())));
+  if (count == 0) return;
+  std::vector<size_t> order(row.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return row[a] < row[b]; });
+  for (size_t k = 0; k < count; ++k)
+    if (order[k] != 0) row[order[k]] = 0.0;
 }
 
 // v^T M for the block's fused matrix M, M given row by row (only v's non-zero entries' rows are formed).
@@ -111,12 +164,14 @@ void check_readout(const std::vector<BlockAttention>& blocks, const std::vector<
 
 // Only the readout's row of the product is wanted: r^T A_L ... A_1, a vector-matrix product per block.
 std::vector<double> attention_rollout(const std::vector<BlockAttention>& blocks, const std::vector<double>& readout,
-                                      int64_t patches) {
+                                      int64_t patches, const RolloutOptions& options) {
+  check_rollout_options(options);
   check_blocks(blocks, patches, false);
   check_readout(blocks, readout);
   const int64_t t = blocks.front().tokens;
-  auto residual_row = [](const BlockAttention& b, int64_t row) {
-    std::vector<double> r = fused_row(b, b.rows == 1 ? 0 : row, [](double a, double) { return a; });
+  auto residual_row = [&options](const BlockAttention& b, int64_t row) {
+    std::vector<double> r = head_fused_row(b, b.rows == 1 ? 0 : row, options.head_fusion);
+    discard_smallest(r, options.discard_ratio);
     for (double& x : r) x *= 0.5;
     r[static_cast<size_t>(row)] += 0.5;
     double sum = 0;

@@ -57,6 +57,7 @@ std::vector<ExplainedMap> explain_images(const LoadedModel& model, const std::st
   const ViTConfig& c = model.config;
   VP_REQUIRE(request.top >= 1, "--top: expected at least 1, got ", request.top);
   VP_REQUIRE(!request.methods.empty(), "explain: no --method given");
+  check_rollout_options(request.rollout);
   labels_to_explain(c, model_name, request.findings, 1, std::vector<double>(static_cast<size_t>(c.num_labels())));
   const ImageProcessor processor(model.preprocessor);
   auto backend = make_cpu_backend();
@@ -78,7 +79,7 @@ std::vector<ExplainedMap> explain_images(const LoadedModel& model, const std::st
     if (const int seen = stems[stem]++; seen > 0) stem += "-" + std::to_string(seen + 1);
     for (const int64_t label : labels_to_explain(c, model_name, request.findings, request.top, p)) {
       for (const ExplainMethod method : request.methods) {
-        const PatchMap map = explainer.explain(label, method);
+        const PatchMap map = explainer.explain(label, method, request.rollout);
         ExplainedMap e;
         e.image = path;
         e.finding = c.labels[static_cast<size_t>(label)];
@@ -102,13 +103,18 @@ std::vector<ExplainedMap> explain_images(const LoadedModel& model, const std::st
   }
   nlohmann::json index = {{"model", model_name}, {"maps", nlohmann::json::array()}};
   for (const ExplainedMap& e : out) {
-    index["maps"].push_back({{"image", e.image},
-                             {"finding", e.finding},
-                             {"method", e.method},
-                             {"probability", e.probability},
-                             {"overlay", e.overlay},
-                             {"map", e.map},
-                             {"grid", {e.grid_height, e.grid_width}}});
+    nlohmann::json entry = {{"image", e.image},
+                            {"finding", e.finding},
+                            {"method", e.method},
+                            {"probability", e.probability},
+                            {"overlay", e.overlay},
+                            {"map", e.map},
+                            {"grid", {e.grid_height, e.grid_width}}};
+    if (e.method == explain_method_name(ExplainMethod::rollout)) {
+      entry["head_fusion"] = head_fusion_name(request.rollout.head_fusion);
+      entry["discard_ratio"] = request.rollout.discard_ratio;
+    }
+    index["maps"].push_back(entry);
   }
   write_text_file_atomically(request.out_dir / "index.json", index.dump(2) + "\n");
   return out;

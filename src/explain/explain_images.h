@@ -15,6 +15,7 @@ namespace vitpipe {
 
 struct ExplainRequest {
   std::vector<ExplainMethod> methods{ExplainMethod::grad_rollout};
+  RolloutOptions rollout;             // for ExplainMethod::rollout
   std::vector<std::string> findings;  // label names; empty: the `top` most probable of each image
   int64_t top = 1;
   std::filesystem::path out_dir;

@@ -64,7 +64,7 @@ std::vector<double> ModelExplainer::probabilities() {
   return p;
 }
 
-PatchMap ModelExplainer::explain(int64_t label, ExplainMethod method) {
+PatchMap ModelExplainer::explain(int64_t label, ExplainMethod method, const RolloutOptions& rollout) {
   const ViTConfig& c = model_.config;
   VP_REQUIRE(label >= 0 && label < c.num_labels(), "explain: label ", label, " outside [0, ", c.num_labels(), ")");
   const int64_t heads = c.num_attention_heads, t = c.tokens(), d = c.hidden_size;
@@ -98,7 +98,7 @@ PatchMap ModelExplainer::explain(int64_t label, ExplainMethod method) {
   std::vector<double> map;
   switch (method) {
     case ExplainMethod::rollout:
-      map = attention_rollout(blocks, readout, patches);
+      map = attention_rollout(blocks, readout, patches, rollout);
       break;
     case ExplainMethod::grad_rollout:
       map = gradient_weighted_rollout(blocks, readout, patches);

@@ -29,7 +29,8 @@ class ModelExplainer {
   // Per-label probabilities of the image in pixels() (sigmoid for multi-label or one label, softmax otherwise).
   std::vector<double> probabilities();
   // The map of `label` for the image in pixels(): dlogit_label / d(...) from a forward and backward pass.
-  PatchMap explain(int64_t label, ExplainMethod method);
+  // `rollout` applies to ExplainMethod::rollout only.
+  PatchMap explain(int64_t label, ExplainMethod method, const RolloutOptions& rollout = {});
 
  private:
   const LoadedModel& model_;

@@ -4,7 +4,10 @@ Checkpoints and processors are predict_families.py's (written as save_pretrained
 tests/model/reference_families.py's transcription of transformers, run in float64 with the attention probabilities,
 the last block's first LayerNorm output and their gradients of the finding's logit kept. The reference methods,
 transcribed from their papers as the README states them:
-  rollout       r^T M_L ... M_1, M = (mean over heads of A + I) / 2 with rows normalised (Abnar & Zuidema 2020)
+  rollout       r^T M_L ... M_1, M = (F + I) / 2 with rows normalised (Abnar & Zuidema 2020), F the heads fused
+                (--head-fusion mean, the default, or max | min elementwise) with the floor(D * T) smallest entries of
+                each row set to 0, the class token's column kept (--discard-ratio D, default 0.9; vit-explain's
+                options and defaults); checked at the defaults and at mean / 0 (plain rollout), max / 0.5, min / 0
   grad-rollout  r^T (I + B_L) ... (I + B_1), B = mean over heads of max(0, dlogit/dA * A) (Chefer et al. 2021)
   gradcam       max(0, X w) on the patch tokens, X = last block's LayerNorm-before output, w = dlogit/dX averaged
                 over the patch tokens (pytorch-grad-cam's ViT recipe)
@@ -80,6 +83,26 @@ def readout(cfg, tokens, patches):
     return r
 
 
+DEFAULT_ROLLOUT = ("mean", 0.9)  # vitpipe's default --head-fusion and --discard-ratio (vit-explain's)
+ROLLOUT_VARIANTS = [("mean", 0.0), ("max", 0.5), ("min", 0.0)]  # Abnar & Zuidema's plain rollout, and others
+
+
+def fused_rollout(probs, r, eye, fusion, discard):
+    v = r.clone()
+    for a in reversed(probs):
+        heads = a[0].detach()
+        f = {"mean": heads.mean(0), "max": heads.amax(0), "min": heads.amin(0)}[fusion].clone()
+        count = math.floor(discard * f.shape[-1])
+        if count:
+            order = torch.sort(f, dim=-1, stable=True).indices[:, :count]
+            dropped = torch.zeros_like(f, dtype=torch.bool).scatter_(1, order, True)
+            dropped[:, 0] = False
+            f[dropped] = 0
+        m = (f + eye) / 2
+        v = v @ (m / m.sum(-1, keepdim=True))
+    return v
+
+
 def reference_maps(params, cfg, pixels, label):
     logits, probs, ln1 = capture_forward(params, cfg, pixels)
     logits[0, label].backward()
@@ -88,17 +111,15 @@ def reference_maps(params, cfg, pixels, label):
     patches = grid * grid
     r = readout(cfg, tokens, patches)
     eye = torch.eye(tokens, dtype=torch.float64)
-    v = r.clone()
-    for a in reversed(probs):
-        m = (a[0].mean(0).detach() + eye) / 2
-        v = v @ (m / m.sum(-1, keepdim=True))
-    maps = {"rollout": v[-patches:]}
+    maps = {"rollout": fused_rollout(probs, r, eye, *DEFAULT_ROLLOUT)[-patches:]}
     v = r.clone()
     for a in reversed(probs):
         v = v @ (eye + (a.grad[0] * a[0]).clamp(min=0).mean(0).detach())
     maps["grad-rollout"] = v[-patches:]
     x, g = ln1[0, -patches:].detach(), ln1.grad[0, -patches:]
     maps["gradcam"] = (x @ g.mean(0)).clamp(min=0)
+    for fusion, discard in ROLLOUT_VARIANTS:
+        maps[f"rollout {fusion} {discard:g}"] = fused_rollout(probs, r, eye, fusion, discard)[-patches:]
     return {k: m.reshape(grid, grid).numpy() for k, m in maps.items()}, torch.sigmoid(logits[0, label]).item()
 
 
@@ -135,24 +156,37 @@ def main():
             return checks
         reference, probability = reference_maps({k: v.requires_grad_(True) for k, v in params.items()}, cfg, pixels,
                                                 label)
+        runs = [(out, None)]
+        for fusion, discard in ROLLOUT_VARIANTS:
+            variant_out = os.path.join(root, f"maps-{fusion}-{discard:g}")
+            result = run("explain", "--model", directory, "--finding", finding, "--out", variant_out, "--method",
+                         "rollout", "--head-fusion", fusion, "--discard-ratio", discard, image_path)
+            checks.check(result.returncode == 0,
+                         f"{name}: explain --head-fusion {fusion} --discard-ratio {discard:g} exit "
+                         f"{result.returncode}: {result.stderr.strip()}")
+            if result.returncode == 0:
+                runs.append((variant_out, f"rollout {fusion} {discard:g}"))
+        for maps_dir, variant in runs:
+            with open(os.path.join(maps_dir, "index.json")) as f:
+                entries = json.load(f)["maps"]
+            for entry in entries:
+                method = variant or entry["method"]
+                ours = np.load(os.path.join(maps_dir, entry["map"]))
+                ref = reference[method]
+                checks.check(ours.dtype == np.float32 and ours.shape == ref.shape,
+                             f"{name} {method}: map {ours.dtype} {ours.shape}, reference {ref.shape}")
+                if ours.shape != ref.shape:
+                    continue
+                scale = float(np.abs(ref).max())
+                error = float(np.abs(ours.astype(np.float64) - ref).max()) / max(scale, 1e-30)
+                checks.check(scale > 0 and error <= TOLERANCE,
+                             f"{name} {method}: max |vitpipe - reference| / max |reference| = {error:.2e} "
+                             f"(limit {TOLERANCE:g}, largest value {scale:.3g})")
+                checks.check(abs(entry["probability"] - probability) <= 1e-4,
+                             f"{name} {method}: probability {entry['probability']:.6f} vs {probability:.6f}")
+                print(f"{name:<34} {method:<17} {ours.shape[0]}x{ours.shape[1]}  rel. error {error:.2e}")
         with open(os.path.join(out, "index.json")) as f:
             index = json.load(f)
-        for entry in index["maps"]:
-            method = entry["method"]
-            ours = np.load(os.path.join(out, entry["map"]))
-            ref = reference[method]
-            checks.check(ours.dtype == np.float32 and ours.shape == ref.shape,
-                         f"{name} {method}: map {ours.dtype} {ours.shape}, reference {ref.shape}")
-            if ours.shape != ref.shape:
-                continue
-            scale = float(np.abs(ref).max())
-            error = float(np.abs(ours.astype(np.float64) - ref).max()) / max(scale, 1e-30)
-            checks.check(scale > 0 and error <= TOLERANCE,
-                         f"{name} {method}: max |vitpipe - reference| / max |reference| = {error:.2e} "
-                         f"(limit {TOLERANCE:g}, largest value {scale:.3g})")
-            checks.check(abs(entry["probability"] - probability) <= 1e-4,
-                         f"{name} {method}: probability {entry['probability']:.6f} vs {probability:.6f}")
-            print(f"{name:<34} {method:<13} {ours.shape[0]}x{ours.shape[1]}  rel. error {error:.2e}")
 
         # The overlay: gray (R = G = B) outside the crop's place, coloured inside it.
         entry = index["maps"][0]

@@ -1,15 +1,28 @@
 """Heatmaps on a generated task whose evidence has a known place: an image is positive exactly when it holds a
-bright 16x16 square at pixels 4..19 (patch cells 1..4 of an 8x8 grid, a quarter of the image). A vit-micro (patch 4)
-trained to test ROC-AUC > 0.95 gives gradient-weighted rollout and Grad-CAM maps whose mass falls at least 60% inside
-the square on the positive test images (mean over them); attention rollout, which ignores the label, is asserted only
-above a uniform map's 25%. The same model trained on shuffled labels is measured too and its figures printed: its
-output still reacts to the square (with a random sign), so gradient maps of it still point there (see the README,
-"Heatmaps"). Also: the .npy maps are float32 at the patch grid, the overlays RGB PNGs at the image's size (x8 here: under 256 pixels they are enlarged), index.json
-lists them, and bad input (an unknown --finding or --method, a missing image) is one clear line with exit code 1."""
+bright square at a known place (SQUARE below, in patch cells of the 8x8 grid of a vit-micro at patch 4).
+
+Two models, one recipe (the same images, init, seeds and flags):
+  trained   labels = the square's presence;
+  control   the same images, labels shuffled with a fixed seed so that they say nothing about the square: in train
+            and in val, exactly half of the images with the square and half of those without are positive (a plain
+            permutation leaves a chance correlation of about 1/sqrt(n) between label and square, which a model can
+            fit through the square, and then its maps rightly point there).
+Asserted:
+  - trained: test ROC-AUC > 0.95, and for every method (rollout, grad-rollout, gradcam) the map's mass inside the
+    square, averaged over the positive test images, at least 60%;
+  - control: it learned nothing about the square (its outputs do not separate the test images with the square
+    from those without: ROC-AUC against the square within NULL_BAND of 0.5), and for every method the same
+    figure below 60%.
+Printed, not asserted: the figures of the untrained (randomly initialised) model, Adebayo et al.'s (2018) model
+randomisation check.
+Also: the .npy maps are float32 at the patch grid, the overlays RGB PNGs at the image's size (x8 here: under 256
+pixels they are enlarged), index.json lists them, and bad input (an unknown --finding, --method or --head-fusion, a
+--discard-ratio outside [0, 1), a missing image) is one clear line with exit code 1."""
 
 import json
-import sys
 import os
+import sys
+import time
 
 import numpy as np
 from PIL import Image
@@ -19,88 +32,136 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "train_e2e"))
 import e2e_common as e2e  # noqa: E402
 
 SIZE, PATCH = 32, 4
-QUADRANT = 16
-CELLS = (slice(1, 5), slice(1, 5))  # the square: pixels 4..19, patch cells 1..4 (16 of 64)
+SQUARE_PIXELS = (8, 16)  # rows and columns 8..15: patch cells 2..3, 4 of the 64 cells (6.25% of the image)
+CELLS = (slice(SQUARE_PIXELS[0] // PATCH, SQUARE_PIXELS[1] // PATCH),) * 2
+AREA = (SQUARE_PIXELS[1] - SQUARE_PIXELS[0]) ** 2 / SIZE ** 2
+THRESHOLD = 0.6
+NULL_GAP = 0.1  # the control's probability gap (square - plain), asked under this fraction of the trained model's
 METHODS = ["rollout", "grad-rollout", "gradcam"]
+SPLITS = (("train", 320), ("val", 40), ("test", 80))
+RECIPE = ["--epochs", "6", "--batch-size", "32", "--lr", "2e-3", "--warmup-ratio", "0.1", "--seed", "0"]
 
 checks = e2e.Checks()
 root = e2e.temp_dir("explain")
-rng = np.random.default_rng(0)
 
 
-def make_dataset(directory, shuffle):
+def make_images(directory):
+    """[path, split, square] per image; each split has exactly half of its images with the square."""
+    rng = np.random.default_rng(0)
     os.makedirs(os.path.join(directory, "images"), exist_ok=True)
     rows = []
-    for split, count in (("train", 320), ("val", 40), ("test", 80)):
-        for i in range(count):
-            positive = int(rng.integers(0, 2))
+    for split, count in SPLITS:
+        squares = rng.permutation([1] * (count // 2) + [0] * (count - count // 2))
+        for i, square in enumerate(squares):
             image = rng.normal(90, 25, size=(SIZE, SIZE))
-            if positive:
-                image[4:20, 4:20] += 110
-            name = f"images/{split}_{i:04d}.png"
-            Image.fromarray(np.clip(image, 0, 255).astype(np.uint8), mode="L").convert("RGB").save(
-                os.path.join(directory, name))
-            rows.append([name, split, positive])
-    truth = [r[2] for r in rows]
-    if shuffle:
-        labels = [r[2] for r in rows if r[1] != "test"]
-        rng.shuffle(labels)
-        for r, v in zip((r for r in rows if r[1] != "test"), labels):
-            r[2] = v
-    with open(os.path.join(directory, "data.csv"), "w") as f:
+            if square:
+                image[SQUARE_PIXELS[0]:SQUARE_PIXELS[1], SQUARE_PIXELS[0]:SQUARE_PIXELS[1]] += 110
+            name = os.path.join(directory, "images", f"{split}_{i:04d}.png")
+            Image.fromarray(np.clip(image, 0, 255).astype(np.uint8), mode="L").convert("RGB").save(name)
+            rows.append([name, split, int(square)])
+    return rows
+
+
+def shuffled_labels(rows):
+    """The control's labels: in train and val, a fixed-seed random half of the square images and a random half of
+    the others positive (a permutation of the true labels, independent of the square); test keeps the truth."""
+    rng = np.random.default_rng(1)
+    labels = [r[2] for r in rows]
+    for split in ("train", "val"):
+        for square in (0, 1):
+            group = [i for i, r in enumerate(rows) if r[1] == split and r[2] == square]
+            picked = rng.permutation(len(group))[: len(group) // 2]
+            for k, i in enumerate(group):
+                labels[i] = int(k in set(picked))
+    return labels
+
+
+def write_csv(path, rows, labels):
+    with open(path, "w") as f:
         f.write("path,split,square\n")
-        for name, split, label in rows:
+        for (name, split, _), label in zip(rows, labels):
             f.write(f"{name},{split},{label}\n")
-    return rows, truth
 
 
-def train_and_explain(tag, shuffle):
-    directory = os.path.join(root, tag)
-    rows, truth = make_dataset(directory, shuffle)
-    init = os.path.join(directory, "init")
-    e2e.run("init", "--preset", "vit-micro", "--patch-size", PATCH, "--labels", "square", "--seed", "1", "--out", init)
-    out = os.path.join(directory, "run")
-    e2e.run(*e2e.train_args(init, "csv:" + os.path.join(directory, "data.csv"), out, "--epochs", "6", "--batch-size",
-                            "32", "--lr", "2e-3", "--warmup-ratio", "0.1", "--seed", "0"))
-    model = os.path.join(out, "model")
-    tests = [(os.path.join(directory, r[0]), t) for r, t in zip(rows, truth) if r[1] == "test"]
-    predictions = [json.loads(line)["probabilities"]["square"] for line in e2e.run(
-        "predict", "--model", model, "--threads", "2", *[p for p, _ in tests]).stdout.splitlines()]
-    auc = roc_auc_score([t for _, t in tests], predictions)
-    positives = [p for p, t in tests if t][:12]
-    maps_dir = os.path.join(directory, "maps")
-    args = ["explain", "--model", model, "--out", maps_dir, "--finding", "square", "--threads", "2"]
-    for m in METHODS:
-        args += ["--method", m]
-    e2e.run(*args, *positives)
+def read_maps(maps_dir):
+    """index.json and, per method, the raw maps in the order of the images."""
     index = json.load(open(os.path.join(maps_dir, "index.json")))
-    mass = {m: [] for m in METHODS}
+    maps = {m: [] for m in METHODS}
     for entry in index["maps"]:
         raw = np.load(os.path.join(maps_dir, entry["map"]))
         checks.check(raw.dtype == np.float32 and raw.shape == (SIZE // PATCH, SIZE // PATCH),
-                     f"{tag}: {entry['map']} is float32 at the 8x8 patch grid", f"{raw.dtype} {raw.shape}")
+                     f"{entry['map']} is float32 at the 8x8 patch grid", f"{raw.dtype} {raw.shape}")
         overlay = Image.open(os.path.join(maps_dir, entry["overlay"]))
         checks.check(overlay.size == (8 * SIZE, 8 * SIZE) and overlay.mode == "RGB",
-                     f"{tag}: {entry['overlay']} is an RGB PNG at 8x the 32-pixel image's size (at least 256)",
+                     f"{entry['overlay']} is an RGB PNG at 8x the 32-pixel image's size (at least 256)",
                      f"{overlay.size} {overlay.mode}")
-        total = float(raw.sum())
-        mass[entry["method"]].append(float(raw[CELLS].sum()) / total if total > 0 else 0.0)
+        maps[entry["method"]].append(raw.astype(np.float64))
+    return index, maps
+
+
+def inside(map_, scale):
+    """The mass of `map_` inside the square, in units of `scale` (a total mass)."""
+    return float(map_[CELLS].sum()) / scale if scale > 0 else 0.0
+
+
+def explain(tag, model, rows):
+    """(ROC-AUC of the model's outputs against the square on the test images, the mean probability on the test
+    images with the square minus that on the others, the raw maps per method of the first 12 positive test
+    images)."""
+    tests = [r for r in rows if r[1] == "test"]
+    predictions = [json.loads(line)["probabilities"]["square"] for line in e2e.run(
+        "predict", "--model", model, "--threads", "2", *[r[0] for r in tests]).stdout.splitlines()]
+    auc = roc_auc_score([r[2] for r in tests], predictions)
+    gap = float(np.mean([p for p, r in zip(predictions, tests) if r[2]]) -
+                np.mean([p for p, r in zip(predictions, tests) if not r[2]]))
+    positives = [r[0] for r in tests if r[2]][:12]
+    maps_dir = os.path.join(root, tag + "-maps")
+    e2e.run("explain", "--model", model, "--out", maps_dir, "--finding", "square", "--threads", "2",
+            *sum((["--method", m] for m in METHODS), []), *positives)
+    index, maps = read_maps(maps_dir)
     checks.check(len(index["maps"]) == len(positives) * len(METHODS), f"{tag}: index.json lists every map",
                  f"{len(index['maps'])}")
-    return auc, {m: float(np.mean(v)) for m, v in mass.items()}, model, positives
+    mass = {m: float(np.mean([inside(x, float(x.sum())) for x in maps[m]])) for m in METHODS}
+    print(f"measured  {tag}: test ROC-AUC against the square {auc:.3f}, probability gap square - plain {gap:.4f}; "
+          f"share of each map inside the square (area {AREA:.4f}): " +
+          ", ".join(f"{m} {mass[m]:.3f}" for m in METHODS), flush=True)
+    return auc, gap, maps, mass, positives
 
 
-auc, mass, model, positives = train_and_explain("square", shuffle=False)
-checks.check(auc > 0.95, "the model learns the square", f"test ROC-AUC {auc:.3f}")
-for m in ("grad-rollout", "gradcam"):
-    checks.check(mass[m] >= 0.6, f"{m}: at least 60% of the map's mass inside the square on positive images",
-                 f"{mass[m]:.3f} (a uniform map: 0.25)")
-checks.check(mass["rollout"] > 0.3, "rollout: more of the map's mass inside the square than a uniform map's 25%",
-             f"{mass['rollout']:.3f} (not the 60% asked of the gradient methods: rollout ignores the label)")
+def train(tag, rows, labels, init):
+    data = os.path.join(root, tag + ".csv")
+    write_csv(data, rows, labels)
+    out = os.path.join(root, tag)
+    e2e.run(*e2e.train_args(init, "csv:" + data, out, *RECIPE))
+    return os.path.join(out, "model")
 
-shuffled_auc, shuffled_mass, _, _ = train_and_explain("shuffled", shuffle=True)
-print(f"measured  shuffled labels: test ROC-AUC {shuffled_auc:.3f}; mass inside the square: " +
-      ", ".join(f"{m} {shuffled_mass[m]:.3f}" for m in METHODS))
+
+started = time.time()
+rows = make_images(root)
+init = os.path.join(root, "init")
+e2e.run("init", "--preset", "vit-micro", "--patch-size", PATCH, "--labels", "square", "--seed", "1", "--out", init)
+
+model = train("trained", rows, [r[2] for r in rows], init)
+auc, gap, maps, mass, positives = explain("trained", model, rows)
+checks.check(auc > 0.95, "trained: the model learns the square", f"test ROC-AUC {auc:.3f}")
+for m in METHODS:
+    checks.check(mass[m] >= THRESHOLD, f"trained, {m}: at least 60% of the map's mass inside the square on positive "
+                 "images", f"{mass[m]:.3f} (a uniform map: {AREA:.4f})")
+
+control = train("control", rows, shuffled_labels(rows), init)
+control_auc, control_gap, control_maps, control_mass, _ = explain("control", control, rows)
+checks.check(abs(control_gap) < NULL_GAP * abs(gap), "control (shuffled labels): it learned nothing about the "
+             "square: the probability gap between test images with and without it under a tenth of the trained "
+             "model's", f"{control_gap:.4f} vs {gap:.4f} (its ROC-AUC against the square, {control_auc:.3f}, ranks a "
+             "gap of any size)")
+for m in METHODS:
+    # In the trained model's units: each control map's mass inside the square over the trained map's total on the
+    # same image (the maps are d logit / d ... for both, or rollout's share of the class token's row).
+    relative = float(np.mean([inside(c, float(t.sum())) for c, t in zip(control_maps[m], maps[m])]))
+    checks.check(relative < THRESHOLD, f"control, {m}: its maps hold less than 60% of the trained maps' mass "
+                 "inside the square", f"{relative:.4f}; as a share of its own map {control_mass[m]:.3f}")
+
+explain("untrained", init, rows)  # printed only (model randomisation, Adebayo et al. 2018)
 
 bad = e2e.run("explain", "--model", model, "--out", os.path.join(root, "bad"), "--finding", "Nodule", positives[0],
               expect_ok=False)
@@ -111,10 +172,15 @@ missing = e2e.run("explain", "--model", model, "--out", os.path.join(root, "bad"
                   expect_ok=False)
 checks.check(missing.returncode == 1 and "nope.png" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1,
              "a missing image: one line naming it, exit 1", missing.stderr.strip()[:200])
-bad_method = e2e.run("explain", "--model", model, "--out", os.path.join(root, "bad"), "--method", "lime",
-                     positives[0], expect_ok=False)
-checks.check(bad_method.returncode == 1 and "--method" in bad_method.stderr and "gradcam" in bad_method.stderr,
-             "an unknown --method: named with the choices, exit 1", bad_method.stderr.strip()[:200])
+for flag, value, named in (("--method", "lime", "gradcam"), ("--head-fusion", "median", "max"),
+                           ("--discard-ratio", "1", "[0, 1)")):
+    result = e2e.run("explain", "--model", model, "--out", os.path.join(root, "bad"), flag, value, positives[0],
+                     expect_ok=False)
+    checks.check(result.returncode == 1 and flag in result.stderr and named in result.stderr and
+                 len(result.stderr.strip().splitlines()) == 1,
+                 f"a bad {flag} ({value}): one line naming it with what is expected, exit 1",
+                 result.stderr.strip()[:200])
 
+print(f"measured  {time.time() - started:.0f} s in all")
 e2e.cleanup(root)
 checks.finish()
