@@ -128,8 +128,12 @@ std::vector<std::string> Layout::train_flags() const {
   return flags;
 }
 
-std::vector<int64_t> candidate_micro_batches(const PlanInputs& in) {
-  std::vector<int64_t> sizes;
+namespace {
+
+// Calls visit(stages, replicas, micro_batch) for every split of the processes into stages x replicas and of each
+// replica's share of the global batch into at least `stages` equal micro-batches that the inputs allow.
+template <class Visit>
+void for_each_division(const PlanInputs& in, Visit&& visit) {
   const int layers = layers_of(in.config);
   for (int p = 1; p <= std::min(in.processes, layers + 2); ++p) {
     if (in.processes % p != 0 || (in.stages && *in.stages != p)) continue;
@@ -138,9 +142,18 @@ std::vector<int64_t> candidate_micro_batches(const PlanInputs& in) {
     const int64_t per_replica = in.global_batch / replicas;
     for (int64_t b = 1; b <= std::min(per_replica, in.max_micro_batch); ++b) {
       if (per_replica % b != 0 || per_replica / b < p || (in.micro_batch && *in.micro_batch != b)) continue;
-      if (std::find(sizes.begin(), sizes.end(), b) == sizes.end()) sizes.push_back(b);
+      visit(p, replicas, b);
     }
   }
+}
+
+}  // namespace
+
+std::vector<int64_t> candidate_micro_batches(const PlanInputs& in) {
+  std::vector<int64_t> sizes;
+  for_each_division(in, [&](int, int, int64_t b) {
+    if (std::find(sizes.begin(), sizes.end(), b) == sizes.end()) sizes.push_back(b);
+  });
   std::sort(sizes.begin(), sizes.end());
   return sizes;
 }
@@ -298,51 +311,44 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
 Plan plan_layouts(const PlanInputs& in, const ModelProfile& profile) {
   Plan plan;
   const int layers = layers_of(in.config);
-  for (int p = 1; p <= std::min(in.processes, layers + 2); ++p) {
-    if (in.processes % p != 0 || (in.stages && *in.stages != p)) continue;
-    const int r = in.processes / p;
-    if (in.global_batch % r != 0) continue;
-    const int64_t per_replica = in.global_batch / r;
-    for (int64_t b = 1; b <= std::min(per_replica, in.max_micro_batch); ++b) {
-      if (per_replica % b != 0 || per_replica / b < p || (in.micro_batch && *in.micro_batch != b)) continue;
-      const int m = static_cast<int>(per_replica / b);
-      std::vector<std::pair<ScheduleKind, int>> schedules = {{ScheduleKind::one_f_one_b, 1}};
-      if (p > 1) {
-        schedules.push_back({ScheduleKind::gpipe, 1});
-        schedules.push_back({ScheduleKind::zero_bubble_h1, 1});
-        if (m % p == 0 && 2 * p <= layers + 2) schedules.push_back({ScheduleKind::interleaved_1f1b, 2});
-      }
-      for (auto [schedule, v] : schedules) {
-        if (in.schedule && *in.schedule != schedule) continue;
-        if (in.virtual_stages && schedule == ScheduleKind::interleaved_1f1b) v = *in.virtual_stages;
-        if (schedule == ScheduleKind::interleaved_1f1b && (m % p != 0 || p * v > layers + 2)) continue;
-        for (bool recompute : {false, true}) {
-          if ((in.recompute && *in.recompute != recompute) || (recompute && schedule == ScheduleKind::zero_bubble_h1)) {
-            continue;
+  for_each_division(in, [&](int p, int r, int64_t b) {
+    const int m = static_cast<int>(in.global_batch / r / b);
+    std::vector<std::pair<ScheduleKind, int>> schedules = {{ScheduleKind::one_f_one_b, 1}};
+    if (p > 1) {
+      schedules.push_back({ScheduleKind::gpipe, 1});
+      schedules.push_back({ScheduleKind::zero_bubble_h1, 1});
+      if (m % p == 0 && 2 * p <= layers + 2) schedules.push_back({ScheduleKind::interleaved_1f1b, 2});
+    }
+    for (auto [schedule, v] : schedules) {
+      if (in.schedule && *in.schedule != schedule) continue;
+      if (in.virtual_stages && schedule == ScheduleKind::interleaved_1f1b) v = *in.virtual_stages;
+      if (schedule == ScheduleKind::interleaved_1f1b && (m % p != 0 || p * v > layers + 2)) continue;
+      for (bool recompute : {false, true}) {
+        if ((in.recompute && *in.recompute != recompute) || (recompute && schedule == ScheduleKind::zero_bubble_h1)) {
+          continue;
+        }
+        for (bool shard : {false, true}) {
+          if ((in.shard && *in.shard != shard) || (shard && (r == 1 || in.optimizer_buffers == 0))) continue;
+          Layout layout;
+          layout.stages = p;
+          layout.replicas = r;
+          layout.micro_batch = b;
+          layout.micro_batches = m;
+          layout.schedule = schedule;
+          layout.virtual_stages = v;
+          layout.recompute = recompute;
+          layout.shard = shard;
+          if (static_cast<int>(in.layers_per_stage.size()) == p * v) layout.layers_per_stage = in.layers_per_stage;
+          LayoutPrediction prediction = predict_layout(in, profile, layout);
+          ++plan.searched;
+          if (!plan.least_memory || prediction.memory.total() < plan.least_memory->memory.total()) {
+            plan.least_memory = prediction;
           }
-          for (bool shard : {false, true}) {
-            if ((in.shard && *in.shard != shard) || (shard && (r == 1 || in.optimizer_buffers == 0))) continue;
-            Layout layout;
-            layout.stages = p;
-            layout.replicas = r;
-            layout.micro_batch = b;
-            layout.micro_batches = m;
-            layout.schedule = schedule;
-            layout.virtual_stages = v;
-            layout.recompute = recompute;
-            layout.shard = shard;
-            if (static_cast<int>(in.layers_per_stage.size()) == p * v) layout.layers_per_stage = in.layers_per_stage;
-            LayoutPrediction prediction = predict_layout(in, profile, layout);
-            ++plan.searched;
-            if (!plan.least_memory || prediction.memory.total() < plan.least_memory->memory.total()) {
-              plan.least_memory = prediction;
-            }
-            if (prediction.fits) plan.ranked.push_back(std::move(prediction));
-          }
+          if (prediction.fits) plan.ranked.push_back(std::move(prediction));
         }
       }
     }
-  }
+  });
   std::stable_sort(plan.ranked.begin(), plan.ranked.end(), [](const LayoutPrediction& a, const LayoutPrediction& b) {
     if (a.step_seconds != b.step_seconds) return a.step_seconds < b.step_seconds;
     return a.memory.total() < b.memory.total();
