@@ -16,8 +16,10 @@
 #include "data/source_fingerprint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_integer.h"
 #include "util/log.h"
 #include "util/progress.h"
+#include "util/size_limits.h"
 #include "util/threads.h"
 
 namespace vitpipe {
@@ -284,7 +286,7 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   const std::string where = manifest_path.string();
   VP_REQUIRE(manifest.is_object() && manifest.value("format", "") == kFormatName, where,
              ": not a vitpipe packed cache manifest");
-  const int version = manifest.value("version", 0);
+  const int version = json_integer_or<int>(manifest, "version", 0, where);
   VP_REQUIRE(version == kPackedCacheFormatVersion, where, ": cache format version ", version,
              ", this vitpipe reads version ", kPackedCacheFormatVersion, "; run `vitpipe data prepare` again");
 
@@ -292,8 +294,11 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   try {
     cache->dir_ = dir;
     cache->source_spec_ = manifest.at("source").get<std::string>();
-    cache->image_size_ = manifest.at("image_size").get<int64_t>();
-    cache->resample_ = manifest.at("resample").get<int>();
+    cache->image_size_ = json_integer<int64_t>(manifest.at("image_size"), where + " field \"image_size\"");
+    VP_REQUIRE(cache->image_size_ >= 1 && cache->image_size_ <= max_image_pixels() / cache->image_size_, where,
+               ": field \"image_size\" must be >= 1 with image_size^2 <= ", max_image_pixels(),
+               " (VITPIPE_MAX_IMAGE_PIXELS), got ", cache->image_size_);
+    cache->resample_ = json_integer<int>(manifest.at("resample"), where + " field \"resample\"");
     // Caches written before crops were recorded hold plain S x S resizes.
     PreprocessorConfig plain = default_preprocessor_config(cache->image_size_);
     plain.resample = cache->resample_;
@@ -317,13 +322,14 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
                                    cache->image_size_, " --out ", dir.string(), "` again");
 
   const std::string index_text = read_text_file(dir / kIndexName);
-  VP_REQUIRE(index_text.size() == manifest.value("index_bytes", uint64_t{0}) &&
+  VP_REQUIRE(index_text.size() == json_integer_or<uint64_t>(manifest, "index_bytes", 0, where) &&
                  sha256_hex(index_text.data(), index_text.size()) == manifest.value("index_sha256", ""),
              (dir / kIndexName).string(), ": does not match ", kPackedCacheManifestName, " (edited or half-written)",
              rerun);
   cache->pixels_ = MappedFile::open(dir / kPixelsName);
-  VP_REQUIRE(cache->pixels_->size() == manifest.value("pixels_bytes", uint64_t{0}), (dir / kPixelsName).string(), ": ",
-             cache->pixels_->size(), " bytes, the manifest says ", manifest.value("pixels_bytes", uint64_t{0}), rerun);
+  const auto pixels_bytes = json_integer_or<uint64_t>(manifest, "pixels_bytes", 0, where);
+  VP_REQUIRE(cache->pixels_->size() == pixels_bytes, (dir / kPixelsName).string(), ": ", cache->pixels_->size(),
+             " bytes, the manifest says ", pixels_bytes, rerun);
 
   // Options that shaped the source's listing (VinDr-CXR's label vote, ...) cannot change afterwards.
   DataSpec source_spec = parse_data_spec(cache->source_spec_);
@@ -355,8 +361,8 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
            " changed since it was prepared", rerun);
     if (current.images_sha256 != then.value("images_sha256", ""))
       fail("cache:", dir.string(), " is stale: the image files of ", cache->source_spec_,
-           " changed since it was prepared (", then.value("image_count", int64_t{0}), " images then, ",
-           current.image_count, " now, or files modified)", rerun);
+           " changed since it was prepared (", json_integer_or<int64_t>(then, "image_count", 0, where),
+           " images then, ", current.image_count, " now, or files modified)", rerun);
   }
 
   json index;
@@ -369,6 +375,7 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   std::vector<uint64_t> offsets;
   std::vector<uint8_t> channels;
   std::vector<uint32_t> checksums;
+  const std::string index_where = (dir / kIndexName).string();
   try {
     const auto& names = index.at("names");
     const size_t n = names.size();
@@ -392,9 +399,10 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     const auto pixel_count = static_cast<uint64_t>(cache->image_size_ * cache->image_size_);
     for (size_t i = 0; i < n; ++i) {
       entries[i].item.name = names[i].get<std::string>();
-      entries[i].item.labels = labels[i].get<std::vector<int32_t>>();
-      entries[i].item.uncertain = uncertain[i].get<std::vector<int32_t>>();
-      entries[i].item.unmentioned = unmentioned[i].get<std::vector<int32_t>>();
+      const std::string record = concat(index_where, " record ", i);
+      entries[i].item.labels = json_integers<int32_t>(labels[i], record + " \"labels\"");
+      entries[i].item.uncertain = json_integers<int32_t>(uncertain[i], record + " \"uncertain\"");
+      entries[i].item.unmentioned = json_integers<int32_t>(unmentioned[i], record + " \"unmentioned\"");
       for (const auto* list : {&entries[i].item.labels, &entries[i].item.uncertain, &entries[i].item.unmentioned})
         for (int32_t l : *list)
           VP_REQUIRE(l >= 0 && l < static_cast<int32_t>(cache->label_names_.size()), (dir / kIndexName).string(),
@@ -402,9 +410,9 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
       entries[i].source_split = parse_source_split(splits[i].get<std::string>(), (dir / kIndexName).string());
       entries[i].item.patient = patients[i].get<std::string>();
       entries[i].item.view = views[i].get<std::string>();
-      offsets[i] = offs[i].get<uint64_t>();
-      channels[i] = chans[i].get<uint8_t>();
-      checksums[i] = crcs[i].get<uint32_t>();
+      offsets[i] = json_integer<uint64_t>(offs[i], record + " \"offsets\"");
+      channels[i] = json_integer<uint8_t>(chans[i], record + " \"channels\"");
+      checksums[i] = json_integer<uint32_t>(crcs[i], record + " \"crc32\"");
       VP_REQUIRE((channels[i] == 1 || channels[i] == 3) && offsets[i] <= cache->pixels_->size() &&
                      pixel_count * channels[i] <= cache->pixels_->size() - offsets[i],
                  (dir / kIndexName).string(), ": record of ", entries[i].item.name, " lies outside ", kPixelsName);

@@ -12,6 +12,7 @@
 #include "model/vit_stage.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_integer.h"
 #include "util/random.h"
 #include "util/threads.h"
 
@@ -199,7 +200,7 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
     p.describe = j.value("describe", nlohmann::json::object());
     for (const auto& point : j.at("points")) {
       ProfilePoint q;
-      q.micro_batch = point.at("micro_batch").get<int64_t>();
+      q.micro_batch = json_integer<int64_t>(point.at("micro_batch"), source + " field \"micro_batch\"");
       q.embeddings = times_from(point.at("embeddings"));
       q.block = times_from(point.at("block"));
       q.classifier_block = times_from(point.at("classifier_block"));
@@ -210,7 +211,7 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
     std::sort(p.points.begin(), p.points.end(),
               [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
     p.optimizer_seconds_per_element = j.value("optimizer_seconds_per_element", std::map<std::string, double>{});
-    p.corunning_ranks = j.value("corunning_ranks", 1);
+    p.corunning_ranks = json_integer_or<int>(j, "corunning_ranks", 1, source);
     return p;
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": not a vitpipe profile (", e.what(), ")");

@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_integer.h"
 
 namespace vitpipe {
 namespace fs = std::filesystem;
@@ -35,11 +36,11 @@ nlohmann::json TrainerState::to_json() const {
 TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string& source) {
   TrainerState s;
   try {
-    s.step = j.at("step").get<int64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.batch_in_epoch = j.at("batch_in_epoch").get<int64_t>();
-    s.total_steps = j.at("total_steps").get<int64_t>();
-    s.best_step = j.at("best_step").get<int64_t>();
+    s.step = json_integer<int64_t>(j.at("step"), source + " field \"step\"");
+    s.epoch = json_integer<int64_t>(j.at("epoch"), source + " field \"epoch\"");
+    s.batch_in_epoch = json_integer<int64_t>(j.at("batch_in_epoch"), source + " field \"batch_in_epoch\"");
+    s.total_steps = json_integer<int64_t>(j.at("total_steps"), source + " field \"total_steps\"");
+    s.best_step = json_integer<int64_t>(j.at("best_step"), source + " field \"best_step\"");
     if (!j.at("best_metric").is_null()) s.best_metric = j.at("best_metric").get<double>();
     s.options = j.at("options");
   } catch (const nlohmann::json::exception& e) {

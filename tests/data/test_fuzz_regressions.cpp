@@ -38,5 +38,26 @@ TEST(FuzzRegressions, PackedCacheManifestFieldOfTheWrongTypeIsRefused) {
   expect_error([&] { open_packed_cache(dir / "cache", DatasetOptions{}); }, {"manifest.json"});
 }
 
+// fuzz_packed_cache: a manifest number that is not an integer of the field's range (5e120 as "image_size", 3.5 or
+// 2^40 as "version") went through nlohmann's unchecked get<int64_t>() (undefined behaviour for the float).
+TEST(FuzzRegressions, PackedCacheManifestNumbersOutsideTheirRangeAreRefused) {
+  TempDir dir;
+  const std::string head = R"({"format": "vitpipe-packed-cache", )";
+  write_file(dir / "cache" / "manifest.json", head + R"("version": 3.5})");
+  expect_error([&] { open_packed_cache(dir / "cache", DatasetOptions{}); },
+               {"manifest.json", "\"version\"", "must be an integer, got number"});
+  write_file(dir / "cache" / "manifest.json", head + R"("version": 1099511627776})");
+  expect_error([&] { open_packed_cache(dir / "cache", DatasetOptions{}); },
+               {"manifest.json", "\"version\"", "must lie in [-2147483648, 2147483647], got 1099511627776"});
+  const std::string v =
+      head + "\"version\": " + std::to_string(kPackedCacheFormatVersion) + ", \"source\": \"csv:x.csv\", ";
+  write_file(dir / "cache" / "manifest.json", v + R"("image_size": 5e120, "resample": 2})");
+  expect_error([&] { open_packed_cache(dir / "cache", DatasetOptions{}); },
+               {"manifest.json", "\"image_size\"", "must be an integer"});
+  write_file(dir / "cache" / "manifest.json", v + R"("image_size": 4000000000, "resample": 2})");
+  expect_error([&] { open_packed_cache(dir / "cache", DatasetOptions{}); },
+               {"manifest.json", "\"image_size\"", "VITPIPE_MAX_IMAGE_PIXELS", "got 4000000000"});
+}
+
 }  // namespace
 }  // namespace vitpipe

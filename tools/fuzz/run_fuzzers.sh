@@ -40,8 +40,17 @@ for harness in "${harnesses[@]}"; do
     printf '%-20s %10s executions in %s s, no finding\n' "$harness" "$executions" "$seconds"
   else
     printf '%-20s FAILED: see %s\n' "$harness" "$log"
-    # The report and the stack up to the harness: what a CI log must show to fix it without the artifact.
-    grep -E 'ERROR|==[0-9]+==|fuzz:|^ +#[0-9]+ |Test unit written' "$log" | grep -v 'in fuzzer::' | head -40 || true
+    # -close_fd_mask also closed the sanitizers' stderr: replay the input with it open, so that the report and the
+    # stack up to the harness (what a CI log must show to fix it without the artifact) reach the log, and the input
+    # itself, in hex, for a regression file.
+    artifact=$(grep -o "Test unit written to [^ ]*" "$log" | tail -1 | cut -d' ' -f5 || true)
+    if [[ -n "$artifact" && -f "$artifact" ]]; then
+      "$out/tools/fuzz/fuzz_$harness" -runs=1 "$artifact" >"$log.replay" 2>&1 || true
+      grep -E 'runtime error|ERROR|SUMMARY|^ +#[0-9]+ ' "$log.replay" | grep -v 'in fuzzer::' | head -40 || true
+      echo "the input ($(stat -c %s "$artifact") bytes, hex):"
+      od -An -tx1 -v "$artifact" | head -64
+    fi
+    grep -E 'ERROR|==[0-9]+==|fuzz:|Test unit written' "$log" | grep -v 'in fuzzer::' | head -10 || true
     failed+=("$harness")
   fi
 done

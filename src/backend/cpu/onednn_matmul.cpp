@@ -61,10 +61,28 @@ MatmulCache::MatmulCache()
 MatmulCache::~MatmulCache() = default;
 
 std::shared_ptr<MatmulCache::Prepared> MatmulCache::create(const MatmulShape& shape, bool user_scratchpad) {
+  const bool any_bf16 = shape.a_type == DType::bf16 || shape.b_type == DType::bf16 || shape.c_type == DType::bf16;
+  try {
+    return create_as(shape, user_scratchpad, any_bf16 && !bf16_kernels_);
+  } catch (const dnnl::error& e) {
+    // Even with bf16 kernels oneDNN lacks some mixes (oneDNN 2.6 on AVX-512-BF16: fp32 x fp32 -> bf16); those run
+    // widened, which computes the same up to summation order.
+    if (any_bf16 && bf16_kernels_) {
+      try {
+        return create_as(shape, user_scratchpad, true);
+      } catch (const dnnl::error&) {
+      }
+    }
+    fail("oneDNN cannot create a matmul for M=", shape.m, " N=", shape.n, " K=", shape.k, " (",
+         dtype_name(shape.a_type), " x ", dtype_name(shape.b_type), " -> ", dtype_name(shape.c_type),
+         ") on this CPU (oneDNN ISA ", onednn_isa_name(), "): ", e.what());
+  }
+}
+
+std::shared_ptr<MatmulCache::Prepared> MatmulCache::create_as(const MatmulShape& shape, bool user_scratchpad,
+                                                              bool widen) {
   using dims = dnnl::memory::dims;
   auto p = std::make_shared<Prepared>();
-  const bool widen =
-      !bf16_kernels_ && (shape.a_type == DType::bf16 || shape.b_type == DType::bf16 || shape.c_type == DType::bf16);
   if (widen) p->widening = std::make_unique<Bf16Widening>(plan_bf16_widening(shape));
   const MatmulShape& s = widen ? p->widening->f32_shape : shape;
   p->a_desc = dnnl::memory::desc(dims{s.m, s.k}, to_dnnl(s.a_type), dims{s.a_row, s.a_col});
@@ -80,18 +98,12 @@ std::shared_ptr<MatmulCache::Prepared> MatmulCache::create(const MatmulShape& sh
   if (s.accumulate) ops.append_sum(1.0f);
   attr.set_post_ops(ops);
   if (user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  try {
-    if (s.bias) {
-      p->bias_desc = dnnl::memory::desc(dims{1, s.n}, dnnl::memory::data_type::f32, dims{s.n, 1});
-      p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, p->b_desc, p->bias_desc, p->c_desc), attr,
-                                           engine_);
-    } else {
-      p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, p->b_desc, p->c_desc), attr, engine_);
-    }
-  } catch (const dnnl::error& e) {
-    fail("oneDNN cannot create a matmul for M=", s.m, " N=", s.n, " K=", s.k, " (", dtype_name(s.a_type), " x ",
-         dtype_name(s.b_type), " -> ", dtype_name(s.c_type), ") on this CPU (oneDNN ISA ", onednn_isa_name(),
-         "): ", e.what());
+  if (s.bias) {
+    p->bias_desc = dnnl::memory::desc(dims{1, s.n}, dnnl::memory::data_type::f32, dims{s.n, 1});
+    p->pd =
+        dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, p->b_desc, p->bias_desc, p->c_desc), attr, engine_);
+  } else {
+    p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, p->b_desc, p->c_desc), attr, engine_);
   }
   p->primitive = dnnl::matmul(p->pd);
   p->scratchpad_bytes = user_scratchpad ? p->pd.scratchpad_desc().get_size() : 0;

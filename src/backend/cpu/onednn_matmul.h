@@ -53,6 +53,8 @@ class MatmulCache {
  private:
   using Key = decltype(MatmulShape{}.key());
   std::shared_ptr<Prepared> create(const MatmulShape& shape, bool user_scratchpad);
+  // One attempt: `widen` runs the bf16 operands on an fp32 primitive. Throws dnnl::error when oneDNN has no kernel.
+  std::shared_ptr<Prepared> create_as(const MatmulShape& shape, bool user_scratchpad, bool widen);
   CpuLevel level_;  // first: choosing it may cap oneDNN's ISA, which must precede the engine
   dnnl::engine engine_;
   dnnl::stream stream_;
