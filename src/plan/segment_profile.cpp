@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -13,14 +14,20 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/json_integer.h"
+#include "util/median.h"
 #include "util/random.h"
 #include "util/threads.h"
 
 namespace vitpipe {
 namespace {
 
-// After one warm-up run; the median is kept, the statistic train --layout auto reports of the measured steps.
+// Samples after a warm-up run; their median is kept, the statistic train --layout auto reports of the measured steps.
 constexpr int kRepeats = 3;
+// A sample spans at least this long (several scheduler time slices): a rank sharing its core with others then
+// includes its share of the waiting. Timed once, a pass shorter than a slice mostly runs uncontended, which made
+// micro-batch 1 look twice as fast as it trains with 4 ranks on 2 cores.
+constexpr double kMinSampleSeconds = 0.03;
+constexpr int kMaxRunsPerSample = 256;
 
 double seconds_of(const std::function<void()>& fn) {
   const auto start = std::chrono::steady_clock::now();
@@ -34,7 +41,7 @@ void fill_random(const Tensor& t, Rng& rng, double stddev) {
   for (int64_t i = 0; i < t.numel(); ++i) x[i] = static_cast<float>(rng.normal(0.0, stddev));
 }
 
-// The passes of a stage holding segments [first, last], at micro-batch b, best of kRepeats.
+// The passes of a stage holding segments [first, last], at micro-batch b: the median of kRepeats samples.
 PassTimes measure_stage(const std::shared_ptr<const TrainableSplit>& split, Precision precision, int first, int last,
                         int64_t b) {
   const std::shared_ptr<const ParameterLayout>& layout = split->full;
@@ -62,28 +69,38 @@ PassTimes measure_stage(const std::shared_ptr<const TrainableSplit>& split, Prec
       fill_random(stage.grad(0, b), rng, 1e-3);
     }
   };
-  std::vector<PassTimes> runs;
-  for (int run = 0; run <= kRepeats; ++run) {
-    PassTimes t;
+  auto run_once = [&](PassTimes& sum) {
     fill_random(stage.input(0, b), rng, 1.0);
-    t.forward = seconds_of([&] { stage.forward(0, b); });
+    sum.forward += seconds_of([&] { stage.forward(0, b); });
     if (stage.has_head()) {
       stage.loss(0, b, targets, 1.0 / static_cast<double>(b));
     } else {
       fill_random(stage.grad(0, b), rng, 1e-3);
     }
-    t.backward = seconds_of([&] { stage.backward(0, b); });
+    sum.backward += seconds_of([&] { stage.backward(0, b); });
     prepare();
-    t.backward_input = seconds_of([&] { stage.backward_input(0, b); });
-    t.backward_weight = seconds_of([&] { stage.backward_weight(0, b); });
+    sum.backward_input += seconds_of([&] { stage.backward_input(0, b); });
+    sum.backward_weight += seconds_of([&] { stage.backward_weight(0, b); });
     stage.zero_gradients();
-    if (run > 0) runs.push_back(t);  // run 0 warms up: oneDNN's primitives are created on first use
+  };
+  PassTimes once;
+  run_once(once);  // warms up: oneDNN's primitives are created on first use
+  once = {};
+  run_once(once);
+  const double run_seconds = once.forward + once.backward + once.backward_input + once.backward_weight;
+  const int per_sample = static_cast<int>(
+      std::clamp(std::ceil(kMinSampleSeconds / std::max(run_seconds, 1e-9)), 1.0, double{kMaxRunsPerSample}));
+  std::vector<PassTimes> runs;
+  for (int sample = 0; sample < kRepeats; ++sample) {
+    PassTimes sum;
+    for (int k = 0; k < per_sample; ++k) run_once(sum);
+    runs.push_back({sum.forward / per_sample, sum.backward / per_sample, sum.backward_input / per_sample,
+                    sum.backward_weight / per_sample});
   }
   auto median = [&](double PassTimes::*pass) {
     std::vector<double> v;
     for (const PassTimes& t : runs) v.push_back(t.*pass);
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    return median_of(std::move(v));
   };
   return {median(&PassTimes::forward), median(&PassTimes::backward), median(&PassTimes::backward_input),
           median(&PassTimes::backward_weight)};
@@ -220,7 +237,7 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
 
 std::string profile_key(const ProfileRequest& r) {
   const ViTConfig& c = r.config;
-  return concat("vitpipe-profile-v3 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
+  return concat("vitpipe-profile-v4 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
                 " heads=", c.num_attention_heads, " mlp=", c.intermediate_size, " image=", c.image_size,
                 " patch=", c.patch_size, " channels=", c.num_channels, " labels=", c.num_labels(),
                 " qkv_bias=", c.qkv_bias ? 1 : 0, " problem=", problem_type_name(c.problem_type),

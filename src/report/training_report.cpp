@@ -13,6 +13,7 @@
 #include "train/metrics.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/median.h"
 
 namespace vitpipe {
 namespace fs = std::filesystem;
@@ -334,11 +335,7 @@ std::string training_section(const std::vector<nlohmann::json>& metrics) {
   out += "<div class=\"grid\">" + svg_chart(lc) + svg_chart(rc) + "</div>\n";
   // Throughput and time per epoch.
   std::vector<std::vector<std::string>> rows;
-  if (!rates.empty()) {
-    std::vector<double> sorted = rates;
-    std::sort(sorted.begin(), sorted.end());
-    rows.push_back({"images/s (median of logged steps)", fmt(sorted[sorted.size() / 2], "%.1f")});
-  }
+  if (!rates.empty()) rows.push_back({"images/s (median of logged steps)", fmt(median_of(rates), "%.1f")});
   const nlohmann::json* first = nullptr;
   const nlohmann::json* last = nullptr;
   for (const auto* r : train) {

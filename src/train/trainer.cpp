@@ -40,6 +40,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/median.h"
 #include "util/progress.h"
 #include "util/threads.h"
 
@@ -853,17 +854,25 @@ void RankTrainer::finish() {
          static_cast<int>(1e3 * c[8] / n / ranks), " ms exposed / ", static_cast<int>(1e3 * c[9] / n / ranks),
          " ms hidden");
   }
+  if (!predicted_ && !iteration_seconds_.empty()) {
+    // Every layout reports it, so a hand-picked layout can be set beside `vitpipe plan`'s prediction for it.
+    const double measured = median_of(iteration_seconds_);
+    info("step time: median ", measured, " s of ", iteration_seconds_.size(),
+         " steps after the first (from waiting for the batch to the optimizer's end)");
+    if (root()) {
+      metrics_->write(
+          {{"type", "step_time"}, {"measured_step_seconds", measured}, {"measured_steps", iteration_seconds_.size()}});
+    }
+  }
   if (predicted_ && !iteration_seconds_.empty()) {
-    std::vector<double> sorted = iteration_seconds_;
-    std::sort(sorted.begin(), sorted.end());
-    const double measured = sorted[sorted.size() / 2];
+    const double measured = median_of(iteration_seconds_);
     char line[400];
     std::snprintf(line, sizeof(line),
                   "--layout auto: predicted %.3f s per step (pipeline %.3f, exposed communication %.3f, optimizer "
                   "%.3f, data path %.3f), measured %.3f s (median of %zu steps after the first, each from waiting "
                   "for its batch to the optimizer's end; measured / predicted = %.2f)",
                   predicted_->step_seconds, predicted_->pipeline_seconds, predicted_->exposed_communication_seconds,
-                  predicted_->optimizer_seconds, predicted_->data_seconds, measured, sorted.size(),
+                  predicted_->optimizer_seconds, predicted_->data_seconds, measured, iteration_seconds_.size(),
                   measured / predicted_->step_seconds);
     info(line);
     if (root()) {
@@ -872,7 +881,7 @@ void RankTrainer::finish() {
                                {"train_flags", predicted_->layout.train_flags()},
                                {"predicted_step_seconds", predicted_->step_seconds},
                                {"measured_step_seconds", measured},
-                               {"measured_steps", sorted.size()},
+                               {"measured_steps", iteration_seconds_.size()},
                                {"predicted_bubble", predicted_->bubble},
                                {"predicted_data_seconds", predicted_->data_seconds}};
       metrics_->write(record);

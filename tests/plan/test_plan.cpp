@@ -9,6 +9,7 @@
 #include "plan/link_model.h"
 #include "plan/memory_model.h"
 #include "util/error.h"
+#include "util/median.h"
 
 namespace vitpipe {
 namespace {
@@ -281,6 +282,14 @@ TEST(PlanSimulator, UnequalStagesTakeTheSlowestStagesTime) {
   const auto sim = simulate_schedules(make_all_schedules(ScheduleKind::one_f_one_b, 2, 4), 4, 1, costs);
   EXPECT_GE(sim.makespan, 4 * (2 + 4));
   EXPECT_LT(sim.stage_bubble[1], sim.stage_bubble[0]);
+}
+
+TEST(PlanProfile, MedianIsTheUpperMiddleSoProfileAndTrainerAgree) {
+  // The profile keeps the median of its samples and the trainer reports the median of measured steps: one rule.
+  EXPECT_EQ(median_of({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_EQ(median_of({4.0, 1.0, 3.0, 2.0}), 3.0);
+  EXPECT_EQ(median_of({0.5}), 0.5);
+  EXPECT_EQ(median_of({}), 0.0);
 }
 
 }  // namespace
