@@ -860,8 +860,10 @@ void RankTrainer::finish() {
     info("step time: median ", measured, " s of ", iteration_seconds_.size(),
          " steps after the first (from waiting for the batch to the optimizer's end)");
     if (root()) {
-      metrics_->write(
-          {{"type", "step_time"}, {"measured_step_seconds", measured}, {"measured_steps", iteration_seconds_.size()}});
+      metrics_->write({{"type", "step_time"},
+                       {"step", state_.step},
+                       {"measured_step_seconds", measured},
+                       {"measured_steps", iteration_seconds_.size()}});
     }
   }
   if (predicted_ && !iteration_seconds_.empty()) {
@@ -877,6 +879,7 @@ void RankTrainer::finish() {
     info(line);
     if (root()) {
       nlohmann::json record = {{"type", "layout"},
+                               {"step", state_.step},
                                {"layout", predicted_->layout.describe()},
                                {"train_flags", predicted_->layout.train_flags()},
                                {"predicted_step_seconds", predicted_->step_seconds},

@@ -60,9 +60,10 @@ def record_keys(records):
 
 
 def comparable(records):
-    """The deterministic part of each record (throughput is not)."""
+    """The deterministic part of each record (throughput is not). A step_time record times the steps of one process:
+    every process that trained writes one, so a run extended by --resume holds one per process."""
     fields = ("type", "split", "step", "loss", "lr", "grad_norm", "mean_auc", "auc", "epoch")
-    return [{k: x[k] for k in fields if k in x} for x in records]
+    return [{k: x[k] for k in fields if k in x} for x in records if x["type"] != "step_time"]
 
 
 def check_checkpoint_complete(out, what):
