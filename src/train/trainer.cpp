@@ -174,8 +174,10 @@ class RankTrainer {
   EvaluationReport last_eval_, best_eval_;
   bool use_partial_ = true;
   int64_t loader_epoch_ = -1;
-  int traced_steps_ = 0;
-  // Per measured step (the first is not: it includes one-time JIT compilation): this rank's step and compute time,
+  // Steps this process has run. Its first step is left out of the timings, also when it resumes a run: it pays
+  // oneDNN's one-time primitive creation.
+  int64_t steps_this_process_ = 0;
+  // Per measured step: this rank's step and compute time,
   // and the share of the gradient all-reduce hidden behind its backward pass.
   std::vector<double> step_seconds_, compute_seconds_, hidden_samples_;
   double optimizer_state_bytes_ = 0;
@@ -623,7 +625,7 @@ void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* recor
                          {"collective_exposed_seconds", sums[10]},
                          {"collective_hidden_seconds", sums[11]}};
   (*record)["comm"] = std::move(comm);
-  if (state_.step > 0) {
+  if (steps_this_process_ > 0) {
     for (int i = 2; i < 12; ++i) comm_sums_[static_cast<size_t>(i - 2)] += sums[i];
     ++comm_steps_;
   }
@@ -748,15 +750,15 @@ void RankTrainer::train_loop() {
     const StepResult result = executor_->train_step(shape, source);
     nlohmann::json record = {{"type", "train"}, {"step", state_.step + 1}};
     optimizer_step(result, &record);
-    if (state_.step > 0) iteration_seconds_.push_back(iteration.seconds());
-    if (state_.step > 0 && result.seconds > 0) {  // the first step includes one-time JIT compilation
+    if (steps_this_process_ > 0) iteration_seconds_.push_back(iteration.seconds());
+    if (steps_this_process_ > 0 && result.seconds > 0) {
       step_seconds_.push_back(result.seconds);
       compute_seconds_.push_back(result.compute_seconds);
       hidden_samples_.push_back(result.reduction.hidden_fraction());
     }
     // --trace keeps the first kMaxTracedSteps steps of this run; recording stops there (clearing would throw the
     // whole trace away).
-    if (++traced_steps_ >= kMaxTracedSteps) trace_->set_enabled(false);
+    if (++steps_this_process_ >= kMaxTracedSteps) trace_->set_enabled(false);
 
     ++state_.step;
     ++state_.batch_in_epoch;
@@ -854,9 +856,9 @@ void RankTrainer::finish() {
          static_cast<int>(1e3 * c[8] / n / ranks), " ms exposed / ", static_cast<int>(1e3 * c[9] / n / ranks),
          " ms hidden");
   }
+  const double measured = median_of(iteration_seconds_);  // of this process's steps after its first
   if (!predicted_ && !iteration_seconds_.empty()) {
     // Every layout reports it, so a hand-picked layout can be set beside `vitpipe plan`'s prediction for it.
-    const double measured = median_of(iteration_seconds_);
     info("step time: median ", measured, " s of ", iteration_seconds_.size(),
          " steps after the first (from waiting for the batch to the optimizer's end)");
     if (root()) {
@@ -867,7 +869,6 @@ void RankTrainer::finish() {
     }
   }
   if (predicted_ && !iteration_seconds_.empty()) {
-    const double measured = median_of(iteration_seconds_);
     char line[400];
     std::snprintf(line, sizeof(line),
                   "--layout auto: predicted %.3f s per step (pipeline %.3f, exposed communication %.3f, optimizer "

@@ -56,6 +56,11 @@ finals = {x["split"]: x for x in records if x["type"] == "final_eval"}
 checks.check([x["step"] for x in train] == list(range(1, steps + 1)), "a train record for every step, in order")
 checks.check([x["step"] for x in evals] == list(range(8, steps + 1, 8)), "an eval record at each epoch end",
              f"{[x['step'] for x in evals]}")
+step_times = [x for x in records if x["type"] == "step_time"]
+checks.check(len(step_times) == 1 and step_times[0]["step"] == steps and step_times[0]["measured_steps"] == steps - 1
+             and step_times[0]["measured_step_seconds"] > 0, "one step_time record: the median of the steps after the "
+             "first", f"{step_times}")
+checks.check(any(line.startswith("step time: median ") for line in lines), "the log ends with the median step time")
 keys = [(x["type"], x.get("split"), x["step"]) for x in records]
 checks.check(len(keys) == len(set(keys)), "no duplicate records")
 checks.check(all(np.isfinite(x["loss"]) and x["lr"] >= 0 and np.isfinite(x["grad_norm"]) for x in train),
