@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config
+packages=(build-essential cmake pkg-config ninja-build ccache  # ccache: rebuilds and CI reuse what was compiled
   libdnnl-dev                       # oneDNN: CPU GEMM kernels
   libopenmpi-dev openmpi-bin        # MPI: pipeline/data parallelism across processes
   libspng-dev libjpeg62-turbo-dev   # PNG and JPEG decoding
@@ -42,5 +42,6 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 cmake --build build -j"$jobs"

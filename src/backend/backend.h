@@ -54,22 +54,26 @@ class Backend {
                                  const Tensor& out, const Tensor& mean, const Tensor& rstd) = 0;
   virtual void layernorm_backward(const LayerNormBackwardArgs& args) = 0;
 
-  // ---- attention (softmax(Q K^T / sqrt(d)) V per head, no mask) ----
-  // qkv [B, T, 3D] = q | k | v, each [H, d] per token; probs [B, H, T, T] saved; out [B, T, D].
-  // qkv and out share a dtype (f32 or bf16); probs f32 or bf16. Scores and softmax are computed in f32.
-  virtual void attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) = 0;
-  // grad_qkv [B, T, 3D] overwritten (f32 or bf16); grad_qkv_bias [3D] (optional, f32) adds the column sums of the
-  // query and value parts in f32 (the key bias gradient is exactly zero and is left untouched).
-  virtual void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
-                                  const Tensor& grad_qkv, const Tensor* grad_qkv_bias) = 0;
+  // ---- attention (softmax(Q K^T / sqrt(d)) V per head, no mask), FlashAttention-2's interface ----
+  // The probabilities are never stored: the forward pass saves each query row's log-sum-exp, defined as cuDNN's SDPA
+  // stats are (fp32, natural log, of the scaled scores): lse[b, h, i] = log sum_j exp(q_i . k_j / sqrt(d)). The
+  // backward pass recomputes P = exp(S / sqrt(d) - lse) and needs the forward's output for D = rowsum(dO * O).
+  // qkv [B, T, 3D] = q | k | v, each [H, d] per token; lse [B, H, T] f32; out [B, T, D].
+  // qkv and out share a dtype (f32 or bf16). Scores, softmax and the log-sum-exp are computed in f32.
+  virtual void attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) = 0;
+  // out and lse as the forward pass wrote them; grad_qkv [B, T, 3D] overwritten (f32 or bf16); grad_qkv_bias [3D]
+  // (optional, f32) adds the column sums of the query and value parts in f32 (the key bias gradient is exactly zero
+  // and is left untouched).
+  virtual void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                  int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) = 0;
 
   // ---- attention for the classifier token only (the final block, whose other outputs nothing reads) ----
-  // qkv [B, T, 3D] as above; probs [B, H, T] saved (qkv dtype); out [B, D] (qkv dtype): token 0's attention output.
-  virtual void cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) = 0;
+  // qkv [B, T, 3D] as above; lse [B, H] f32: token 0's log-sum-exp; out [B, D] (qkv dtype): token 0's output.
+  virtual void cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) = 0;
   // grad_out [B, D]; grad_qkv [B, T, 3D] overwritten (f32 or bf16): the query gradient at token 0 (zero at every
   // other token), key and value gradients at every token; grad_qkv_bias as attention_backward's.
-  virtual void cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
-                                      const Tensor& grad_qkv, const Tensor* grad_qkv_bias) = 0;
+  virtual void cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                      int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) = 0;
 
   // ---- GELU (exact erf form) ----
   virtual void gelu_forward(const Tensor& in, const Tensor& out) = 0;  // in f32 or bf16; out f32 or bf16

@@ -44,20 +44,22 @@ void ProfilingBackend::layernorm_forward(const Tensor& in, const Tensor& weight,
 void ProfilingBackend::layernorm_backward(const LayerNormBackwardArgs& args) {
   timed(OpKind::layernorm, [&] { inner_.layernorm_backward(args); });
 }
-void ProfilingBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) {
-  timed(OpKind::attention, [&] { inner_.attention_forward(qkv, heads, probs, out); });
+void ProfilingBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) {
+  timed(OpKind::attention, [&] { inner_.attention_forward(qkv, heads, lse, out); });
 }
-void ProfilingBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
-                                          const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
-  timed(OpKind::attention, [&] { inner_.attention_backward(grad_out, qkv, probs, heads, grad_qkv, grad_qkv_bias); });
+void ProfilingBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out,
+                                          const Tensor& lse, int64_t heads, const Tensor& grad_qkv,
+                                          const Tensor* grad_qkv_bias) {
+  timed(OpKind::attention, [&] { inner_.attention_backward(grad_out, qkv, out, lse, heads, grad_qkv, grad_qkv_bias); });
 }
-void ProfilingBackend::cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) {
-  timed(OpKind::attention, [&] { inner_.cls_attention_forward(qkv, heads, probs, out); });
+void ProfilingBackend::cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) {
+  timed(OpKind::attention, [&] { inner_.cls_attention_forward(qkv, heads, lse, out); });
 }
-void ProfilingBackend::cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs,
-                                              int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
+void ProfilingBackend::cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out,
+                                              const Tensor& lse, int64_t heads, const Tensor& grad_qkv,
+                                              const Tensor* grad_qkv_bias) {
   timed(OpKind::attention,
-        [&] { inner_.cls_attention_backward(grad_out, qkv, probs, heads, grad_qkv, grad_qkv_bias); });
+        [&] { inner_.cls_attention_backward(grad_out, qkv, out, lse, heads, grad_qkv, grad_qkv_bias); });
 }
 void ProfilingBackend::gelu_forward(const Tensor& in, const Tensor& out) {
   timed(OpKind::gelu, [&] { inner_.gelu_forward(in, out); });

@@ -28,12 +28,12 @@ class ProfilingBackend final : public Backend {
   void layernorm_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
                          const Tensor& mean, const Tensor& rstd) override;
   void layernorm_backward(const LayerNormBackwardArgs& args) override;
-  void attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) override;
-  void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
-                          const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override;
-  void cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) override;
-  void cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
-                              const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override;
+  void attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override;
+  void cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) override;
+  void cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override;
   void gelu_forward(const Tensor& in, const Tensor& out) override;
   void gelu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in, const Tensor* grad_bias) override;
   void patchify(const Tensor& images, int64_t patch, const Tensor& patches) override;

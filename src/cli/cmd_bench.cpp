@@ -195,6 +195,7 @@ void run_bench(const BenchOptions& o) {
       {"fraction_of_gemm_peak", gflops / peak},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"activation_bytes", model.activation_bytes()},
+      {"activation_bytes_per_image", static_cast<double>(model.activation_bytes()) / static_cast<double>(o.batch)},
       {"breakdown", breakdown},
       {"attention_flop_share", attention_flop_share},
       {"attention_gflops_per_s", attention_gflops},
@@ -229,8 +230,9 @@ void run_bench(const BenchOptions& o) {
       "  %.1f after the steps); %.1f GFLOP/s counting every token through the final block, as eager PyTorch computes "
       "it\n",
       gflops, 100.0 * gflops / peak, peak, peak_before, peak_after, full_model_gflops);
-  std::printf("  peak memory (max RSS) %.2f GiB, activations + gradient workspace %.2f GiB\n",
-              peak_rss_bytes() / (1 << 30), static_cast<double>(model.activation_bytes()) / (1 << 30));
+  std::printf("  peak memory (max RSS) %.2f GiB, activations + gradient workspace %.2f GiB (%.1f MiB per image)\n",
+              peak_rss_bytes() / (1 << 30), static_cast<double>(model.activation_bytes()) / (1 << 30),
+              static_cast<double>(model.activation_bytes()) / static_cast<double>(o.batch) / (1 << 20));
   std::printf("  time by operation:");
   for (auto& [name, fraction] : breakdown.items())
     std::printf(" %s %.1f%%", name.c_str(), 100.0 * fraction.get<double>());

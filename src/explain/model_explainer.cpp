@@ -31,6 +31,29 @@ std::vector<double> attention_probability_gradient(const Tensor& grad_out, const
   return out;
 }
 
+// The probabilities the forward pass did not keep, materialised from Q, K and the saved log-sum-exp:
+// A[h, i, j] = exp(q_i . k_j / sqrt(hd) - lse[h, i]); rows = T, or 1 (token 0 only).
+std::vector<double> attention_probabilities(const Tensor& qkv, const Tensor& lse, int64_t heads, int64_t rows) {
+  VP_REQUIRE(qkv.dtype() == DType::f32 && lse.dtype() == DType::f32, "explain: expected fp32 activations");
+  const int64_t t = qkv.dim(1), d = qkv.dim(2) / 3, hd = d / heads;
+  const float* q = qkv.f32();
+  const float* k = qkv.f32() + d;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> out(static_cast<size_t>(heads * rows * t));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* qi = q + i * 3 * d + h * hd;
+      const double shift = lse.f32()[h * rows + i];
+      for (int64_t j = 0; j < t; ++j) {
+        const float* kj = k + j * 3 * d + h * hd;
+        double s = 0;
+        for (int64_t e = 0; e < hd; ++e) s += static_cast<double>(qi[e]) * kj[e];
+        out[static_cast<size_t>((h * rows + i) * t + j)] = std::exp(s * scale - shift);
+      }
+    }
+  return out;
+}
+
 }  // namespace
 
 ModelExplainer::ModelExplainer(const LoadedModel& model, Backend& backend) : model_(model) {
@@ -76,7 +99,7 @@ PatchMap ModelExplainer::explain(int64_t label, ExplainMethod method, const Roll
     b.heads = heads;
     b.tokens = t;
     b.rows = g.classifier_token_only ? 1 : t;
-    b.probs = to_double(g.saved->probs);
+    b.probs = attention_probabilities(g.saved->qkv.view({1, t, 3 * d}), g.saved->lse, heads, b.rows);
     if (method == ExplainMethod::grad_rollout) {
       b.grad = attention_probability_gradient(g.grad_attention, g.saved->qkv.view({1, t, 3 * d}), heads, b.rows);
     }

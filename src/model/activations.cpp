@@ -30,7 +30,7 @@ BlockActivations BlockActivations::allocate(const ViTConfig& c, const LoraSettin
   a.mean1 = Tensor::empty({rows});
   a.rstd1 = Tensor::empty({rows});
   a.qkv = Tensor::empty({b, t, 3 * d}, act);
-  a.probs = Tensor::empty({b, c.num_attention_heads, t, t}, act);
+  a.lse = Tensor::empty({b, c.num_attention_heads, t});
   a.attention = Tensor::empty({rows, d}, act);
   if (c.layer_scale) a.attn_out = Tensor::empty({rows, d}, act);
   a.mid = Tensor::empty({rows, d});
@@ -54,7 +54,7 @@ BlockActivations BlockActivations::rows_for(const ViTConfig& c, int64_t b) const
   a.mean1 = prefix(mean1, {rows});
   a.rstd1 = prefix(rstd1, {rows});
   a.qkv = prefix(qkv, {b, t, 3 * d});
-  a.probs = prefix(probs, {b, c.num_attention_heads, t, t});
+  a.lse = prefix(lse, {b, c.num_attention_heads, t});
   a.attention = prefix(attention, {rows, d});
   a.attn_out = prefix(attn_out, {rows, d});
   a.mid = prefix(mid, {rows, d});
@@ -74,7 +74,7 @@ BlockActivations BlockActivations::rows_for(const ViTConfig& c, int64_t b) const
 BlockActivations BlockActivations::classifier_token_rows(const ViTConfig& c, int64_t b) const {
   const int64_t d = c.hidden_size, t = c.tokens();
   BlockActivations a = rows_for(c, b);
-  a.probs = prefix(probs, {b, c.num_attention_heads, t});
+  a.lse = prefix(lse, {b, c.num_attention_heads});
   a.attention = prefix(attention, {b, d});
   a.attn_out = prefix(attn_out, {b, d});
   a.mid = prefix(mid, {b, d});
@@ -92,7 +92,7 @@ BlockActivations BlockActivations::classifier_token_rows(const ViTConfig& c, int
 }
 
 size_t BlockActivations::bytes() const {
-  size_t total = sum_bytes({&ln1, &mean1, &rstd1, &qkv, &probs, &attention, &attn_out, &mid, &ln2, &mean2, &rstd2,
+  size_t total = sum_bytes({&ln1, &mean1, &rstd1, &qkv, &lse, &attention, &attn_out, &mid, &ln2, &mean2, &rstd2,
                             &pre_gelu, &gelu, &mlp_out, &cls_input});
   for (const Tensor& low : lora_low) total += low.nbytes();
   return total;

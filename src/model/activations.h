@@ -19,7 +19,7 @@ namespace vitpipe {
 struct BlockActivations {
   Tensor ln1, mean1, rstd1;        // [rows, D] act; [rows] f32
   Tensor qkv;                      // [b, T, 3D] act
-  Tensor probs;                    // [b, H, T, T] act
+  Tensor lse;                      // [b, H, T] f32: each query row's log-sum-exp (no probabilities are kept)
   Tensor attention;                // [rows, D] act: attention output before the projection
   Tensor attn_out;                 // [rows, D] act: the projection's output before LayerScale (LayerScale only)
   Tensor mid;                      // [rows, D] f32: residual stream after attention
@@ -33,7 +33,7 @@ struct BlockActivations {
   static BlockActivations allocate(const ViTConfig& config, const LoraSettings& lora, int64_t batch, DType act);
   BlockActivations rows_for(const ViTConfig& config, int64_t batch) const;  // views for a smaller micro-batch
   // Views for a classifier-token block (model/classifier_token_block.h): ln1, qkv and the q/k/v LoRA keep every
-  // token; probs are [b, H, T]; everything after the attention holds token 0 only ([b, D] / [b, I]).
+  // token; lse is [b, H]; everything after the attention holds token 0 only ([b, D] / [b, I]).
   BlockActivations classifier_token_rows(const ViTConfig& config, int64_t batch) const;
   size_t bytes() const;
 };

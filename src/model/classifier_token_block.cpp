@@ -22,7 +22,7 @@ void classifier_token_block_forward(const LayerContext& ctx, const BlockParamete
   const Tensor qkv = a.qkv.view({rows, 3 * d});
   be.linear_forward(a.ln1, gw.qkv_weight, optional(w.qkv_bias), nullptr, qkv);
   for (int i = 0; i < 3; ++i) lora_forward_at(ctx, gw, kQkv[i], a.ln1, a, qkv, i * d);
-  be.cls_attention_forward(a.qkv, c.num_attention_heads, a.probs, a.attention);
+  be.cls_attention_forward(a.qkv, c.num_attention_heads, a.lse, a.attention);
   be.gather_cls(input.view({b, rows / b, d}), a.cls_input);
   be.linear_forward(a.attention, gw.out_weight, &w.out_bias, &a.cls_input, a.mid);
   lora_forward_at(ctx, gw, LinearSite::projection, a.attention, a, a.mid);
@@ -79,7 +79,7 @@ void classifier_token_block_backward(const LayerContext& ctx, const BlockParamet
   be.linear_backward_input(grad_mid_low, gw.out_weight, attention);
   lora_backward_at(ctx, gw, g, LinearSite::projection, grad_mid_low, 0, a.attention, a, &attention, weights);
   const Tensor qkv = deferred ? deferred->qkv : ws.qkv;
-  be.cls_attention_backward(attention, a.qkv, a.probs, c.num_attention_heads, qkv, optional(g.qkv_bias));
+  be.cls_attention_backward(attention, a.qkv, a.attention, a.lse, c.num_attention_heads, qkv, optional(g.qkv_bias));
   const Tensor grad_qkv = qkv.view({rows, 3 * d});
   if (weights && g.qkv_weight.numel()) be.linear_backward_weight(grad_qkv, a.ln1, g.qkv_weight);
   const bool through_ln1 = flow.need_input_grad || g.ln1_weight.numel() > 0;

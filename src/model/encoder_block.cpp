@@ -59,7 +59,7 @@ void encoder_block_forward(const LayerContext& ctx, const BlockParameters& w, co
   const Tensor qkv = a.qkv.view({rows, 3 * d});
   be.linear_forward(a.ln1, gw.qkv_weight, optional(w.qkv_bias), nullptr, qkv);
   for (int i = 0; i < 3; ++i) lora_forward_at(ctx, gw, kQkv[i], a.ln1, a, qkv, i * d);
-  be.attention_forward(a.qkv, c.num_attention_heads, a.probs, a.attention);
+  be.attention_forward(a.qkv, c.num_attention_heads, a.lse, a.attention);
   if (c.layer_scale) {
     be.linear_forward(a.attention, gw.out_weight, &w.out_bias, nullptr, a.attn_out);
     lora_forward_at(ctx, gw, LinearSite::projection, a.attention, a, a.attn_out);
@@ -141,7 +141,7 @@ void encoder_block_backward(const LayerContext& ctx, const BlockParameters& w, c
   be.linear_backward_input(branch, gw.out_weight, ws.attention);
   lora_backward_at(ctx, gw, g, LinearSite::projection, branch, 0, a.attention, a, &ws.attention, weights);
   const Tensor qkv = deferred ? deferred->qkv : ws.qkv;
-  be.attention_backward(ws.attention, a.qkv, a.probs, c.num_attention_heads, qkv, optional(g.qkv_bias));
+  be.attention_backward(ws.attention, a.qkv, a.attention, a.lse, c.num_attention_heads, qkv, optional(g.qkv_bias));
   const Tensor grad_qkv = qkv.view({rows, 3 * d});
   if (weights && g.qkv_weight.numel()) be.linear_backward_weight(grad_qkv, a.ln1, g.qkv_weight);
   // Below LayerNorm 1 only its own parameters and the blocks before this one need gradients.

@@ -91,7 +91,7 @@ class ViTStage {
   void set_output_gradient(int slot, int64_t batch, const Tensor& grad_logits);
   struct BlockGradients {
     int block = 0;
-    bool classifier_token_only = false;  // the final block: probs [b, H, T] and grad_attention [b, D] for token 0
+    bool classifier_token_only = false;  // the final block: lse [b, H] and grad_attention [b, D] for token 0
     const BlockActivations* saved = nullptr;
     Tensor grad_attention;  // at the attention output, before the projection: [rows, D] (or [b, D])
     Tensor grad_ln1;        // at the first LayerNorm's output: [rows, D]

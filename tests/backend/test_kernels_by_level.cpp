@@ -225,7 +225,7 @@ TEST_P(KernelsAtLevel, LayerNormForwardAndBackward) {
 
 // softmax(Q K^T / sqrt(d)) V per (batch, head) and its gradients, in double.
 struct AttentionReference {
-  Doubles probs, out, grad_qkv, grad_bias;
+  Doubles probs, lse, out, grad_qkv, grad_bias;
 };
 
 AttentionReference attention_reference(const Doubles& qkv, const Doubles& grad_out, int64_t B, int64_t T, int64_t D,
@@ -234,6 +234,7 @@ AttentionReference attention_reference(const Doubles& qkv, const Doubles& grad_o
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   AttentionReference r;
   r.probs.assign(static_cast<size_t>(B * H * T * T), 0.0);
+  r.lse.assign(static_cast<size_t>(B * H * T), 0.0);
   r.out.assign(static_cast<size_t>(B * T * D), 0.0);
   r.grad_qkv.assign(qkv.size(), 0.0);
   r.grad_bias.assign(static_cast<size_t>(3 * D), 0.0);
@@ -254,6 +255,7 @@ AttentionReference attention_reference(const Doubles& qkv, const Doubles& grad_o
         double sum = 0;
         for (int64_t t = 0; t < T; ++t) sum += p[i * T + t] = std::exp(p[i * T + t] - max);
         for (int64_t t = 0; t < T; ++t) p[i * T + t] /= sum;
+        r.lse[static_cast<size_t>((b * H + h) * T + i)] = max + std::log(sum);  // natural log, scaled scores
         for (int64_t j = 0; j < hd; ++j) {
           double o = 0;
           for (int64_t t = 0; t < T; ++t) o += p[i * T + t] * qkv[at(b, t, 2, h, j)];
@@ -287,25 +289,54 @@ AttentionReference attention_reference(const Doubles& qkv, const Doubles& grad_o
   return r;
 }
 
-TEST_P(KernelsAtLevel, AttentionForwardAndBackward) {
+// The saved log-sum-exp (cuDNN's stats: fp32, natural log, scaled scores) and the probabilities it recovers,
+// exp(q.k * scale - lse), as explain materialises them.
+Doubles probabilities_from_lse(const Tensor& qkv, const Tensor& lse, int64_t B, int64_t T, int64_t D, int64_t H) {
+  const Doubles x = values(qkv), l = values(lse);
+  const int64_t hd = D / H;
+  Doubles p(static_cast<size_t>(B * H * T * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t t = 0; t < T; ++t) {
+          double s = 0;
+          for (int64_t j = 0; j < hd; ++j)
+            s += x[(b * T + i) * 3 * D + h * hd + j] * x[(b * T + t) * 3 * D + D + h * hd + j];
+          p[((b * H + h) * T + i) * T + t] = std::exp(s / std::sqrt(static_cast<double>(hd)) - l[(b * H + h) * T + i]);
+        }
+  return p;
+}
+
+// T = 37: a head is one tile. T = 333 (past the whole-head limit of 320): 64-row query tiles against 256-key
+// blocks with short tails of both, so the online softmax rescales and the backward GEMMs accumulate across tiles.
+void check_attention(Backend& be, int64_t B, int64_t T, int64_t D, int64_t H) {
   for (DType type : {DType::f32, DType::bf16}) {
-    const int64_t B = 2, T = 37, D = 48, H = 3;
     const Tensor qkv = random_tensor({B, T, 3 * D}, 18, type), grad_out = random_tensor({B, T, D}, 19, type);
     const AttentionReference ref = attention_reference(values(qkv), values(grad_out), B, T, D, H);
-    const Tensor probs = Tensor::empty({B, H, T, T}, type), out = Tensor::empty({B, T, D}, type);
-    be().attention_forward(qkv, H, probs, out);
+    const Tensor lse = Tensor::empty({B, H, T}), out = Tensor::empty({B, T, D}, type);
+    be.attention_forward(qkv, H, lse, out);
     // bf16 probabilities feed P V rounded: the output carries that rounding too.
-    EXPECT_LT(relative_difference(probs, ref.probs), tolerance(type)) << dtype_name(type);
-    EXPECT_LT(relative_difference(out, ref.out), type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type);
+    EXPECT_LT(relative_difference(lse, ref.lse), type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type) << " T " << T;
+    const Doubles probs = probabilities_from_lse(qkv, lse, B, T, D, H);
+    double worst = 0;
+    for (size_t i = 0; i < probs.size(); ++i) worst = std::max(worst, std::abs(probs[i] - ref.probs[i]));
+    EXPECT_LT(worst, type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type) << " T " << T;
+    EXPECT_LT(relative_difference(out, ref.out), type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type) << " T " << T;
     for (DType grad_type : {DType::f32, type}) {
       const Tensor grad_qkv = Tensor::empty({B, T, 3 * D}, grad_type), grad_bias = Tensor::zeros({3 * D});
-      be().attention_backward(grad_out, qkv, probs, H, grad_qkv, &grad_bias);
-      EXPECT_LT(relative_difference(grad_qkv, ref.grad_qkv), type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type);
-      EXPECT_LT(relative_difference(grad_bias, ref.grad_bias), type == DType::f32 ? 1e-5 : 2e-2) << dtype_name(type);
+      be.attention_backward(grad_out, qkv, out, lse, H, grad_qkv, &grad_bias);
+      EXPECT_LT(relative_difference(grad_qkv, ref.grad_qkv), type == DType::f32 ? 1e-5 : 2e-2)
+          << dtype_name(type) << " T " << T;
+      EXPECT_LT(relative_difference(grad_bias, ref.grad_bias), type == DType::f32 ? 1e-5 : 2e-2)
+          << dtype_name(type) << " T " << T;
       for (int64_t j = D; j < 2 * D; ++j) ASSERT_EQ(grad_bias.f32()[j], 0.0f) << "the key bias gradient stays zero";
     }
   }
 }
+
+TEST_P(KernelsAtLevel, AttentionForwardAndBackward) { check_attention(be(), 2, 37, 48, 3); }
+
+TEST_P(KernelsAtLevel, AttentionByTilesWithOnlineSoftmax) { check_attention(be(), 1, 333, 32, 2); }
 
 TEST_P(KernelsAtLevel, EmbeddingsForwardAndBackward) {
   for (DType type : {DType::f32, DType::bf16}) {

@@ -1,8 +1,14 @@
-// Scaled dot-product attention, one (batch, head) pair per task. Each task keeps its [T, T] score block in a
-// thread-private scratch (L2-resident for ViT sizes), so scores never travel to memory; only the probabilities are
-// written, because the backward pass needs them. The four small GEMMs per task run on oneDNN primitives prepared
-// once and executed on the calling thread.
+// Scaled dot-product attention in FlashAttention-2's form, one (batch, head) pair per task. A task walks query tiles
+// against key/value blocks with an online softmax in fp32; each tile's scores and probabilities live in a
+// thread-private scratch (L1/L2-resident), so the [B, H, T, T] probabilities are never written to memory. The forward
+// pass saves each row's log-sum-exp of the scaled scores (cuDNN's SDPA stats); the backward pass recomputes the
+// probabilities per tile from it and takes D = rowsum(dO * O) from the forward's output. Up to kWholeHead tokens a
+// head is one tile (ViT at 224 px: 197 tokens, a 155 KB score block), so the online rescaling costs nothing there;
+// beyond (DINOv2 at 518 px: 1,370 tokens) tiles of kQueryTile x kKeyBlock bound the scratch. The tile products run
+// on oneDNN primitives prepared once per tile shape and executed on the calling thread.
+#include <array>
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/kernels/attention_dims.h"
 #include "backend/cpu/kernels/cpu_backend.h"
@@ -15,142 +21,287 @@
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
-// Row-wise softmax of scale * s in place, then stored to p (f32 or bf16).
-template <class P>
-void softmax_rows(float* s, P* p, int64_t rows, int64_t cols, float scale) {
-  for (int64_t i = 0; i < rows; ++i) {
-    float* row = s + i * cols;
-    P* out = p + i * cols;
-#ifdef VITPIPE_AVX512
-    using namespace simd;
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < cols; j += 16) {
-      vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(cols - j), row + j));
-    }
-    const __m512 max = _mm512_set1_ps(reduce_max(vmax));
-    const __m512 vscale = _mm512_set1_ps(scale);
-    __m512 vsum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < cols; j += 16) {
-      const __mmask16 m = tail_mask(cols - j);
-      const __m512 e = _mm512_maskz_mov_ps(m, exp_ps(_mm512_mul_ps(_mm512_sub_ps(load(row + j, m), max), vscale)));
-      _mm512_mask_storeu_ps(row + j, m, e);
-      vsum = _mm512_add_ps(vsum, e);
-    }
-    const __m512 inv = _mm512_set1_ps(1.0f / reduce_add(vsum));
-    for (int64_t j = 0; j < cols; j += 16) {
-      const __mmask16 m = tail_mask(cols - j);
-      store(out + j, _mm512_mul_ps(load(row + j, m), inv), m);
-    }
-#else
-    float max = row[0];
-#pragma omp simd reduction(max : max)
-    for (int64_t j = 0; j < cols; ++j) max = row[j] > max ? row[j] : max;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < cols; ++j) {
-      const float e = exp_approx((row[j] - max) * scale);
-      row[j] = e;
-      sum += e;
-    }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int64_t j = 0; j < cols; ++j) store(out + j, row[j] * inv);
-#endif
-  }
+constexpr int64_t kWholeHead = 320;
+constexpr int64_t kQueryTile = 64;
+constexpr int64_t kKeyBlock = 256;
+
+// How a head's T x T score matrix is cut: query tiles of `rows`, key blocks of `cols` (the last of each may be
+// shorter).
+struct TileGrid {
+  int64_t tokens, rows, cols;
+  int64_t query_tiles() const { return (tokens + rows - 1) / rows; }
+  int64_t key_blocks() const { return (tokens + cols - 1) / cols; }
+  int64_t rows_of(int64_t i) const { return std::min(rows, tokens - i * rows); }
+  int64_t cols_of(int64_t j) const { return std::min(cols, tokens - j * cols); }
+  bool single() const { return rows >= tokens && cols >= tokens; }
+};
+
+TileGrid tile_grid(int64_t tokens) {
+  if (tokens <= kWholeHead) return {tokens, tokens, tokens};
+  return {tokens, kQueryTile, kKeyBlock};
 }
 
-// A small per-head GEMM C[m,n] = A[m,k] . B[k,n] on strided views (strides as MatmulShape's).
+// A small per-head GEMM C[m,n] (+)= A[m,k] . B[k,n] on strided views (strides as MatmulShape's).
 MatmulShape head_gemm(int64_t m, int64_t n, int64_t k, int64_t a_row, int64_t a_col, int64_t b_row, int64_t b_col,
-                      int64_t c_row, DType operands, DType result) {
+                      int64_t c_row, DType operands, DType result, bool accumulate = false) {
   MatmulShape s;
   s.m = m, s.n = n, s.k = k;
   s.a_row = a_row, s.a_col = a_col;
   s.b_row = b_row, s.b_col = b_col;
   s.c_row = c_row;
   s.a_type = operands, s.b_type = operands, s.c_type = result;
+  s.accumulate = accumulate;
   return s;
 }
 
+// One prepared primitive per tile shape: index 2 * (short rows) + (short cols).
+using TileGemms = std::array<const MatmulCache::Prepared*, 4>;
+
+template <class MakeShape>
+TileGemms prepare_tiles(MatmulCache& cache, const TileGrid& g, MakeShape make) {
+  TileGemms out{};
+  for (int64_t i : {int64_t{0}, g.query_tiles() - 1}) {
+    for (int64_t j : {int64_t{0}, g.key_blocks() - 1}) {
+      const int64_t m = g.rows_of(i), n = g.cols_of(j);
+      out[static_cast<size_t>(2 * (m != g.rows) + (n != g.cols))] = &cache.prepare(make(m, n));
+    }
+  }
+  return out;
+}
+
+const MatmulCache::Prepared& gemm_for(const TileGemms& t, const TileGrid& g, int64_t m, int64_t n) {
+  return *t[static_cast<size_t>(2 * (m != g.rows) + (n != g.cols))];
+}
+
 size_t element_size(DType t) { return dtype_size(t); }
+int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
+
+// The online softmax over one key block: for each row, with s the raw scores (f32, row stride ld),
+// m_new = max(m, scale * max s), e = exp(scale * s - m_new), corr = exp(m - m_new), l = l * corr + sum e, m = m_new.
+// `normalize` (the whole row in one block): p = e / l, else p = e. p has the GEMM operand type; s may be clobbered.
+template <class P>
+void online_softmax_rows(float* s, P* p, int64_t rows, int64_t cols, int64_t ld, float scale, float* m, float* l,
+                         float* corr, bool normalize) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * ld;
+    P* out = p + i * ld;
+#ifdef VITPIPE_AVX512
+    using namespace simd;
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < cols; j += 16) {
+      vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(cols - j), row + j));
+    }
+    const float m_new = std::max(m[i], reduce_max(vmax) * scale);
+    const __m512 shift = _mm512_set1_ps(m_new);
+    const __m512 vscale = _mm512_set1_ps(scale);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 mk = tail_mask(cols - j);
+      const __m512 e = _mm512_maskz_mov_ps(mk, exp_ps(_mm512_fmsub_ps(load(row + j, mk), vscale, shift)));
+      if (normalize) {
+        _mm512_mask_storeu_ps(row + j, mk, e);
+      } else {
+        store(out + j, e, mk);
+      }
+      vsum = _mm512_add_ps(vsum, e);
+    }
+    const float sum = reduce_add(vsum);
+#else
+    float max = row[0];
+#pragma omp simd reduction(max : max)
+    for (int64_t j = 0; j < cols; ++j) max = row[j] > max ? row[j] : max;
+    const float m_new = std::max(m[i], max * scale);
+    float sum = 0.0f;
+    if (normalize) {
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < cols; ++j) {
+        const float e = exp_approx(row[j] * scale - m_new);
+        row[j] = e;
+        sum += e;
+      }
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < cols; ++j) {
+        const float e = exp_approx(row[j] * scale - m_new);
+        store(out + j, e);
+        sum += e;
+      }
+    }
+#endif
+    corr[i] = m[i] == -INFINITY ? 0.0f : std::exp(m[i] - m_new);
+    l[i] = l[i] * corr[i] + sum;
+    m[i] = m_new;
+    if (normalize) {
+      const float inv = 1.0f / l[i];
+#ifdef VITPIPE_AVX512
+      const __m512 vinv = _mm512_set1_ps(inv);
+      for (int64_t j = 0; j < cols; j += 16) {
+        const __mmask16 mk = tail_mask(cols - j);
+        store(out + j, _mm512_mul_ps(load(row + j, mk), vinv), mk);
+      }
+#else
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) store(out + j, row[j] * inv);
+#endif
+    }
+  }
+}
+
+// out[i] = acc[i] / l[i] for the rows of one query tile (acc [rows, hd] f32, out rows `ld` apart).
+template <class O>
+void finish_rows(const float* acc, const float* l, int64_t rows, int64_t hd, O* out, int64_t ld) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float inv = 1.0f / l[i];
+#pragma omp simd
+    for (int64_t e = 0; e < hd; ++e) store(out + i * ld + e, acc[i * hd + e] * inv);
+  }
+}
 
 }  // namespace
 
-void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tensor& probs, const Tensor& out) {
+void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) {
   const AttentionDims a = attention_dims(qkv, heads, "attention_forward");
   const int64_t T = a.tokens, D = a.hidden, hd = a.head_dim;
-  VP_REQUIRE(probs.numel() == a.batch * heads * T * T && probs.dtype() == qkv.dtype(),
-             "attention_forward: probs must be [B, H, T, T] of the qkv dtype");
+  VP_REQUIRE(lse.numel() == a.batch * heads * T && lse.dtype() == DType::f32,
+             "attention_forward: lse must be [B, H, T] f32");
   VP_REQUIRE(out.numel() == a.batch * T * D && out.dtype() == qkv.dtype(),
              "attention_forward: out must be [B, T, D] of the qkv dtype");
   const DType type = qkv.dtype();
   const size_t es = element_size(type);
+  const TileGrid g = tile_grid(T);
+  const bool single = g.single();
+  const int64_t ld = g.cols;
 
-  // S[T,T] = Q[T,hd] . K[T,hd]^T;  O[T,hd] = P[T,T] . V[T,hd]
-  const MatmulShape scores = head_gemm(T, T, hd, 3 * D, 1, 1, 3 * D, T, type, DType::f32);
-  const MatmulShape context = head_gemm(T, hd, T, T, 1, 3 * D, 1, D, type, out.dtype());
-  const auto& scores_mm = matmuls_.prepare(scores);
-  const auto& context_mm = matmuls_.prepare(context);
+  // S[mi, nj] = Q_i . K_j^T;  O_i (+)= P[mi, nj] . V_j (straight into `out` when a head is one tile)
+  const TileGemms scores = prepare_tiles(
+      matmuls_, g, [&](int64_t m, int64_t n) { return head_gemm(m, n, hd, 3 * D, 1, 1, 3 * D, ld, type, DType::f32); });
+  const TileGemms context = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
+    return single ? head_gemm(m, hd, n, ld, 1, 3 * D, 1, D, type, out.dtype())
+                  : head_gemm(m, hd, n, ld, 1, 3 * D, 1, hd, type, DType::f32, true);
+  });
 
   const int threads = omp_get_max_threads();
-  const int64_t scratch_stride = (T * T + 15) / 16 * 16;
-  if (static_cast<int64_t>(attention_scratch_.size()) < threads * scratch_stride + 16) {
-    attention_scratch_.resize(static_cast<size_t>(threads * scratch_stride + 16));
+  const int64_t tile = padded(g.rows * ld);
+  const int64_t stride = 2 * tile + 3 * padded(g.rows) + padded(g.rows * hd);  // S, P, m / l / corr, O accumulator
+  if (static_cast<int64_t>(attention_scratch_.size()) < threads * stride + 16) {
+    attention_scratch_.resize(static_cast<size_t>(threads * stride + 16));
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const char* qkv_bytes = static_cast<const char*>(qkv.raw());
-  char* probs_bytes = static_cast<char*>(probs.raw());
   char* out_bytes = static_cast<char*>(out.raw());
   const size_t out_es = element_size(out.dtype());
   float* scratch_base = attention_scratch_.data();
+  float* lse_base = lse.f32();
 
 #pragma omp parallel for schedule(static) if (parallel_worth_it(a.batch * T * T * D))
   for (int64_t task = 0; task < a.batch * heads; ++task) {
     const int64_t b = task / heads, h = task % heads;
-    float* s = scratch_base + omp_get_thread_num() * scratch_stride;
+    float* s = scratch_base + omp_get_thread_num() * stride;
+    float* p = s + tile;
+    float* m = p + tile;
+    float* l = m + padded(g.rows);
+    float* corr = l + padded(g.rows);
+    float* acc = corr + padded(g.rows);
     const char* q = qkv_bytes + static_cast<size_t>(b * T * 3 * D + h * hd) * es;
     const char* k = q + static_cast<size_t>(D) * es;
     const char* v = q + static_cast<size_t>(2 * D) * es;
-    char* p = probs_bytes + static_cast<size_t>(task * T * T) * es;
-    matmuls_.run_prepared(scores_mm, q, k, s);
-    if (type == DType::f32) {
-      softmax_rows(s, reinterpret_cast<float*>(p), T, T, scale);
-    } else {
-      softmax_rows(s, reinterpret_cast<uint16_t*>(p), T, T, scale);
-    }
     char* o = out_bytes + static_cast<size_t>(b * T * D + h * hd) * out_es;
-    matmuls_.run_prepared(context_mm, p, v, o);
+    float* lse_row = lse_base + task * T;
+    for (int64_t i = 0; i < g.query_tiles(); ++i) {
+      const int64_t i0 = i * g.rows, mi = g.rows_of(i);
+      const char* qi = q + static_cast<size_t>(i0 * 3 * D) * es;
+      std::fill(m, m + mi, -INFINITY);
+      std::fill(l, l + mi, 0.0f);
+      if (!single) std::fill(acc, acc + mi * hd, 0.0f);
+      for (int64_t j = 0; j < g.key_blocks(); ++j) {
+        const int64_t j0 = j * g.cols, nj = g.cols_of(j);
+        matmuls_.run_prepared(gemm_for(scores, g, mi, nj), qi, k + static_cast<size_t>(j0 * 3 * D) * es, s);
+        if (type == DType::f32) {
+          online_softmax_rows(s, p, mi, nj, ld, scale, m, l, corr, single);
+        } else {
+          online_softmax_rows(s, reinterpret_cast<uint16_t*>(p), mi, nj, ld, scale, m, l, corr, single);
+        }
+        const char* vj = v + static_cast<size_t>(j0 * 3 * D) * es;
+        if (single) {
+          matmuls_.run_prepared(gemm_for(context, g, mi, nj), p, vj, o + static_cast<size_t>(i0 * D) * out_es);
+        } else {
+          for (int64_t r = 0; r < mi; ++r) {
+            float* ar = acc + r * hd;
+            const float c = corr[r];
+#pragma omp simd
+            for (int64_t e = 0; e < hd; ++e) ar[e] *= c;
+          }
+          matmuls_.run_prepared(gemm_for(context, g, mi, nj), p, vj, acc);
+        }
+      }
+      if (!single) {
+        if (out.dtype() == DType::f32) {
+          finish_rows(acc, l, mi, hd, reinterpret_cast<float*>(o) + i0 * D, D);
+        } else {
+          finish_rows(acc, l, mi, hd, reinterpret_cast<uint16_t*>(o) + i0 * D, D);
+        }
+      }
+      for (int64_t r = 0; r < mi; ++r) lse_row[i0 + r] = m[r] + std::log(l[r]);
+    }
   }
 }
 
 namespace {
 
-// dS = P * (dP - rowsum(dP * P)) * scale, written to ds (the GEMM operand dtype).
-template <class P, class S>
-void softmax_backward_rows(const P* p, const float* dp, S* ds, int64_t rows, int64_t cols, float scale) {
+// P = exp(scale * s - lse) per row (s f32 raw scores, P the GEMM operand type, both rows `ld` apart).
+template <class P>
+void probabilities_rows(const float* s, const float* lse, P* p, int64_t rows, int64_t cols, int64_t ld, float scale) {
   for (int64_t i = 0; i < rows; ++i) {
-    const P* pr = p + i * cols;
-    const float* dpr = dp + i * cols;
-    S* out = ds + i * cols;
+    const float* row = s + i * ld;
+    P* out = p + i * ld;
 #ifdef VITPIPE_AVX512
     using namespace simd;
-    __m512 vdot = _mm512_setzero_ps();
-    for (int64_t j = 0; j < cols; j += 16) {
-      const __mmask16 m = tail_mask(cols - j);
-      vdot = _mm512_fmadd_ps(load(pr + j, m), load(dpr + j, m), vdot);
-    }
-    const __m512 dot = _mm512_set1_ps(reduce_add(vdot));
+    const __m512 shift = _mm512_set1_ps(lse[i]);
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int64_t j = 0; j < cols; j += 16) {
-      const __mmask16 m = tail_mask(cols - j);
-      store(out + j, _mm512_mul_ps(_mm512_mul_ps(load(pr + j, m), _mm512_sub_ps(load(dpr + j, m), dot)), vscale), m);
+      const __mmask16 mk = tail_mask(cols - j);
+      store(out + j, exp_ps(_mm512_fmsub_ps(load(row + j, mk), vscale, shift)), mk);
     }
 #else
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j < cols; ++j) dot += load(pr + j) * dpr[j];
+    const float shift = lse[i];
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) store(out + j, exp_approx(row[j] * scale - shift));
+#endif
+  }
+}
+
+// dS = P * (dP - D) * scale per row (P as stored, dP f32, D = rowsum(dO * O)), written in the GEMM operand type.
+template <class P>
+void softmax_backward_rows(const P* p, const float* dp, const float* dsum, P* ds, int64_t rows, int64_t cols,
+                           int64_t ld, float scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const P* pr = p + i * ld;
+    const float* dpr = dp + i * ld;
+    P* out = ds + i * ld;
+#ifdef VITPIPE_AVX512
+    using namespace simd;
+    const __m512 dot = _mm512_set1_ps(dsum[i]);
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t j = 0; j < cols; j += 16) {
+      const __mmask16 mk = tail_mask(cols - j);
+      store(out + j, _mm512_mul_ps(_mm512_mul_ps(load(pr + j, mk), _mm512_sub_ps(load(dpr + j, mk), dot)), vscale), mk);
+    }
+#else
+    const float dot = dsum[i];
 #pragma omp simd
     for (int64_t j = 0; j < cols; ++j) store(out + j, load(pr + j) * (dpr[j] - dot) * scale);
 #endif
+  }
+}
+
+// D[t] = dO[t] . O[t] over one head's columns (rows `ld` apart).
+template <class T>
+void output_dot_rows(const T* dout, const T* o, int64_t rows, int64_t hd, int64_t ld, float* d) {
+  for (int64_t t = 0; t < rows; ++t) {
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t e = 0; e < hd; ++e) sum += load(dout + t * ld + e) * load(o + t * ld + e);
+    d[t] = sum;
   }
 }
 
@@ -179,32 +330,42 @@ void write_head_gradient(const float* src, int64_t T, int64_t hd, G* dst, int64_
 
 }  // namespace
 
-void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& probs, int64_t heads,
-                                    const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
+void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                    int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) {
   const AttentionDims a = attention_dims(qkv, heads, "attention_backward");
   const int64_t T = a.tokens, D = a.hidden, hd = a.head_dim;
   const DType type = qkv.dtype();
-  VP_REQUIRE(grad_out.numel() == a.batch * T * D && grad_out.dtype() == type,
-             "attention_backward: grad_out must be [B, T, D] of the qkv dtype");
-  VP_REQUIRE(probs.numel() == a.batch * heads * T * T && probs.dtype() == type,
-             "attention_backward: probs must be [B, H, T, T] of the qkv dtype");
+  VP_REQUIRE(grad_out.numel() == a.batch * T * D && grad_out.dtype() == type && out.numel() == a.batch * T * D &&
+                 out.dtype() == type,
+             "attention_backward: grad_out and out must be [B, T, D] of the qkv dtype");
+  VP_REQUIRE(lse.numel() == a.batch * heads * T && lse.dtype() == DType::f32,
+             "attention_backward: lse must be [B, H, T] f32");
   VP_REQUIRE(grad_qkv.numel() == qkv.numel(), "attention_backward: grad_qkv must be [B, T, 3D]");
   const size_t es = element_size(type);
+  const TileGrid g = tile_grid(T);
+  const int64_t ld = g.cols;
+  // dV_j and dK_j sum over query tiles, dQ_i over key blocks: accumulating GEMMs only where there is more than one.
+  const bool sum_over_queries = g.query_tiles() > 1, sum_over_keys = g.key_blocks() > 1;
 
-  // dV = P^T dO;  dP = dO V^T;  dQ = dS K;  dK = dS^T Q  (all [T, hd] or [T, T], into f32 scratch)
-  const MatmulShape dv_shape = head_gemm(T, hd, T, 1, T, D, 1, hd, type, DType::f32);
-  const MatmulShape dp_shape = head_gemm(T, T, hd, D, 1, 1, 3 * D, T, type, DType::f32);
-  const MatmulShape dq_shape = head_gemm(T, hd, T, T, 1, 3 * D, 1, hd, type, DType::f32);
-  const MatmulShape dk_shape = head_gemm(T, hd, T, 1, T, 3 * D, 1, hd, type, DType::f32);
-  const auto& dv_mm = matmuls_.prepare(dv_shape);
-  const auto& dp_mm = matmuls_.prepare(dp_shape);
-  const auto& dq_mm = matmuls_.prepare(dq_shape);
-  const auto& dk_mm = matmuls_.prepare(dk_shape);
+  // S = Q_i K_j^T;  dV_j (+)= P^T dO_i;  dP = dO_i V_j^T;  dQ_i (+)= dS K_j;  dK_j (+)= dS^T Q_i  (f32 results)
+  const TileGemms scores_mm = prepare_tiles(
+      matmuls_, g, [&](int64_t m, int64_t n) { return head_gemm(m, n, hd, 3 * D, 1, 1, 3 * D, ld, type, DType::f32); });
+  const TileGemms dv_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
+    return head_gemm(n, hd, m, 1, ld, D, 1, hd, type, DType::f32, sum_over_queries);
+  });
+  const TileGemms dp_mm = prepare_tiles(
+      matmuls_, g, [&](int64_t m, int64_t n) { return head_gemm(m, n, hd, D, 1, 1, 3 * D, ld, type, DType::f32); });
+  const TileGemms dq_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
+    return head_gemm(m, hd, n, ld, 1, 3 * D, 1, hd, type, DType::f32, sum_over_keys);
+  });
+  const TileGemms dk_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
+    return head_gemm(n, hd, m, 1, ld, 3 * D, 1, hd, type, DType::f32, sum_over_queries);
+  });
 
   const int threads = omp_get_max_threads();
-  const int64_t tt = (T * T + 15) / 16 * 16;
-  const int64_t th = (T * hd + 15) / 16 * 16;
-  const int64_t stride = 2 * tt + 3 * th;  // dP (f32), dS (<= f32), dQ, dK, dV (f32)
+  const int64_t tile = padded(g.rows * ld);
+  const int64_t th = padded(T * hd);
+  const int64_t stride = 3 * tile + 3 * th + padded(T);  // S / dP (f32), P, dS (<= f32), dQ, dK, dV (f32), D
   if (static_cast<int64_t>(attention_scratch_.size()) < threads * stride + 16) {
     attention_scratch_.resize(static_cast<size_t>(threads * stride + 16));
   }
@@ -213,8 +374,9 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   if (colsum) partials_.reset(threads, 3 * D);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const char* qkv_bytes = static_cast<const char*>(qkv.raw());
-  const char* probs_bytes = static_cast<const char*>(probs.raw());
+  const char* out_bytes = static_cast<const char*>(out.raw());
   const char* dout_bytes = static_cast<const char*>(grad_out.raw());
+  const float* lse_base = lse.f32();
   const DType grad_type = grad_qkv.dtype();
   void* grad_base = grad_qkv.raw();
 
@@ -222,25 +384,56 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   for (int64_t task = 0; task < a.batch * heads; ++task) {
     const int64_t b = task / heads, h = task % heads;
     const int thread = omp_get_thread_num();
-    float* dp = scratch_base + thread * stride;
-    float* ds = dp + tt;
-    float* dq = ds + tt;
+    float* s = scratch_base + thread * stride;
+    float* p = s + tile;
+    float* ds = p + tile;
+    float* dq = ds + tile;
     float* dk = dq + th;
     float* dv = dk + th;
+    float* dsum = dv + th;
     const char* q = qkv_bytes + static_cast<size_t>(b * T * 3 * D + h * hd) * es;
     const char* k = q + static_cast<size_t>(D) * es;
     const char* v = q + static_cast<size_t>(2 * D) * es;
-    const char* p = probs_bytes + static_cast<size_t>(task * T * T) * es;
-    const char* dout = dout_bytes + static_cast<size_t>(b * T * D + h * hd) * es;
-    matmuls_.run_prepared(dv_mm, p, dout, dv);
-    matmuls_.run_prepared(dp_mm, dout, v, dp);
+    const size_t head_offset = static_cast<size_t>(b * T * D + h * hd) * es;
+    const char* o = out_bytes + head_offset;
+    const char* dout = dout_bytes + head_offset;
+    const float* lse_row = lse_base + task * T;
     if (type == DType::f32) {
-      softmax_backward_rows(reinterpret_cast<const float*>(p), dp, ds, T, T, scale);
+      output_dot_rows(reinterpret_cast<const float*>(dout), reinterpret_cast<const float*>(o), T, hd, D, dsum);
     } else {
-      softmax_backward_rows(reinterpret_cast<const uint16_t*>(p), dp, reinterpret_cast<uint16_t*>(ds), T, T, scale);
+      output_dot_rows(reinterpret_cast<const uint16_t*>(dout), reinterpret_cast<const uint16_t*>(o), T, hd, D, dsum);
     }
-    matmuls_.run_prepared(dq_mm, ds, k, dq);
-    matmuls_.run_prepared(dk_mm, ds, q, dk);
+    if (sum_over_keys) std::fill(dq, dq + T * hd, 0.0f);
+    if (sum_over_queries) {
+      std::fill(dk, dk + T * hd, 0.0f);
+      std::fill(dv, dv + T * hd, 0.0f);
+    }
+    for (int64_t i = 0; i < g.query_tiles(); ++i) {
+      const int64_t i0 = i * g.rows, mi = g.rows_of(i);
+      const char* qi = q + static_cast<size_t>(i0 * 3 * D) * es;
+      const char* doi = dout + static_cast<size_t>(i0 * D) * es;
+      for (int64_t j = 0; j < g.key_blocks(); ++j) {
+        const int64_t j0 = j * g.cols, nj = g.cols_of(j);
+        const char* kj = k + static_cast<size_t>(j0 * 3 * D) * es;
+        const char* vj = v + static_cast<size_t>(j0 * 3 * D) * es;
+        matmuls_.run_prepared(gemm_for(scores_mm, g, mi, nj), qi, kj, s);
+        if (type == DType::f32) {
+          probabilities_rows(s, lse_row + i0, p, mi, nj, ld, scale);
+        } else {
+          probabilities_rows(s, lse_row + i0, reinterpret_cast<uint16_t*>(p), mi, nj, ld, scale);
+        }
+        matmuls_.run_prepared(gemm_for(dv_mm, g, mi, nj), p, doi, dv + j0 * hd);
+        matmuls_.run_prepared(gemm_for(dp_mm, g, mi, nj), doi, vj, s);
+        if (type == DType::f32) {
+          softmax_backward_rows(p, s, dsum + i0, ds, mi, nj, ld, scale);
+        } else {
+          softmax_backward_rows(reinterpret_cast<const uint16_t*>(p), s, dsum + i0, reinterpret_cast<uint16_t*>(ds), mi,
+                                nj, ld, scale);
+        }
+        matmuls_.run_prepared(gemm_for(dq_mm, g, mi, nj), ds, kj, dq + i0 * hd);
+        matmuls_.run_prepared(gemm_for(dk_mm, g, mi, nj), ds, qi, dk + j0 * hd);
+      }
+    }
     float* cs = colsum ? partials_.row(thread) : nullptr;
     const int64_t offset = b * T * 3 * D + h * hd;
     const float* parts[3] = {dq, dk, dv};
