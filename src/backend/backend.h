@@ -40,6 +40,9 @@ class Backend {
   // out f32 or bf16; bias and residual f32.
   virtual void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                               const Tensor& out) = 0;
+  // Inference only (the pre-activation is not kept): out[M,N] = GELU(in . weight^T + bias), exact erf GELU fused
+  // into the GEMM's epilogue. in/weight both f32 or both bf16; out f32 or bf16; bias f32.
+  virtual void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) = 0;
   // grad_in[M,K] = grad_out[M,N] . weight[N,K] (overwrites). grad_out/weight same dtype; grad_in f32 or bf16.
   virtual void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) = 0;
   // grad_weight[N,K] += grad_out[M,N]^T . in[M,K]. grad_out/in same dtype; grad_weight f32.

@@ -28,6 +28,10 @@ void ProfilingBackend::linear_forward(const Tensor& in, const Tensor& weight, co
                                       const Tensor* residual, const Tensor& out) {
   timed(OpKind::gemm, [&] { inner_.linear_forward(in, weight, bias, residual, out); });
 }
+void ProfilingBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias,
+                                           const Tensor& out) {
+  timed(OpKind::gemm, [&] { inner_.linear_gelu_forward(in, weight, bias, out); });
+}
 void ProfilingBackend::linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) {
   timed(OpKind::gemm, [&] { inner_.linear_backward_input(grad_out, weight, grad_in); });
 }

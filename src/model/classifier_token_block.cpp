@@ -27,13 +27,7 @@ void classifier_token_block_forward(const LayerContext& ctx, const BlockParamete
   be.linear_forward(a.attention, gw.out_weight, &w.out_bias, &a.cls_input, a.mid);
   lora_forward_at(ctx, gw, LinearSite::projection, a.attention, a, a.mid);
   be.layernorm_forward(a.mid, w.ln2_weight, w.ln2_bias, c.layer_norm_eps, a.ln2, a.mean2, a.rstd2);
-  be.linear_forward(a.ln2, gw.fc1_weight, &w.fc1_bias, nullptr, a.pre_gelu);
-  lora_forward_at(ctx, gw, LinearSite::fc1, a.ln2, a, a.pre_gelu);
-  if (c.swiglu) {
-    be.swiglu_forward(a.pre_gelu, a.gelu);
-  } else {
-    be.gelu_forward(a.pre_gelu, a.gelu);
-  }
+  fc1_activation_forward(ctx, w, gw, a);
   if (output) {
     be.linear_forward(a.gelu, gw.fc2_weight, &w.fc2_bias, &a.mid, *output);
     lora_forward_at(ctx, gw, LinearSite::fc2, a.gelu, a, *output);

@@ -49,6 +49,22 @@ void lora_backward_at(const LayerContext& ctx, const BlockParameters& gw, const 
                             grad_in, grad_a, grad_b);
 }
 
+void fc1_activation_forward(const LayerContext& ctx, const BlockParameters& w, const BlockParameters& gw,
+                            const BlockActivations& a) {
+  Backend& be = ctx.backend;
+  if (ctx.inference && !ctx.config.swiglu && !gw.lora_at(LinearSite::fc1).present()) {
+    be.linear_gelu_forward(a.ln2, gw.fc1_weight, w.fc1_bias, a.gelu);
+    return;
+  }
+  be.linear_forward(a.ln2, gw.fc1_weight, &w.fc1_bias, nullptr, a.pre_gelu);
+  lora_forward_at(ctx, gw, LinearSite::fc1, a.ln2, a, a.pre_gelu);
+  if (ctx.config.swiglu) {
+    be.swiglu_forward(a.pre_gelu, a.gelu);
+  } else {
+    be.gelu_forward(a.pre_gelu, a.gelu);
+  }
+}
+
 void encoder_block_forward(const LayerContext& ctx, const BlockParameters& w, const BlockParameters& gw,
                            const Tensor& input, const BlockActivations& a, const Tensor* output) {
   Backend& be = ctx.backend;
@@ -69,13 +85,7 @@ void encoder_block_forward(const LayerContext& ctx, const BlockParameters& w, co
     lora_forward_at(ctx, gw, LinearSite::projection, a.attention, a, a.mid);
   }
   be.layernorm_forward(a.mid, w.ln2_weight, w.ln2_bias, eps, a.ln2, a.mean2, a.rstd2);
-  be.linear_forward(a.ln2, gw.fc1_weight, &w.fc1_bias, nullptr, a.pre_gelu);
-  lora_forward_at(ctx, gw, LinearSite::fc1, a.ln2, a, a.pre_gelu);
-  if (c.swiglu) {
-    be.swiglu_forward(a.pre_gelu, a.gelu);
-  } else {
-    be.gelu_forward(a.pre_gelu, a.gelu);
-  }
+  fc1_activation_forward(ctx, w, gw, a);
   if (c.layer_scale) {
     // The branch output is saved even when recomputing: the LayerScale gradient reads it.
     be.linear_forward(a.gelu, gw.fc2_weight, &w.fc2_bias, nullptr, a.mlp_out);

@@ -50,6 +50,10 @@ void encoder_block_backward(const LayerContext& ctx, const BlockParameters& weig
                             const BlockActivations& saved, const GradientWorkspace& workspace,
                             const BlockGradientFlow& flow);
 
+// Shared by both block kinds: fc1 and its activation (GELU or SwiGLU) from saved.ln2 into saved.gelu. In inference
+// without LoRA on fc1, GELU runs in the GEMM's epilogue and saved.pre_gelu is not written.
+void fc1_activation_forward(const LayerContext& ctx, const BlockParameters& weights,
+                            const BlockParameters& gemm_weights, const BlockActivations& saved);
 // Shared by both block kinds: LoRA on linear layer `site` (no-op without it). `out` may be a wider tensor whose
 // columns [column, column + N) are the layer's output.
 void lora_forward_at(const LayerContext& ctx, const BlockParameters& gemm_weights, LinearSite site, const Tensor& in,

@@ -123,6 +123,7 @@ bool ViTStage::saves(int index) const {
 LayerContext ViTStage::context() const {
   LayerContext ctx{backend_, config(), options_.precision};
   if (layout_->lora().enabled()) ctx.lora_scale = layout_->lora().scale();
+  ctx.inference = !options_.training;
   return ctx;
 }
 

@@ -103,6 +103,25 @@ TEST_P(KernelsAtLevel, LinearForwardWithBiasAndResidual) {
   }
 }
 
+// Inference's fc1: GELU (exact erf, not oneDNN's tanh-form eltwise_gelu, 4.7e-4 away) in the GEMM's epilogue.
+TEST_P(KernelsAtLevel, LinearWithGeluEpilogue) {
+  for (DType type : {DType::f32, DType::bf16}) {
+    for (DType out_type : {DType::f32, DType::bf16}) {
+      const int64_t m = 37, k = 70, n = 45;
+      const Tensor in = random_tensor({m, k}, 1, type), weight = random_tensor({n, k}, 2, type, 0.2);
+      const Tensor bias = random_tensor({n}, 3, DType::f32);
+      Doubles expected = matmul_nt(values(in), values(weight), m, n, k);
+      const Doubles b = values(bias);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) expected[i * n + j] = gelu(expected[i * n + j] + b[j]);
+      const Tensor out = Tensor::empty({m, n}, out_type);
+      be().linear_gelu_forward(in, weight, bias, out);
+      EXPECT_LT(relative_difference(out, expected), tolerance(out_type))
+          << dtype_name(type) << " -> " << dtype_name(out_type);
+    }
+  }
+}
+
 TEST_P(KernelsAtLevel, LinearBackward) {
   for (DType type : {DType::f32, DType::bf16}) {
     const int64_t m = 50, k = 33, n = 24;

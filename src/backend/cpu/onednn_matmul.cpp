@@ -96,6 +96,8 @@ std::shared_ptr<MatmulCache::Prepared> MatmulCache::create_as(const MatmulShape&
     ops.append_binary(dnnl::algorithm::binary_add, p->residual_desc);
   }
   if (s.accumulate) ops.append_sum(1.0f);
+  // gelu_erf, not eltwise_gelu: that one is the tanh approximation, 4.7e-4 away from ViT's exact GELU.
+  if (s.gelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
   attr.set_post_ops(ops);
   if (user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (s.bias) {

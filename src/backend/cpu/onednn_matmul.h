@@ -25,10 +25,11 @@ struct MatmulShape {
   bool bias = false;        // + bias[N] (f32)
   bool residual = false;    // + R[M,N] (f32, contiguous rows of stride c_row)
   bool accumulate = false;  // C += instead of C =
+  bool gelu = false;        // C = GELU(...) (exact erf), after bias and residual
 
   auto key() const {
     return std::make_tuple(m, n, k, a_row, a_col, b_row, b_col, c_row, static_cast<int>(a_type),
-                           static_cast<int>(b_type), static_cast<int>(c_type), bias, residual, accumulate);
+                           static_cast<int>(b_type), static_cast<int>(c_type), bias, residual, accumulate, gelu);
   }
 };
 

@@ -33,7 +33,6 @@ struct TileGrid {
   int64_t key_blocks() const { return (tokens + cols - 1) / cols; }
   int64_t rows_of(int64_t i) const { return std::min(rows, tokens - i * rows); }
   int64_t cols_of(int64_t j) const { return std::min(cols, tokens - j * cols); }
-  bool single() const { return rows >= tokens && cols >= tokens; }
 };
 
 TileGrid tile_grid(int64_t tokens) {
@@ -77,13 +76,14 @@ size_t element_size(DType t) { return dtype_size(t); }
 int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
 
 // The online softmax over one key block: for each row, with s the raw scores (f32, row stride ld),
-// m_new = max(m, scale * max s), e = exp(scale * s - m_new), corr = exp(m - m_new), l = l * corr + sum e, m = m_new.
-// `normalize` (the whole row in one block): p = e / l, else p = e. p has the GEMM operand type; s may be clobbered.
+// m_new = max(m, scale * max s), p = exp(scale * s - m_new) (in the GEMM operand type), corr = exp(m - m_new),
+// l = l * corr + sum p, m = m_new. P stays unnormalised: the 1 / l goes on the [rows, hd] output, not the
+// [rows, cols] probabilities.
 template <class P>
-void online_softmax_rows(float* s, P* p, int64_t rows, int64_t cols, int64_t ld, float scale, float* m, float* l,
-                         float* corr, bool normalize) {
+void online_softmax_rows(const float* s, P* p, int64_t rows, int64_t cols, int64_t ld, float scale, float* m, float* l,
+                         float* corr) {
   for (int64_t i = 0; i < rows; ++i) {
-    float* row = s + i * ld;
+    const float* row = s + i * ld;
     P* out = p + i * ld;
 #ifdef VITPIPE_AVX512
     using namespace simd;
@@ -98,11 +98,7 @@ void online_softmax_rows(float* s, P* p, int64_t rows, int64_t cols, int64_t ld,
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 mk = tail_mask(cols - j);
       const __m512 e = _mm512_maskz_mov_ps(mk, exp_ps(_mm512_fmsub_ps(load(row + j, mk), vscale, shift)));
-      if (normalize) {
-        _mm512_mask_storeu_ps(row + j, mk, e);
-      } else {
-        store(out + j, e, mk);
-      }
+      store(out + j, e, mk);
       vsum = _mm512_add_ps(vsum, e);
     }
     const float sum = reduce_add(vsum);
@@ -112,38 +108,16 @@ void online_softmax_rows(float* s, P* p, int64_t rows, int64_t cols, int64_t ld,
     for (int64_t j = 0; j < cols; ++j) max = row[j] > max ? row[j] : max;
     const float m_new = std::max(m[i], max * scale);
     float sum = 0.0f;
-    if (normalize) {
 #pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < cols; ++j) {
-        const float e = exp_approx(row[j] * scale - m_new);
-        row[j] = e;
-        sum += e;
-      }
-    } else {
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < cols; ++j) {
-        const float e = exp_approx(row[j] * scale - m_new);
-        store(out + j, e);
-        sum += e;
-      }
+    for (int64_t j = 0; j < cols; ++j) {
+      const float e = exp_approx(row[j] * scale - m_new);
+      store(out + j, e);
+      sum += e;
     }
 #endif
     corr[i] = m[i] == -INFINITY ? 0.0f : std::exp(m[i] - m_new);
     l[i] = l[i] * corr[i] + sum;
     m[i] = m_new;
-    if (normalize) {
-      const float inv = 1.0f / l[i];
-#ifdef VITPIPE_AVX512
-      const __m512 vinv = _mm512_set1_ps(inv);
-      for (int64_t j = 0; j < cols; j += 16) {
-        const __mmask16 mk = tail_mask(cols - j);
-        store(out + j, _mm512_mul_ps(load(row + j, mk), vinv), mk);
-      }
-#else
-#pragma omp simd
-      for (int64_t j = 0; j < cols; ++j) store(out + j, row[j] * inv);
-#endif
-    }
   }
 }
 
@@ -169,15 +143,14 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tenso
   const DType type = qkv.dtype();
   const size_t es = element_size(type);
   const TileGrid g = tile_grid(T);
-  const bool single = g.single();
   const int64_t ld = g.cols;
 
-  // S[mi, nj] = Q_i . K_j^T;  O_i (+)= P[mi, nj] . V_j (straight into `out` when a head is one tile)
+  // S[mi, nj] = Q_i . K_j^T;  O_i (+)= P[mi, nj] . V_j into an f32 accumulator, divided by l on the way out
+  const bool several_blocks = g.key_blocks() > 1;
   const TileGemms scores = prepare_tiles(
       matmuls_, g, [&](int64_t m, int64_t n) { return head_gemm(m, n, hd, 3 * D, 1, 1, 3 * D, ld, type, DType::f32); });
   const TileGemms context = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
-    return single ? head_gemm(m, hd, n, ld, 1, 3 * D, 1, D, type, out.dtype())
-                  : head_gemm(m, hd, n, ld, 1, 3 * D, 1, hd, type, DType::f32, true);
+    return head_gemm(m, hd, n, ld, 1, 3 * D, 1, hd, type, DType::f32, several_blocks);
   });
 
   const int threads = omp_get_max_threads();
@@ -212,34 +185,29 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tenso
       const char* qi = q + static_cast<size_t>(i0 * 3 * D) * es;
       std::fill(m, m + mi, -INFINITY);
       std::fill(l, l + mi, 0.0f);
-      if (!single) std::fill(acc, acc + mi * hd, 0.0f);
+      if (several_blocks) std::fill(acc, acc + mi * hd, 0.0f);
       for (int64_t j = 0; j < g.key_blocks(); ++j) {
         const int64_t j0 = j * g.cols, nj = g.cols_of(j);
         matmuls_.run_prepared(gemm_for(scores, g, mi, nj), qi, k + static_cast<size_t>(j0 * 3 * D) * es, s);
         if (type == DType::f32) {
-          online_softmax_rows(s, p, mi, nj, ld, scale, m, l, corr, single);
+          online_softmax_rows(s, p, mi, nj, ld, scale, m, l, corr);
         } else {
-          online_softmax_rows(s, reinterpret_cast<uint16_t*>(p), mi, nj, ld, scale, m, l, corr, single);
+          online_softmax_rows(s, reinterpret_cast<uint16_t*>(p), mi, nj, ld, scale, m, l, corr);
         }
-        const char* vj = v + static_cast<size_t>(j0 * 3 * D) * es;
-        if (single) {
-          matmuls_.run_prepared(gemm_for(context, g, mi, nj), p, vj, o + static_cast<size_t>(i0 * D) * out_es);
-        } else {
+        if (several_blocks && j > 0) {
           for (int64_t r = 0; r < mi; ++r) {
             float* ar = acc + r * hd;
             const float c = corr[r];
 #pragma omp simd
             for (int64_t e = 0; e < hd; ++e) ar[e] *= c;
           }
-          matmuls_.run_prepared(gemm_for(context, g, mi, nj), p, vj, acc);
         }
+        matmuls_.run_prepared(gemm_for(context, g, mi, nj), p, v + static_cast<size_t>(j0 * 3 * D) * es, acc);
       }
-      if (!single) {
-        if (out.dtype() == DType::f32) {
-          finish_rows(acc, l, mi, hd, reinterpret_cast<float*>(o) + i0 * D, D);
-        } else {
-          finish_rows(acc, l, mi, hd, reinterpret_cast<uint16_t*>(o) + i0 * D, D);
-        }
+      if (out.dtype() == DType::f32) {
+        finish_rows(acc, l, mi, hd, reinterpret_cast<float*>(o) + i0 * D, D);
+      } else {
+        finish_rows(acc, l, mi, hd, reinterpret_cast<uint16_t*>(o) + i0 * D, D);
       }
       for (int64_t r = 0; r < mi; ++r) lse_row[i0 + r] = m[r] + std::log(l[r]);
     }
