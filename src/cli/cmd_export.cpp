@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "io/model_files.h"
+#include "io/peft_adapter.h"
 #include "model/initializer.h"
 #include "train/lora_export.h"
 #include "train/subset_checkpoint.h"
@@ -63,7 +64,8 @@ void add_export_command(CLI::App& app) {
     namespace fs = std::filesystem;
     fs::path source = o->checkpoint;
     VP_REQUIRE(fs::is_directory(source), "export: ", source.string(), " is not a directory");
-    if (!fs::exists(source / "config.json")) {
+    const bool adapter = is_peft_adapter_directory(source);  // merged into its base here
+    if (!fs::exists(source / "config.json") && !adapter) {
       auto latest = latest_checkpoint(source);
       VP_REQUIRE(latest.has_value(), "export: ", source.string(),
                  " is neither a checkpoint (no config.json) nor a training output directory (no checkpoints/latest)");
@@ -75,7 +77,7 @@ void add_export_command(CLI::App& app) {
     }
     VP_REQUIRE(o->adapter.empty(), "export --adapter: ", source.string(), " was not trained with --lora");
     LoadOptions load;
-    load.reference.allow_download = false;
+    load.reference.allow_download = adapter;  // an adapter's base may be a Hub id not yet cached
     LoadedModel model = load_model(source.string(), load);
     VP_REQUIRE(model.config.num_labels() > 0, "export: ", source.string(), " has no classifier labels");
     save_model(o->out, model.config, model.preprocessor, model.parameters);  // each file atomically

@@ -1,6 +1,7 @@
 // `vitpipe predict --model DIR_OR_REPO IMAGE...`: the model's image processor (ViT, DeiT or Bit: Pillow's resize,
 // centre crop, bit-exact), the model, and per-label probabilities (sigmoid for multi-label, softmax for
 // single-label), one line per image.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -28,6 +29,7 @@ struct PredictOptions {
   int threads = 0;
   std::string format = "json";
   int64_t batch_size = 16;
+  std::string labels;       // NAME,NAME,...: an adapter's classifier labels that nothing else names
   std::string heatmap_dir;  // also explain each image's most probable finding (gradient-weighted rollout)
 };
 
@@ -38,6 +40,13 @@ void run_predict(const PredictOptions& o) {
   LoadOptions load;
   load.image_size = o.image_size;
   load.reference.revision = o.revision;
+  for (size_t start = 0; !o.labels.empty() && start <= o.labels.size();) {
+    const size_t comma = std::min(o.labels.find(',', start), o.labels.size());
+    load.labels.push_back(o.labels.substr(start, comma - start));
+    VP_REQUIRE(!load.labels.back().empty(), "--labels: empty label name in \"", o.labels,
+               "\" (expected NAME,NAME,...)");
+    start = comma + 1;
+  }
   LoadedModel model = load_model(o.model, load);
   const ImageReadOptions reading = resolve_image_read(o.read, model.preprocessor, model.directory.string());
   const ViTConfig& c = model.config;
@@ -131,6 +140,8 @@ void add_predict_command(CLI::App& app) {
   cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
   cmd->add_option("--image-size", o->image_size, "Run at another resolution (position embeddings resized bicubically)");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--labels", o->labels,
+                  "NAME,NAME,...: the labels of a peft adapter's classifier when no config.json names them");
   cmd->add_option("--format", o->format, "json (one object per line) or csv")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "Images per forward pass")->capture_default_str();
   cmd->add_option("--heatmap", o->heatmap_dir,

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "io/hf_config.h"
+#include "io/peft_adapter.h"
+#include "io/peft_adapter.h"
 #include "io/pytorch_bin.h"
 #include "io/safetensors.h"
 #include "model/initializer.h"
@@ -154,6 +156,7 @@ std::string canonical_parameter_name(const std::string& checkpoint_name) {
 LoadedModel load_model(const std::string& reference, const LoadOptions& options) {
   LoadedModel model;
   model.directory = resolve_model_reference(reference, options.reference);
+  if (is_peft_adapter_directory(model.directory)) return load_peft_adapter_model(model.directory, options);
   const fs::path config_path = model.directory / "config.json";
   VP_REQUIRE(fs::exists(config_path), "no config.json in ", model.directory.string(),
              " (a Hugging Face model directory holds config.json and model.safetensors)");
@@ -335,6 +338,12 @@ LoadedModel load_model(const std::string& reference, const LoadOptions& options)
 PreprocessorConfig read_model_preprocessor(const std::string& reference, int64_t image_size,
                                            const ModelReferenceOptions& options) {
   const fs::path directory = resolve_model_reference(reference, options);
+  if (is_peft_adapter_directory(directory)) {
+    const PeftBaseReference base = peft_base_reference(directory);
+    ModelReferenceOptions base_options = options;
+    base_options.revision = base.revision;
+    return read_model_preprocessor(base.reference, image_size, base_options);
+  }
   const fs::path preprocessor_path = directory / "preprocessor_config.json";
   PreprocessorConfig pre =
       fs::exists(preprocessor_path)

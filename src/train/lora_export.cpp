@@ -87,6 +87,9 @@ void write_peft_adapter(const std::filesystem::path& directory, const FlatParame
     }
   }
   write_safetensors(directory / "adapter_model.safetensors", tensors, {{"format", "pt"}});
+  // Only keys peft 0.6.0's LoraConfig knows: releases 0.6 to 0.13 raise on an unknown key (0.7.1 on "use_dora",
+  // then "use_rslora"), and 0.14 on ignore them. A newer key would be written only with a non-default value, and
+  // vitpipe trains none (rslora, DoRA, layer replication).
   nlohmann::json config = {{"alpha_pattern", nlohmann::json::object()},
                            {"auto_mapping", nullptr},
                            {"base_model_name_or_path", base_model},
@@ -104,9 +107,7 @@ void write_peft_adapter(const std::filesystem::path& directory, const FlatParame
                            {"rank_pattern", nlohmann::json::object()},
                            {"revision", nullptr},
                            {"target_modules", peft_target_modules(layout)},
-                           {"task_type", nullptr},
-                           {"use_dora", false},
-                           {"use_rslora", false}};
+                           {"task_type", nullptr}};
   write_text_file_atomically(directory / "adapter_config.json", config.dump(2) + "\n");
 }
 

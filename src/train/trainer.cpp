@@ -17,6 +17,7 @@
 #include "data/loader.h"
 #include "explain/explain_images.h"
 #include "io/model_files.h"
+#include "io/peft_adapter.h"
 #include "model/initializer.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
@@ -981,6 +982,9 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports) {
 
 void run_training(const TrainOptions& options) {
   TrainOptions o = options;
+  VP_REQUIRE(!is_peft_adapter_directory(o.model), "--model ", o.model,
+             ": continuing a peft adapter's training is not supported yet; `vitpipe export ", o.model,
+             " --out DIR` merges it into its base, and DIR trains like any model");
   complete_defaults(o);
   o.validate();
   // Without mpirun, the pipeline's stages run as threads of this process.

@@ -162,14 +162,34 @@ config = json.load(open(os.path.join(lora_out, "adapter", "adapter_config.json")
 checks.check(config.get("peft_type") == "LORA" and config.get("r") == 4 and config.get("lora_alpha") == 8 and
              config.get("target_modules") == ["query", "value", "mlp.fc2"] and
              config.get("modules_to_save") == ["classifier"] and config.get("bias") == "none" and
-             config.get("base_model_name_or_path") == init and config.get("use_rslora") is False and
+             config.get("base_model_name_or_path") == init and
              config.get("fan_in_fan_out") is False, "lora: adapter_config.json has LoraConfig's keys", json.dumps(config))
+# peft 0.6.x's LoraConfig fields (its PeftConfigMixin's and PeftConfig's included; from the 0.6.1 reference's
+# signature): 0.6 to 0.13 raise on any other key ("unexpected keyword argument 'use_rslora'" in 0.7.1).
+PEFT_0_6_KEYS = {"peft_type", "auto_mapping", "base_model_name_or_path", "revision", "task_type", "inference_mode", "r",
+                 "target_modules", "lora_alpha", "lora_dropout", "fan_in_fan_out", "bias", "modules_to_save",
+                 "init_lora_weights", "layers_to_transform", "layers_pattern", "rank_pattern", "alpha_pattern"}
+checks.check(set(config) <= PEFT_0_6_KEYS, "lora: adapter_config.json holds only keys peft 0.6 knows",
+             str(sorted(set(config) - PEFT_0_6_KEYS)))
 exported, adapter2 = os.path.join(root, "exported"), os.path.join(root, "adapter2")
 e2e.run("export", latest_checkpoint(lora_out), "--out", exported, "--adapter", adapter2)
 same, why = e2e.same_tensors(results["lora"], e2e.read_safetensors(os.path.join(exported, "model.safetensors"))[0])
 checks.check(same, "lora: `vitpipe export` of the checkpoint = the run's merged model/", why)
 same, why = e2e.same_tensors(adapter, e2e.read_safetensors(os.path.join(adapter2, "adapter_model.safetensors"))[0])
 checks.check(same, "lora: `vitpipe export --adapter` = the run's adapter/", why)
+# The adapter directory as --model: its base (`init`) loaded and the adapter merged, as peft's from_pretrained would.
+images = sorted(os.path.join(root, "data", "images", f) for f in os.listdir(os.path.join(root, "data", "images")))[:3]
+
+
+def predicted_logits(model):
+    out = e2e.run("predict", "--model", model, "--threads", "2", *images).stdout
+    return [json.loads(line)["logits"] for line in out.splitlines() if line.startswith("{")]
+
+
+from_adapter, from_export = predicted_logits(adapter2), predicted_logits(exported)
+gap = max(abs(x - y) for ra, re in zip(from_adapter, from_export) for x, y in zip(ra, re))
+checks.check(len(from_adapter) == len(images) == len(from_export) and gap <= 1e-5,
+             "lora: the adapter as --model predicts what its merged export does", f"max |difference| {gap:.2e}")
 
 
 def close(a, b):
