@@ -9,7 +9,6 @@
 
 #include "io/hf_config.h"
 #include "io/peft_adapter.h"
-#include "io/peft_adapter.h"
 #include "io/pytorch_bin.h"
 #include "io/safetensors.h"
 #include "model/initializer.h"
