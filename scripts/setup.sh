@@ -16,6 +16,7 @@ packages=(build-essential cmake pkg-config ninja-build ccache  # ccache: rebuild
   libdcmtk-dev libopenjp2-7-dev     # DICOM: DCMTK (parsing, JPEG / JPEG-LS / RLE codecs), OpenJPEG (JPEG 2000)
   zlib1g-dev                        # gzipped label files (.csv.gz)
   libfreetype-dev fonts-dejavu-core # text on heatmap overlays (finding, probability, colour bar)
+  libonnx-dev libprotobuf-dev       # ONNX export: ONNX's protobuf classes, checker, shape inference
   libgtest-dev libbenchmark-dev)    # unit tests, micro-benchmarks
 if [[ "${1:-}" == "--tests" ]]; then
   # Reference implementations the tests check against; OpenBLAS so the PyTorch peer runs at its real speed.
@@ -27,6 +28,9 @@ if [[ "${1:-}" == "--tests" ]]; then
   packages+=(chromium)
   # The fuzz harnesses (tools/fuzz): clang, its libFuzzer and sanitizer runtimes, its OpenMP.
   packages+=(clang libclang-rt-14-dev libomp-dev)
+  # ONNX exports: ONNX's Python checker; ONNX Runtime comes from npm (below), run by Node.js.
+  packages+=(python3-onnx)
+  command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 
 missing=()
@@ -41,7 +45,17 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+if [[ "${1:-}" == "--tests" ]]; then
+  # ONNX Runtime for tests/onnx: its CPU library ships inside the npm package (the install script, skipped, would
+  # fetch GPU parts from elsewhere).
+  (cd tests/onnx && ONNXRUNTIME_NODE_INSTALL=skip npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
+
 jobs=$(nproc)
+# A build/ made by another generator (earlier versions used Make) cannot switch to Ninja in place.
+if [[ -f build/CMakeCache.txt ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' build/CMakeCache.txt; then
+  rm -rf build
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 cmake --build build -j"$jobs"

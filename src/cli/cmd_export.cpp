@@ -1,11 +1,13 @@
 // `vitpipe export CHECKPOINT --out DIR`: a training checkpoint (or a training output directory, meaning its latest
 // checkpoint) -> a Hugging Face model directory that transformers loads as is. A checkpoint that holds only what
 // trained (--freeze, --freeze-layers, --lora) is completed from its base model; LoRA is merged into the weights, and
-// --adapter DIR also writes peft's adapter files.
+// --adapter DIR also writes peft's adapter files. `--format onnx --out model.onnx` writes one ONNX file instead
+// (io/onnx_export.h), from a checkpoint, a model directory, a Hub repo id or a peft adapter directory.
 #include <filesystem>
 
 #include "cli/commands.h"
 #include "io/model_files.h"
+#include "io/onnx_export.h"
 #include "io/peft_adapter.h"
 #include "model/initializer.h"
 #include "train/lora_export.h"
@@ -22,7 +24,19 @@ struct ExportOptions {
   std::string checkpoint;
   std::string out;
   std::string adapter;
+  std::string format = "hf";
+  int64_t image_size = 0;
+  bool external_data = false;
 };
+
+// hf: the Hugging Face directory; onnx: one .onnx file (with --external-data, its weights beside it).
+void write_export(const ExportOptions& o, const LoadedModel& model, const std::string& source) {
+  if (o.format == "onnx") {
+    export_onnx(model, o.out, {source, o.external_data});
+  } else {
+    save_model(o.out, model.config, model.preprocessor, model.parameters);  // each file atomically
+  }
+}
 
 void export_subset_checkpoint(const std::filesystem::path& source, const ExportOptions& o) {
   const TrainingCheckpoint checkpoint = read_training_checkpoint(source);
@@ -40,7 +54,9 @@ void export_subset_checkpoint(const std::filesystem::path& source, const ExportO
   copy_parameters(base.parameters, values, /*only_present=*/true);
   const auto split = make_trainable_split(layout, mode);
   restore_trainable(checkpoint, *split, values, source.string());
-  save_model(o.out, base.config, checkpoint.preprocessor, layout->lora().enabled() ? merge_lora(values) : values);
+  base.preprocessor = checkpoint.preprocessor;
+  base.parameters = layout->lora().enabled() ? merge_lora(values) : values;
+  write_export(o, base, source.string());
   if (!o.adapter.empty()) {
     VP_REQUIRE(layout->lora().enabled(), "export --adapter: ", source.string(), " was not trained with --lora");
     write_peft_adapter(o.adapter, values, checkpoint.base_model);
@@ -60,9 +76,28 @@ void add_export_command(CLI::App& app) {
       ->required();
   cmd->add_option("--adapter", o->adapter,
                   "A LoRA run: also write peft's adapter_config.json + adapter_model.safetensors to this directory");
+  cmd->add_option("--format", o->format,
+                  "hf (a Hugging Face directory) or onnx (one file: pixel_values -> logits, opset 17)")
+      ->capture_default_str();
+  cmd->add_option("--image-size", o->image_size,
+                  "onnx: the input side the file takes (positions resampled once, at export); default the model's");
+  cmd->add_flag("--external-data", o->external_data,
+                "onnx: weights in OUT.data beside the file (always past protobuf's 2 GiB limit)");
   cmd->callback([o] {
     namespace fs = std::filesystem;
+    VP_REQUIRE(o->format == "hf" || o->format == "onnx", "export --format: expected hf or onnx, got \"", o->format,
+               "\"");
+    VP_REQUIRE(o->format == "onnx" || (o->image_size == 0 && !o->external_data),
+               "export: --image-size and --external-data belong to --format onnx");
+    VP_REQUIRE(o->format == "hf" || o->adapter.empty(), "export --adapter: peft's files go with --format hf");
+    VP_REQUIRE(o->image_size >= 0, "export --image-size: expected a positive size, got ", o->image_size);
     fs::path source = o->checkpoint;
+    if (o->format == "onnx" && !fs::is_directory(source)) {  // a Hub repo id
+      LoadOptions load;
+      load.image_size = o->image_size;
+      write_export(*o, load_model(o->checkpoint, load), o->checkpoint);
+      return;
+    }
     VP_REQUIRE(fs::is_directory(source), "export: ", source.string(), " is not a directory");
     const bool adapter = is_peft_adapter_directory(source);  // merged into its base here
     if (!fs::exists(source / "config.json") && !adapter) {
@@ -72,15 +107,18 @@ void add_export_command(CLI::App& app) {
       source = *latest;
     }
     if (fs::exists(source / "trainable.safetensors")) {
+      VP_REQUIRE(o->image_size == 0, "export --image-size: ", source.string(),
+                 " holds only what trained; export it to a model directory first, then that at another size");
       export_subset_checkpoint(source, *o);
       return;
     }
     VP_REQUIRE(o->adapter.empty(), "export --adapter: ", source.string(), " was not trained with --lora");
     LoadOptions load;
     load.reference.allow_download = adapter;  // an adapter's base may be a Hub id not yet cached
+    load.image_size = o->image_size;
     LoadedModel model = load_model(source.string(), load);
     VP_REQUIRE(model.config.num_labels() > 0, "export: ", source.string(), " has no classifier labels");
-    save_model(o->out, model.config, model.preprocessor, model.parameters);  // each file atomically
+    write_export(*o, model, source.string());
     info("exported ", source.string(), " to ", o->out);
   });
 }

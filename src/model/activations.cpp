@@ -72,7 +72,7 @@ BlockActivations BlockActivations::rows_for(const ViTConfig& c, int64_t b) const
 }
 
 BlockActivations BlockActivations::classifier_token_rows(const ViTConfig& c, int64_t b) const {
-  const int64_t d = c.hidden_size, t = c.tokens();
+  const int64_t d = c.hidden_size;
   BlockActivations a = rows_for(c, b);
   a.lse = prefix(lse, {b, c.num_attention_heads});
   a.attention = prefix(attention, {b, d});
