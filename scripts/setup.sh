@@ -56,6 +56,8 @@ jobs=$(nproc)
 if [[ -f build/CMakeCache.txt ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' build/CMakeCache.txt; then
   rm -rf build
 fi
+# ccache with paths relative to the checkout, so another clone of the same sources (CI's) hits the same cache.
+launcher="env;CCACHE_BASEDIR=$PWD;ccache"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+  "-DCMAKE_C_COMPILER_LAUNCHER=$launcher" "-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher" >/dev/null
 cmake --build build -j"$jobs"
