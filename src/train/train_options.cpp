@@ -317,6 +317,8 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.lora_targets = v.null ? defaults().lora_targets : v.list(); }},
       {"export-adapter", nullptr, "With --lora: also write peft's adapter_config.json + adapter_model.safetensors",
        [](O& o, const V& v) { o.export_adapter = v.null ? defaults().export_adapter : v.boolean(); }},
+      {"export-onnx", nullptr, "Also write the exported model as <output-dir>/model.onnx (pixel_values -> logits)",
+       [](O& o, const V& v) { o.export_onnx = v.null ? defaults().export_onnx : v.boolean(); }},
   };
   return table;
 }
@@ -684,6 +686,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["lora_alpha"] = lora_alpha;
   j["lora_targets"] = lora_targets;
   j["export_adapter"] = export_adapter;
+  j["export_onnx"] = export_onnx;
   return j;
 }
 

@@ -133,6 +133,7 @@ struct TrainOptions {
   double lora_alpha = 0;        // --lora-alpha (0 = the rank: scale 1)
   std::vector<std::string> lora_targets = {"query", "value"};  // --lora-targets
   bool export_adapter = false;  // --export-adapter: also write peft's adapter files to <output-dir>/adapter
+  bool export_onnx = false;     // --export-onnx: also write <output-dir>/model.onnx (io/onnx_export.h)
 
   bool operator==(const TrainOptions&) const = default;
 

@@ -17,6 +17,7 @@
 #include "data/loader.h"
 #include "explain/explain_images.h"
 #include "io/model_files.h"
+#include "io/onnx_export.h"
 #include "io/peft_adapter.h"
 #include "model/initializer.h"
 #include "model/trainable_set.h"
@@ -659,6 +660,13 @@ void RankTrainer::export_model(const fs::path& directory) {
   const FlatParameters model = layout_->lora().enabled() ? merge_lora(values_) : values_;
   replace_directory_atomically(
       directory, [&](const fs::path& staging) { save_model(staging, model_.config, model_.preprocessor, model); });
+  if (o_.export_onnx) {
+    LoadedModel exported;
+    exported.config = model_.config;
+    exported.preprocessor = model_.preprocessor;
+    exported.parameters = model;
+    export_onnx(exported, output_ / "model.onnx", {directory.string(), false});
+  }
   if (o_.export_adapter) {
     const fs::path adapter = output_ / "adapter";
     replace_directory_atomically(adapter,

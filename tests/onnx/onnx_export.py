@@ -125,6 +125,19 @@ def run_case(name, root):
         labels = [config["id2label"][str(i)] for i in range(len(config["id2label"]))]
         export(directory, onnx_path)
         compare(name, directory, onnx_path, family_pixels(directory), images, root, failures)
+    elif name == "train-export-onnx":
+        # `vitpipe train --export-onnx` writes OUTPUT/model.onnx beside OUTPUT/model.
+        sys.path.insert(0, os.path.join(HERE, "..", "train_e2e"))
+        import e2e_common as e2e
+        csv = e2e.make_blob_dataset(os.path.join(root, "data"), {"train": 16, "val": 8}, seed=2)
+        init = os.path.join(root, "init")
+        e2e.run("init", "--preset", "vit-micro", "--labels", ",".join(e2e.BLOB_LABELS), "--seed", "1", "--out", init)
+        out = os.path.join(root, "run")
+        e2e.run(*e2e.train_args(init, "csv:" + csv, out, "--epochs", "1", "--batch-size", "8", "--export-onnx"))
+        onnx_path = os.path.join(out, "model.onnx")
+        labels = list(e2e.BLOB_LABELS)
+        model_dir = os.path.join(out, "model")
+        compare(name, model_dir, onnx_path, vit_pixels(model_dir), images, root, failures)
     elif name == "lora-adapter":
         base_dir, _, base_w = pp.make_base(root, ["Effusion", "Nodule"])
         adapter = os.path.join(root, "adapter")
