@@ -33,6 +33,12 @@ std::vector<std::string> missing_model_files(const std::filesystem::path& dir) {
   std::vector<std::string> missing;
   std::error_code error;
   auto has = [&](const std::string& name) { return std::filesystem::is_regular_file(dir / name, error); };
+  if (!has("config.json") && has("adapter_config.json")) {  // a peft adapter: its base is another reference
+    if (!has("adapter_model.safetensors") && !has("adapter_model.bin")) {
+      missing.push_back("adapter_model.safetensors (or adapter_model.bin)");
+    }
+    return missing;
+  }
   if (!has("config.json")) missing.push_back("config.json");
   const char* weights = nullptr;
   for (const char* candidate : kWeightCandidates) {
@@ -126,6 +132,21 @@ std::filesystem::path download_model(const std::string& repo_id, const std::stri
     }
     return text.empty() ? std::string("none") : text;
   };
+  if (!files.count("config.json") && files.count("adapter_config.json")) {
+    // A peft adapter repository: its two files (its base resolves as a model of its own when loaded).
+    const char* weights = files.count("adapter_model.safetensors") ? "adapter_model.safetensors"
+                          : files.count("adapter_model.bin")       ? "adapter_model.bin"
+                                                                   : nullptr;
+    VP_REQUIRE(weights != nullptr, "repository '", repo_id,
+               "' has adapter_config.json but no adapter_model.safetensors"
+               " or adapter_model.bin at revision '",
+               revision, "' (its files: ", listing(), ")");
+    info("fetching the adapter ", repo_id, " (revision ", revision, ", commit ", commit.substr(0, 12), ") from ",
+         settings.endpoint, " into ", cache.folder().string());
+    for (const std::string file : {"adapter_config.json", weights}) client.download_file(cache, file, commit);
+    if (revision != commit) cache.write_ref(revision, commit);
+    return cache.snapshot_dir(commit);
+  }
   VP_REQUIRE(files.count("config.json"), "repository '", repo_id, "' has no config.json at revision '", revision,
              "', so it is not a transformers model (its files: ", listing(), ")");
 

@@ -47,6 +47,7 @@ struct AdapterConfig {
   Json layers_to_transform;  // null, an int or a list of ints
   Json layers_pattern;       // null, a string or a list of strings
   std::string base_model, revision;
+  std::string bias = "none";
 };
 
 // Keys that change nothing vitpipe computes when merged for inference (training-time options, metadata).
@@ -152,6 +153,9 @@ AdapterConfig read_adapter_config(const fs::path& directory) {
   VP_REQUIRE(base.is_string() && !base.get<std::string>().empty(), c.path,
              ": base_model_name_or_path must name the base model (a directory or a Hub repo id)");
   c.base_model = base.get<std::string>();
+  const Json bias = j.value("bias", Json("none"));
+  VP_REQUIRE(bias.is_string(), c.path, ": bias must be \"none\", \"all\" or \"lora_only\", got ", bias.dump());
+  c.bias = bias.get<std::string>();
   const Json revision = j.value("revision", Json());
   c.revision = revision.is_string() ? revision.get<std::string>() : "main";
   return c;
@@ -245,6 +249,57 @@ std::vector<std::string> labels_beside(const fs::path& directory) {
 
 bool is_peft_adapter_directory(const fs::path& directory) {
   return fs::is_directory(directory) && fs::exists(directory / "adapter_config.json");
+}
+
+PeftTrainingStart read_peft_adapter_for_training(const fs::path& directory) {
+  const AdapterConfig c = read_adapter_config(directory);
+  const std::string why =
+      " (train continues adapters vitpipe's LoRA can hold: one rank and alpha, the same layers in "
+      "every block, no bias training)";
+  VP_REQUIRE(c.rank_pattern.empty() && c.alpha_pattern.empty(), c.path, ": rank_pattern / alpha_pattern are set", why);
+  VP_REQUIRE(c.layers_to_transform.is_null() || (c.layers_to_transform.is_array() && c.layers_to_transform.empty()),
+             c.path, ": layers_to_transform is set", why);
+  VP_REQUIRE(c.bias == "none", c.path, ": bias is \"", c.bias, "\"", why);
+  PeftTrainingStart start;
+  start.base_model = c.base_model;
+  start.revision = c.revision;
+  start.rank = c.r;
+  start.alpha = c.use_rslora ? c.lora_alpha * std::sqrt(static_cast<double>(c.r)) : c.lora_alpha;
+  ModelReferenceOptions reference;
+  reference.revision = c.revision;
+  ViTConfig base = read_hf_config(resolve_model_reference(c.base_model, reference) / "config.json").config;
+  std::string file;
+  const TensorMap raw = read_adapter_weights(directory, file);
+  bool backbone_names = false;
+  for (const auto& [name, tensor] : raw) {
+    const std::string rest = starts_with(name, kPrefix) ? name.substr(std::string(kPrefix).size()) : name;
+    backbone_names |= starts_with(rest, "encoder.") || starts_with(rest, "embeddings.");
+  }
+  const std::string prefix = model_prefix(base);
+  auto peft_key = [&](const std::string& module) {
+    return backbone_names && starts_with(module, prefix) ? module.substr(prefix.size()) : module;
+  };
+  VP_REQUIRE(!targeted(c, "classifier"), c.path, ": target_modules select the classifier", why);
+  for (LinearSite site : all_linear_sites()) {
+    int64_t selected = 0;
+    for (int64_t l = 0; l < base.num_hidden_layers; ++l)
+      selected += targeted(c, peft_key(linear_module(base, l, site)));
+    VP_REQUIRE(selected == 0 || selected == base.num_hidden_layers, c.path, ": target_modules select ",
+               linear_site_name(site), " in ", selected, " of ", base.num_hidden_layers, " blocks", why);
+    if (selected > 0) start.sites.push_back(linear_site_name(site));
+  }
+  VP_REQUIRE(!start.sites.empty(), c.path, ": target_modules select no Linear layer of ", c.base_model);
+  for (const auto& [name, tensor] : raw) {
+    VP_REQUIRE(starts_with(name, kPrefix), file, ": tensor '", name, "' does not start with '", kPrefix, "'");
+    std::string rest = name.substr(std::string(kPrefix).size());
+    VP_REQUIRE(
+        rest.find(".lora_magnitude_vector") == std::string::npos && rest.find(".lora_B.bias") == std::string::npos,
+        file, ": tensor '", name, "' belongs to a LoRA variant vitpipe does not train (DoRA, LoRA biases)");
+    const size_t saved = rest.find(".modules_to_save.");
+    if (saved != std::string::npos) rest.erase(saved, std::string(".modules_to_save").size());
+    start.tensors[backbone_names ? canonical_parameter_name(rest, base) : rest] = tensor.to(DType::f32);
+  }
+  return start;
 }
 
 PeftBaseReference peft_base_reference(const fs::path& directory) {

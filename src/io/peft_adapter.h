@@ -8,7 +8,9 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "io/model_files.h"
 
@@ -22,6 +24,20 @@ bool is_peft_adapter_directory(const std::filesystem::path& directory);
 // classifier: a config.json beside the adapter (id2label), else the base's when its classifier has as many outputs,
 // else options.labels; a count that disagrees with the classifier is refused.
 LoadedModel load_peft_adapter_model(const std::filesystem::path& directory, const LoadOptions& options);
+
+// An adapter as the start of a vitpipe LoRA run (train --model ADAPTER): vitpipe's LoRA settings that compute the
+// same (one rank and alpha for every adapted layer, the same sites in every block; rslora's alpha / sqrt(r) folded
+// into alpha) and the tensors to start from, by the base layout's parameter names (lora_A / lora_B, and
+// modules_to_save such as the classifier). What vitpipe's LoRA cannot represent is refused with one line.
+struct PeftTrainingStart {
+  std::string base_model;
+  std::string revision;
+  int64_t rank = 0;
+  double alpha = 0;
+  std::vector<std::string> sites;  // linear_site_name()s
+  std::map<std::string, Tensor> tensors;
+};
+PeftTrainingStart read_peft_adapter_for_training(const std::filesystem::path& directory);
 
 // The base model reference and revision an adapter directory names (for read_model_preprocessor).
 struct PeftBaseReference {

@@ -13,8 +13,10 @@
 #include <set>
 
 #include "data/image_read_options.h"
+#include "io/peft_adapter.h"
 #include "model/precision.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace vitpipe {
 namespace {
@@ -755,6 +757,25 @@ TrainOptionsParser::TrainOptionsParser(CLI::App* app) {
   }
 }
 
+void continue_peft_adapter(TrainOptions& o) {
+  if (!is_peft_adapter_directory(o.model)) return;
+  // Continue the adapter: vitpipe's LoRA on its base, with the adapter's rank, alpha and layers.
+  const PeftTrainingStart start = read_peft_adapter_for_training(o.model);
+  VP_REQUIRE(o.lora_rank == 0 || o.lora_rank == start.rank, "--lora ", o.lora_rank, ": the adapter ", o.model,
+             " has rank ", start.rank, " (leave --lora out to continue it)");
+  VP_REQUIRE(start.revision == "main", "--model ", o.model, ": its base is pinned to revision \"", start.revision,
+             "\", which train does not take; export it with `vitpipe export ADAPTER --out DIR` and train DIR");
+  std::string sites;
+  for (const auto& site : start.sites) sites += (sites.empty() ? "" : ",") + site;
+  info("continuing the LoRA adapter ", o.model, " on ", start.base_model, ": rank ", start.rank, ", alpha ",
+       start.alpha, ", ", sites);
+  o.initial_adapter = o.model;
+  o.model = start.base_model;
+  o.lora_rank = start.rank;
+  o.lora_alpha = start.alpha;
+  o.lora_targets = start.sites;
+}
+
 TrainOptions TrainOptionsParser::resolve(bool validate) const {
   TrainOptions options;
   if (!config_path_.empty()) apply_config_file(options, config_path_);
@@ -767,6 +788,7 @@ TrainOptions TrainOptionsParser::resolve(bool validate) const {
     given.emplace_back(entry->def->name, std::move(raw));
   }
   apply_entries(options, given, "the command line", true);
+  continue_peft_adapter(options);
   complete_defaults(options);
   if (validate) options.validate();
   return options;

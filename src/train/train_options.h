@@ -134,6 +134,9 @@ struct TrainOptions {
   std::vector<std::string> lora_targets = {"query", "value"};  // --lora-targets
   bool export_adapter = false;  // --export-adapter: also write peft's adapter files to <output-dir>/adapter
   bool export_onnx = false;     // --export-onnx: also write <output-dir>/model.onnx (io/onnx_export.h)
+  // Set by run_training when --model names a peft adapter: its LoRA and saved modules start the run (`model` is
+  // then its base). Not an option of its own; a resumed run takes them from its checkpoint.
+  std::string initial_adapter;
 
   bool operator==(const TrainOptions&) const = default;
 
@@ -153,6 +156,10 @@ const std::vector<std::string>& layout_option_names();
 // Fills what is left to defaults (epochs when neither epochs nor max_steps, warm-up ratio, micro-batch size unless
 // --layout auto chooses it).
 void complete_defaults(TrainOptions& options);
+// --model naming a peft adapter directory: its base becomes the model, its rank, alpha and sites the LoRA settings,
+// and initial_adapter remembers it (io/peft_adapter.h refuses what vitpipe's LoRA cannot continue). A no-op
+// otherwise, and once applied.
+void continue_peft_adapter(TrainOptions& options);
 
 // Applies a config file (.json, .yaml or .yml) on top of `options`. Errors name the file, the key and, for YAML,
 // the line.

@@ -129,6 +129,7 @@ class RankTrainer {
   void open_data();
   double time_data_path() const;
   void load_model_and_state();
+  void start_from_adapter();
   void build_pipeline();
   void plan_epochs();
   void train_loop();
@@ -251,6 +252,27 @@ void RankTrainer::open_data() {
   }
 }
 
+// The adapter's LoRA matrices, and its saved modules where their shapes fit (a classifier for other labels does
+// not: the head starts fresh then).
+void RankTrainer::start_from_adapter() {
+  const PeftTrainingStart start = read_peft_adapter_for_training(o_.initial_adapter);
+  int lora = 0, saved = 0;
+  for (const auto& [name, tensor] : start.tensors) {
+    const ParamSpec* spec = layout_->find(name);
+    const bool lora_matrix = spec && spec->is_lora();
+    VP_REQUIRE(spec != nullptr, o_.initial_adapter, ": tensor '", name, "' names no parameter of ", start.base_model);
+    if (tensor.shape() != spec->shape) {
+      VP_REQUIRE(is_classifier_parameter(*spec), o_.initial_adapter, ": '", name, "' is ", shape_string(tensor.shape()),
+                 ", the model's is ", shape_string(spec->shape));
+      if (root()) info(o_.initial_adapter, ": its classifier has other labels than the data; the head starts fresh");
+      continue;
+    }
+    std::copy(tensor.f32(), tensor.f32() + tensor.numel(), values_.tensor(*spec).f32());
+    ++(lora_matrix ? lora : saved);
+  }
+  if (root()) info("started from ", o_.initial_adapter, ": ", lora, " LoRA matrices, ", saved, " saved tensors");
+}
+
 void RankTrainer::load_model_and_state() {
   LoadOptions lo;
   lo.labels = dataset_->label_names();
@@ -278,6 +300,7 @@ void RankTrainer::load_model_and_state() {
   values_ = FlatParameters::whole_model(layout_);
   copy_parameters(model_.parameters, values_, /*only_present=*/true);
   if (mode.lora.enabled()) initialize_lora(values_, o_.seed);
+  if (!resume_from_ && !o_.initial_adapter.empty()) start_from_adapter();
   model_.parameters = FlatParameters();  // values_ holds them now
   split_ = make_trainable_split(layout_, mode);
 
@@ -990,9 +1013,7 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports) {
 
 void run_training(const TrainOptions& options) {
   TrainOptions o = options;
-  VP_REQUIRE(!is_peft_adapter_directory(o.model), "--model ", o.model,
-             ": continuing a peft adapter's training is not supported yet; `vitpipe export ", o.model,
-             " --out DIR` merges it into its base, and DIR trains like any model");
+  continue_peft_adapter(o);
   complete_defaults(o);
   o.validate();
   // Without mpirun, the pipeline's stages run as threads of this process.

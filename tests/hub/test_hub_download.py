@@ -449,6 +449,30 @@ class HubDownloadTest(unittest.TestCase):
         self.assertIn("downloading it failed", out.stderr)
         self.assertIn("was not found", out.stderr)
 
+    def test_adapter_repository(self):
+        """A peft adapter repo (adapter_config.json + adapter_model.safetensors, no config.json) resolves as a model
+        reference: both files fetched, then found in the cache offline."""
+        adapter = self.hub.add_repo("acme/vit-tiny-xray-lora")
+        config = json.dumps({"peft_type": "LORA", "base_model_name_or_path": "acme/vit-tiny-xray", "r": 4,
+                             "target_modules": ["query", "value"]}).encode()
+        weights = random_bytes(5000, 7)
+        commit = adapter.commit({"adapter_config.json": config, "adapter_model.safetensors": weights,
+                                 "README.md": b"# an adapter\n"})
+        out = self.run_cli(["acme/vit-tiny-xray-lora"], program=RESOLVE)
+        snapshot = self.snapshot(commit, "acme/vit-tiny-xray-lora")
+        self.assertEqual(out.stdout.strip(), snapshot)
+        self.assertEqual(self.read(os.path.join(snapshot, "adapter_config.json")), config)
+        self.assertEqual(self.read(os.path.join(snapshot, "adapter_model.safetensors")), weights)
+        self.assertFalse(os.path.exists(os.path.join(snapshot, "README.md")))
+        requests = len(self.hub.hub_log)
+        out = self.run_cli(["acme/vit-tiny-xray-lora"], program=RESOLVE, HF_HUB_OFFLINE="1")
+        self.assertEqual(out.stdout.strip(), snapshot)
+        self.assertEqual(len(self.hub.hub_log), requests)
+        broken = self.hub.add_repo("acme/adapter-without-weights")
+        broken.commit({"adapter_config.json": config})
+        out = self.run_cli(["acme/adapter-without-weights"], program=RESOLVE, expect_rc=1)
+        self.assertIn("no adapter_model.safetensors", out.stderr)
+
     def test_model_reference_paths_and_ids(self):
         local = os.path.join(self.tmp.name, "my-model")
         os.makedirs(local)

@@ -15,7 +15,7 @@ set(HUB_DOWNLOAD_CASES
     token_from_hf_home_file missing_or_wrong_token gated_repo revision_pinning_by_branch_and_commit
     unknown_repo_revision_and_file offline_with_empty_cache missing_optional_file_recorded sharded_safetensors
     pytorch_bin_only concurrent_downloads_share_one_transfer implicit_download_through_model_reference
-    model_reference_paths_and_ids tls_verified_against_ca_bundle proxy_from_environment
+    model_reference_paths_and_ids adapter_repository tls_verified_against_ca_bundle proxy_from_environment
     hub_unreachable)
 foreach(case ${HUB_DOWNLOAD_CASES})
   add_test(NAME hub.download.${case}

@@ -166,6 +166,8 @@ def base_config(**overrides):
 
 
 def run_case(name, root):
+    if name == "train-continues":
+        return train_continues(root)
     failures = []
     base_labels = ["Effusion", "Nodule"]
     base_dir, base_c, base_w = make_base(root, base_labels)
@@ -244,6 +246,45 @@ def run_case(name, root):
     return failures
 
 
+def train_continues(root):
+    """`vitpipe train --model ADAPTER` continues the adapter: vitpipe's LoRA on its base with the adapter's rank, alpha
+    (rslora folded in) and sites, starting from its matrices and classifier. With a learning rate of 1e-30 the run's
+    merged export must predict what the adapter does, and its --export-adapter must hold the adapter's matrices."""
+    failures = []
+    sys.path.insert(0, os.path.join(HERE, "..", "train_e2e"))
+    import e2e_common as e2e
+    labels = list(e2e.BLOB_LABELS)
+    base_dir, _, base_w = make_base(root, labels)
+    csv = e2e.make_blob_dataset(os.path.join(root, "data"), {"train": 8, "val": 8}, size=32, seed=4)
+    images = make_images(root)
+    adapter = os.path.join(root, "adapter")
+    g = torch.Generator().manual_seed(5)
+    config = base_config(target_modules=["query", "value", "output.dense"], use_rslora=True, r=4, lora_alpha=6,
+                         modules_to_save=["classifier"], base_model_name_or_path=base_dir)
+    replaced = {"classifier.weight": torch.randn((len(labels), 32), generator=g) * 0.4,
+                "classifier.bias": torch.randn(len(labels), generator=g)}
+    lora = make_adapter(adapter, config, base_w, 6, replaced)
+    out = os.path.join(root, "run")
+    result = vitpipe(*e2e.train_args(adapter, "csv:" + csv, out, "--epochs", "1", "--batch-size", "8", "--lr", "1e-30",
+                                     "--export-adapter"))
+    print(f"train --model ADAPTER: exit {result.returncode}")
+    if result.returncode != 0:
+        return [f"train --model ADAPTER failed: {result.stderr[-2000:]}"]
+    reference = peft_logits(base_dir, lora, replaced, images)
+    ours = torch.tensor([r["logits"] for r in predicted(os.path.join(out, "model"), images)], dtype=torch.float64)
+    worst = (ours - reference).abs().max().item()
+    print(f"train-continues: the run's export against peft's forward of the adapter: max |difference| {worst:.2e}")
+    if not worst <= TOLERANCE:
+        failures.append(f"train-continues: the continued run's export differs from the adapter by {worst:.2e}")
+    written = json.load(open(os.path.join(out, "adapter", "adapter_config.json")))
+    print(f"train-continues: the run's adapter: r {written['r']}, lora_alpha {written['lora_alpha']:.4f}, "
+          f"targets {written['target_modules']}")
+    if written["r"] != 4 or abs(written["lora_alpha"] - 6 * math.sqrt(4)) > 1e-9:
+        failures.append(f"train-continues: r / alpha {written['r']} / {written['lora_alpha']}, expected 4 / 12 "
+                        "(rslora's alpha / sqrt(r) as alpha' / r)")
+    return failures
+
+
 def refusals(root):
     """Each configuration vitpipe cannot compute: a non-zero exit and one line naming the key."""
     failures = []
@@ -271,12 +312,20 @@ def refusals(root):
         print(f"refused {expected}: exit {result.returncode}: {lines[-1] if lines else ''}")
         if not ok:
             failures.append(f"refusals: {change} gave exit {result.returncode} and {result.stderr!r}")
-    # train --model ADAPTER: refused with a way forward (continuing an adapter's training is not built).
+    # train --model ADAPTER refuses what vitpipe's LoRA cannot continue: DoRA, and per-module ranks.
     result = vitpipe("train", "--model", os.path.join(root, "bad0"), "--data", "csv:" + os.path.join(root, "x.csv"),
                      "--output-dir", os.path.join(root, "run"))
-    print(f"train --model ADAPTER: exit {result.returncode}: {result.stderr.strip()}")
-    if result.returncode == 0 or "export" not in result.stderr:
-        failures.append(f"refusals: train --model ADAPTER must be refused: {result.stderr}")
+    print(f"train --model ADAPTER with DoRA: exit {result.returncode}: {result.stderr.strip()}")
+    if result.returncode == 0 or "use_dora" not in result.stderr:
+        failures.append(f"refusals: train --model ADAPTER with use_dora must be refused: {result.stderr}")
+    adapter = os.path.join(root, "patterned")
+    make_adapter(adapter, base_config(target_modules=["query"], rank_pattern={"layer.1.attention.attention.query": 2},
+                                      base_model_name_or_path=base_dir), base_w, 40)
+    result = vitpipe("train", "--model", adapter, "--data", "csv:" + os.path.join(root, "x.csv"), "--output-dir",
+                     os.path.join(root, "run"))
+    print(f"train --model ADAPTER with rank_pattern: exit {result.returncode}: {result.stderr.strip()}")
+    if result.returncode == 0 or "rank_pattern" not in result.stderr:
+        failures.append(f"refusals: train --model ADAPTER with rank_pattern must be refused: {result.stderr}")
     # A key vitpipe does not know, left at a default-like value, is ignored; so are training-only options.
     adapter = os.path.join(root, "tolerated")
     config = base_config(target_modules=["query"], base_model_name_or_path=base_dir, some_future_key=None,

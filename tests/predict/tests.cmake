@@ -18,7 +18,7 @@ foreach(case dinov2-bit-interpolated dinov2-swiglu-rad-dino-processor dinov2-reg
 endforeach()
 
 # A peft LoRA adapter directory as --model, against peft's unmerged LoRA forward (transcribed) on transformers' ViT.
-foreach(case names-classifier regex-patterns-rslora layers-bias-all-bin new-labels refusals)
+foreach(case names-classifier regex-patterns-rslora layers-bias-all-bin new-labels train-continues refusals)
   add_test(NAME predict.peft.${case}
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/predict_peft.py --case ${case})
   set_tests_properties(predict.peft.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS predict TIMEOUT 300)
