@@ -6,10 +6,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <thread>
 
 namespace vitpipe {
 namespace {
@@ -21,11 +24,17 @@ struct MpiRuntime {
   bool initialised = false;  // by us
   bool finalised = false;
   int world_rank = 0;
+  std::string host;  // MPI_Get_processor_name: which host this rank runs on, for messages
+  double timeout_seconds = 1800;
 };
 MpiRuntime g_mpi;
 
 [[noreturn]] void abort_job(const std::string& reason) {
-  std::fprintf(stderr, "error: rank %d: %s\n", g_mpi.world_rank, reason.c_str());
+  if (g_mpi.host.empty()) {
+    std::fprintf(stderr, "error: rank %d: %s\n", g_mpi.world_rank, reason.c_str());
+  } else {
+    std::fprintf(stderr, "error: rank %d: on %s: %s\n", g_mpi.world_rank, g_mpi.host.c_str(), reason.c_str());
+  }
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
@@ -37,6 +46,43 @@ void check(int code, const char* what) {
   int length = 0;
   MPI_Error_string(code, text, &length);
   fail("MPI ", what, " failed: ", std::string(text, static_cast<size_t>(length)));
+}
+
+// VITPIPE_COMM_TIMEOUT: seconds any one wait may take before the job is declared lost (default 1800: longer than
+// a checkpoint write or a validation pass that other ranks may wait through; 0 = wait for ever, as MPI does).
+double read_timeout() {
+  const char* text = std::getenv("VITPIPE_COMM_TIMEOUT");
+  if (text == nullptr || *text == '\0') return 1800;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  VP_REQUIRE(end != text && *end == '\0' && seconds >= 0 && seconds <= 1e7,
+             "VITPIPE_COMM_TIMEOUT: expected seconds (0 = no deadline), got \"", text, "\"");
+  return seconds;
+}
+
+// MPI_Wait with a deadline. MPI itself waits for ever on a peer behind a lost link or on a dead host (a 2-host run
+// whose link was cut hung past 885 s); past the deadline this rank names itself, its host and the operation and
+// takes the job down, so every rank ends (each rank's own deadline covers the side mpirun cannot reach). Polls
+// without sleeping for the first millisecond, then with sleeps growing to 1 ms.
+void wait_or_abort(MPI_Request* request, MPI_Status* status, const std::string& what) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto pause = std::chrono::microseconds(0);
+  for (;;) {
+    int flag = 0;
+    check(MPI_Test(request, &flag, status), what.c_str());
+    if (flag) return;
+    const double waited = std::chrono::duration<double>(clock::now() - start).count();
+    if (g_mpi.timeout_seconds > 0 && waited > g_mpi.timeout_seconds) {
+      abort_job(concat(what, " did not complete in ", g_mpi.timeout_seconds,
+                       " s (VITPIPE_COMM_TIMEOUT): a peer stopped answering (a lost link or host?); aborting every "
+                       "rank, resume from the last checkpoint with --resume"));
+    }
+    if (waited > 1e-3) {
+      pause = std::min(std::chrono::microseconds(1000), pause + std::chrono::microseconds(50));
+      std::this_thread::sleep_for(pause);
+    }
+  }
 }
 
 int as_count(size_t count, const char* what) {
@@ -83,13 +129,13 @@ class MpiRequestState : public CommRequest::State {
   }
   void wait() override {
     MPI_Status status;
-    check(MPI_Wait(&request_, &status), receive_ ? "receive" : "request");
+    wait_or_abort(&request_, &status, describe());
     check_received(status);
   }
   void abandon(bool unwinding) override {
     if (request_ == MPI_REQUEST_NULL) return;
     if (!unwinding) {
-      MPI_Wait(&request_, MPI_STATUS_IGNORE);
+      wait_or_abort(&request_, MPI_STATUS_IGNORE, describe());
       return;
     }
     // The job is going down (run_or_abort); stop MPI from writing into a buffer that is about to be freed.
@@ -98,6 +144,10 @@ class MpiRequestState : public CommRequest::State {
   }
 
  private:
+  std::string describe() const {
+    return concat(receive_ ? "a receive of " : "a send of ", expected_bytes_, " bytes ", receive_ ? "from" : "to",
+                  " rank ", peer_, " (tag ", tag_, ")");
+  }
   void check_received(const MPI_Status& status) {
     if (!receive_) return;
     int count = 0;
@@ -115,19 +165,20 @@ class MpiRequestState : public CommRequest::State {
 // Non-blocking collectives may not be freed while pending; during unwinding they are left to MPI_Abort.
 class MpiCollectiveState : public CommRequest::State {
  public:
-  explicit MpiCollectiveState(MPI_Request request) : request_(request) {}
+  MpiCollectiveState(MPI_Request request, std::string what) : request_(request), what_(std::move(what)) {}
   bool test() override {
     int flag = 0;
     check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "collective");
     return flag != 0;
   }
-  void wait() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "collective"); }
+  void wait() override { wait_or_abort(&request_, MPI_STATUS_IGNORE, what_); }
   void abandon(bool unwinding) override {
-    if (!unwinding && request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    if (!unwinding && request_ != MPI_REQUEST_NULL) wait_or_abort(&request_, MPI_STATUS_IGNORE, what_);
   }
 
  private:
   MPI_Request request_;
+  std::string what_;
 };
 
 class MpiCommunicator : public Communicator {
@@ -164,7 +215,7 @@ class MpiCommunicator : public Communicator {
     MPI_Request request;
     check(MPI_Iallreduce(MPI_IN_PLACE, data, as_count(count, "all-reduce"), MPI_FLOAT, MPI_SUM, comm_, &request),
           "Iallreduce");
-    return CommRequest(std::make_unique<MpiCollectiveState>(request));
+    return CommRequest(std::make_unique<MpiCollectiveState>(request, collective("an all-reduce", count * 4)));
   }
   CommRequest ireduce_sum(float* data, size_t count, int root) override {
     check_root(root);
@@ -174,18 +225,21 @@ class MpiCommunicator : public Communicator {
     check(MPI_Ireduce(send, rank_ == root ? data : nullptr, as_count(count, "reduce"), MPI_FLOAT, MPI_SUM, root, comm_,
                       &request),
           "Ireduce");
-    return CommRequest(std::make_unique<MpiCollectiveState>(request));
+    return CommRequest(std::make_unique<MpiCollectiveState>(request, collective("a reduce", count * 4)));
   }
   CommRequest ibroadcast(float* data, size_t count, int root) override {
     check_root(root);
     if (size_ == 1) return CommRequest();
     MPI_Request request;
     check(MPI_Ibcast(data, as_count(count, "broadcast"), MPI_FLOAT, root, comm_, &request), "Ibcast");
-    return CommRequest(std::make_unique<MpiCollectiveState>(request));
+    return CommRequest(std::make_unique<MpiCollectiveState>(request, collective("a broadcast", count * 4)));
   }
   void allreduce(double* data, size_t count, ReduceOp op) override {
     const MPI_Op mpi_op = op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::max ? MPI_MAX : MPI_MIN;
-    check(MPI_Allreduce(MPI_IN_PLACE, data, as_count(count, "all-reduce"), MPI_DOUBLE, mpi_op, comm_), "Allreduce");
+    MPI_Request request;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data, as_count(count, "all-reduce"), MPI_DOUBLE, mpi_op, comm_, &request),
+          "Iallreduce");
+    wait_or_abort(&request, MPI_STATUS_IGNORE, collective("an all-reduce", count * 8));
   }
   void broadcast_bytes(void* data, size_t bytes, int root) override {
     check_root(root);
@@ -193,18 +247,27 @@ class MpiCommunicator : public Communicator {
     size_t offset = 0;
     do {
       const size_t n = std::min(kChunkBytes, bytes - offset);
-      check(MPI_Bcast(base + offset, static_cast<int>(n), MPI_BYTE, root, comm_), "Bcast");
+      MPI_Request request;
+      check(MPI_Ibcast(base + offset, static_cast<int>(n), MPI_BYTE, root, comm_, &request), "Ibcast");
+      wait_or_abort(&request, MPI_STATUS_IGNORE, collective("a broadcast", n));
       offset += n;
     } while (offset < bytes);
   }
-  void barrier() override { check(MPI_Barrier(comm_), "Barrier"); }
+  void barrier() override {
+    MPI_Request request;
+    check(MPI_Ibarrier(comm_, &request), "Ibarrier");
+    wait_or_abort(&request, MPI_STATUS_IGNORE, collective("a barrier", 0));
+  }
 
   std::vector<std::vector<std::byte>> gather_bytes(std::span<const std::byte> mine, int root) override {
     check_root(root);
     unsigned long long my_size = mine.size();
     std::vector<unsigned long long> sizes(rank_ == root ? static_cast<size_t>(size_) : 0);
-    check(MPI_Gather(&my_size, 1, MPI_UNSIGNED_LONG_LONG, sizes.data(), 1, MPI_UNSIGNED_LONG_LONG, root, comm_),
-          "Gather");
+    MPI_Request sizes_request;
+    check(MPI_Igather(&my_size, 1, MPI_UNSIGNED_LONG_LONG, sizes.data(), 1, MPI_UNSIGNED_LONG_LONG, root, comm_,
+                      &sizes_request),
+          "Igather");
+    wait_or_abort(&sizes_request, MPI_STATUS_IGNORE, collective("a gather of sizes", 8));
     std::vector<MPI_Request> requests;
     std::vector<std::vector<std::byte>> result;
     auto chunks = [&](auto* base, size_t total, auto post) {
@@ -232,7 +295,9 @@ class MpiCommunicator : public Communicator {
         check(MPI_Isend(p, n, MPI_BYTE, root, kGatherTag, comm_, request), "Isend (gather)");
       });
     }
-    check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "Waitall (gather)");
+    for (MPI_Request& request : requests) {
+      wait_or_abort(&request, MPI_STATUS_IGNORE, collective("a gather (parameters or state to the root)", mine.size()));
+    }
     return result;
   }
 
@@ -251,6 +316,9 @@ class MpiCommunicator : public Communicator {
     VP_REQUIRE(peer >= 0 && peer < size_, "cannot ", what, " rank ", peer, ": the communicator has ", size_, " ranks");
     VP_REQUIRE(peer != rank_, "rank ", rank_, " cannot ", what, " itself");
     VP_REQUIRE(tag >= 0 && tag < kMaxUserTag, "message tag ", tag, " is outside [0, ", kMaxUserTag, ")");
+  }
+  std::string collective(const char* what, size_t bytes) const {
+    return concat(what, " of ", bytes, " bytes among ", size_, " ranks");
   }
   void check_root(int root) const {
     VP_REQUIRE(root >= 0 && root < size_, "root rank ", root, " is outside [0, ", size_, ")");
@@ -279,6 +347,11 @@ std::unique_ptr<Communicator> mpi_world() {
     g_mpi.initialised = true;
     check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "Comm_set_errhandler");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &g_mpi.world_rank), "Comm_rank");
+    char host[MPI_MAX_PROCESSOR_NAME];
+    int length = 0;
+    check(MPI_Get_processor_name(host, &length), "Get_processor_name");
+    g_mpi.host.assign(host, static_cast<size_t>(length));
+    g_mpi.timeout_seconds = read_timeout();
     std::atexit(exit_handler);
     std::set_terminate(terminate_handler);
     VP_REQUIRE(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided, ", below MPI_THREAD_FUNNELED");

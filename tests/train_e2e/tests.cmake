@@ -13,3 +13,8 @@ endforeach()
 add_test(NAME train_e2e.train_modes
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/train_modes.py --mpiexec ${MPIEXEC_EXECUTABLE})
 set_tests_properties(train_e2e.train_modes PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 900)
+
+# A rank frozen mid-run (SIGSTOP: a peer behind a lost link) ends the job at VITPIPE_COMM_TIMEOUT instead of hanging.
+add_test(NAME train_e2e.lost_peer
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/lost_peer.py --mpiexec ${MPIEXEC_EXECUTABLE})
+set_tests_properties(train_e2e.lost_peer PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 600)
