@@ -33,7 +33,7 @@ MpiRuntime g_mpi;
   if (g_mpi.host.empty()) {
     std::fprintf(stderr, "error: rank %d: %s\n", g_mpi.world_rank, reason.c_str());
   } else {
-    std::fprintf(stderr, "error: rank %d: on %s: %s\n", g_mpi.world_rank, g_mpi.host.c_str(), reason.c_str());
+    std::fprintf(stderr, "error: rank %d: %s [host %s]\n", g_mpi.world_rank, reason.c_str(), g_mpi.host.c_str());
   }
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);

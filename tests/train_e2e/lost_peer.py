@@ -66,7 +66,7 @@ print("\n".join(lines[:3]))
 checks.check(took is not None and took < TIMEOUT + 60, "the job ended instead of hanging",
              f"{took} s" if took else "still waiting after the margin")
 checks.check(process.returncode != 0, "mpirun exits non-zero", str(process.returncode))
-checks.check(any("rank 0: on " in line and "did not complete in" in line and "VITPIPE_COMM_TIMEOUT" in line
+checks.check(any(line.startswith("error: rank 0: ") and "[host " in line and "did not complete in" in line and "VITPIPE_COMM_TIMEOUT" in line
                  for line in lines), "rank 0 names itself, its host and the operation", stderr[-1500:])
 resumed = e2e.run(*e2e.train_args(init, "csv:" + csv, out, *common, "--resume"), expect_ok=False)  # stages as threads
 checks.check(resumed.returncode == 0, "the checkpoint before the freeze resumes", resumed.stderr[-800:])
