@@ -6,6 +6,7 @@
 
 #include "io/named_tensors.h"
 #include "io/safetensors.h"
+#include "model/low_rank_update.h"
 #include "model/trainable_set.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -27,19 +28,7 @@ FlatParameters merge_lora(const FlatParameters& full) {
     for (LinearSite site : lora.targets) {
       const std::string module = linear_module(c, l, site);
       const Tensor a = full.tensor(module + ".lora_A.weight"), b = full.tensor(module + ".lora_B.weight");
-      const Tensor w = merged.tensor(module + ".weight");
-      const int64_t out = w.dim(0), in = w.dim(1), r = lora.rank;
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < out; ++i) {
-        for (int64_t j = 0; j < in; ++j) {
-          double delta = 0.0;
-          for (int64_t k = 0; k < r; ++k) {
-            delta += static_cast<double>(b.f32()[i * r + k]) * static_cast<double>(a.f32()[k * in + j]);
-          }
-          float& weight = w.f32()[i * in + j];
-          weight = static_cast<float>(static_cast<double>(weight) + scale * delta);
-        }
-      }
+      add_low_rank_update(merged.tensor(module + ".weight"), a, b, scale);
     }
   }
   return merged;

@@ -13,7 +13,7 @@ if(VITPIPE_TSAN_TESTS)
   foreach(file parallel/communicator parallel/local_communicator parallel/mpi_communicator parallel/gradient_buckets
           parallel/schedule parallel/process_grid parallel/trace parallel/optimizer_shards parallel/parameter_gather
           model/vit_config model/parameter_layout model/initializer model/position_interpolation model/model_family
-          model/presets model/trainable_set)
+          model/presets model/trainable_set model/low_rank_update)
     list(APPEND tsan_sources ${PROJECT_SOURCE_DIR}/src/${file}.cpp)
   endforeach()
   add_executable(test_threads_tsan ${tsan_sources}
