@@ -1,5 +1,6 @@
 #include "io/peft_adapter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -12,8 +13,8 @@
 #include "io/model_reference.h"
 #include "io/pytorch_bin.h"
 #include "io/safetensors.h"
+#include "model/low_rank_update.h"
 #include "model/model_family.h"
-#include "model/trainable_set.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -50,35 +51,35 @@ struct AdapterConfig {
   std::string bias = "none";
 };
 
-// Keys that change nothing vitpipe computes when merged for inference (training-time options, metadata).
-const std::set<std::string> kIgnored = {"peft_type",
-                                        "task_type",
-                                        "inference_mode",
-                                        "init_lora_weights",
-                                        "lora_dropout",
-                                        "auto_mapping",
-                                        "loftq_config",
-                                        "megatron_config",
-                                        "megatron_core",
-                                        "fan_in_fan_out",
-                                        "bias",
-                                        "modules_to_save",
-                                        "revision",
-                                        "runtime_config",
-                                        "eva_config",
-                                        "corda_config",
-                                        "peft_version",
-                                        "base_model_name_or_path",
-                                        "r",
-                                        "lora_alpha",
-                                        "use_rslora",
-                                        "target_modules",
-                                        "rank_pattern",
-                                        "alpha_pattern",
-                                        "layers_to_transform",
-                                        "layers_pattern",
-                                        "qalora_group_size",
-                                        "lora_ga_config"};
+// Keys read below, or that change nothing vitpipe computes (training-time options, metadata).
+const std::set<std::string> kAccepted = {"peft_type",
+                                         "task_type",
+                                         "inference_mode",
+                                         "init_lora_weights",
+                                         "lora_dropout",
+                                         "auto_mapping",
+                                         "loftq_config",
+                                         "megatron_config",
+                                         "megatron_core",
+                                         "fan_in_fan_out",
+                                         "bias",
+                                         "modules_to_save",
+                                         "revision",
+                                         "runtime_config",
+                                         "eva_config",
+                                         "corda_config",
+                                         "peft_version",
+                                         "base_model_name_or_path",
+                                         "r",
+                                         "lora_alpha",
+                                         "use_rslora",
+                                         "target_modules",
+                                         "rank_pattern",
+                                         "alpha_pattern",
+                                         "layers_to_transform",
+                                         "layers_pattern",
+                                         "qalora_group_size",
+                                         "lora_ga_config"};
 // Keys whose non-default values vitpipe cannot compute.
 const std::set<std::string> kUnsupported = {"use_dora",
                                             "lora_bias",
@@ -93,6 +94,15 @@ const std::set<std::string> kUnsupported = {"use_dora",
                                             "monteclora_config",
                                             "use_bdlora"};
 
+// peft compiles these with Python's re; a pattern std::regex (ECMAScript) cannot compile is refused here, by key.
+void require_regex(const std::string& path, const std::string& key, const std::string& pattern) {
+  try {
+    std::regex compiled(pattern);
+  } catch (const std::regex_error& e) {
+    fail(path, ": ", key, ": \"", pattern, "\" is not a regular expression vitpipe can use (", e.what(), ")");
+  }
+}
+
 AdapterConfig read_adapter_config(const fs::path& directory) {
   AdapterConfig c;
   const fs::path path = directory / "adapter_config.json";
@@ -106,58 +116,80 @@ AdapterConfig read_adapter_config(const fs::path& directory) {
     fail(c.path, ": not JSON (", e.what(), ")");
   }
   VP_REQUIRE(j.is_object(), c.path, ": expected a JSON object");
-  const std::string type = j.value("peft_type", std::string("LORA"));
-  VP_REQUIRE(type == "LORA", c.path, ": peft_type \"", type, "\" is not supported (vitpipe applies LORA adapters)");
-  for (const auto& [key, value] : j.items()) {
-    if (kIgnored.count(key)) continue;
-    if (kUnsupported.count(key)) {
-      VP_REQUIRE(default_like(value), c.path, ": ", key, " = ", value.dump(),
-                 " is not supported (vitpipe merges plain LoRA: W += scaling * B A)");
-      continue;
+  try {  // a field of the wrong JSON type (use_rslora: "yes") names the file, not just the JSON library
+    const std::string type = j.value("peft_type", std::string("LORA"));
+    VP_REQUIRE(type == "LORA", c.path, ": peft_type \"", type, "\" is not supported (vitpipe applies LORA adapters)");
+    for (const auto& [key, value] : j.items()) {
+      if (kAccepted.count(key)) continue;
+      if (kUnsupported.count(key)) {
+        VP_REQUIRE(default_like(value), c.path, ": ", key, " = ", value.dump(),
+                   " is not supported (vitpipe merges plain LoRA: W += scaling * B A)");
+        continue;
+      }
+      VP_REQUIRE(
+          default_like(value), c.path, ": unknown key \"", key, "\" = ", value.dump(),
+          " (vitpipe knows peft's LoraConfig keys up to 0.20; one it does not know is accepted only when null, false "
+          "or empty)");
     }
+    auto number = [&](const char* key, double fallback) {
+      if (!j.contains(key) || j[key].is_null()) return fallback;
+      VP_REQUIRE(j[key].is_number(), c.path, ": ", key, " must be a number, got ", j[key].dump());
+      return j[key].get<double>();
+    };
+    const double r = number("r", 8);
+    VP_REQUIRE(r >= 1 && r == std::floor(r) && r <= 1e6, c.path, ": r must be a positive integer, got ", r);
+    c.r = static_cast<int64_t>(r);
+    c.lora_alpha = number("lora_alpha", 8);
+    c.use_rslora = j.value("use_rslora", false);
+    c.target_modules = j.value("target_modules", Json());
+    VP_REQUIRE(c.target_modules.is_string() || (c.target_modules.is_array() && !c.target_modules.empty()), c.path,
+               ": target_modules must be a list of module names or a regular expression, got ",
+               c.target_modules.dump());
+    if (c.target_modules.is_array()) {
+      for (const auto& t : c.target_modules) {
+        VP_REQUIRE(t.is_string(), c.path, ": target_modules entries must be strings, got ", t.dump());
+      }
+    }
+    for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+      Json v = j.value(key, Json::object());
+      if (v.is_null()) v = Json::object();
+      VP_REQUIRE(v.is_object(), c.path, ": ", key, " must be an object, got ", v.dump());
+      const bool rank = std::string(key) == "rank_pattern";
+      for (const auto& [k, x] : v.items()) {
+        VP_REQUIRE(rank ? x.is_number_integer() && x.get<int64_t>() >= 1 : x.is_number(), c.path, ": ", key, "[\"", k,
+                   "\"] must be ", rank ? "a positive integer" : "a number", ", got ", x.dump());
+        require_regex(c.path, key, "^(.*\\.)?(" + k + ")$");
+      }
+      (std::string(key) == "rank_pattern" ? c.rank_pattern : c.alpha_pattern) = v;
+    }
+    if (c.target_modules.is_string()) require_regex(c.path, "target_modules", c.target_modules.get<std::string>());
+    c.layers_to_transform = j.value("layers_to_transform", Json());
     VP_REQUIRE(
-        default_like(value), c.path, ": unknown key \"", key, "\" = ", value.dump(),
-        " (vitpipe knows peft's LoraConfig keys up to 0.20; one it does not know is accepted only when null, false "
-        "or empty)");
-  }
-  auto number = [&](const char* key, double fallback) {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    VP_REQUIRE(j[key].is_number(), c.path, ": ", key, " must be a number, got ", j[key].dump());
-    return j[key].get<double>();
-  };
-  const double r = number("r", 8);
-  VP_REQUIRE(r >= 1 && r == std::floor(r) && r <= 1e6, c.path, ": r must be a positive integer, got ", r);
-  c.r = static_cast<int64_t>(r);
-  c.lora_alpha = number("lora_alpha", 8);
-  c.use_rslora = j.value("use_rslora", false);
-  c.target_modules = j.value("target_modules", Json());
-  VP_REQUIRE(c.target_modules.is_string() || (c.target_modules.is_array() && !c.target_modules.empty()), c.path,
-             ": target_modules must be a list of module names or a regular expression, got ", c.target_modules.dump());
-  if (c.target_modules.is_array()) {
-    for (const auto& t : c.target_modules) {
-      VP_REQUIRE(t.is_string(), c.path, ": target_modules entries must be strings, got ", t.dump());
+        c.layers_to_transform.is_null() || c.layers_to_transform.is_number_integer() ||
+            (c.layers_to_transform.is_array() && std::all_of(c.layers_to_transform.begin(), c.layers_to_transform.end(),
+                                                             [](const Json& l) { return l.is_number_integer(); })),
+        c.path, ": layers_to_transform must be a layer index or a list of them, got ", c.layers_to_transform.dump());
+    c.layers_pattern = j.value("layers_pattern", Json());
+    VP_REQUIRE(c.layers_pattern.is_null() || c.layers_pattern.is_string() ||
+                   (c.layers_pattern.is_array() && std::all_of(c.layers_pattern.begin(), c.layers_pattern.end(),
+                                                               [](const Json& p) { return p.is_string(); })),
+               c.path, ": layers_pattern must be a name or a list of names, got ", c.layers_pattern.dump());
+    if (c.layers_pattern.is_string()) require_regex(c.path, "layers_pattern", c.layers_pattern.get<std::string>());
+    for (const auto& p : c.layers_pattern.is_array() ? c.layers_pattern : Json::array()) {
+      require_regex(c.path, "layers_pattern", p.get<std::string>());
     }
+    const Json base = j.value("base_model_name_or_path", Json());
+    VP_REQUIRE(base.is_string() && !base.get<std::string>().empty(), c.path,
+               ": base_model_name_or_path must name the base model (a directory or a Hub repo id)");
+    c.base_model = base.get<std::string>();
+    const Json bias = j.value("bias", Json("none"));
+    VP_REQUIRE(bias.is_string(), c.path, ": bias must be \"none\", \"all\" or \"lora_only\", got ", bias.dump());
+    c.bias = bias.get<std::string>();
+    const Json revision = j.value("revision", Json());
+    c.revision = revision.is_string() ? revision.get<std::string>() : "main";
+  } catch (const Json::exception& e) {
+    fail(c.path, ": a field has the wrong type (", e.what(), ")");
   }
-  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
-    Json v = j.value(key, Json::object());
-    if (v.is_null()) v = Json::object();
-    VP_REQUIRE(v.is_object(), c.path, ": ", key, " must be an object, got ", v.dump());
-    for (const auto& [k, x] : v.items()) {
-      VP_REQUIRE(x.is_number(), c.path, ": ", key, "[\"", k, "\"] must be a number, got ", x.dump());
-    }
-    (std::string(key) == "rank_pattern" ? c.rank_pattern : c.alpha_pattern) = v;
-  }
-  c.layers_to_transform = j.value("layers_to_transform", Json());
-  c.layers_pattern = j.value("layers_pattern", Json());
-  const Json base = j.value("base_model_name_or_path", Json());
-  VP_REQUIRE(base.is_string() && !base.get<std::string>().empty(), c.path,
-             ": base_model_name_or_path must name the base model (a directory or a Hub repo id)");
-  c.base_model = base.get<std::string>();
-  const Json bias = j.value("bias", Json("none"));
-  VP_REQUIRE(bias.is_string(), c.path, ": bias must be \"none\", \"all\" or \"lora_only\", got ", bias.dump());
-  c.bias = bias.get<std::string>();
-  const Json revision = j.value("revision", Json());
-  c.revision = revision.is_string() ? revision.get<std::string>() : "main";
   return c;
 }
 
@@ -409,19 +441,7 @@ LoadedModel load_peft_adapter_model(const fs::path& directory, const LoadOptions
                shape_string(b->second.shape()), " do not fit a [", out, ", ", in, "] layer at rank ", r,
                rank ? " (rank_pattern)" : " (r)");
     const double scaling = c.use_rslora ? lora_alpha / std::sqrt(static_cast<double>(r)) : lora_alpha / r;
-    const Tensor A = a->second.to(DType::f32), B = b->second.to(DType::f32);
-    const Tensor w = model.parameters.tensor(*spec);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < out; ++i) {
-      for (int64_t j = 0; j < in; ++j) {
-        double delta = 0.0;
-        for (int64_t k = 0; k < r; ++k) {
-          delta += static_cast<double>(B.f32()[i * r + k]) * static_cast<double>(A.f32()[k * in + j]);
-        }
-        float& weight = w.f32()[i * in + j];
-        weight = static_cast<float>(static_cast<double>(weight) + scaling * delta);
-      }
-    }
+    add_low_rank_update(model.parameters.tensor(*spec), a->second.to(DType::f32), b->second.to(DType::f32), scaling);
     used.insert(key);
     ++adapted;
   }

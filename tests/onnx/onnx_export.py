@@ -7,13 +7,10 @@ python3-onnx checks each file (full check, with shape inference) and its metadat
 
 usage: onnx_export.py --case NAME
 """
-import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
@@ -33,8 +30,7 @@ TOLERANCE = 1e-4
 RUNNER = os.path.join(HERE, "ort_run.js")
 
 
-def vitpipe(*args):
-    return subprocess.run([os.environ["VITPIPE"], *map(str, args)], capture_output=True, text=True)
+vitpipe = pg.vitpipe
 
 
 def ort_logits(model, pixels, root):
@@ -179,20 +175,5 @@ def refusals(root):
     return failures
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--case", required=True)
-    args = ap.parse_args()
-    torch.set_num_threads(2)
-    root = tempfile.mkdtemp(prefix="vitpipe-onnx-")
-    try:
-        failures = refusals(root) if args.case == "refusals" else run_case(args.case, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    for f in failures:
-        print("FAIL:", f)
-    sys.exit(1 if failures else 0)
-
-
 if __name__ == "__main__":
-    main()
+    pp.run_main("vitpipe-onnx-", run_case, refusals)

@@ -21,7 +21,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -39,8 +38,7 @@ TOLERANCE = 1e-4
 PREFIX = "base_model.model."
 
 
-def vitpipe(*args):
-    return subprocess.run([os.environ["VITPIPE"], *map(str, args)], capture_output=True, text=True)
+vitpipe = golden.vitpipe
 
 
 def make_base(root, labels):
@@ -297,6 +295,9 @@ def refusals(root):
         ("peft_type", {"peft_type": "IA3"}),
         ("frobnicate", {"frobnicate": 3}),
         ("fc9", {"target_modules": ["query", "fc9"]}),
+        ("target_modules", {"target_modules": "query[("}),
+        ("rank_pattern", {"rank_pattern": {"query": 2.5}}),
+        ("wrong type", {"use_rslora": "yes"}),
     ]
     for i, (expected, change) in enumerate(cases):
         adapter = os.path.join(root, f"bad{i}")
@@ -349,11 +350,14 @@ def refusals(root):
     return failures
 
 
-def main():
+def run_main(prefix, run_case, refusals):
+    """--case NAME: `refusals`, or run_case(NAME, root) in a temporary root; exits 1 if a check failed. (Shared
+    with tests/onnx/onnx_export.py.)"""
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", required=True)
     args = ap.parse_args()
-    root = tempfile.mkdtemp(prefix="vitpipe-peft-")
+    torch.set_num_threads(2)
+    root = tempfile.mkdtemp(prefix=prefix)
     try:
         failures = refusals(root) if args.case == "refusals" else run_case(args.case, root)
     finally:
@@ -364,4 +368,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_main("vitpipe-peft-", run_case, refusals)
