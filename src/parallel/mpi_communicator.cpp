@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
-#include <thread>
 
 namespace vitpipe {
 namespace {
@@ -62,12 +61,12 @@ double read_timeout() {
 
 // MPI_Wait with a deadline. MPI itself waits for ever on a peer behind a lost link or on a dead host (a 2-host run
 // whose link was cut hung past 885 s); past the deadline this rank names itself, its host and the operation and
-// takes the job down, so every rank ends (each rank's own deadline covers the side mpirun cannot reach). Polls
-// without sleeping for the first millisecond, then with sleeps growing to 1 ms.
+// takes the job down, so every rank ends (each rank's own deadline covers the side mpirun cannot reach). It polls
+// MPI_Test as MPI_Wait polls its progress engine (no sleeps: a message must not wait on one), reading the clock
+// between polls.
 void wait_or_abort(MPI_Request* request, MPI_Status* status, const std::string& what) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  auto pause = std::chrono::microseconds(0);
   for (;;) {
     int flag = 0;
     check(MPI_Test(request, &flag, status), what.c_str());
@@ -77,10 +76,6 @@ void wait_or_abort(MPI_Request* request, MPI_Status* status, const std::string& 
       abort_job(concat(what, " did not complete in ", g_mpi.timeout_seconds,
                        " s (VITPIPE_COMM_TIMEOUT): a peer stopped answering (a lost link or host?); aborting every "
                        "rank, resume from the last checkpoint with --resume"));
-    }
-    if (waited > 1e-3) {
-      pause = std::min(std::chrono::microseconds(1000), pause + std::chrono::microseconds(50));
-      std::this_thread::sleep_for(pause);
     }
   }
 }
