@@ -17,6 +17,7 @@ packages=(build-essential cmake pkg-config ninja-build ccache  # ccache: rebuild
   zlib1g-dev                        # gzipped label files (.csv.gz)
   libfreetype-dev fonts-dejavu-core # text on heatmap overlays (finding, probability, colour bar)
   libonnx-dev libprotobuf-dev       # ONNX export: ONNX's protobuf classes, checker, shape inference
+  libcpp-httplib-dev                # `serve`: HTTP/1.1 server (DICOM networking and SR come with libdcmtk-dev)
   libgtest-dev libbenchmark-dev)    # unit tests, micro-benchmarks
 if [[ "${1:-}" == "--tests" ]]; then
   # Reference implementations the tests check against; OpenBLAS so the PyTorch peer runs at its real speed.
@@ -24,6 +25,8 @@ if [[ "${1:-}" == "--tests" ]]; then
     qemu-user)                      # runs the binary on an emulated AVX2-only and a pre-AVX2 CPU
   # DICOM references: pydicom reads the test files, DCMTK's tools compress them (dcmcjpeg, dcmcjpls, dcmcrle).
   packages+=(python3-pydicom dcmtk)
+  # `serve` against a real PACS: Orthanc with its DICOMweb plugin, and dicom3tools' dciodvfy to validate the SR.
+  packages+=(orthanc orthanc-dicomweb dicom3tools)
   # A real browser opens the HTML report with networking off (tests/report/).
   packages+=(chromium)
   # The fuzz harnesses (tools/fuzz): clang, its libFuzzer and sanitizer runtimes, its OpenMP.
