@@ -19,5 +19,6 @@ void add_download_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_image_command(CLI::App& app);
 void add_explain_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace vitpipe::cli

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "data/augmentation.h"
 #include "data/dataset.h"
@@ -47,6 +49,18 @@ inline void add_image_read_flags(CLI::App* cmd, ImageReadFlags* flags) {
         flags->frame_given = true;
       },
       "Read the first frame of multi-frame DICOM files instead of refusing them");
+}
+
+// --labels NAME,NAME,...: a peft adapter's classifier labels that nothing else names.
+inline std::vector<std::string> parse_label_list(const std::string& text) {
+  std::vector<std::string> labels;
+  for (size_t start = 0; !text.empty() && start <= text.size();) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    labels.push_back(text.substr(start, comma - start));
+    VP_REQUIRE(!labels.back().empty(), "--labels: empty label name in \"", text, "\" (expected NAME,NAME,...)");
+    start = comma + 1;
+  }
+  return labels;
 }
 
 // What a command uses for a model: the reading its preprocessor config records, overridden by the flags given.

@@ -265,6 +265,28 @@ bool has_dicom_preamble(const uint8_t* data, size_t size) {
   return size >= kPreambleBytes + 4 && std::memcmp(data + kPreambleBytes, "DICM", 4) == 0;
 }
 
+DicomFileIdentity read_dicom_file_identity(const uint8_t* data, size_t size, const std::string& name) {
+  VP_REQUIRE(has_dicom_preamble(data, size), name, ": not a DICOM file (no \"DICM\" after the 128-byte preamble)");
+  initialise_dcmtk();
+  DicomMemoryStream stream(data, size);
+  DcmFileFormat file;
+  DcmMetaInfo& meta = *file.getMetaInfo();
+  meta.transferInit();
+  const OFCondition status = meta.read(stream, EXS_Unknown, EGL_noChange, kDicomParseReadLimit);
+  meta.transferEnd();
+  VP_REQUIRE(status.good(), name, ": ", read_failure(file, size, status));
+  DicomFileIdentity identity;
+  for (auto [tag, out] : {std::pair{DCM_MediaStorageSOPClassUID, &identity.sop_class_uid},
+                          std::pair{DCM_MediaStorageSOPInstanceUID, &identity.sop_instance_uid},
+                          std::pair{DCM_TransferSyntaxUID, &identity.transfer_syntax_uid}}) {
+    OFString value;
+    meta.findAndGetOFString(tag, value);
+    *out = trimmed(value);
+    VP_REQUIRE(!out->empty(), name, ": the file meta information lacks ", label(tag));
+  }
+  return identity;
+}
+
 DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& name, const ImageReadOptions& options) {
   VP_REQUIRE(has_dicom_preamble(data, size), name, ": not a DICOM file (no \"DICM\" after the 128-byte preamble)");
   initialise_dcmtk();

@@ -21,6 +21,14 @@ namespace vitpipe {
 // "DICM" at byte 128: how DICOM files are recognised, whatever their extension (.dcm, .dicom, none).
 bool has_dicom_preamble(const uint8_t* data, size_t size);
 
+// What the file meta information says the file holds: Media Storage SOP Class and Instance UIDs (0002,0002) and
+// (0002,0003), and the transfer syntax. Throws vitpipe::Error naming `name_for_errors` when it cannot be read or
+// lacks them.
+struct DicomFileIdentity {
+  std::string sop_class_uid, sop_instance_uid, transfer_syntax_uid;
+};
+DicomFileIdentity read_dicom_file_identity(const uint8_t* data, size_t size, const std::string& name_for_errors);
+
 // Gray images come back with channels == 1, RGB with 3. Multi-frame images are refused unless
 // options.dicom_first_frame. Throws vitpipe::Error naming `name_for_errors` and the offending element.
 DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& name_for_errors,

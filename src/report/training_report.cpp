@@ -11,6 +11,7 @@
 #include "report/svg_chart.h"
 #include "train/curves.h"
 #include "train/metrics.h"
+#include "util/base64.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/median.h"
@@ -515,22 +516,6 @@ std::string parallel_section(const std::vector<nlohmann::json>& metrics) {
   }
   return "<section id=\"parallelism\"><h2>Pipeline and data parallelism</h2>\n" +
          table_html({"figure", "value"}, rows, "parallel-figures") + "</section>\n";
-}
-
-std::string base64(const std::string& bytes) {
-  static const char* table = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
-    out += table[(v >> 18) & 63];
-    out += table[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? table[(v >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? table[v & 63] : '=';
-  }
-  return out;
 }
 
 std::string heatmap_section(const std::vector<ReportHeatmap>& heatmaps) {

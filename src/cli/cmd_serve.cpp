@@ -1,0 +1,152 @@
+// `vitpipe serve --model M`: the model behind HTTP (predict, DICOMweb STOW-RS, model info, health, metrics) and,
+// with --dicom-port, a DICOM node a PACS sends studies to (serve/). SIGTERM or SIGINT: the requests in flight are
+// answered, then it exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/data_flags.h"
+#include "inference/image_classifier.h"
+#include "serve/http_service.h"
+#include "serve/inference_batcher.h"
+#include "serve/prediction_service.h"
+#include "serve/serve_metrics.h"
+#include "util/log.h"
+#include "util/threads.h"
+
+namespace vitpipe::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string revision = "main";
+  std::string labels;
+  int64_t image_size = 0;
+  int threads = 0;
+  ImageReadFlags read;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int64_t max_batch = 16;
+  double max_delay_ms = 5;
+  int64_t max_queue = 64;
+  std::string max_body = "64M";
+  int http_threads = 0;
+  std::string token_file;
+};
+
+// "1048576", "512K", "64M", "1G" (powers of 1024).
+size_t parse_byte_size(const std::string& text, const char* flag) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string suffix = text.substr(digits);
+  VP_REQUIRE(digits > 0 && digits <= 12 && (suffix.empty() || suffix == "K" || suffix == "M" || suffix == "G"), flag,
+             ": expected a byte count such as 1048576, 512K, 64M or 1G, got \"", text, "\"");
+  const size_t shift = suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : 0;
+  return static_cast<size_t>(std::stoull(text.substr(0, digits))) << shift;
+}
+
+nlohmann::json model_info(const ImageClassifier& classifier, const std::string& reference) {
+  const LoadedModel& m = classifier.model();
+  return {{"labels", m.config.labels},
+          {"family", m.config.model_type},
+          {"problem_type", problem_type_name(m.config.problem_type)},
+          {"image_size", m.config.input_size()},
+          {"preprocessing", nlohmann::json::parse(preprocessor_config_text(m.preprocessor))},
+          {"image_reading",
+           {{"intensity", intensity_policy_name(classifier.reading().intensity)},
+            {"dicom_window", dicom_window_name(classifier.reading().dicom_window)}}},
+          {"weights", {{"reference", reference}, {"directory", m.directory.string()}, {"file", m.weights_file}}},
+          {"max_batch", classifier.max_batch()},
+          {"vitpipe_version", "0.1.0"}};
+}
+
+void run_serve(const ServeOptions& o) {
+  // SIGTERM and SIGINT are taken by one thread (sigwait), so every other thread, started below, keeps them blocked.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  VP_REQUIRE(o.max_delay_ms >= 0 && o.max_delay_ms <= 10000, "--max-delay-ms: expected 0..10000, got ", o.max_delay_ms);
+  configure_threads(o.threads);
+  LoadOptions load;
+  load.image_size = o.image_size;
+  load.reference.revision = o.revision;
+  load.labels = parse_label_list(o.labels);
+  LoadedModel loaded = load_model(o.model, load);
+  const ImageReadOptions reading = resolve_image_read(o.read, loaded.preprocessor, loaded.directory.string());
+  ImageClassifier classifier(std::move(loaded), o.model, reading, o.max_batch);
+
+  HttpServiceOptions http;
+  http.host = o.host;
+  http.port = o.port;
+  http.max_queue = o.max_queue;
+  http.max_body = parse_byte_size(o.max_body, "--max-body");
+  http.threads = o.http_threads;
+  if (!o.token_file.empty()) http.token.emplace(o.token_file);
+
+  ServeMetrics metrics;
+  InferenceBatcher batcher(
+      classifier, {o.max_batch, std::chrono::microseconds(static_cast<int64_t>(o.max_delay_ms * 1000))}, &metrics);
+  PredictionService predictions(classifier, batcher);
+  HttpService service(predictions, metrics, model_info(classifier, o.model), std::move(http));
+  service.bind();
+
+  std::thread http_thread([&] { service.serve(); });
+  // Warm-up: one full batch, so the first requests do not pay for oneDNN's kernel creation.
+  const std::vector<float> zeros(static_cast<size_t>(classifier.input_floats() * o.max_batch), 0.0f);
+  {
+    std::vector<std::future<ImagePrediction>> warm;
+    for (int64_t i = 0; i < o.max_batch; ++i)
+      warm.push_back(batcher.submit(std::vector<float>(zeros.begin(), zeros.begin() + classifier.input_floats())));
+    for (auto& w : warm) w.get();
+  }
+  service.set_ready(true);
+  std::fprintf(stderr, "serving %s on http://%s:%d (max batch %lld, ready)\n", o.model.c_str(), o.host.c_str(),
+               service.port(), static_cast<long long>(o.max_batch));
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::fprintf(stderr, "%s: finishing the requests in flight\n", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  service.set_ready(false);
+  service.stop();
+  http_thread.join();
+  batcher.stop();
+  std::fprintf(stderr, "stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand(
+      "serve", "Serve a model over HTTP (predict, DICOMweb STOW-RS) and as a DICOM node a PACS sends images to");
+  cmd->add_option("--model", o->model, "Model directory, Hugging Face repo id or peft adapter")->required();
+  cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
+  cmd->add_option("--image-size", o->image_size, "Run at another resolution (position embeddings resized bicubically)");
+  cmd->add_option("--labels", o->labels,
+                  "NAME,NAME,...: the labels of a peft adapter's classifier when no config.json names them");
+  cmd->add_option("--threads", o->threads, "CPU threads for the model (0 = all cores)");
+  add_image_read_flags(cmd, &o->read);
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "HTTP port")->capture_default_str();
+  cmd->add_option("--max-batch", o->max_batch, "Images per forward pass at most")->capture_default_str();
+  cmd->add_option("--max-delay-ms", o->max_delay_ms, "How long the first queued image waits for others to batch with")
+      ->capture_default_str();
+  cmd->add_option("--max-queue", o->max_queue, "Prediction requests admitted at once; more are answered 503")
+      ->capture_default_str();
+  cmd->add_option("--max-body", o->max_body, "Largest request body (bytes, or with K, M, G); larger is answered 413")
+      ->capture_default_str();
+  cmd->add_option("--http-threads", o->http_threads, "Connection threads (0: max-queue + 8)");
+  cmd->add_option("--token-file", o->token_file,
+                  "Require 'Authorization: Bearer TOKEN' (the file's first line) "
+                  "on every route but /healthz");
+  cmd->callback([o] { run_serve(*o); });
+}
+
+}  // namespace vitpipe::cli

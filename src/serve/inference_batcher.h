@@ -1,0 +1,57 @@
+// Dynamic batching: images submitted by concurrent requests wait until `max_batch` are queued or the first has
+// waited `max_delay`, then run through the model together on one thread. Each answer is the same whatever batch it
+// rode in (the model runs images independently; GEMM blocking may change the last bits, within 1e-5).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "inference/image_classifier.h"
+#include "serve/serve_metrics.h"
+
+namespace vitpipe {
+
+class InferenceBatcher {
+ public:
+  struct Options {
+    int64_t max_batch = 16;  // at most the classifier's max_batch
+    std::chrono::microseconds max_delay{5000};
+  };
+
+  // `classifier` and `metrics` (may be null) must outlive the batcher.
+  InferenceBatcher(ImageClassifier& classifier, Options options, ServeMetrics* metrics);
+  ~InferenceBatcher();
+  InferenceBatcher(const InferenceBatcher&) = delete;
+  InferenceBatcher& operator=(const InferenceBatcher&) = delete;
+
+  // Queues one preprocessed image (classifier.input_floats() floats). The future throws what the model threw.
+  std::future<ImagePrediction> submit(std::vector<float> input);
+  int64_t queue_depth() const;
+  // Runs what is queued, then joins the thread; later submissions throw vitpipe::Error.
+  void stop();
+
+ private:
+  struct Pending {
+    std::vector<float> input;
+    std::promise<ImagePrediction> answer;
+    std::chrono::steady_clock::time_point queued;
+  };
+  void run();
+
+  ImageClassifier& classifier_;
+  Options options_;
+  ServeMetrics* metrics_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Pending> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace vitpipe

@@ -1,0 +1,54 @@
+// What `serve`'s prediction routes do with a request body, apart from HTTP: decode each image (PNG, JPEG or DICOM,
+// by its bytes) on the caller's thread, preprocess it, let the batcher run it, and answer predict's JSON; STOW-RS
+// bodies answer DICOM JSON. Errors carry the HTTP status they deserve (HttpError).
+#pragma once
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "explain/attention_maps.h"
+#include "inference/image_classifier.h"
+#include "serve/inference_batcher.h"
+#include "util/error.h"
+
+namespace vitpipe {
+
+struct HttpError : Error {
+  HttpError(int status, const std::string& message) : Error(message), status(status) {}
+  int status;
+};
+
+class PredictionService {
+ public:
+  // Both must outlive the service.
+  PredictionService(ImageClassifier& classifier, InferenceBatcher& batcher);
+
+  // One image: predict's JSON line, plus {"heatmap": {"finding", "method", "probability", "png_base64"}} for the most
+  // probable label when `heatmap` is set. Throws HttpError 400 naming `name` when the bytes are not an image vitpipe
+  // decodes or cannot be made the model's size.
+  nlohmann::json predict_image(const std::string& name, std::string_view bytes,
+                               std::optional<ExplainMethod> heatmap = std::nullopt);
+  // A POST /v1/predict body of one image (image/png, image/jpeg, application/dicom, application/octet-stream or
+  // no type; the bytes decide the format): predict_image's answer. Another type: HttpError 415.
+  nlohmann::json predict_body(std::string_view content_type, std::string_view body,
+                              std::optional<ExplainMethod> heatmap);
+  // Several images (the parts of a multipart/form-data body): an array of predict_image's answers, in order.
+  nlohmann::json predict_images(const std::vector<std::string>& names, const std::vector<std::string_view>& images,
+                                std::optional<ExplainMethod> heatmap);
+  // A STOW-RS body (multipart/related; type="application/dicom"): the Store Instances Response (PS3.18 10.5.3) in
+  // DICOM JSON, nothing stored so no RetrieveURL; each referenced instance carries its predictions in private
+  // element (0009,1001) of creator "VITPIPE" (UT: predict's JSON line). `status` gets 200, 202 when some instances
+  // failed, 409 when all did.
+  nlohmann::json store_instances(std::string_view content_type, std::string_view body, int* status);
+
+ private:
+  ImageClassifier& classifier_;
+  InferenceBatcher& batcher_;
+  std::mutex explainer_mutex_;  // heatmaps run one at a time: they are for looking, not throughput
+};
+
+}  // namespace vitpipe
