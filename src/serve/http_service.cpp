@@ -12,6 +12,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxFormParts = 1000;
+// An oversized body is read (and dropped) up to this many times --max-body before the connection is cut.
+constexpr size_t kDrainFactor = 16;
 
 void answer_json(httplib::Response& res, int status, const nlohmann::json& body,
                  const char* type = "application/json") {
@@ -93,9 +95,29 @@ void HttpService::add_routes() {
       run_guarded(route, needs_token, req, res, [&] { handler(req, res); });
     };
   };
-  auto guarded_reader = [run_guarded](std::string route, auto handler) -> httplib::Server::HandlerWithContentReader {
+  // A body the handler left unread (an early refusal) is read and dropped before the answer goes: closing a socket
+  // with unread bytes makes TCP reset the connection, and the client may lose the answer.
+  auto guarded_reader = [this, run_guarded](std::string route,
+                                            auto handler) -> httplib::Server::HandlerWithContentReader {
     return [=](const Request& req, Response& res, const ContentReader& reader) {
-      run_guarded(route, true, req, res, [&] { handler(req, res, reader); });
+      bool read = false;
+      const ContentReader tracked(
+          [&](httplib::ContentReceiver receiver) {
+            read = true;
+            return reader(std::move(receiver));
+          },
+          [&](httplib::MultipartContentHeader header, httplib::ContentReceiver receiver) {
+            read = true;
+            return reader(std::move(header), std::move(receiver));
+          });
+      run_guarded(route, true, req, res, [&] { handler(req, res, tracked); });
+      if (read) return;
+      size_t total = 0;
+      auto drop = [&](const char*, size_t size) { return (total += size) <= kDrainFactor * options_.max_body; };
+      const bool drained = req.is_multipart_form_data()
+                               ? reader([](const httplib::MultipartFormData&) { return true; }, drop)
+                               : reader(drop);
+      if (!drained) res.set_header("Connection", "close");
     };
   };
 
@@ -122,16 +144,15 @@ void HttpService::add_routes() {
     bool read = true;
     // cpp-httplib parses multipart/form-data itself (read_form_data); it must not reach a plain receiver.
     VP_REQUIRE(!req.is_multipart_form_data(), "read_body: form-data");
+    size_t total = 0;
     read = reader([&](const char* data, size_t size) {
-      if (body->size() + size > options_.max_body) {
-        too_large = true;
-        return false;
-      }
-      body->append(data, size);
-      return true;
+      total += size;
+      too_large = too_large || total > options_.max_body;
+      if (!too_large) body->append(data, size);
+      return total <= kDrainFactor * options_.max_body;  // read on (dropped) to answer 413 without a reset
     });
-    if (read) return true;
-    res.set_header("Connection", "close");  // the rest of the body was not read
+    if (read && !too_large) return true;
+    if (!read) res.set_header("Connection", "close");  // the rest of the body was not read
     if (too_large || res.status == 413)
       answer_error(res, 413, concat("the request body is larger than --max-body (", options_.max_body, " bytes)"));
     else
@@ -177,12 +198,12 @@ void HttpService::add_routes() {
                         },
                         [&](const char* data, size_t size) {
                           total += size;
-                          if (total > options_.max_body) return !(too_large = true);
-                          bodies.back().append(data, size);
-                          return true;
+                          too_large = too_large || total > options_.max_body;
+                          if (!too_large) bodies.back().append(data, size);
+                          return total <= kDrainFactor * options_.max_body;
                         });
-                    if (!read) {
-                      res.set_header("Connection", "close");
+                    if (!read || too_large) {
+                      if (!read) res.set_header("Connection", "close");
                       if (too_large || res.status == 413)
                         throw HttpError(
                             413, concat("the request body is larger than --max-body (", options_.max_body, " bytes)"));
