@@ -37,10 +37,11 @@ std::string format_decimal_string(double value) {
   VP_REQUIRE(shortest.ec == std::errc(), "cannot format ", value);
   std::string exact = compact_exponent(std::string(text, shortest.ptr));
   if (exact.size() <= kMaxDecimalStringLength) return exact;
-  // 17 significant digits always round-trip; take the most that fit.
-  for (int precision = 17; precision >= 1; --precision) {
-    for (const std::chars_format format : {std::chars_format::general, std::chars_format::scientific}) {
-      std::string candidate = to_text(value, format, precision);
+  // 17 significant digits always round-trip; take the most that fit, in fixed or exponent notation. to_chars'
+  // precision counts significant digits for general but digits after the point for scientific.
+  for (int digits = 17; digits >= 1; --digits) {
+    for (std::string candidate : {to_text(value, std::chars_format::general, digits),
+                                  to_text(value, std::chars_format::scientific, digits - 1)}) {
       if (candidate.size() <= kMaxDecimalStringLength) return candidate;
     }
   }

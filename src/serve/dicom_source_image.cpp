@@ -4,11 +4,14 @@
 #include <dcmtk/config/osconfig.h>  // must come first
 // clang-format on
 #include <dcmtk/dcmdata/dcdeftag.h>
+#include <dcmtk/dcmdata/dcdict.h>
 #include <dcmtk/dcmdata/dcfilefo.h>
 #include <dcmtk/dcmdata/dcitem.h>
 #include <dcmtk/dcmdata/dcspchrs.h>
+#include <dcmtk/oflog/oflog.h>
 
 #include <cstdio>
+#include <mutex>
 
 #include "serve/dicom_text.h"
 #include "util/error.h"
@@ -45,6 +48,14 @@ std::string trimmed(const OFString& value) {
   return s;
 }
 
+// DCMTK's log off: errors reach the caller as one vitpipe::Error (as in data/dicom_decoder.cpp).
+void initialise_dcmtk() {
+  static std::once_flag once;
+  std::call_once(once, [] { OFLog::configure(OFLogger::OFF_LOG_LEVEL); });
+  VP_REQUIRE(dcmDataDict.isDictionaryLoaded(), "DCMTK's data dictionary is not loaded (", DCM_DICT_DEFAULT_PATH,
+             "); DICOM files cannot be read or written without it");
+}
+
 std::string required_uid(DcmItem& dataset, const DcmTagKey& key, const std::filesystem::path& image_file) {
   OFString value;
   dataset.findAndGetOFString(key, value);
@@ -65,6 +76,7 @@ bool DicomSourceImage::has_non_ascii_text() const {
 }
 
 DicomSourceImage read_dicom_source_image(const std::filesystem::path& image_file) {
+  initialise_dcmtk();
   const std::string name = image_file.string();
   DcmFileFormat file;
   // Values longer than 4 KB (the pixel data) stay on disk: only the header is wanted.
@@ -96,6 +108,12 @@ DicomSourceImage read_dicom_source_image(const std::filesystem::path& image_file
     VP_REQUIRE(is_valid_utf8(text), name, ": ", tag_label(attribute.key), " is not valid text in its character set (",
                tag_label(DCM_SpecificCharacterSet), " is \"", declared, "\")");
     source.patient_and_study.push_back({attribute.key.getGroup(), attribute.key.getElement(), text});
+  }
+  // Code strings: ASCII by definition, whatever the character set.
+  OFString value;
+  if (dataset.findAndGetOFString(DCM_BodyPartExamined, value).good()) source.body_part_examined = trimmed(value);
+  for (const DcmTagKey& key : {DCM_Laterality, DCM_ImageLaterality}) {
+    if (source.laterality.empty() && dataset.findAndGetOFString(key, value).good()) source.laterality = trimmed(value);
   }
   return source;
 }

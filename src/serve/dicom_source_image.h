@@ -26,6 +26,10 @@ struct DicomSourceImage {
   // Patient and General Study module attributes the image has (StudyInstanceUID apart), converted to UTF-8 from the
   // image's character set, in the order they are written.
   std::vector<DicomTextAttribute> patient_and_study;
+  // For an image object derived from it (General Series): empty where the image does not say. `laterality` is the
+  // image's Laterality, else its Image Laterality.
+  std::string body_part_examined;
+  std::string laterality;
 
   bool has_non_ascii_text() const;
 };

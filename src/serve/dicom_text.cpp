@@ -56,20 +56,11 @@ bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
-size_t utf8_length(std::string_view text) {
-  size_t count = 0;
-  for (const char c : text) count += is_continuation(static_cast<unsigned char>(c)) ? 0 : 1;
-  return count;
-}
-
-std::string utf8_prefix(std::string_view text, size_t max_characters) {
-  size_t count = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (is_continuation(static_cast<unsigned char>(text[i]))) continue;
-    if (count == max_characters) return std::string(text.substr(0, i));
-    ++count;
-  }
-  return std::string(text);
+std::string utf8_prefix(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t end = max_bytes;  // text[end] is the first byte left out: back up to the start of its character
+  while (end > 0 && is_continuation(static_cast<unsigned char>(text[end]))) --end;
+  return std::string(text.substr(0, end));
 }
 
 void require_single_line_dicom_text(std::string_view text, const std::string& what) {

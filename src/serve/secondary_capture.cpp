@@ -80,6 +80,9 @@ void write_heatmap_secondary_capture(const std::filesystem::path& image_file, co
   put(DCM_SeriesInstanceUID, series_instance_uid);
   put(DCM_SeriesNumber, kSeriesNumber);
   put(DCM_SeriesDescription, series_description);
+  if (!source.body_part_examined.empty()) put(DCM_BodyPartExamined, source.body_part_examined);
+  // Type 2C: required for a paired body part, so empty ("unknown") when the image does not name its body part.
+  if (!source.laterality.empty() || source.body_part_examined.empty()) put(DCM_Laterality, source.laterality);
   // General Equipment, SC Equipment
   put(DCM_Manufacturer, "vitpipe");
   put(DCM_ConversionType, "WSD");

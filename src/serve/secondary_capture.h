@@ -10,9 +10,10 @@
 
 namespace vitpipe {
 
-// `overlay` must be RGB (channels 3). `description` (UTF-8) becomes the SeriesDescription (cut to 64 characters)
-// and the DerivationDescription. Written atomically, explicit VR little endian. Throws vitpipe::Error naming the file
-// and the attribute on anything DCMTK refuses, or on an image that is not DICOM or lacks a UID.
+// `overlay` must be RGB (channels 3). `description` (UTF-8) becomes the SeriesDescription (cut to 64 bytes at a
+// character boundary) and the DerivationDescription. Written atomically, explicit VR little endian. Throws
+// vitpipe::Error naming the file and the attribute on anything DCMTK refuses, or on an image that is not DICOM or lacks
+// a UID.
 void write_heatmap_secondary_capture(const std::filesystem::path& image_file, const DecodedImage& overlay,
                                      const std::string& description, const std::string& sop_instance_uid,
                                      const std::string& series_instance_uid, const std::filesystem::path& out_file);

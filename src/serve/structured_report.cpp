@@ -25,7 +25,7 @@
 namespace vitpipe {
 namespace {
 
-constexpr size_t kMaxCodeMeaningCharacters = 64;  // LO
+constexpr size_t kMaxCodeMeaningBytes = 64;  // LO
 constexpr const char* kNotADiagnosis =
     "Produced by a machine-learning model; not a diagnosis. Requires review by a qualified reader.";
 constexpr const char* kSeriesNumber = "9001";  // after the acquisition's series in a viewer's list
@@ -153,7 +153,7 @@ void write_structured_report(const std::filesystem::path& image_file, const Stru
   const DSRCodedEntryValue unit = code("1", "UCUM", "no units", out_file);
   for (const LabelProbability& finding : content.findings) {
     const std::string what = concat("NUM \"", finding.label, "\"");
-    const std::string meaning = utf8_prefix(finding.label, kMaxCodeMeaningCharacters);
+    const std::string meaning = utf8_prefix(finding.label, kMaxCodeMeaningBytes);
     report.add(DSRTypes::VT_Num, code(finding_code_value(finding.label), kFindingCodingScheme, meaning, out_file),
                what);
     check(report.current().setNumericValue(probability_value(finding.probability, unit, out_file, what)), out_file,

@@ -10,8 +10,9 @@
 //       CONTAINS NUM (finding_code_value(label), 99VITPIPE, label): the probability, unit (1, UCUM, "no units"),
 //                    as a decimal string (dicom_decimal_string.h) and as its exact float64
 //
-// Labels are code meanings (LO): longer than 64 characters, they are cut to 64; their code values, made from the
-// whole label, still tell them apart. Written with DCMTK's dcmsr (DSRDocument).
+// Labels are code meanings (LO): longer than 64 bytes of UTF-8, they are cut to 64 at a character boundary
+// (serve/dicom_text.h); their code values, made from the whole label, still tell them apart. Written with DCMTK's dcmsr
+// (DSRDocument).
 #pragma once
 
 #include <filesystem>
