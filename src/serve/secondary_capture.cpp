@@ -38,8 +38,8 @@ void write_heatmap_secondary_capture(const std::filesystem::path& image_file, co
                                      const std::string& description, const std::string& sop_instance_uid,
                                      const std::string& series_instance_uid, const std::filesystem::path& out_file) {
   const std::string name = out_file.string();
-  require_valid_dicom_uid(sop_instance_uid, "the heatmap's SOP Instance UID");
-  require_valid_dicom_uid(series_instance_uid, "the heatmap's Series Instance UID");
+  require_valid_dicom_uid(sop_instance_uid, name + ": the heatmap's SOP Instance UID");
+  require_valid_dicom_uid(series_instance_uid, name + ": the heatmap's Series Instance UID");
   VP_REQUIRE(overlay.channels == 3, name, ": the heatmap overlay has ", overlay.channels, " channels (expected RGB)");
   VP_REQUIRE(overlay.width >= 1 && overlay.height >= 1 && overlay.width <= 65535 && overlay.height <= 65535, name,
              ": the heatmap overlay is ", overlay.width, " x ", overlay.height,
@@ -47,7 +47,7 @@ void write_heatmap_secondary_capture(const std::filesystem::path& image_file, co
   const auto pixel_bytes = static_cast<size_t>(overlay.width * overlay.height * 3);
   VP_REQUIRE(overlay.pixels.size() == pixel_bytes, name, ": the heatmap overlay holds ", overlay.pixels.size(),
              " bytes, its size says ", pixel_bytes);
-  VP_REQUIRE(is_valid_utf8(description), name, ": the heatmap description is not valid UTF-8");
+  require_single_line_dicom_text(description, name + ": the heatmap description");
 
   const DicomSourceImage source = read_dicom_source_image(image_file);
   VP_REQUIRE(series_instance_uid != source.series_instance_uid, name,
@@ -92,7 +92,7 @@ void write_heatmap_secondary_capture(const std::filesystem::path& image_file, co
   put(DCM_ContentDate, date);
   put(DCM_ContentTime, time);
   put(DCM_ImageType, "DERIVED\\SECONDARY");
-  put(DCM_DerivationDescription, description);
+  put(DCM_DerivationDescription, utf8_prefix(description, 1024));  // ST
   put(DCM_BurnedInAnnotation, "YES");
   DcmItem* reference = nullptr;
   const OFCondition added = dataset.findOrCreateSequenceItem(DCM_SourceImageSequence, reference, -2);

@@ -11,9 +11,9 @@
 namespace vitpipe {
 
 // `overlay` must be RGB (channels 3). `description` (UTF-8) becomes the SeriesDescription (cut to 64 bytes at a
-// character boundary) and the DerivationDescription. Written atomically, explicit VR little endian. Throws
-// vitpipe::Error naming the file and the attribute on anything DCMTK refuses, or on an image that is not DICOM or lacks
-// a UID.
+// character boundary) and the DerivationDescription (cut to 1024); a backslash or control character in it is refused.
+// Written atomically, explicit VR little endian. Throws vitpipe::Error naming the file and the attribute on anything
+// DCMTK refuses, or on an image that is not DICOM or lacks a UID.
 void write_heatmap_secondary_capture(const std::filesystem::path& image_file, const DecodedImage& overlay,
                                      const std::string& description, const std::string& sop_instance_uid,
                                      const std::string& series_instance_uid, const std::filesystem::path& out_file);

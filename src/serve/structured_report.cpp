@@ -72,9 +72,9 @@ class ReportTree {
   bool first_child_ = true;
 };
 
-void require_finite_probability(const LabelProbability& finding) {
-  VP_REQUIRE(std::isfinite(finding.probability) && finding.probability >= 0 && finding.probability <= 1,
-             "the probability of \"", finding.label, "\" is ", finding.probability, " (expected a number in [0, 1])");
+void require_probability(const LabelProbability& finding, const std::string& out) {
+  VP_REQUIRE(std::isfinite(finding.probability) && finding.probability >= 0 && finding.probability <= 1, out,
+             ": the probability of \"", finding.label, "\" is ", finding.probability, " (expected a number in [0, 1])");
 }
 
 DSRNumericMeasurementValue probability_value(double probability, const DSRCodedEntryValue& unit,
@@ -96,20 +96,21 @@ std::string finding_code_value(std::string_view label) {
 
 void write_structured_report(const std::filesystem::path& image_file, const StructuredReportContent& content,
                              const std::filesystem::path& out_file) {
-  require_valid_dicom_uid(content.sop_instance_uid, "the SR's SOP Instance UID");
-  require_valid_dicom_uid(content.series_instance_uid, "the SR's Series Instance UID");
-  VP_REQUIRE(!content.findings.empty(), out_file.string(), ": no findings to report");
-  VP_REQUIRE(is_valid_utf8(content.algorithm_name) && !content.algorithm_name.empty(),
-             "the algorithm name is empty or not valid UTF-8");
-  VP_REQUIRE(is_valid_utf8(content.algorithm_version) && !content.algorithm_version.empty(),
-             "the algorithm version is empty or not valid UTF-8");
+  const std::string out = out_file.string();
+  require_valid_dicom_uid(content.sop_instance_uid, out + ": the SR's SOP Instance UID");
+  require_valid_dicom_uid(content.series_instance_uid, out + ": the SR's Series Instance UID");
+  VP_REQUIRE(!content.findings.empty(), out, ": no findings to report");
+  VP_REQUIRE(is_valid_utf8(content.algorithm_name) && !content.algorithm_name.empty(), out,
+             ": the algorithm name is empty or not valid UTF-8");
+  VP_REQUIRE(is_valid_utf8(content.algorithm_version) && !content.algorithm_version.empty(), out,
+             ": the algorithm version is empty or not valid UTF-8");
   bool non_ascii = !is_ascii(content.algorithm_name) || !is_ascii(content.algorithm_version);
   std::set<std::string> labels;
   for (const LabelProbability& finding : content.findings) {
-    VP_REQUIRE(!finding.label.empty(), "a finding has an empty label");
-    require_single_line_dicom_text(finding.label, "the label");
-    require_finite_probability(finding);
-    VP_REQUIRE(labels.insert(finding.label).second, "the label \"", finding.label, "\" appears twice");
+    VP_REQUIRE(!finding.label.empty(), out, ": a finding has an empty label");
+    require_single_line_dicom_text(finding.label, out + ": the label");
+    require_probability(finding, out);
+    VP_REQUIRE(labels.insert(finding.label).second, out, ": the label \"", finding.label, "\" appears twice");
     non_ascii = non_ascii || !is_ascii(finding.label);
   }
 
