@@ -60,10 +60,6 @@ class ReportTree {
   }
   // Items added next go below the current one.
   void descend() { first_child_ = true; }
-  void ascend() {
-    VP_REQUIRE(tree_.goUp() > 0, out_file_.string(), ": DSRDocumentTree has no parent item to return to");
-    first_child_ = false;
-  }
   DSRContentItem& current() { return tree_.getCurrentContentItem(); }
 
  private:
@@ -105,12 +101,15 @@ void write_structured_report(const std::filesystem::path& image_file, const Stru
   VP_REQUIRE(is_valid_utf8(content.algorithm_version) && !content.algorithm_version.empty(), out,
              ": the algorithm version is empty or not valid UTF-8");
   bool non_ascii = !is_ascii(content.algorithm_name) || !is_ascii(content.algorithm_version);
-  std::set<std::string> labels;
+  std::set<std::string> labels, codes;
   for (const LabelProbability& finding : content.findings) {
     VP_REQUIRE(!finding.label.empty(), out, ": a finding has an empty label");
     require_single_line_dicom_text(finding.label, out + ": the label");
     require_probability(finding, out);
     VP_REQUIRE(labels.insert(finding.label).second, out, ": the label \"", finding.label, "\" appears twice");
+    // Two labels sharing 56 bits of SHA-256: never seen, but a report must not give two findings one code.
+    VP_REQUIRE(codes.insert(finding_code_value(finding.label)).second, out, ": the label \"", finding.label,
+               "\" has the code value of another label");
     non_ascii = non_ascii || !is_ascii(finding.label);
   }
 

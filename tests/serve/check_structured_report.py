@@ -188,6 +188,10 @@ def check_sr(path, image_path, findings, uids, algorithm, needs_utf8, what):
         unit = code(measured, "MeasurementUnitsCodeSequence")
         check(unit[:2] == ("1", "UCUM"), f"{what}: unit UCUM 1", str(unit))
     dciodvfy(path, what)
+    if shutil.which("dsrdump"):  # DCMTK reads its own document back
+        result = subprocess.run(["dsrdump", path], capture_output=True, text=True)
+        problems = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith(("E:", "F:"))]
+        check(result.returncode == 0 and not problems, f"{what}: dsrdump reads it back", " | ".join(problems[:3]))
 
 
 def make_case(work, image_kind, findings, needs_utf8, charset=None, given_uids=True, **attributes):

@@ -74,7 +74,7 @@ TEST(DecimalString, RefusesWhatIsNotFinite) {
 
 TEST(FindingCodeValue, StableShortAndDistinct) {
   // Pinned: a PACS query by code must find the same label in every report, from any model or version.
-  EXPECT_EQ(finding_code_value("Effusion"), finding_code_value(std::string("Effusion")));
+  EXPECT_EQ(finding_code_value("Effusion"), "VP493D1459011EA7");  // "VP" + SHA-256("Effusion")[:14]
   const std::string effusion = finding_code_value("Effusion");
   EXPECT_EQ(effusion.size(), 16u);
   EXPECT_EQ(effusion.substr(0, 2), "VP");
