@@ -6,9 +6,10 @@
 #include <dcmtk/dcmdata/dcdeftag.h>
 #include <dcmtk/dcmdata/dcfilefo.h>
 #include <dcmtk/dcmdata/dcuid.h>
+#include <dcmtk/dcmdata/dcvrda.h>
+#include <dcmtk/dcmdata/dcvrtm.h>
 
-#include <cstdio>
-#include <ctime>
+#include <utility>
 
 #include "serve/dicom_file_output.h"
 #include "serve/dicom_source_image.h"
@@ -21,15 +22,12 @@ namespace {
 
 constexpr const char* kSeriesNumber = "9002";  // after the findings SR's 9001
 
-// "YYYYMMDD" and "HHMMSS" of now, local time, as DICOM DA and TM.
+// Now, as DICOM DA and TM (local time, whole seconds).
 std::pair<std::string, std::string> now_date_time() {
-  const std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  char date[16], time[16];
-  std::strftime(date, sizeof date, "%Y%m%d", &local);
-  std::strftime(time, sizeof time, "%H%M%S", &local);
-  return {date, time};
+  OFString date, time;
+  VP_REQUIRE(DcmDate::getCurrentDate(date).good() && DcmTime::getCurrentTime(time, OFTrue, OFFalse).good(),
+             "DCMTK could not read the current date and time");
+  return {date.c_str(), time.c_str()};
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // A heatmap overlay as a DICOM Secondary Capture Image (PS3.3 A.8.1, SOP class 1.2.840.10008.5.1.4.1.1.7): 8-bit
 // RGB, filed as a new series in the study of the image it was computed from, which it references in its Source Image
-// Sequence. ConversionType WSD (workstation), BurnedInAnnotation YES: the caption is part of the pixels.
+// Sequence. ConversionType WSD (workstation), BurnedInAnnotation YES: the caption is part of the pixels. The image's
+// BodyPartExamined and laterality are copied; Laterality is written empty (unknown) when the image names no body part.
 #pragma once
 
 #include <filesystem>
