@@ -1,0 +1,12 @@
+# --- Findings SR and heatmap Secondary Capture (serve/structured_report.h, serve/secondary_capture.h) ---
+# structured_report_tool writes them from arguments; check_structured_report.py makes CR and DX images with pydicom,
+# reads what the tool wrote back with pydicom and runs dciodvfy on it (skipped, visibly, where dciodvfy is missing).
+add_executable(structured_report_tool ${CMAKE_CURRENT_LIST_DIR}/tools/structured_report_tool.cpp)
+target_link_libraries(structured_report_tool PRIVATE vitpipe_library)
+foreach(case cr-ascii dx-non-ascii long-labels heatmap refusals)
+  add_test(NAME serve.structured_report.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_structured_report.py --case ${case})
+  set_tests_properties(serve.structured_report.${case} PROPERTIES
+                       ENVIRONMENT "STRUCTURED_REPORT_TOOL=$<TARGET_FILE:structured_report_tool>"
+                       LABELS serve TIMEOUT 120 SKIP_RETURN_CODE 77)
+endforeach()
