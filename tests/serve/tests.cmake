@@ -10,3 +10,9 @@ foreach(case cr-ascii dx-non-ascii long-labels heatmap refusals)
                        ENVIRONMENT "STRUCTURED_REPORT_TOOL=$<TARGET_FILE:structured_report_tool>"
                        LABELS serve TIMEOUT 120 SKIP_RETURN_CODE 77)
 endforeach()
+
+# --- `vitpipe serve` over HTTP on loopback, against `vitpipe predict` on the same files (serve_http.py) ---
+foreach(case load overload bad-requests token heatmap stow sigterm)
+  add_test(NAME serve.http.${case} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/serve_http.py --case ${case})
+  set_tests_properties(serve.http.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS serve TIMEOUT 300)
+endforeach()
