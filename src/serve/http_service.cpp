@@ -1,6 +1,7 @@
 #include "serve/http_service.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <functional>
@@ -25,6 +26,13 @@ void answer_error(httplib::Response& res, int status, const std::string& message
   answer_json(res, status, {{"error", message}});
 }
 
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of clients overflows it and some see their connection reset
+// instead of a 503. Linux lets listen() be called again on the bound socket to raise it.
+class ServerWithBacklog : public httplib::Server {
+ public:
+  void raise_backlog(int backlog) { ::listen(svr_sock_, backlog); }
+};
+
 // Releases an admission slot however the handler ends.
 struct Admission {
   std::atomic<int64_t>& admitted;
@@ -39,7 +47,7 @@ HttpService::HttpService(PredictionService& predictions, ServeMetrics& metrics, 
       metrics_(metrics),
       model_info_(std::move(model_info)),
       options_(std::move(options)),
-      server_(std::make_unique<httplib::Server>()) {
+      server_(std::make_unique<ServerWithBacklog>()) {
   VP_REQUIRE(options_.max_queue >= 1, "--max-queue: expected at least 1, got ", options_.max_queue);
   VP_REQUIRE(options_.max_body >= 1024, "--max-body: expected at least 1024 bytes, got ", options_.max_body);
   const size_t threads =
@@ -59,6 +67,7 @@ void HttpService::bind() {
   VP_REQUIRE(options_.port >= 1 && options_.port <= 65535, "--port: expected 1..65535, got ", options_.port);
   VP_REQUIRE(server_->bind_to_port(options_.host, options_.port), "--host ", options_.host, " --port ", options_.port,
              ": cannot listen there (address in use, or not an address of this machine)");
+  static_cast<ServerWithBacklog&>(*server_).raise_backlog(1024);
   port_ = options_.port;
 }
 
@@ -165,7 +174,6 @@ void HttpService::add_routes() {
     if (admitted_.fetch_add(1) >= options_.max_queue) {
       --admitted_;
       res.set_header("Retry-After", "1");
-      res.set_header("Connection", "close");  // the body is left unread
       answer_error(res, 503, concat("busy: ", options_.max_queue, " requests are already queued (--max-queue)"));
       return false;
     }
