@@ -7,8 +7,6 @@
 #include "data/dicom_decoder.h"
 #include "data/image.h"
 #include "data/png_encoder.h"
-#include "explain/heatmap_overlay.h"
-#include "explain/model_explainer.h"
 #include "serve/multipart_reader.h"
 #include "util/base64.h"
 
@@ -23,8 +21,8 @@ std::string lower(std::string_view text) {
 
 bool single_image_type(const std::string& type) {
   // application/x-www-form-urlencoded: what curl --data-binary sends unless told otherwise; the bytes decide.
-  return type.empty() || type == "application/x-www-form-urlencoded" || type == "image/png" || type == "image/jpeg" || type == "application/dicom" ||
-         type == "application/octet-stream";
+  return type.empty() || type == "application/x-www-form-urlencoded" || type == "image/png" || type == "image/jpeg" ||
+         type == "application/dicom" || type == "application/octet-stream";
 }
 
 // A DICOM JSON attribute (PS3.18 F.2) with one value.
@@ -35,7 +33,7 @@ nlohmann::json dicom_json(const char* vr, const nlohmann::json& value) {
 }  // namespace
 
 PredictionService::PredictionService(ImageClassifier& classifier, InferenceBatcher& batcher)
-    : classifier_(classifier), batcher_(batcher) {}
+    : classifier_(classifier), batcher_(batcher), heatmaps_(classifier) {}
 
 nlohmann::json PredictionService::predict_image(const std::string& name, std::string_view bytes,
                                                 std::optional<ExplainMethod> heatmap) {
@@ -51,22 +49,12 @@ nlohmann::json PredictionService::predict_image(const std::string& name, std::st
   const ImagePrediction prediction = batcher_.submit(std::move(input)).get();
   nlohmann::json answer = prediction_json(name, prediction, classifier_.labels());
   if (heatmap) {
-    const auto top = std::max_element(prediction.probabilities.begin(), prediction.probabilities.end()) -
-                     prediction.probabilities.begin();
-    std::lock_guard lock(explainer_mutex_);
-    auto backend = make_cpu_backend();
-    ModelExplainer explainer(classifier_.model(), *backend);
-    classifier_.preprocess(image, name, explainer.pixels());
-    const PatchMap map = explainer.explain(top, *heatmap);
-    const std::string& finding = classifier_.labels()[static_cast<size_t>(top)];
-    const double probability = prediction.probabilities[static_cast<size_t>(top)];
-    const std::vector<uint8_t> png =
-        encode_png(heatmap_overlay(image, map, OverlayCaption{finding, probability, explain_method_name(*heatmap)},
-                                   classifier_.processor().input_region(image.width, image.height)));
+    const RenderedHeatmap map = heatmaps_.render(image, name, prediction, *heatmap);
+    const std::vector<uint8_t> png = encode_png(map.overlay);
     answer["heatmap"] = {
-        {"finding", finding},
+        {"finding", map.finding},
         {"method", explain_method_name(*heatmap)},
-        {"probability", probability},
+        {"probability", map.probability},
         {"png_base64", base64(std::string_view(reinterpret_cast<const char*>(png.data()), png.size()))}};
   }
   return answer;

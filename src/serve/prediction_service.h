@@ -12,6 +12,7 @@
 
 #include "explain/attention_maps.h"
 #include "inference/image_classifier.h"
+#include "serve/heatmap_renderer.h"
 #include "serve/inference_batcher.h"
 #include "util/error.h"
 
@@ -48,7 +49,7 @@ class PredictionService {
  private:
   ImageClassifier& classifier_;
   InferenceBatcher& batcher_;
-  std::mutex explainer_mutex_;  // heatmaps run one at a time: they are for looking, not throughput
+  HeatmapRenderer heatmaps_;
 };
 
 }  // namespace vitpipe
