@@ -6,11 +6,17 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
 #include "cli/data_flags.h"
 #include "inference/image_classifier.h"
+#include "serve/dicom_inference_worker.h"
+#include "serve/dicom_result_sender.h"
+#include "serve/dicom_storage_node.h"
+#include "serve/heatmap_renderer.h"
 #include "serve/http_service.h"
 #include "serve/inference_batcher.h"
 #include "serve/prediction_service.h"
@@ -36,6 +42,12 @@ struct ServeOptions {
   std::string max_body = "64M";
   int http_threads = 0;
   std::string token_file;
+  int dicom_port = 0;
+  std::string ae_title = "VITPIPE";
+  std::string spool;
+  std::string send_results_to;
+  bool send_heatmaps = false;
+  int max_associations = 8;
 };
 
 // "1048576", "512K", "64M", "1G" (powers of 1024).
@@ -64,6 +76,17 @@ nlohmann::json model_info(const ImageClassifier& classifier, const std::string& 
           {"vitpipe_version", "0.1.0"}};
 }
 
+// What the derived SR UIDs depend on besides the image: the weights file, its size and modification time (a model
+// trained again makes new instances, the same model the same ones).
+std::string model_identity(const LoadedModel& model) {
+  const std::filesystem::path weights = model.directory / model.weights_file;
+  std::error_code error;
+  const auto size = std::filesystem::file_size(weights, error);
+  const auto time = std::filesystem::last_write_time(weights, error);
+  return concat(std::filesystem::absolute(weights).string(), "\n", error ? 0 : size, "\n",
+                error ? 0 : time.time_since_epoch().count());
+}
+
 void run_serve(const ServeOptions& o) {
   // SIGTERM and SIGINT are taken by one thread (sigwait), so every other thread, started below, keeps them blocked.
   sigset_t stop_signals;
@@ -72,6 +95,19 @@ void run_serve(const ServeOptions& o) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  VP_REQUIRE(o.dicom_port >= 0 && o.dicom_port <= 65535, "--dicom-port: expected 1..65535, got ", o.dicom_port);
+  VP_REQUIRE(o.dicom_port > 0 || (o.spool.empty() && o.send_results_to.empty() && !o.send_heatmaps),
+             "--spool, --send-results-to and --send-heatmaps belong to the DICOM node: give --dicom-port too");
+  VP_REQUIRE(o.dicom_port == 0 || !o.spool.empty(),
+             "--dicom-port: give --spool DIR too (where received instances "
+             "are kept until their results are sent)");
+  VP_REQUIRE(!o.send_heatmaps || !o.send_results_to.empty(), "--send-heatmaps: give --send-results-to too");
+  VP_REQUIRE(o.max_associations >= 1 && o.max_associations <= 256, "--max-associations: expected 1..256, got ",
+             o.max_associations);
+  std::optional<DicomDestination> destination;
+  if (!o.send_results_to.empty()) destination = parse_dicom_destination(o.send_results_to);
+  VP_REQUIRE(o.dicom_port == 0 || is_valid_ae_title(o.ae_title), "--ae-title: \"", o.ae_title,
+             "\" is not an AE title (1 to 16 characters, no backslash or control characters)");
   VP_REQUIRE(o.max_delay_ms >= 0 && o.max_delay_ms <= 10000, "--max-delay-ms: expected 0..10000, got ", o.max_delay_ms);
   configure_threads(o.threads);
   LoadOptions load;
@@ -97,6 +133,39 @@ void run_serve(const ServeOptions& o) {
   HttpService service(predictions, metrics, model_info(classifier, o.model), std::move(http));
   service.bind();
 
+  // The DICOM side: node -> worker (model, SR into the outbox) -> sender.
+  std::optional<DicomSpool> spool;
+  std::unique_ptr<DicomResultSender> sender;
+  std::unique_ptr<DicomInferenceWorker> worker;
+  std::unique_ptr<DicomStorageNode> node;
+  HeatmapRenderer heatmaps(classifier);
+  if (o.dicom_port > 0) {
+    spool.emplace(o.spool);
+    spool->remove_abandoned_temporaries();
+    if (destination) {
+      DicomResultSenderOptions send;
+      send.spool = *spool;
+      send.destination = *destination;
+      send.calling_ae_title = o.ae_title;
+      sender = std::make_unique<DicomResultSender>(send);
+    }
+    DicomInferenceOptions inference;
+    inference.write_reports = destination.has_value();
+    inference.send_heatmaps = o.send_heatmaps;
+    inference.algorithm_name = concat("vitpipe ", std::filesystem::path(o.model).filename().string());
+    inference.algorithm_version = "vitpipe 0.1.0";
+    inference.model_identity = model_identity(classifier.model());
+    DicomResultSender* notify = sender.get();
+    worker = std::make_unique<DicomInferenceWorker>(classifier, batcher, heatmaps, *spool, inference, [notify] {
+      if (notify) notify->notify();
+    });
+    DicomStorageNodeOptions listen{*spool};
+    listen.port = static_cast<uint16_t>(o.dicom_port);
+    listen.ae_title = o.ae_title;
+    listen.max_associations = static_cast<uint16_t>(o.max_associations);
+    node = std::make_unique<DicomStorageNode>(listen);
+  }
+
   std::thread http_thread([&] { service.serve(); });
   // Warm-up: one full batch, so the first requests do not pay for oneDNN's kernel creation.
   const std::vector<float> zeros(static_cast<size_t>(classifier.input_floats() * o.max_batch), 0.0f);
@@ -106,6 +175,14 @@ void run_serve(const ServeOptions& o) {
       warm.push_back(batcher.submit(std::vector<float>(zeros.begin(), zeros.begin() + classifier.input_floats())));
     for (auto& w : warm) w.get();
   }
+  if (sender) sender->start();  // first what the outbox kept from the last run
+  if (worker) worker->start();  // first what received/ kept from the last run
+  if (node) {
+    DicomInferenceWorker* queue = worker.get();
+    node->start([queue](const std::filesystem::path& file, const std::string&) { queue->enqueue(file); });
+    std::fprintf(stderr, "DICOM node %s listening on port %d%s\n", o.ae_title.c_str(), o.dicom_port,
+                 destination ? concat(", results to ", to_string(*destination)).c_str() : "");
+  }
   service.set_ready(true);
   std::fprintf(stderr, "serving %s on http://%s:%d (max batch %lld, ready)\n", o.model.c_str(), o.host.c_str(),
                service.port(), static_cast<long long>(o.max_batch));
@@ -114,8 +191,11 @@ void run_serve(const ServeOptions& o) {
   sigwait(&stop_signals, &signal_number);
   std::fprintf(stderr, "%s: finishing the requests in flight\n", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
   service.set_ready(false);
+  if (node) node->stop();  // no new instances; the ones acknowledged are in received/
   service.stop();
   http_thread.join();
+  if (worker) worker->stop();  // runs what was received
+  if (sender) sender->stop();  // what is unsent stays in the outbox for the next start
   batcher.stop();
   std::fprintf(stderr, "stopped\n");
 }
@@ -146,6 +226,24 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--token-file", o->token_file,
                   "Require 'Authorization: Bearer TOKEN' (the file's first line) "
                   "on every route but /healthz");
+  cmd->add_option("--dicom-port", o->dicom_port,
+                  "Also listen as a DICOM node (C-ECHO, C-STORE of CR, DX and "
+                  "Secondary Capture images) on this port");
+  cmd->add_option("--ae-title", o->ae_title,
+                  "The node's AE title: associations calling another are rejected; also "
+                  "the calling AE title when sending results")
+      ->capture_default_str();
+  cmd->add_option("--spool", o->spool,
+                  "Where received instances and unsent results are kept (fsynced before a "
+                  "C-STORE is acknowledged; what is left is resumed at the next start)");
+  cmd->add_option("--send-results-to", o->send_results_to,
+                  "AE@HOST:PORT: send each image's findings back as a DICOM Comprehensive SR by C-STORE (without it, "
+                  "SPOOL/results/UID.json)");
+  cmd->add_flag("--send-heatmaps", o->send_heatmaps,
+                "Also send the most probable label's heatmap as a Secondary "
+                "Capture image");
+  cmd->add_option("--max-associations", o->max_associations, "Concurrent DICOM associations at most")
+      ->capture_default_str();
   cmd->callback([o] { run_serve(*o); });
 }
 
