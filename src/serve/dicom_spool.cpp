@@ -10,28 +10,13 @@
 #include <cstring>
 #include <ctime>
 
+#include "serve/dicom_identifiers.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace vitpipe {
 
 namespace fs = std::filesystem;
-
-bool is_valid_dicom_uid(std::string_view uid) {
-  if (uid.empty() || uid.size() > 64) return false;
-  bool component_empty = true;
-  for (char c : uid) {
-    if (c == '.') {
-      if (component_empty) return false;
-      component_empty = true;
-    } else if (c >= '0' && c <= '9') {
-      component_empty = false;
-    } else {
-      return false;
-    }
-  }
-  return !component_empty;
-}
 
 void fsync_path(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -13,14 +13,9 @@
 
 #include <filesystem>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace vitpipe {
-
-// A DICOM UID (PS3.5 9.1): 1..64 characters, dot-separated components of digits. Such a UID is also a safe file
-// name, which is why the spool names files by it.
-bool is_valid_dicom_uid(std::string_view uid);
 
 class DicomSpool {
  public:

@@ -1,5 +1,14 @@
 #include "serve/dicom_storage_node.h"
 
+// clang-format off
+#include <dcmtk/config/osconfig.h>  // must come first
+// clang-format on
+#include <dcmtk/dcmdata/dcdeftag.h>
+#include <dcmtk/dcmdata/dcfilefo.h>
+#include <dcmtk/dcmdata/dcuid.h>
+#include <dcmtk/dcmdata/dcxfer.h>
+#include <dcmtk/dcmnet/scppool.h>
+#include <dcmtk/dcmnet/scpthrd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,15 +19,7 @@
 #include <exception>
 #include <thread>
 
-// clang-format off
-#include "dcmtk/config/osconfig.h"  // DCMTK wants its configuration before any of its headers
-// clang-format on
-#include "dcmtk/dcmdata/dcdeftag.h"
-#include "dcmtk/dcmdata/dcfilefo.h"
-#include "dcmtk/dcmdata/dcuid.h"
-#include "dcmtk/dcmdata/dcxfer.h"
-#include "dcmtk/dcmnet/scppool.h"
-#include "dcmtk/dcmnet/scpthrd.h"
+#include "serve/dicom_identifiers.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -49,15 +50,6 @@ const std::vector<std::string>& DicomStorageNode::accepted_transfer_syntaxes() {
                                                     UID_JPEG2000LosslessOnlyTransferSyntax,
                                                     UID_JPEG2000TransferSyntax};
   return syntaxes;
-}
-
-bool is_valid_ae_title(const std::string& ae_title) {
-  if (ae_title.empty() || ae_title.size() > 16) return false;
-  if (ae_title.find_first_not_of(' ') == std::string::npos) return false;
-  for (char c : ae_title) {
-    if (c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
-  }
-  return true;
 }
 
 namespace {

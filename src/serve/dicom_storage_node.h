@@ -60,7 +60,4 @@ class DicomStorageNode {
   std::unique_ptr<Listener> listener_;
 };
 
-// An AE title (PS3.5 6.2): 1..16 characters, no backslash or control characters, not only spaces.
-bool is_valid_ae_title(const std::string& ae_title);
-
 }  // namespace vitpipe
