@@ -85,6 +85,45 @@ TEST_F(DicomStorageNodeTest, StoresFromStorescuIntoReceivedWithTheSameDataset) {
   EXPECT_EQ(landed.getDataset()->compare(*sent.getDataset()), 0) << "received dataset differs from the one sent";
 }
 
+TEST_F(DicomStorageNodeTest, KeepsTheTransferSyntaxStorescuSentIn) {
+  fs::path original = directory_.path() / "dx.dcm";
+  write_test_image(original, "1.2.826.0.1.3680043.10.1234.20");
+  struct Conversion {
+    std::vector<std::string> tool;
+    std::string storescu_proposal;  // storescu proposes only uncompressed syntaxes unless told
+    const char* transfer_syntax;
+  };
+  const std::vector<Conversion> conversions = {
+      {{"dcmconv", "+tb"}, "-xb", UID_BigEndianExplicitTransferSyntax},
+      {{"dcmconv", "+td"}, "-xd", UID_DeflatedExplicitVRLittleEndianTransferSyntax},
+      {{"dcmcjpeg"}, "-xs", UID_JPEGProcess14SV1TransferSyntax},
+      {{"dcmcjpls"}, "-xt", UID_JPEGLSLosslessTransferSyntax},
+      {{"dcmcrle"}, "-xr", UID_RLELosslessTransferSyntax}};
+  for (size_t i = 0; i < conversions.size(); ++i) {
+    const Conversion& conversion = conversions[i];
+    // The same image under another SOP Instance UID, so each lands in its own file.
+    std::string uid = "1.2.826.0.1.3680043.10.1234.21." + std::to_string(i);
+    fs::path source = directory_.path() / ("source" + std::to_string(i) + ".dcm");
+    write_test_image(source, uid);
+    fs::path converted = directory_.path() / ("converted" + std::to_string(i) + ".dcm");
+    std::vector<std::string> command = conversion.tool;
+    command.push_back(source.string());
+    command.push_back(converted.string());
+    ASSERT_EQ(run_tool(command, log()), 0) << conversion.tool[0];
+    ASSERT_EQ(run_tool({"storescu", conversion.storescu_proposal, "-aec", kNodeAeTitle, "127.0.0.1",
+                        std::to_string(port_), converted.string()},
+                       log()),
+              0)
+        << conversion.transfer_syntax;
+    DcmFileFormat landed;
+    ASSERT_TRUE(landed.loadFile((received_dir() / (uid + ".dcm")).c_str()).good()) << conversion.transfer_syntax;
+    OFString transfer_syntax;
+    landed.getMetaInfo()->findAndGetOFString(DCM_TransferSyntaxUID, transfer_syntax);
+    EXPECT_EQ(transfer_syntax, conversion.transfer_syntax);
+  }
+  EXPECT_EQ(received().size(), conversions.size());
+}
+
 TEST_F(DicomStorageNodeTest, RejectsAssociationsCallingAnotherAeTitle) {
   fs::path original = directory_.path() / "dx.dcm";
   write_test_image(original, "1.2.826.0.1.3680043.10.1234.2");
