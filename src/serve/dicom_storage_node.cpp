@@ -107,15 +107,16 @@ class StorageWorker : public DcmBaseSCPPool::DcmBaseSCPWorker, private DcmThread
     fs::path stored;
     std::string sop_instance_uid = request.AffectedSOPInstanceUID;
     Uint16 status = store(request, context, file, sop_instance_uid, stored);
-    OFCondition sent = sendSTOREResponse(context.presentationContextID, request, status);
+    // Queued before the sender hears success: once it has, the instance is both on disk and on its way. Were the
+    // callback to fail, the file still waits in received/ for the next start.
     if (status == STATUS_Success && context_.on_received) {
       try {
         context_.on_received(stored, sop_instance_uid);
       } catch (const std::exception& error) {
-        warn("DICOM node: handling received instance ", sop_instance_uid, " failed: ", error.what());
+        warn("DICOM node: queueing received instance ", sop_instance_uid, " failed: ", error.what());
       }
     }
-    return sent;
+    return sendSTOREResponse(context.presentationContextID, request, status);
   }
 
   // Returns the C-STORE response status; on success `stored` is the file in received/.

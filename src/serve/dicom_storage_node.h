@@ -26,14 +26,17 @@ struct DicomStorageNodeOptions {
   uint16_t port = 104;
   std::string ae_title = "VITPIPE";
   uint16_t max_associations = 8;
-  std::chrono::seconds acse_timeout{30};   // waiting for association negotiation / release messages
+  // Waiting for association negotiation / release messages. DCMTK's pool reads each A-ASSOCIATE-RQ on the
+  // listening thread, so a connection that sends nothing holds up new associations this long: keep it short.
+  std::chrono::seconds acse_timeout{10};
   std::chrono::seconds dimse_timeout{60};  // an idle association is aborted after this; stop() may wait as long
 };
 
 class DicomStorageNode {
  public:
-  // Called on the association's worker thread once the instance is in received/ (the caller queues the model run).
-  // Must be thread-safe and quick; an exception it throws is logged and does not reach the sender.
+  // Called on the association's worker thread once the instance is in received/, before the success status goes
+  // back (the caller queues the model run). Must be thread-safe and quick (the sender waits for its response); an
+  // exception it throws is logged and does not reach the sender: the file stays in received/ for the next start.
   using ReceivedCallback =
       std::function<void(const std::filesystem::path& received_file, const std::string& sop_instance_uid)>;
 

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <mutex>
 
+#include "data/dicom_decoder.h"
 #include "dicom_network_test_support.h"
 #include "serve/dicom_identifiers.h"
 #include "serve/dicom_spool.h"
@@ -120,6 +121,11 @@ TEST_F(DicomStorageNodeTest, KeepsTheTransferSyntaxStorescuSentIn) {
     OFString transfer_syntax;
     landed.getMetaInfo()->findAndGetOFString(DCM_TransferSyntaxUID, transfer_syntax);
     EXPECT_EQ(transfer_syntax, conversion.transfer_syntax);
+    // ... and what landed is what the model's input path reads.
+    std::string bytes = read_text_file(received_dir() / (uid + ".dcm"));
+    DecodedImage image = decode_dicom(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), uid, {});
+    EXPECT_EQ(image.width, 48);
+    EXPECT_EQ(image.height, 32);
   }
   EXPECT_EQ(received().size(), conversions.size());
 }
