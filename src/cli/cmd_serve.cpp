@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/data_flags.h"
 #include "inference/image_classifier.h"
+#include "serve/dicom_identifiers.h"
 #include "serve/dicom_inference_worker.h"
 #include "serve/dicom_result_sender.h"
 #include "serve/dicom_storage_node.h"
@@ -143,10 +144,7 @@ void run_serve(const ServeOptions& o) {
     spool.emplace(o.spool);
     spool->remove_abandoned_temporaries();
     if (destination) {
-      DicomResultSenderOptions send;
-      send.spool = *spool;
-      send.destination = *destination;
-      send.calling_ae_title = o.ae_title;
+      DicomResultSenderOptions send{.spool = *spool, .destination = *destination, .calling_ae_title = o.ae_title};
       sender = std::make_unique<DicomResultSender>(send);
     }
     DicomInferenceOptions inference;
