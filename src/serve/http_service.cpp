@@ -97,7 +97,14 @@ void HttpService::add_routes() {
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     metrics_.record_request(route, res.status, seconds);
-    info(req.method, " ", route, " ", res.status, " ", static_cast<int64_t>(seconds * 1000), " ms");
+    // Refusals are logged with their reason (a client's mistake is easier to find in the log than in its code).
+    std::string reason;
+    if (res.status >= 400 && res.body.size() < 2048) {
+      const auto body = nlohmann::json::parse(res.body, nullptr, false);
+      if (body.is_object() && body.contains("error") && body["error"].is_string())
+        reason = ": " + body["error"].get<std::string>();
+    }
+    info(req.method, " ", route, " ", res.status, " ", static_cast<int64_t>(seconds * 1000), " ms", reason);
   };
   auto guarded = [run_guarded](std::string route, bool needs_token, auto handler) -> httplib::Server::Handler {
     return [=](const Request& req, Response& res) {

@@ -16,3 +16,10 @@ foreach(case load overload bad-requests token heatmap stow sigterm)
   add_test(NAME serve.http.${case} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/serve_http.py --case ${case})
   set_tests_properties(serve.http.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS serve TIMEOUT 300)
 endforeach()
+
+# --- `vitpipe serve` as a DICOM node and STOW-RS server of a real Orthanc (serve_orthanc.py; skipped without it) ---
+foreach(case store-sr stow refused resume)
+  add_test(NAME serve.orthanc.${case} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/serve_orthanc.py --case ${case})
+  set_tests_properties(serve.orthanc.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS serve TIMEOUT 300
+                       SKIP_RETURN_CODE 77)
+endforeach()
