@@ -14,6 +14,13 @@ std::string number(double v) {
   return text;
 }
 
+// A bucket bound as written in the label: the shortest form ("0.005", "+Inf" is written apart).
+std::string bound(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
 }  // namespace
 
 void ServeMetrics::observe(Histogram& h, const double* bounds, size_t n, double value) {
@@ -70,8 +77,8 @@ std::string ServeMetrics::prometheus_text() const {
     uint64_t cumulative = 0;
     for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
       cumulative += h.counts[i];
-      out << "vitpipe_http_request_duration_seconds_bucket{route=\"" << route << "\",le=\""
-          << number(kLatencyBuckets[i]) << "\"} " << cumulative << "\n";
+      out << "vitpipe_http_request_duration_seconds_bucket{route=\"" << route << "\",le=\"" << bound(kLatencyBuckets[i])
+          << "\"} " << cumulative << "\n";
     }
     out << "vitpipe_http_request_duration_seconds_bucket{route=\"" << route << "\",le=\"+Inf\"} " << h.count << "\n"
         << "vitpipe_http_request_duration_seconds_sum{route=\"" << route << "\"} " << number(h.sum) << "\n"
@@ -81,7 +88,7 @@ std::string ServeMetrics::prometheus_text() const {
   uint64_t cumulative = 0;
   for (size_t i = 0; i < kBatchBuckets.size(); ++i) {
     cumulative += batches_.counts.empty() ? 0 : batches_.counts[i];
-    out << "vitpipe_batch_size_bucket{le=\"" << number(kBatchBuckets[i]) << "\"} " << cumulative << "\n";
+    out << "vitpipe_batch_size_bucket{le=\"" << bound(kBatchBuckets[i]) << "\"} " << cumulative << "\n";
   }
   out << "vitpipe_batch_size_bucket{le=\"+Inf\"} " << batches_.count << "\n"
       << "vitpipe_batch_size_sum " << number(batches_.sum) << "\n"
