@@ -115,7 +115,7 @@ void HttpService::add_routes() {
   // with unread bytes makes TCP reset the connection, and the client may lose the answer.
   auto guarded_reader = [this, run_guarded](std::string route,
                                             auto handler) -> httplib::Server::HandlerWithContentReader {
-    return [=](const Request& req, Response& res, const ContentReader& reader) {
+    return [=, this](const Request& req, Response& res, const ContentReader& reader) {
       bool read = false;
       const ContentReader tracked(
           [&](httplib::ContentReceiver receiver) {

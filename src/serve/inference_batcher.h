@@ -33,6 +33,7 @@ class InferenceBatcher {
   // Queues one preprocessed image (classifier.input_floats() floats). The future throws what the model threw.
   std::future<ImagePrediction> submit(std::vector<float> input);
   int64_t queue_depth() const;
+  int64_t max_batch() const { return options_.max_batch; }
   // Runs what is queued, then joins the thread; later submissions throw vitpipe::Error.
   void stop();
 

@@ -105,7 +105,9 @@ MultipartPart parse_part(std::string_view text, size_t index, const MultipartLim
       for (const char c : continuation)
         VP_REQUIRE(!is_control(c), "multipart body: part ", index, ": header ", part.headers.back().first,
                    " has a control character");
-      part.headers.back().second.append(" ").append(continuation);
+      std::string& value = part.headers.back().second;  // trimmed as a whole: one space between non-empty pieces
+      if (!value.empty() && !continuation.empty()) value += ' ';
+      value += continuation;
       continue;
     }
     const size_t colon = line.find(':');
@@ -206,8 +208,10 @@ MediaType parse_media_type(std::string_view header_value) {
 std::vector<MultipartPart> parse_multipart(std::string_view body, std::string_view boundary,
                                            const MultipartLimits& limits) {
   VP_REQUIRE(!boundary.empty(), "multipart body: no boundary (the Content-Type needs a boundary parameter)");
-  VP_REQUIRE(boundary.size() <= 70, "multipart body: the boundary is ", boundary.size(),
-             " characters long; RFC 2046 allows at most 70");
+  // RFC 2046 allows 70 characters, but real clients go past it (Orthanc 1.10's STOW-RS client sends 73): allow
+  // more, still bounded.
+  VP_REQUIRE(boundary.size() <= kMaxBoundaryLength, "multipart body: the boundary is ", boundary.size(),
+             " characters long; at most ", kMaxBoundaryLength, " are accepted (RFC 2046 allows 70)");
   for (const char c : boundary)
     VP_REQUIRE(!is_control(c) && static_cast<unsigned char>(c) < 0x80 && c != '\t', "multipart body: the boundary ",
                shown(boundary), " has a character that is not printable ASCII");

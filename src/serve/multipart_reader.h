@@ -34,26 +34,30 @@ MediaType parse_media_type(std::string_view header_value);
 struct MultipartPart {
   // The part's header fields in order; names lower-case, values with surrounding whitespace trimmed.
   std::vector<std::pair<std::string, std::string>> headers;
-  std::string_view body;  // into the buffer given to parse_multipart
+  std::string_view body;  // into the buffer given to parse_multipart: valid while that buffer lives
 
   // The value of the first header named `name` (any case), or "" when there is none.
   std::string header(std::string_view name) const;
 };
+
+inline constexpr size_t kMaxBoundaryLength = 200;
 
 struct MultipartLimits {
   size_t max_parts = 1000;
   size_t max_header_bytes = 16 * 1024;  // per part: its header lines and the empty line that ends them
 };
 
-// The parts of a multipart body delimited by `boundary` (the media type's boundary parameter, 1 to 70 characters).
+// The parts of a multipart body delimited by `boundary` (the media type's boundary parameter, 1 to
+// kMaxBoundaryLength characters: RFC 2046 says 70, Orthanc's STOW-RS client sends 73).
 // The preamble before the first delimiter and the epilogue after the close delimiter are ignored. Line ends are CRLF
 // as RFC 2046 requires; a bare LF is accepted too (a body written with a text editor or curl from a file): the
 // boundary is random, so "\n--boundary" never occurs in data by chance. A delimiter line is "--boundary", optional
 // spaces or tabs (transport padding), then a line end; a line that starts with "--boundary" but goes on with other
 // characters is data (as Python's email parser takes it). A part with no header lines starts with its empty line;
-// obsolete folded header lines are unfolded. Throws vitpipe::Error("multipart body: ...") for a missing, overlong or
-// non-printable boundary, no first delimiter, no close delimiter (a truncated body), a malformed header line, more
-// than limits.max_parts parts or a part's header section over limits.max_header_bytes.
+// obsolete folded header lines are unfolded. A body whose first delimiter is the close delimiter gives no parts (RFC
+// 2046 wants one at least; dicom_parts_of_stow_request refuses that). Throws vitpipe::Error("multipart body: ...") for
+// a missing, overlong or non-printable boundary, no first delimiter, no close delimiter (a truncated body), a malformed
+// header line, more than limits.max_parts parts or a part's header section over limits.max_header_bytes.
 std::vector<MultipartPart> parse_multipart(std::string_view body, std::string_view boundary,
                                            const MultipartLimits& limits = {});
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <future>
+#include <optional>
 
 #include "data/dicom_decoder.h"
 #include "data/image.h"
@@ -35,21 +36,28 @@ nlohmann::json dicom_json(const char* vr, const nlohmann::json& value) {
 PredictionService::PredictionService(ImageClassifier& classifier, InferenceBatcher& batcher)
     : classifier_(classifier), batcher_(batcher), heatmaps_(classifier) {}
 
-nlohmann::json PredictionService::predict_image(const std::string& name, std::string_view bytes,
-                                                std::optional<ExplainMethod> heatmap) {
-  DecodedImage image;
+PredictionService::Pending PredictionService::queue_image(const std::string& name, std::string_view bytes,
+                                                          bool keep_image) {
+  Pending pending;
+  pending.name = name;
   std::vector<float> input(static_cast<size_t>(classifier_.input_floats()));
   try {
-    image = decode_image_memory_keep_gray(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), name,
-                                          classifier_.reading());
+    DecodedImage image = decode_image_memory_keep_gray(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                                       name, classifier_.reading());
     classifier_.preprocess(image, name, input.data());
+    if (keep_image) pending.image = std::move(image);
   } catch (const Error& e) {
     throw HttpError(400, e.what());
   }
-  const ImagePrediction prediction = batcher_.submit(std::move(input)).get();
-  nlohmann::json answer = prediction_json(name, prediction, classifier_.labels());
+  pending.prediction = batcher_.submit(std::move(input));
+  return pending;
+}
+
+nlohmann::json PredictionService::answer(Pending& pending, std::optional<ExplainMethod> heatmap) {
+  const ImagePrediction prediction = pending.prediction.get();
+  nlohmann::json answer = prediction_json(pending.name, prediction, classifier_.labels());
   if (heatmap) {
-    const RenderedHeatmap map = heatmaps_.render(image, name, prediction, *heatmap);
+    const RenderedHeatmap map = heatmaps_.render(pending.image, pending.name, prediction, *heatmap);
     const std::vector<uint8_t> png = encode_png(map.overlay);
     answer["heatmap"] = {
         {"finding", map.finding},
@@ -58,6 +66,14 @@ nlohmann::json PredictionService::predict_image(const std::string& name, std::st
         {"png_base64", base64(std::string_view(reinterpret_cast<const char*>(png.data()), png.size()))}};
   }
   return answer;
+}
+
+int64_t PredictionService::window() const { return 2 * batcher_.max_batch(); }
+
+nlohmann::json PredictionService::predict_image(const std::string& name, std::string_view bytes,
+                                                std::optional<ExplainMethod> heatmap) {
+  Pending pending = queue_image(name, bytes, heatmap.has_value());
+  return answer(pending, heatmap);
 }
 
 nlohmann::json PredictionService::predict_body(std::string_view content_type, std::string_view body,
@@ -83,22 +99,15 @@ nlohmann::json PredictionService::predict_images(const std::vector<std::string>&
                                                  const std::vector<std::string_view>& images,
                                                  std::optional<ExplainMethod> heatmap) {
   if (images.empty()) throw HttpError(400, "multipart body: no parts (expected one image per part)");
-  // Every image is decoded and queued before any answer is awaited, so a request's images share batches.
-  std::vector<std::future<nlohmann::json>> answers;
-  for (size_t i = 0; i < images.size(); ++i)
-    answers.push_back(std::async(std::launch::async, [this, &names, &images, i, heatmap] {
-      return predict_image(names[i], images[i], heatmap);
-    }));
+  // A window of images is decoded and queued before any answer is awaited, so they share batches; the window
+  // bounds what one request holds in memory (preprocessed images are 600 KB each at 224 px).
   nlohmann::json out = nlohmann::json::array();
-  std::exception_ptr first_error;
-  for (auto& a : answers) {
-    try {
-      out.push_back(a.get());
-    } catch (...) {
-      if (!first_error) first_error = std::current_exception();
-    }
+  for (size_t start = 0; start < images.size(); start += static_cast<size_t>(window())) {
+    const size_t end = std::min(images.size(), start + static_cast<size_t>(window()));
+    std::vector<Pending> pending;
+    for (size_t i = start; i < end; ++i) pending.push_back(queue_image(names[i], images[i], heatmap.has_value()));
+    for (Pending& p : pending) out.push_back(answer(p, heatmap));
   }
-  if (first_error) std::rethrow_exception(first_error);
   return out;
 }
 
@@ -111,46 +120,47 @@ nlohmann::json PredictionService::store_instances(std::string_view content_type,
     throw HttpError(wrong_type ? 415 : 400, e.what());
   }
   if (instances.empty()) throw HttpError(400, "STOW-RS body: no application/dicom parts");
-  // Decoded and queued all at once, as predict_body's parts.
-  std::vector<DicomFileIdentity> identities(instances.size());
-  std::vector<std::future<nlohmann::json>> answers(instances.size());
-  std::vector<std::string> failures(instances.size());
-  for (size_t i = 0; i < instances.size(); ++i) {
-    const std::string name = concat("instance ", i + 1);
-    try {
-      identities[i] =
-          read_dicom_file_identity(reinterpret_cast<const uint8_t*>(instances[i].data()), instances[i].size(), name);
-      answers[i] =
-          std::async(std::launch::async, [this, &instances, i, name] { return predict_image(name, instances[i]); });
-    } catch (const Error& e) {
-      failures[i] = e.what();
-    }
-  }
+  // In windows, as predict_images; an instance that cannot be read or decoded is listed as failed, not fatal.
   nlohmann::json referenced = nlohmann::json::array(), failed = nlohmann::json::array();
-  for (size_t i = 0; i < instances.size(); ++i) {
-    nlohmann::json prediction;
-    if (failures[i].empty()) {
+  for (size_t start = 0; start < instances.size(); start += static_cast<size_t>(window())) {
+    const size_t end = std::min(instances.size(), start + static_cast<size_t>(window()));
+    std::vector<DicomFileIdentity> identities(end - start);
+    std::vector<std::optional<Pending>> pending(end - start);
+    std::vector<std::string> failures(end - start);
+    for (size_t i = start; i < end; ++i) {
+      const std::string name = concat("instance ", i + 1);
       try {
-        prediction = answers[i].get();
+        identities[i - start] =
+            read_dicom_file_identity(reinterpret_cast<const uint8_t*>(instances[i].data()), instances[i].size(), name);
+        pending[i - start] = queue_image(name, instances[i], false);
       } catch (const std::exception& e) {
-        failures[i] = e.what();
+        failures[i - start] = e.what();
       }
     }
-    nlohmann::json item = nlohmann::json::object();
-    if (!identities[i].sop_class_uid.empty()) {
-      item["00081150"] = dicom_json("UI", identities[i].sop_class_uid);
-      item["00081155"] = dicom_json("UI", identities[i].sop_instance_uid);
-    }
-    if (!failures[i].empty()) {
-      item["00081197"] = dicom_json("US", 0xC000);  // Error: cannot understand
+    for (size_t k = 0; k < end - start; ++k) {
+      nlohmann::json prediction;
+      if (pending[k]) {
+        try {
+          prediction = answer(*pending[k], std::nullopt);
+        } catch (const std::exception& e) {
+          failures[k] = e.what();
+        }
+      }
+      nlohmann::json item = nlohmann::json::object();
+      if (!identities[k].sop_class_uid.empty()) {
+        item["00081150"] = dicom_json("UI", identities[k].sop_class_uid);
+        item["00081155"] = dicom_json("UI", identities[k].sop_instance_uid);
+      }
       item["00090010"] = dicom_json("LO", "VITPIPE");
-      item["00091002"] = dicom_json("UT", failures[i]);
-      failed.push_back(item);
-      continue;
+      if (!failures[k].empty()) {
+        item["00081197"] = dicom_json("US", 0xC000);  // Error: cannot understand
+        item["00091002"] = dicom_json("UT", failures[k]);
+        failed.push_back(item);
+      } else {
+        item["00091001"] = dicom_json("UT", prediction.dump());
+        referenced.push_back(item);
+      }
     }
-    item["00090010"] = dicom_json("LO", "VITPIPE");
-    item["00091001"] = dicom_json("UT", prediction.dump());
-    referenced.push_back(item);
   }
   nlohmann::json response = nlohmann::json::object();
   if (!referenced.empty()) response["00081199"] = {{"vr", "SQ"}, {"Value", referenced}};

@@ -3,7 +3,7 @@
 // bodies answer DICOM JSON. Errors carry the HTTP status they deserve (HttpError).
 #pragma once
 
-#include <mutex>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -47,6 +47,16 @@ class PredictionService {
   nlohmann::json store_instances(std::string_view content_type, std::string_view body, int* status);
 
  private:
+  // An image decoded, preprocessed and queued for the model; the decoded pixels kept for a heatmap only.
+  struct Pending {
+    std::string name;
+    DecodedImage image;
+    std::future<ImagePrediction> prediction;
+  };
+  Pending queue_image(const std::string& name, std::string_view bytes, bool keep_image);
+  nlohmann::json answer(Pending& pending, std::optional<ExplainMethod> heatmap);
+  int64_t window() const;  // images of one request queued at once
+
   ImageClassifier& classifier_;
   InferenceBatcher& batcher_;
   HeatmapRenderer heatmaps_;
