@@ -9,6 +9,7 @@
 #include <dcmtk/dcmdata/dcxfer.h>
 #include <dcmtk/dcmnet/scppool.h>
 #include <dcmtk/dcmnet/scpthrd.h>
+#include <dcmtk/oflog/oflog.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -83,9 +84,10 @@ class StorageWorker : public DcmBaseSCPPool::DcmBaseSCPWorker, private DcmThread
   // DCMTK accepts any called AE title by default; a PACS that addresses another node must hear so.
   OFBool checkCalledAETitleAccepted(const OFString& called_ae) override {
     bool accepted = trim_spaces(called_ae.c_str()) == context_.ae_title;
-    if (!accepted)
+    if (!accepted) {
       warn("DICOM node: association for AE title '", called_ae.c_str(), "' rejected (we are '", context_.ae_title,
            "')");
+    }
     return accepted;
   }
 
@@ -208,6 +210,9 @@ void DicomStorageNode::start(ReceivedCallback on_received) {
   VP_REQUIRE(options_.max_associations > 0, "the DICOM node needs max_associations of at least 1");
   int in_use = bind_error(options_.port);
   VP_REQUIRE(in_use == 0, "cannot listen for DICOM associations on port ", options_.port, ": ", std::strerror(in_use));
+
+  // DCMTK's network layer logs every association at INFO; our own lines say what matters, its warnings stay.
+  OFLog::getLogger("dcmtk.dcmnet").setLogLevel(OFLogger::WARN_LOG_LEVEL);
 
   auto listener = std::make_unique<Listener>(NodeContext{options_.spool, options_.ae_title, std::move(on_received)});
   DcmSCPConfig& config = listener->pool.getConfig();
