@@ -5,8 +5,8 @@
 // AE title is rejected (permanent, "called AE title not recognized"). Each instance is written to the spool's
 // received/ directory and fsynced before the success status goes back, so nothing acknowledged is lost if the
 // process dies; one that cannot be written gets 0xA700 (out of resources) and the node keeps serving. A dataset
-// DCMTK cannot parse ends its association (A-ABORT), not the node. Associations run concurrently, each on its own
-// DCMTK worker thread (DcmSCPPool), at most max_associations at once; more are rejected as transient.
+// DCMTK cannot parse ends its association (A-ABORT), not the node. Associations run concurrently, each on a thread
+// of its own (a DcmThreadSCP), at most max_associations at once; more are rejected as transient.
 #pragma once
 
 #include <chrono>

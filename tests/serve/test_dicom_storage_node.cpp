@@ -175,6 +175,24 @@ TEST_F(DicomStorageNodeTest, ServesConcurrentStorescuProcesses) {
   }
 }
 
+long virtual_memory_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stol(line.substr(7));
+  }
+  return -1;
+}
+
+// Each association's thread is joined: DCMTK's DcmSCPPool left them unjoined, 8 MiB of address space each.
+TEST_F(DicomStorageNodeTest, JoinsTheThreadOfEveryAssociation) {
+  auto echo = [&] { return run_tool({"echoscu", "-aec", kNodeAeTitle, "127.0.0.1", std::to_string(port_)}, log()); };
+  ASSERT_EQ(echo(), 0);
+  long before = virtual_memory_kib();
+  for (int i = 0; i < 30; ++i) ASSERT_EQ(echo(), 0);
+  long grown_mib = (virtual_memory_kib() - before) / 1024;
+  EXPECT_LT(grown_mib, 64) << "30 associations left " << grown_mib << " MiB of address space behind";
+}
+
 TEST_F(DicomStorageNodeTest, KeepsServingAfterGarbageOnTheWire) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
@@ -264,6 +282,37 @@ TEST(DicomStorageNode, RefusesAPortInUseAndABadAeTitle) {
   first.stop();
   DicomStorageNode bad_title({.spool = DicomSpool(directory.path()), .port = port, .ae_title = "A\\B"});
   EXPECT_THROW(bad_title.start(nullptr), Error);
+}
+
+TEST(DicomStorageNode, RejectsAssociationsBeyondMaxAssociations) {
+  TemporaryDirectory directory;
+  uint16_t port = free_port();
+  DicomStorageNodeOptions options{.spool = DicomSpool(directory.path()), .port = port, .ae_title = kNodeAeTitle};
+  options.max_associations = 1;
+  DicomStorageNode node(options);
+  node.start(nullptr);
+  auto echo = [&] {
+    return run_tool({"echoscu", "-aec", kNodeAeTitle, "127.0.0.1", std::to_string(port)}, directory.path() / "log");
+  };
+
+  // One association held open takes the only place.
+  T_ASC_Network* network = nullptr;
+  ASSERT_TRUE(ASC_initializeNetwork(NET_REQUESTOR, 0, 5, &network).good());
+  T_ASC_Parameters* parameters = nullptr;
+  ASSERT_TRUE(ASC_createAssociationParameters(&parameters, ASC_DEFAULTMAXPDU).good());
+  ASC_setAPTitles(parameters, "HOLDER", kNodeAeTitle, nullptr);
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  ASC_setPresentationAddresses(parameters, "localhost", address.c_str());
+  const char* syntaxes[] = {UID_LittleEndianImplicitTransferSyntax};
+  ASC_addPresentationContext(parameters, 1, UID_VerificationSOPClass, syntaxes, 1);
+  T_ASC_Association* held = nullptr;
+  ASSERT_TRUE(ASC_requestAssociation(network, parameters, &held).good());
+  EXPECT_NE(echo(), 0);
+
+  ASC_releaseAssociation(held);
+  ASC_destroyAssociation(&held);
+  ASC_dropNetwork(&network);
+  EXPECT_TRUE(wait_until([&] { return echo() == 0; }, std::chrono::seconds(5)));
 }
 
 TEST(DicomIdentifiers, UidsAndAeTitles) {
