@@ -35,7 +35,8 @@ const std::vector<std::string>& DicomStorageNode::accepted_sop_classes() {
 }
 
 const std::vector<std::string>& DicomStorageNode::accepted_transfer_syntaxes() {
-  // The order is our preference when a sender proposes several: uncompressed first (cheapest to decode).
+  // The order is our preference when a sender offers several in one presentation context: uncompressed first
+  // (cheapest to decode; the sender's decompression is lossless). Offered in separate contexts, the sender picks.
   static const std::vector<std::string> syntaxes = {UID_LittleEndianExplicitTransferSyntax,
                                                     UID_LittleEndianImplicitTransferSyntax,
                                                     UID_BigEndianExplicitTransferSyntax,
@@ -60,7 +61,7 @@ std::string trim_spaces(const std::string& text) {
   return text.substr(first, text.find_last_not_of(' ') - first + 1);
 }
 
-// What every worker thread of one node shares; outlives the pool (members of the same Listener, declared first).
+// What every association thread of one node shares; the Listener owning it joins them all before it goes.
 struct NodeContext {
   DicomSpool spool;
   std::string ae_title;
@@ -75,7 +76,7 @@ class StorageAssociation : public DcmThreadSCP {
  protected:
   // DCMTK accepts any called AE title by default; a PACS that addresses another node must hear so.
   OFBool checkCalledAETitleAccepted(const OFString& called_ae) override {
-    bool accepted = trim_spaces(called_ae.c_str()) == context_.ae_title;
+    bool accepted = trim_spaces(called_ae.c_str()) == trim_spaces(context_.ae_title);
     if (!accepted) {
       warn("DICOM node: association for AE title '", called_ae.c_str(), "' rejected (we are '", context_.ae_title,
            "')");
