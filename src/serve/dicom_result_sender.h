@@ -8,7 +8,7 @@
 //              overnight. The rest of the outbox waits behind it, in order.
 //   ambiguous  the association ended without a C-STORE response (A-ABORT, connection lost, DIMSE timeout): a PACS
 //              that refuses often aborts rather than answering. Retried with back-off up to max_attempts times,
-//              then dead-lettered.
+//              then dead-lettered. The count is kept in memory: a restart gives a file max_attempts more.
 //   permanent  association rejected-permanent, presentation context not accepted, a failure status (0xA7xx,
 //              0xA9xx, 0xCxxx, 0x01xx, 0x02xx), or a file that cannot be read: moved to dead-letter/ with a reason.
 // Files are sent oldest first, so what was left unsent at the last run goes first.
@@ -57,7 +57,7 @@ class DicomResultSender {
   DicomResultSender& operator=(const DicomResultSender&) = delete;
 
   // Starts the sending thread; it begins with what the outbox already holds. Throws vitpipe::Error on a bad AE
-  // title or if already started.
+  // title, an incomplete destination, back-offs or attempts out of range, or if already started.
   void start();
   // Wakes an idle sender: call after committing a file to the outbox. Does not cut a back-off short.
   void notify();

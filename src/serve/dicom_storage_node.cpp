@@ -7,16 +7,16 @@
 #include <dcmtk/dcmdata/dcfilefo.h>
 #include <dcmtk/dcmdata/dcuid.h>
 #include <dcmtk/dcmdata/dcxfer.h>
-#include <dcmtk/dcmnet/scppool.h>
+#include <dcmtk/dcmnet/assoc.h>
 #include <dcmtk/dcmnet/scpthrd.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <dcmtk/oflog/oflog.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <list>
+#include <system_error>
 #include <thread>
 
 #include "serve/dicom_identifiers.h"
@@ -35,7 +35,8 @@ const std::vector<std::string>& DicomStorageNode::accepted_sop_classes() {
 }
 
 const std::vector<std::string>& DicomStorageNode::accepted_transfer_syntaxes() {
-  // The order is our preference when a sender proposes several: uncompressed first (cheapest to decode).
+  // The order is our preference when a sender offers several in one presentation context: uncompressed first
+  // (cheapest to decode; the sender's decompression is lossless). Offered in separate contexts, the sender picks.
   static const std::vector<std::string> syntaxes = {UID_LittleEndianExplicitTransferSyntax,
                                                     UID_LittleEndianImplicitTransferSyntax,
                                                     UID_BigEndianExplicitTransferSyntax,
@@ -60,32 +61,26 @@ std::string trim_spaces(const std::string& text) {
   return text.substr(first, text.find_last_not_of(' ') - first + 1);
 }
 
-// What every worker thread of one node shares; outlives the pool (members of the same Listener, declared first).
+// What every association thread of one node shares; the Listener owning it joins them all before it goes.
 struct NodeContext {
   DicomSpool spool;
   std::string ae_title;
   DicomStorageNode::ReceivedCallback on_received;
 };
 
-// One association at a time on a DCMTK worker thread; C-ECHO is DcmSCP's, C-STORE is ours.
-class StorageWorker : public DcmBaseSCPPool::DcmBaseSCPWorker, private DcmThreadSCP {
+// One association, on a thread of its own; C-ECHO is DcmSCP's, C-STORE is ours.
+class StorageAssociation : public DcmThreadSCP {
  public:
-  StorageWorker(DcmBaseSCPPool& pool, const NodeContext& context) : DcmBaseSCPWorker(pool), context_(context) {}
-
-  OFCondition setSharedConfig(const DcmSharedSCPConfig& config) override {
-    return DcmThreadSCP::setSharedConfig(config);
-  }
-  OFBool busy() override { return DcmThreadSCP::isConnected(); }
+  explicit StorageAssociation(const NodeContext& context) : context_(context) {}
 
  protected:
-  OFCondition workerListen(T_ASC_Association* const association) override { return DcmThreadSCP::run(association); }
-
   // DCMTK accepts any called AE title by default; a PACS that addresses another node must hear so.
   OFBool checkCalledAETitleAccepted(const OFString& called_ae) override {
-    bool accepted = trim_spaces(called_ae.c_str()) == context_.ae_title;
-    if (!accepted)
+    bool accepted = trim_spaces(called_ae.c_str()) == trim_spaces(context_.ae_title);
+    if (!accepted) {
       warn("DICOM node: association for AE title '", called_ae.c_str(), "' rejected (we are '", context_.ae_title,
            "')");
+    }
     return accepted;
   }
 
@@ -156,43 +151,83 @@ class StorageWorker : public DcmBaseSCPPool::DcmBaseSCPWorker, private DcmThread
   const NodeContext& context_;
 };
 
-class StoragePool : public DcmBaseSCPPool {
- public:
-  explicit StoragePool(const NodeContext& context) : context_(context) {}
-
- protected:
-  DcmBaseSCPWorker* createSCPWorker() override { return new StorageWorker(*this, context_); }
-
- private:
-  const NodeContext& context_;
-};
-
-// 0 if nothing listens on the port, else the errno of binding it. SO_REUSEADDR as DCMTK sets it, so that only a
-// listening socket counts (not connections in TIME_WAIT) and our probe never blocks DCMTK's own bind.
-int bind_error(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno;
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  address.sin_port = htons(port);
-  int result = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 ? 0 : errno;
-  ::close(fd);
-  return result;
-}
-
 }  // namespace
 
+// DCMTK's DcmSCPPool never joins a worker thread that ends while it listens, so each association would leak a
+// thread stack (8 MiB of address space) until the process runs out of mappings. This accept loop does what the pool
+// does, with threads it joins.
 struct DicomStorageNode::Listener {
-  explicit Listener(NodeContext node_context) : context(std::move(node_context)), pool(context) {}
+  struct Session {
+    std::thread thread;
+    std::atomic<bool> finished{false};
+  };
+
+  Listener(NodeContext node_context, const DcmSCPConfig& scp_config, uint16_t max_sessions)
+      : context(std::move(node_context)), config(scp_config), max_associations(max_sessions) {}
+
+  void accept_until_stopped() {
+    while (!stopping) {
+      reap_finished_sessions();
+      T_ASC_Association* association = nullptr;
+      // Non-blocking with a 1 s timeout, so that stop() is noticed within a second.
+      OFCondition cond = ASC_receiveAssociation(network, &association, config->getMaxReceivePDULength(), nullptr,
+                                                nullptr, OFFalse, DUL_NOBLOCK, 1);
+      if (cond == DUL_NOASSOCIATIONREQUEST) {
+        ASC_destroyAssociation(&association);
+      } else if (cond.bad()) {
+        warn("DICOM node: an association request could not be read: ", cond.text());
+        ASC_dropAssociation(association);
+        ASC_destroyAssociation(&association);
+      } else if (sessions.size() >= max_associations) {
+        warn("DICOM node: association from '", association->params->DULparams.callingAPTitle,
+             "' rejected: ", max_associations, " associations already running");
+        T_ASC_RejectParameters rejection{ASC_RESULT_REJECTEDTRANSIENT, ASC_SOURCE_SERVICEPROVIDER_PRESENTATION_RELATED,
+                                         ASC_REASON_SP_PRES_LOCALLIMITEXCEEDED};
+        ASC_rejectAssociation(association, &rejection);
+        ASC_dropAssociation(association);
+        ASC_destroyAssociation(&association);
+      } else {
+        Session& session = sessions.emplace_back();
+        try {
+          session.thread = std::thread([this, &session, association] {
+            {
+              StorageAssociation scp(context);
+              scp.setSharedConfig(config);
+              scp.run(association);
+            }  // DcmSCP's destructor drops and frees the association
+            session.finished = true;
+          });
+        } catch (const std::system_error& error) {  // no thread to be had: the sender may retry later
+          sessions.pop_back();
+          warn("DICOM node: association aborted, no thread for it: ", error.what());
+          ASC_abortAssociation(association);
+          ASC_dropAssociation(association);
+          ASC_destroyAssociation(&association);
+        }
+      }
+    }
+    for (Session& session : sessions) session.thread.join();
+    sessions.clear();
+  }
+
+  void reap_finished_sessions() {
+    for (auto it = sessions.begin(); it != sessions.end();) {
+      if (it->finished) {
+        it->thread.join();
+        it = sessions.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
 
   NodeContext context;
-  StoragePool pool;
+  DcmSharedSCPConfig config;
+  uint16_t max_associations;
+  T_ASC_Network* network = nullptr;
+  std::list<Session> sessions;  // only the accepting thread touches it
+  std::atomic<bool> stopping{false};
   std::thread thread;
-  std::atomic<bool> finished{false};
-  std::string result;  // listen()'s condition, written before `finished`
 };
 
 DicomStorageNode::DicomStorageNode(DicomStorageNodeOptions options) : options_(std::move(options)) {}
@@ -206,18 +241,13 @@ void DicomStorageNode::start(ReceivedCallback on_received) {
   VP_REQUIRE(is_valid_ae_title(options_.ae_title), "DICOM AE title '", options_.ae_title,
              "' is not valid: 1 to 16 characters, no backslash or control characters");
   VP_REQUIRE(options_.max_associations > 0, "the DICOM node needs max_associations of at least 1");
-  int in_use = bind_error(options_.port);
-  VP_REQUIRE(in_use == 0, "cannot listen for DICOM associations on port ", options_.port, ": ", std::strerror(in_use));
+  // DCMTK's network layer logs every association at INFO; our own lines say what matters, its warnings stay.
+  OFLog::getLogger("dcmtk.dcmnet").setLogLevel(OFLogger::WARN_LOG_LEVEL);
 
-  auto listener = std::make_unique<Listener>(NodeContext{options_.spool, options_.ae_title, std::move(on_received)});
-  DcmSCPConfig& config = listener->pool.getConfig();
+  DcmSCPConfig config;
   config.setPort(options_.port);
   config.setAETitle(options_.ae_title.c_str());
   config.setRespondWithCalledAETitle(OFFalse);
-  config.setHostLookupEnabled(OFFalse);  // no DNS lookup per association
-  // Non-blocking accept with a 1 s timeout: the listen loop notices stop() within a second.
-  config.setConnectionBlockingMode(DUL_NOBLOCK);
-  config.setConnectionTimeout(1);
   config.setACSETimeout(static_cast<Uint32>(options_.acse_timeout.count()));
   config.setDIMSEBlockingMode(DIMSE_NONBLOCKING);  // blocking mode would ignore the DIMSE timeout
   config.setDIMSETimeout(static_cast<Uint32>(options_.dimse_timeout.count()));
@@ -233,26 +263,14 @@ void DicomStorageNode::start(ReceivedCallback on_received) {
     if (added.good()) added = config.addPresentationContext(sop_class.c_str(), image_syntaxes);
   }
   VP_REQUIRE(added.good(), "cannot configure the DICOM node's presentation contexts: ", added.text());
-  listener->pool.setMaxThreads(options_.max_associations);
-
+  auto listener = std::make_unique<Listener>(NodeContext{options_.spool, options_.ae_title, std::move(on_received)},
+                                             config, options_.max_associations);
+  // Binds and listens here, so that a port in use is reported to the caller.
+  OFCondition listening = ASC_initializeNetwork(NET_ACCEPTOR, options_.port,
+                                                static_cast<int>(options_.acse_timeout.count()), &listener->network);
+  VP_REQUIRE(listening.good(), "cannot listen for DICOM associations on port ", options_.port, ": ", listening.text());
   Listener* running = listener.get();
-  running->thread = std::thread([running] {
-    OFCondition result = running->pool.listen();
-    running->result = result.text();
-    running->finished = true;
-  });
-
-  // Ready once DCMTK's socket listens: then our probe can no longer bind the port.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (bind_error(options_.port) != EADDRINUSE) {
-    if (running->finished || std::chrono::steady_clock::now() > deadline) {
-      running->pool.stopAfterCurrentAssociations();
-      running->thread.join();
-      fail("cannot listen for DICOM associations on port ", options_.port, ": ",
-           running->finished ? running->result : std::string("not listening after 10 s"));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  running->thread = std::thread([running] { running->accept_until_stopped(); });
   listener_ = std::move(listener);
   info("DICOM node: AE title '", options_.ae_title, "' listening on port ", options_.port, " (spool ",
        options_.spool.root().string(), ")");
@@ -260,8 +278,9 @@ void DicomStorageNode::start(ReceivedCallback on_received) {
 
 void DicomStorageNode::stop() {
   if (!listener_) return;
-  listener_->pool.stopAfterCurrentAssociations();
+  listener_->stopping = true;
   listener_->thread.join();
+  ASC_dropNetwork(&listener_->network);
   listener_.reset();
   info("DICOM node: port ", options_.port, " closed");
 }

@@ -5,8 +5,8 @@
 // AE title is rejected (permanent, "called AE title not recognized"). Each instance is written to the spool's
 // received/ directory and fsynced before the success status goes back, so nothing acknowledged is lost if the
 // process dies; one that cannot be written gets 0xA700 (out of resources) and the node keeps serving. A dataset
-// DCMTK cannot parse ends its association (A-ABORT), not the node. Associations run concurrently, each on its own
-// DCMTK worker thread (DcmSCPPool), at most max_associations at once; more are rejected as transient.
+// DCMTK cannot parse ends its association (A-ABORT), not the node. Associations run concurrently, each on a thread
+// of its own (a DcmThreadSCP), at most max_associations at once; more are rejected as transient.
 #pragma once
 
 #include <chrono>
@@ -26,8 +26,8 @@ struct DicomStorageNodeOptions {
   uint16_t port = 104;
   std::string ae_title = "VITPIPE";
   uint16_t max_associations = 8;
-  // Waiting for association negotiation / release messages. DCMTK's pool reads each A-ASSOCIATE-RQ on the
-  // listening thread, so a connection that sends nothing holds up new associations this long: keep it short.
+  // Waiting for association negotiation / release messages. Each A-ASSOCIATE-RQ is read on the accepting thread
+  // (DCMTK's ASC_receiveAssociation), so a connection that sends nothing holds up new ones this long: keep it short.
   std::chrono::seconds acse_timeout{10};
   std::chrono::seconds dimse_timeout{60};  // an idle association is aborted after this; stop() may wait as long
 };

@@ -92,6 +92,12 @@ class DicomResultSenderTest : public ::testing::Test {
     return fs::exists(dir) ? static_cast<size_t>(std::distance(fs::directory_iterator(dir), {})) : 0;
   }
   bool outbox_empty() const { return spool_.pending_outbox().empty(); }
+  // Waits for the result to reach dead-letter/ (its reason file is written before it moves) and returns the reason.
+  std::string wait_for_dead_letter(const std::string& uid) {
+    fs::path dead = spool_.dead_letter_dir() / (uid + ".dcm");
+    if (!wait_until([&] { return fs::exists(dead); }, std::chrono::seconds(15))) return "(not dead-lettered)";
+    return read_text_file(spool_.dead_letter_dir() / (uid + ".dcm.reason.txt"));
+  }
 
   TemporaryDirectory directory_;
   DicomSpool spool_{directory_.path() / "spool"};
@@ -111,6 +117,7 @@ TEST_F(DicomResultSenderTest, SendsWhatTheOutboxHeldAtStartToStorescp) {
 TEST_F(DicomResultSenderTest, NotifyWakesTheSenderForANewResult) {
   auto storescp = start_storescp();
   start_sender();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // idle now, with a 60 s rescan interval
   put_in_outbox("1.2.826.0.1.3680043.10.5678.2");
   sender_->notify();
   ASSERT_TRUE(wait_until([&] { return outbox_empty(); }, std::chrono::seconds(15)));
@@ -133,11 +140,8 @@ TEST_F(DicomResultSenderTest, DeadLettersWhatAPacsRefusesWithAReason) {
   put_in_outbox("1.2.826.0.1.3680043.10.5678.4");
   auto storescp = start_storescp({"--refuse"});
   start_sender();
-  fs::path reason_file = spool_.dead_letter_dir() / "1.2.826.0.1.3680043.10.5678.4.dcm.reason.txt";
-  ASSERT_TRUE(wait_until([&] { return fs::exists(reason_file); }, std::chrono::seconds(15)));
+  std::string reason = wait_for_dead_letter("1.2.826.0.1.3680043.10.5678.4");
   EXPECT_TRUE(outbox_empty());
-  EXPECT_TRUE(fs::exists(spool_.dead_letter_dir() / "1.2.826.0.1.3680043.10.5678.4.dcm"));
-  std::string reason = read_text_file(reason_file);
   EXPECT_NE(reason.find("rejected (permanent)"), std::string::npos) << reason;
   EXPECT_NE(reason.find("PACS@127.0.0.1"), std::string::npos) << reason;
 }
@@ -146,10 +150,8 @@ TEST_F(DicomResultSenderTest, RetriesAPacsThatAbortsThenDeadLetters) {
   put_in_outbox("1.2.826.0.1.3680043.10.5678.9");
   auto storescp = start_storescp({"--abort-after"});
   start_sender();  // max_attempts = 3
-  fs::path reason_file = spool_.dead_letter_dir() / "1.2.826.0.1.3680043.10.5678.9.dcm.reason.txt";
-  ASSERT_TRUE(wait_until([&] { return fs::exists(reason_file); }, std::chrono::seconds(15)));
+  std::string reason = wait_for_dead_letter("1.2.826.0.1.3680043.10.5678.9");
   EXPECT_TRUE(outbox_empty());
-  std::string reason = read_text_file(reason_file);
   EXPECT_NE(reason.find("A-ABORT"), std::string::npos) << reason;
   EXPECT_NE(reason.find("3 attempts"), std::string::npos) << reason;
 }
@@ -160,9 +162,7 @@ TEST_F(DicomResultSenderTest, DeadLettersWhenTheCalledAeTitleIsNotThePacs) {
   node.start(nullptr);
   put_in_outbox("1.2.826.0.1.3680043.10.5678.5");
   start_sender("WRONGPACS");
-  fs::path reason_file = spool_.dead_letter_dir() / "1.2.826.0.1.3680043.10.5678.5.dcm.reason.txt";
-  ASSERT_TRUE(wait_until([&] { return fs::exists(reason_file); }, std::chrono::seconds(15)));
-  std::string reason = read_text_file(reason_file);
+  std::string reason = wait_for_dead_letter("1.2.826.0.1.3680043.10.5678.5");
   EXPECT_NE(reason.find("Called AE Title Not Recognized"), std::string::npos) << reason;
   sender_->stop();
   node.stop();
@@ -177,9 +177,7 @@ TEST_F(DicomResultSenderTest, DeadLettersAFailureStatus) {
   node.start(nullptr);
   put_in_outbox("1.2.826.0.1.3680043.10.5678.6");
   start_sender();
-  fs::path reason_file = spool_.dead_letter_dir() / "1.2.826.0.1.3680043.10.5678.6.dcm.reason.txt";
-  ASSERT_TRUE(wait_until([&] { return fs::exists(reason_file); }, std::chrono::seconds(15)));
-  std::string reason = read_text_file(reason_file);
+  std::string reason = wait_for_dead_letter("1.2.826.0.1.3680043.10.5678.6");
   EXPECT_NE(reason.find("0xA700"), std::string::npos) << reason;
   sender_->stop();
   node.stop();
@@ -191,9 +189,8 @@ TEST_F(DicomResultSenderTest, DeadLettersAFileTheNodeCannotRead) {
   spool_.commit_to_outbox(temporary, "1.2.826.0.1.3680043.10.5678.7");
   auto storescp = start_storescp();
   start_sender();
-  fs::path reason_file = spool_.dead_letter_dir() / "1.2.826.0.1.3680043.10.5678.7.dcm.reason.txt";
-  ASSERT_TRUE(wait_until([&] { return fs::exists(reason_file); }, std::chrono::seconds(15)));
-  EXPECT_NE(read_text_file(reason_file).find("cannot read"), std::string::npos);
+  std::string reason = wait_for_dead_letter("1.2.826.0.1.3680043.10.5678.7");
+  EXPECT_NE(reason.find("cannot read"), std::string::npos) << reason;
 }
 
 TEST_F(DicomResultSenderTest, StopsPromptlyDuringABackOff) {

@@ -1,6 +1,10 @@
 // The DICOM node against DCMTK's own echoscu and storescu, on loopback; and the spool it writes to.
+#include <dcmtk/dcmnet/assoc.h>
+#include <dcmtk/dcmnet/dimse.h>
+#include <dcmtk/dcmnet/dul.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -171,6 +175,24 @@ TEST_F(DicomStorageNodeTest, ServesConcurrentStorescuProcesses) {
   }
 }
 
+long virtual_memory_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stol(line.substr(7));
+  }
+  return -1;
+}
+
+// Each association's thread is joined: DCMTK's DcmSCPPool left them unjoined, 8 MiB of address space each.
+TEST_F(DicomStorageNodeTest, JoinsTheThreadOfEveryAssociation) {
+  auto echo = [&] { return run_tool({"echoscu", "-aec", kNodeAeTitle, "127.0.0.1", std::to_string(port_)}, log()); };
+  ASSERT_EQ(echo(), 0);
+  long before = virtual_memory_kib();
+  for (int i = 0; i < 30; ++i) ASSERT_EQ(echo(), 0);
+  long grown_mib = (virtual_memory_kib() - before) / 1024;
+  EXPECT_LT(grown_mib, 64) << "30 associations left " << grown_mib << " MiB of address space behind";
+}
+
 TEST_F(DicomStorageNodeTest, KeepsServingAfterGarbageOnTheWire) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
@@ -182,6 +204,58 @@ TEST_F(DicomStorageNodeTest, KeepsServingAfterGarbageOnTheWire) {
   const unsigned char garbage[] = {0x01, 0x00, 0x7f, 0xff, 0xff, 0xff, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x01};
   ASSERT_EQ(::write(fd, garbage, sizeof(garbage)), static_cast<ssize_t>(sizeof(garbage)));
   ::close(fd);
+  EXPECT_EQ(run_tool({"echoscu", "-aec", kNodeAeTitle, "127.0.0.1", std::to_string(port_)}, log()), 0);
+}
+
+// A C-STORE whose dataset bytes DCMTK cannot parse: the command goes through DIMSE, the bytes as a raw PDV.
+TEST_F(DicomStorageNodeTest, KeepsServingAfterAnUnparsableDataset) {
+  T_ASC_Network* network = nullptr;
+  ASSERT_TRUE(ASC_initializeNetwork(NET_REQUESTOR, 0, 5, &network).good());
+  T_ASC_Parameters* parameters = nullptr;
+  ASSERT_TRUE(ASC_createAssociationParameters(&parameters, ASC_DEFAULTMAXPDU).good());
+  ASC_setAPTitles(parameters, "GARBAGE", kNodeAeTitle, nullptr);
+  std::string address = "127.0.0.1:" + std::to_string(port_);
+  ASC_setPresentationAddresses(parameters, "localhost", address.c_str());
+  const char* syntaxes[] = {UID_LittleEndianExplicitTransferSyntax};
+  ASC_addPresentationContext(parameters, 1, UID_DigitalXRayImageStorageForPresentation, syntaxes, 1);
+  T_ASC_Association* association = nullptr;
+  ASSERT_TRUE(ASC_requestAssociation(network, parameters, &association).good());
+  T_ASC_PresentationContextID context =
+      ASC_findAcceptedPresentationContextID(association, UID_DigitalXRayImageStorageForPresentation);
+  ASSERT_NE(context, 0);
+
+  // The C-STORE-RQ command set, encoded by hand (DIMSE will not announce a dataset it does not send).
+  DcmDataset command;
+  command.putAndInsertString(DCM_AffectedSOPClassUID, UID_DigitalXRayImageStorageForPresentation);
+  command.putAndInsertUint16(DCM_CommandField, DIMSE_C_STORE_RQ);
+  command.putAndInsertUint16(DCM_MessageID, 1);
+  command.putAndInsertUint16(DCM_Priority, 0);
+  command.putAndInsertUint16(DCM_CommandDataSetType, 0x0000);  // a dataset follows
+  command.putAndInsertString(DCM_AffectedSOPInstanceUID, "1.2.3");
+  fs::path command_file = directory_.path() / "command.bin";
+  ASSERT_TRUE(command.saveFile(command_file.c_str(), EXS_LittleEndianImplicit, EET_ExplicitLength, EGL_withGL).good());
+  std::string command_bytes = read_text_file(command_file);
+  DUL_PDV command_pdv{command_bytes.size(), context, DUL_COMMANDPDV, OFTrue, command_bytes.data()};
+  // (0008,0016) UI of 6 bytes, then (7FE0,0010) OB claiming 1 MiB with 10 bytes present.
+  unsigned char garbage[] = {0x08, 0x00, 0x16, 0x00, 'U',  'I',  0x06, 0x00, '1',  '.',  '2',  '.',
+                             '3',  0x00, 0xe0, 0x7f, 0x10, 0x00, 'O',  'B',  0x00, 0x00, 0x00, 0x00,
+                             0x10, 0x00, 0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef, 0xff, 0xff};
+  DUL_PDV pdv[] = {command_pdv, {sizeof(garbage), context, DUL_DATASETPDV, OFTrue, garbage}};
+  DUL_PDVLIST pdvs{};
+  pdvs.count = 2;
+  pdvs.pdv = pdv;
+  ASSERT_TRUE(DUL_WritePDVs(&association->DULassociation, &pdvs).good());
+  T_ASC_PresentationContextID response_context = context;
+  T_DIMSE_Message response{};
+  OFCondition answered = DIMSE_receiveCommand(association, DIMSE_NONBLOCKING, 5, &response_context, &response, nullptr);
+  // The node either aborts the association or answers a failure; it never stores the garbage.
+  EXPECT_TRUE(answered.bad() || response.msg.CStoreRSP.DimseStatus != STATUS_Success);
+  ASC_abortAssociation(association);
+  ASC_destroyAssociation(&association);
+  ASC_dropNetwork(&network);
+
+  EXPECT_TRUE(fs::is_empty(received_dir()));
+  EXPECT_TRUE(received().empty());
   EXPECT_EQ(run_tool({"echoscu", "-aec", kNodeAeTitle, "127.0.0.1", std::to_string(port_)}, log()), 0);
 }
 
@@ -208,6 +282,37 @@ TEST(DicomStorageNode, RefusesAPortInUseAndABadAeTitle) {
   first.stop();
   DicomStorageNode bad_title({.spool = DicomSpool(directory.path()), .port = port, .ae_title = "A\\B"});
   EXPECT_THROW(bad_title.start(nullptr), Error);
+}
+
+TEST(DicomStorageNode, RejectsAssociationsBeyondMaxAssociations) {
+  TemporaryDirectory directory;
+  uint16_t port = free_port();
+  DicomStorageNodeOptions options{.spool = DicomSpool(directory.path()), .port = port, .ae_title = kNodeAeTitle};
+  options.max_associations = 1;
+  DicomStorageNode node(options);
+  node.start(nullptr);
+  auto echo = [&] {
+    return run_tool({"echoscu", "-aec", kNodeAeTitle, "127.0.0.1", std::to_string(port)}, directory.path() / "log");
+  };
+
+  // One association held open takes the only place.
+  T_ASC_Network* network = nullptr;
+  ASSERT_TRUE(ASC_initializeNetwork(NET_REQUESTOR, 0, 5, &network).good());
+  T_ASC_Parameters* parameters = nullptr;
+  ASSERT_TRUE(ASC_createAssociationParameters(&parameters, ASC_DEFAULTMAXPDU).good());
+  ASC_setAPTitles(parameters, "HOLDER", kNodeAeTitle, nullptr);
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  ASC_setPresentationAddresses(parameters, "localhost", address.c_str());
+  const char* syntaxes[] = {UID_LittleEndianImplicitTransferSyntax};
+  ASC_addPresentationContext(parameters, 1, UID_VerificationSOPClass, syntaxes, 1);
+  T_ASC_Association* held = nullptr;
+  ASSERT_TRUE(ASC_requestAssociation(network, parameters, &held).good());
+  EXPECT_NE(echo(), 0);
+
+  ASC_releaseAssociation(held);
+  ASC_destroyAssociation(&held);
+  ASC_dropNetwork(&network);
+  EXPECT_TRUE(wait_until([&] { return echo() == 0; }, std::chrono::seconds(5)));
 }
 
 TEST(DicomIdentifiers, UidsAndAeTitles) {
