@@ -105,7 +105,9 @@ MultipartPart parse_part(std::string_view text, size_t index, const MultipartLim
       for (const char c : continuation)
         VP_REQUIRE(!is_control(c), "multipart body: part ", index, ": header ", part.headers.back().first,
                    " has a control character");
-      part.headers.back().second.append(" ").append(continuation);
+      std::string& value = part.headers.back().second;  // trimmed as a whole: one space between non-empty pieces
+      if (!value.empty() && !continuation.empty()) value += ' ';
+      value += continuation;
       continue;
     }
     const size_t colon = line.find(':');

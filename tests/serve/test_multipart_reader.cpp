@@ -168,6 +168,15 @@ TEST(MultipartReader, HeadersCaseInsensitiveTrimmedAndUnfolded) {
   EXPECT_EQ(parts[0].body, "data");
 }
 
+// fuzz_multipart (tools/fuzz/regressions/multipart/folded-line-after-an-empty-value): a folded line after an empty
+// value was joined with a space, so the value had a leading space that a value written out again loses.
+TEST(MultipartReader, FoldedLinesJoinWithOneSpaceBetweenNonEmptyPieces) {
+  const auto parts = parse_multipart("--b\nA:\r\n fotion[\r\n \r\nB: x\r\n\ty \r\n\n\n--b--", "b");
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].header("a"), "fotion[");
+  EXPECT_EQ(parts[0].header("b"), "x y");
+}
+
 TEST(MultipartReader, PartsWithoutHeadersEmptyPartsAndHeaderOnlyParts) {
   const auto parts = parse_multipart("--b\r\n\r\nbody\r\n--b\r\n\r\n--b\r\n--b\r\nA: 1\r\n--b--", "b");
   ASSERT_EQ(parts.size(), 4u);
