@@ -246,6 +246,20 @@ TEST(MultipartReader, BodyCutAtEveryByteParsesTheSameOrIsRefused) {
   }
 }
 
+// Adversarial bodies of 4 MB: near-misses of the delimiter everywhere. Linear work takes milliseconds; quadratic
+// work would not finish within ctest's timeout.
+TEST(MultipartReader, NearMissDelimitersEverywhereTakeLinearTime) {
+  const std::string longest(70, 'q');
+  std::string near_misses = "--" + longest + "\r\n\r\n";
+  while (near_misses.size() < 4'000'000) near_misses += "\n--" + longest.substr(0, 69) + "z\n--" + longest + "x";
+  EXPECT_EQ(parse_multipart(near_misses + "\r\n--" + longest + "--", longest).size(), 1u);
+  expect_error([&] { parse_multipart(near_misses, longest); }, "the body is truncated");
+  const std::string line_feeds = "--b\r\n" + std::string(4'000'000, '\n');
+  expect_error([&] { parse_multipart(line_feeds, "b"); }, "the body is truncated");
+  const std::string dashes = "--b\r\n\r\n" + std::string(4'000'000, '-');
+  expect_error([&] { parse_multipart(dashes, "b"); }, "the body is truncated");
+}
+
 TEST(MultipartReader, TooManyPartsAreRefused) {
   std::vector<std::pair<std::string, std::string>> parts(4, {"", "x"});
   const std::string body = multipart_body("b", parts);
