@@ -2,6 +2,8 @@
 // refusal a vitpipe::Error with its reason.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -298,6 +300,53 @@ TEST(MultipartReader, MalformedHeaderLinesAreRefused) {
   expect_error([] { parse_multipart("--b\r\n folded: v\r\n\r\nx\r\n--b--", "b"); }, "a continuation of no header");
   expect_error([] { parse_multipart("--b\r\nA: \x01\r\n\r\nx\r\n--b--", "b"); }, "control character");
   expect_error([] { parse_multipart("--b\r\n\x00\x01\x02\r\n--b--"s, "b"); }, "has no ':'");
+}
+
+std::string read_fixture(const std::string& name) {
+  std::ifstream in(std::string(VITPIPE_SOURCE_DIR) + "/tests/serve/fixtures/" + name, std::ios::binary);
+  if (!in) return {};
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Messages Python's email package wrote (tests/serve/make_multipart_fixtures.py): CRLF (policy HTTP) and LF
+// (compat32, which folds the Content-Type header) line ends, a preamble and epilogue. vitpipe reads the same part
+// bytes as Python's own parser.
+TEST(StowRequest, MessagesPythonsEmailPackageWroteReadAsPythonReadsThem) {
+  for (const auto& [name, part_count] : std::vector<std::pair<std::string, size_t>>{
+           {"python_email_http", 2}, {"python_email_preamble_epilogue", 3}, {"python_email_lf", 1}}) {
+    SCOPED_TRACE(name);
+    const std::string message = read_fixture(name + ".mime");
+    ASSERT_FALSE(message.empty()) << "missing fixture";
+    // The message's header section, unfolded (a line end followed by whitespace goes), then its body.
+    const bool crlf = message.find("\r\n\r\n") < message.find("\n\n");
+    const size_t header_end = crlf ? message.find("\r\n\r\n") + 4 : message.find("\n\n") + 2;
+    std::string headers;
+    for (size_t i = 0; i < header_end; ++i) {
+      if (message[i] == '\r') continue;
+      if (message[i] == '\n' && (message[i + 1] == ' ' || message[i + 1] == '\t')) continue;
+      headers += message[i];
+    }
+    const size_t content_type_at = headers.find("Content-Type: ") + std::string("Content-Type: ").size();
+    const std::string content_type =
+        headers.substr(content_type_at, headers.find('\n', content_type_at) - content_type_at);
+    const std::string_view body = std::string_view(message).substr(header_end);
+    const auto instances = dicom_parts_of_stow_request(content_type, body);
+    ASSERT_EQ(instances.size(), part_count) << content_type;
+    for (size_t i = 0; i < part_count; ++i) {
+      const std::string expected = read_fixture(name + ".part" + std::to_string(i));
+      EXPECT_EQ(instances[i], expected) << "part " << i;
+      EXPECT_TRUE(lies_inside(instances[i], body));
+    }
+  }
+}
+
+// Some clients write a CRLF before the first delimiter (an empty preamble ended by its line end).
+TEST(StowRequest, LineEndBeforeTheFirstDelimiter) {
+  const std::string body = "\r\n--B\r\nContent-Type: application/dicom\r\n\r\nDICM\r\n--B--";
+  const auto instances =
+      dicom_parts_of_stow_request(R"(multipart/related; type="application/dicom"; boundary=B)", body);
+  ASSERT_EQ(instances.size(), 1u);
+  EXPECT_EQ(instances[0], "DICM");
 }
 
 TEST(StowRequest, DicomPartsInOrder) {
