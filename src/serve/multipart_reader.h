@@ -51,9 +51,10 @@ struct MultipartLimits {
 // boundary is random, so "\n--boundary" never occurs in data by chance. A delimiter line is "--boundary", optional
 // spaces or tabs (transport padding), then a line end; a line that starts with "--boundary" but goes on with other
 // characters is data (as Python's email parser takes it). A part with no header lines starts with its empty line;
-// obsolete folded header lines are unfolded. Throws vitpipe::Error("multipart body: ...") for a missing, overlong or
-// non-printable boundary, no first delimiter, no close delimiter (a truncated body), a malformed header line, more
-// than limits.max_parts parts or a part's header section over limits.max_header_bytes.
+// obsolete folded header lines are unfolded. A body whose first delimiter is the close delimiter gives no parts (RFC
+// 2046 wants one at least; dicom_parts_of_stow_request refuses that). Throws vitpipe::Error("multipart body: ...") for
+// a missing, overlong or non-printable boundary, no first delimiter, no close delimiter (a truncated body), a malformed
+// header line, more than limits.max_parts parts or a part's header section over limits.max_header_bytes.
 std::vector<MultipartPart> parse_multipart(std::string_view body, std::string_view boundary,
                                            const MultipartLimits& limits = {});
 
