@@ -34,7 +34,7 @@ MediaType parse_media_type(std::string_view header_value);
 struct MultipartPart {
   // The part's header fields in order; names lower-case, values with surrounding whitespace trimmed.
   std::vector<std::pair<std::string, std::string>> headers;
-  std::string_view body;  // into the buffer given to parse_multipart
+  std::string_view body;  // into the buffer given to parse_multipart: valid while that buffer lives
 
   // The value of the first header named `name` (any case), or "" when there is none.
   std::string header(std::string_view name) const;
