@@ -7,10 +7,10 @@
 #   build-tsan  GCC, ThreadSanitizer: test_threads_tsan (ranks as threads, gradient buckets, loader, prepare) and
 #               a deliberate race it must report (tsan.canary)
 #   build-fuzz  clang, ASan + UBSan: part "readers" runs the unit tests of the layers that read untrusted input
-#               (tests/{tensor,data,io,hub,image} and train's options and checkpoints: test_readers_sanitized, on
-#               the fuzzers' library; what CI can afford of ASan), part "fuzz" every harness of tools/fuzz for
-#               FUZZ_SECONDS (default 5) each, with FUZZ_SEED (default 1: the same mutations every run; FUZZ_SEED=
-#               for a fresh seed)
+#               (tests/{tensor,data,io,hub,image}, train's options and checkpoints, serve's multipart reader:
+#               test_readers_sanitized, on the fuzzers' library; what CI can afford of ASan), part "fuzz" every
+#               harness of tools/fuzz for FUZZ_SECONDS (default 5) each, with FUZZ_SEED (default 1: the same
+#               mutations every run; FUZZ_SEED= for a fresh seed)
 # Usage: scripts/test_sanitized.sh [asan] [tsan] [readers] [fuzz]   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -40,6 +40,7 @@ struct MultipartPart {
   std::string header(std::string_view name) const;
 };
 
+// Longer boundaries than RFC 2046's 70 are accepted up to this (real clients send them), still bounded.
 inline constexpr size_t kMaxBoundaryLength = 200;
 
 struct MultipartLimits {
@@ -48,7 +49,7 @@ struct MultipartLimits {
 };
 
 // The parts of a multipart body delimited by `boundary` (the media type's boundary parameter, 1 to
-// kMaxBoundaryLength characters: RFC 2046 says 70, Orthanc's STOW-RS client sends 73).
+// kMaxBoundaryLength characters: RFC 2046 says 70, Orthanc 1.10's STOW-RS client sends 73).
 // The preamble before the first delimiter and the epilogue after the close delimiter are ignored. Line ends are CRLF
 // as RFC 2046 requires; a bare LF is accepted too (a body written with a text editor or curl from a file): the
 // boundary is random, so "\n--boundary" never occurs in data by chance. A delimiter line is "--boundary", optional

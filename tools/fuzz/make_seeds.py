@@ -209,5 +209,34 @@ def main(out):
         except Exception as e:  # an encoder this pydicom lacks: one seed fewer, said so
             print(f"make_seeds: DICOM seed {name} not written ({e})", file=sys.stderr)
 
+    multipart_seeds(out)
+
+
+def multipart_seeds(out):
+    """fuzz_multipart: the first byte picks a STOW-RS request (0), a boundary and body (1) or a Content-Type (2); then
+    the Content-Type (or boundary) line, then the body. DICOM-like parts: NUL preamble, "DICM", CR/LF bytes."""
+    def body(boundary, parts, preamble=b"", epilogue=b"", eol=b"\r\n"):
+        data = preamble
+        for headers, content in parts:
+            data += b"--" + boundary + eol + b"".join(h + eol for h in headers) + eol + content + eol
+        return data + b"--" + boundary + b"--" + epilogue
+
+    instance = b"\0" * 128 + b"DICM\x02\x00\r\n--\n\r\x00--BOUNDARY\xff" + bytes(range(256))
+    dicom = [b"Content-Type: application/dicom"]
+    put(out, "multipart", "stow_two_instances", b"\x00" + b'multipart/related; type="application/dicom"; '
+        b"boundary=BOUNDARY\n" + body(b"BOUNDARY", [(dicom, instance), (dicom, instance[::-1])]))
+    put(out, "multipart", "stow_untyped_json_part", b"\x00" + b"Multipart/Related; boundary=\"a b:c\"\n" +
+        body(b"a b:c", [(dicom + [b"Content-Length: 3"], b"abc"),
+                        ([b"Content-Type: application/dicom+json"], b'[{"00080018": {"vr": "UI"}}]')]))
+    put(out, "multipart", "stow_base64", b"\x00" + b"multipart/related; type=application/dicom; boundary=x\n" +
+        body(b"x", [(dicom + [b"Content-Transfer-Encoding: base64"], b"RElDTQ==")]))
+    put(out, "multipart", "padding_preamble_epilogue", b"\x01" + b"sep\n" +
+        b"preamble --sep\r\n--sep \t\r\nX: 1\r\n folded\r\n\r\none\r\n--sepx\r\n--sep\r\n\r\n\r\n--sep\r\n"
+        b"--sep--  \r\nepilogue\r\n--sep\r\n")
+    put(out, "multipart", "bare_line_feeds", b"\x01" + b"b\n" +
+        body(b"b", [([b"A: b"], b"line\r\n"), ([], b"")], eol=b"\n"))
+    put(out, "multipart", "content_type", b"\x02" + b' text/plain ;charset = utf-8;; q="a \\"b\\\\ c;d=e" ; e=""')
+
+
 if __name__ == "__main__":
     main(sys.argv[1])
