@@ -6,18 +6,19 @@
 
 namespace vitpipe {
 
-InferenceBatcher::InferenceBatcher(ImageClassifier& classifier, Options options, ServeMetrics* metrics)
-    : classifier_(classifier), options_(options), metrics_(metrics) {
-  VP_REQUIRE(options_.max_batch >= 1 && options_.max_batch <= classifier_.max_batch(), "--max-batch: expected 1..",
-             classifier_.max_batch(), ", got ", options_.max_batch);
+InferenceBatcher::InferenceBatcher(Classify classify, int64_t input_floats, int64_t max_classify_batch, Options options,
+                                   ServeMetrics* metrics)
+    : classify_(std::move(classify)), input_floats_(input_floats), options_(options), metrics_(metrics) {
+  VP_REQUIRE(options_.max_batch >= 1 && options_.max_batch <= max_classify_batch, "--max-batch: expected 1..",
+             max_classify_batch, ", got ", options_.max_batch);
   thread_ = std::thread([this] { run(); });
 }
 
 InferenceBatcher::~InferenceBatcher() { stop(); }
 
 std::future<ImagePrediction> InferenceBatcher::submit(std::vector<float> input) {
-  VP_REQUIRE(static_cast<int64_t>(input.size()) == classifier_.input_floats(), "submit: expected ",
-             classifier_.input_floats(), " floats, got ", input.size());
+  VP_REQUIRE(static_cast<int64_t>(input.size()) == input_floats_, "submit: expected ", input_floats_, " floats, got ",
+             input.size());
   std::future<ImagePrediction> future;
   {
     std::lock_guard lock(mutex_);
@@ -45,7 +46,7 @@ void InferenceBatcher::stop() {
 }
 
 void InferenceBatcher::run() {
-  const int64_t floats = classifier_.input_floats();
+  const int64_t floats = input_floats_;
   std::vector<float> inputs(static_cast<size_t>(options_.max_batch * floats));
   for (;;) {
     std::vector<Pending> batch;
@@ -69,7 +70,7 @@ void InferenceBatcher::run() {
       std::copy(batch[static_cast<size_t>(i)].input.begin(), batch[static_cast<size_t>(i)].input.end(),
                 inputs.begin() + i * floats);
     try {
-      std::vector<ImagePrediction> predictions = classifier_.classify(inputs.data(), count);
+      std::vector<ImagePrediction> predictions = classify_(inputs.data(), count);
       if (metrics_) metrics_->record_batch(count);
       for (int64_t i = 0; i < count; ++i)
         batch[static_cast<size_t>(i)].answer.set_value(std::move(predictions[static_cast<size_t>(i)]));

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -24,8 +25,19 @@ class InferenceBatcher {
     std::chrono::microseconds max_delay{5000};
   };
 
-  // `classifier` and `metrics` (may be null) must outlive the batcher.
-  InferenceBatcher(ImageClassifier& classifier, Options options, ServeMetrics* metrics);
+  // Runs `count` preprocessed images laid out one after another (ImageClassifier::classify); called on the
+  // batcher's thread only.
+  using Classify = std::function<std::vector<ImagePrediction>(const float* inputs, int64_t count)>;
+
+  // `classifier` and `metrics` (may be null) must outlive the batcher. (Inline: the ThreadSanitizer build links the
+  // batcher without the model.)
+  InferenceBatcher(ImageClassifier& classifier, Options options, ServeMetrics* metrics)
+      : InferenceBatcher(
+            [&classifier](const float* inputs, int64_t count) { return classifier.classify(inputs, count); },
+            classifier.input_floats(), classifier.max_batch(), options, metrics) {}
+  // Any model: `input_floats` per image, at most `max_classify_batch` images per call.
+  InferenceBatcher(Classify classify, int64_t input_floats, int64_t max_classify_batch, Options options,
+                   ServeMetrics* metrics);
   ~InferenceBatcher();
   InferenceBatcher(const InferenceBatcher&) = delete;
   InferenceBatcher& operator=(const InferenceBatcher&) = delete;
@@ -45,7 +57,8 @@ class InferenceBatcher {
   };
   void run();
 
-  ImageClassifier& classifier_;
+  Classify classify_;
+  int64_t input_floats_;
   Options options_;
   ServeMetrics* metrics_;
   mutable std::mutex mutex_;

@@ -1,7 +1,7 @@
 # ThreadSanitizer over the code that runs threads of its own: ranks as threads (LocalCommunicator), the gradient
-# buckets' overlapped all-reduce, the data loader's and `data prepare`'s thread pools. Built only in a build
-# directory configured with -DVITPIPE_TSAN_TESTS=ON (scripts/test_sanitized.sh: build-tsan/), from the sources
-# those tests need compiled with -fsanitize=thread. The kernels, the model and the pipeline executor are left out:
+# buckets' overlapped all-reduce, the data loader's and `data prepare`'s thread pools, serve's dynamic batcher.
+# Built only in a build directory configured with -DVITPIPE_TSAN_TESTS=ON (scripts/test_sanitized.sh: build-tsan/),
+# from the sources those tests need compiled with -fsanitize=thread. The kernels, the model and the pipeline executor are left out:
 # their OpenMP parallel regions run on GCC's libgomp, which ThreadSanitizer cannot see into (false reports).
 option(VITPIPE_TSAN_TESTS "Build test_threads_tsan (ThreadSanitizer; a build directory of its own)" OFF)
 if(VITPIPE_TSAN_TESTS)
@@ -13,13 +13,14 @@ if(VITPIPE_TSAN_TESTS)
   foreach(file parallel/communicator parallel/local_communicator parallel/mpi_communicator parallel/gradient_buckets
           parallel/schedule parallel/process_grid parallel/trace parallel/optimizer_shards parallel/parameter_gather
           model/vit_config model/parameter_layout model/initializer model/position_interpolation model/model_family
-          model/presets model/trainable_set model/low_rank_update)
+          model/presets model/trainable_set model/low_rank_update serve/inference_batcher serve/serve_metrics)
     list(APPEND tsan_sources ${PROJECT_SOURCE_DIR}/src/${file}.cpp)
   endforeach()
   add_executable(test_threads_tsan ${tsan_sources}
     ${PROJECT_SOURCE_DIR}/tests/parallel/test_local_communicator.cpp
     ${PROJECT_SOURCE_DIR}/tests/parallel/test_gradient_buckets.cpp
-    ${PROJECT_SOURCE_DIR}/tests/data/test_cache_and_loader.cpp)
+    ${PROJECT_SOURCE_DIR}/tests/data/test_cache_and_loader.cpp
+    ${PROJECT_SOURCE_DIR}/tests/serve/test_inference_batcher_threads.cpp)
   target_include_directories(test_threads_tsan PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests/data)
   target_compile_definitions(test_threads_tsan PRIVATE VITPIPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   # No -fopenmp: the few OpenMP loops in these files run serially, on threads ThreadSanitizer sees.
