@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend_factory.h"
 #include "backend/cpu/cpu_level.h"
+#include "float64_reference.h"
 #include "util/random.h"
 
 using namespace vitpipe;
@@ -57,10 +58,8 @@ Doubles matmul_nt(const Doubles& a, const Doubles& w, int64_t m, int64_t n, int6
   return c;
 }
 
-double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
-double gelu_derivative(double x) {
-  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
-}
+using reference::gelu;
+using reference::gelu_derivative;
 
 class KernelsAtLevel : public ::testing::TestWithParam<CpuLevel> {
  protected:
