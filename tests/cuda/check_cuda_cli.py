@@ -167,6 +167,16 @@ def main():
     result = run([*COMMANDS["bench"], "--device", "cpu"], missing)
     check(result.returncode == 0 and "CUDA" not in result.stderr, "--device cpu never looks for CUDA")
 
+    # The GPU check without a GPU: one line, exit 77.
+    if info_json()["devices"]:
+        print("SKIP gpu_check.sh without a GPU: this machine has one")
+    else:
+        script = os.path.join(os.environ["VITPIPE_SOURCE_DIR"], "scripts", "gpu_check.sh")
+        result = subprocess.run([script], env=dict(os.environ), capture_output=True, text=True, timeout=120)
+        lines = (result.stdout + result.stderr).strip().splitlines()
+        check(result.returncode == 77 and len(lines) == 1 and lines[0].startswith("gpu_check: skipped: no NVIDIA GPU"),
+              f"gpu_check.sh without a GPU: one line, exit 77 (exit {result.returncode}, {lines})")
+
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
         return 1
