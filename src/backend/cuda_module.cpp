@@ -37,6 +37,7 @@ std::vector<std::string> cuda_module_candidates() {
 CudaModuleLoad open_cuda_module(const std::string& path) {
   CudaModuleLoad load;
   load.searched = {path};
+  load.named = true;
   std::error_code exists_error;
   if (!std::filesystem::exists(path, exists_error)) {
     load.error = "the CUDA module is missing: no " + path;
@@ -79,16 +80,20 @@ CudaModuleLoad open_cuda_module(const std::string& path) {
 
 const CudaModuleLoad& cuda_module() {
   static const CudaModuleLoad load = [] {
+    const char* env = std::getenv("VITPIPE_CUDA_MODULE");
+    const bool named = env != nullptr && *env != '\0';
     const std::vector<std::string> candidates = cuda_module_candidates();
     for (const std::string& path : candidates) {
       std::error_code error;
       if (!std::filesystem::exists(path, error)) continue;
       CudaModuleLoad found = open_cuda_module(path);
       found.searched = candidates;
+      found.named = named;
       return found;
     }
     CudaModuleLoad missing;
     missing.searched = candidates;
+    missing.named = named;
     std::string where;
     for (const std::string& path : candidates) where += (where.empty() ? "" : " or ") + path;
     missing.error = "the CUDA module is missing: no " + (where.empty() ? std::string(kModuleFile) : where) +

@@ -17,6 +17,7 @@ struct CudaModuleLoad {
   const VitpipeCudaModule* module = nullptr;  // set when opened and of this vitpipe's interface version
   VitpipeCudaLibraryVersions libraries{};     // what the module's libraries say, when opened
   std::string error;                          // why `module` is null, as a clause
+  bool named = false;  // the path was given (VITPIPE_CUDA_MODULE, or a test's), not the default places
   bool loaded() const { return module != nullptr; }
 };
 

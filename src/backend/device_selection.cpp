@@ -25,7 +25,7 @@ std::string cuda_blocker(const CudaStatus& s) {
   const auto add = [&missing](const std::string& clause) { missing += (missing.empty() ? "" : "; ") + clause; };
   if (!s.driver.usable()) add(s.driver.error);
   if (!s.module.loaded()) {
-    add(!s.built && s.module.path.empty()
+    add(!s.built && !s.module.named && s.module.path.empty()
             ? "this vitpipe was built without its CUDA module (VITPIPE_CUDA=off, or no CUDA 13 with cuBLASLt, cuDNN 9 "
               "and NCCL at build time)"
             : s.module.error);

@@ -11,6 +11,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -117,6 +118,13 @@ def main():
     check(result.returncode == 1 and "--device" in result.stderr and "gpu" in result.stderr,
           f"train --device gpu: refused, exit 1 ({result.stderr.strip()!r})")
 
+    # Case 1b: a build without the module, nothing named: the sentence says the build has none.
+    if not built:
+        cuda = info_json(drop=["VITPIPE_CUDA_MODULE"])
+        check(cuda["built"] is False and cuda["module"] is None
+              and "this vitpipe was built without its CUDA module (VITPIPE_CUDA=off" in cuda["error"],
+              f"built without the module: info says so ({cuda['error']})")
+
     # Case 2: the module built here, found beside the binary, and no driver on this machine.
     if not built:
         print("SKIP module present: this build has no CUDA module (VITPIPE_CUDA=off, or CUDA 13 not found)")
@@ -134,6 +142,21 @@ def main():
               and "insufficient" not in cuda["error"] and "module" not in cuda["error"],
               f"module present, no driver: the driver is named missing ({cuda['error']})")
         check_device_cuda_refused({}, "no NVIDIA driver: libcuda.so.1 could not be opened", "no driver")
+
+    # Case 2b: the installed layout, bin/vitpipe and lib/vitpipe/libvitpipe_cuda.so (a copy: /proc/self/exe of a
+    # symbolic link is its target).
+    if built:
+        with tempfile.TemporaryDirectory() as prefix:
+            os.makedirs(os.path.join(prefix, "bin"))
+            os.makedirs(os.path.join(prefix, "lib", "vitpipe"))
+            shutil.copy2(VITPIPE, os.path.join(prefix, "bin", "vitpipe"))
+            installed_module = os.path.join(prefix, "lib", "vitpipe", "libvitpipe_cuda.so")
+            shutil.copy2(a.module, installed_module)
+            result = subprocess.run([os.path.join(prefix, "bin", "vitpipe"), "info", "--json"], capture_output=True,
+                                    text=True, env={k: v for k, v in os.environ.items() if k != "VITPIPE_CUDA_MODULE"})
+            cuda = json.loads(result.stdout)["cuda"]
+            check(cuda["module"] == installed_module and cuda["loaded"],
+                  f"installed layout: the module is found in ../lib/vitpipe/ ({cuda['module']})")
 
     # Case 3: the toolkit's stub served as libcuda.so.1.
     if not a.stub_driver:
