@@ -40,7 +40,10 @@ std::string cuda_blocker(const CudaStatus& s) {
   if (!supported) {
     return device_text(s.driver.devices.front()) + " is older than sm_80, the oldest GPU this build runs on";
   }
-  if (s.runtime_devices == 0) return "the module's CUDA runtime sees no GPU although the driver does";
+  if (s.runtime_devices == 0) {
+    return "the module's CUDA runtime sees no GPU although the driver does (" +
+           (s.runtime_error.empty() ? std::string("it counts 0") : s.runtime_error) + ")";
+  }
   if (s.module.module->has_backend == 0) {
     return "the CUDA backend is not built yet (module " + s.module.path + " loaded, driver " +
            cuda_version_text(s.driver.version) + ", " + device_text(s.driver.devices.front()) +
@@ -67,7 +70,7 @@ CudaStatus probe_cuda(const std::string& driver_library, const CudaModuleLoad& m
     char message[256] = {};
     if (s.module.module->device_count(&s.runtime_devices, message, sizeof message) != 0) {
       s.runtime_devices = 0;
-      s.module.error = std::string("the module's CUDA runtime finds no GPU: ") + message;
+      s.runtime_error = message;
     }
   }
   s.error = cuda_blocker(s);

@@ -23,8 +23,9 @@ struct CudaStatus {
   bool built = false;  // this build made the module
   CudaDriverProbe driver;
   CudaModuleLoad module;
-  int runtime_devices = 0;  // GPUs the module's CUDA runtime sees (asked only when the driver answered)
-  std::string error;        // what stops --device cuda, as a clause; empty when a CUDA Backend can run
+  int runtime_devices = 0;    // GPUs the module's CUDA runtime sees (asked only when the driver answered)
+  std::string runtime_error;  // the runtime's message when it sees none
+  std::string error;          // what stops --device cuda, as a clause; empty when a CUDA Backend can run
   bool usable() const { return error.empty(); }
   // The "cuda" object of `vitpipe info --json`.
   nlohmann::json to_json() const;

@@ -167,3 +167,14 @@ TEST(DeviceSelection, GpuOlderThanAmpereIsRefusedByName) {
   unsetenv("FAKE_CUDA_CAPABILITY");
   EXPECT_EQ(status.error, "GPU 0: Fake GPU (sm_70, 80 GiB) is older than sm_80, the oldest GPU this build runs on");
 }
+
+TEST(DeviceSelection, RuntimeThatSeesNoGpuGivesItsOwnReason) {
+  ASSERT_EQ(setenv("FAKE_CUDA_RUNTIME_ERROR", "CUDA driver version is insufficient (cudaErrorInsufficientDriver)", 1),
+            0);
+  const CudaStatus status = probe_cuda(FAKE_DRIVER, open_cuda_module(FAKE_MODULE_ONE_GPU));
+  unsetenv("FAKE_CUDA_RUNTIME_ERROR");
+  EXPECT_EQ(status.runtime_devices, 0);
+  EXPECT_EQ(status.error,
+            "the module's CUDA runtime sees no GPU although the driver does (CUDA driver version is insufficient "
+            "(cudaErrorInsufficientDriver))");
+}
