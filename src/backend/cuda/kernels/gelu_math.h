@@ -5,11 +5,7 @@
 
 #include <math.h>
 
-#ifdef __CUDACC__
-#define VITPIPE_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define VITPIPE_HOST_DEVICE inline
-#endif
+#include "backend/cuda/kernels/host_device.h"
 
 namespace vitpipe::cuda {
 
