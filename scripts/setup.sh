@@ -62,5 +62,6 @@ fi
 # ccache with paths relative to the checkout, so another clone of the same sources (CI's) hits the same cache.
 launcher="env;CCACHE_BASEDIR=$PWD;ccache"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  "-DCMAKE_C_COMPILER_LAUNCHER=$launcher" "-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher" >/dev/null
+  "-DCMAKE_C_COMPILER_LAUNCHER=$launcher" "-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher" \
+  "-DCMAKE_CUDA_COMPILER_LAUNCHER=$launcher" >/dev/null  # CUDA: the module, where CUDA 13 is found
 cmake --build build -j"$jobs"

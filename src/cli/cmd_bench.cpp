@@ -13,6 +13,7 @@
 #include "backend/cpu/gemm_peak.h"
 #include "backend/profiling_backend.h"
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "data/chestxray14_findings.h"
 #include "io/hf_config.h"
 #include "model/flop_count.h"
@@ -28,6 +29,7 @@ namespace vitpipe::cli {
 namespace {
 
 struct BenchOptions {
+  std::string device = "cpu";  // --device cpu|cuda|auto
   std::string preset = "vit-tiny";
   std::string config_path;
   int64_t batch = 32;
@@ -265,7 +267,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--lora", options->lora, "LoRA rank (base weights frozen)");
   cmd->add_option("--lora-alpha", options->lora_alpha, "LoRA alpha (default: the rank)");
   cmd->add_option("--lora-targets", options->lora_targets, "layers LoRA adapts (default query,value)");
-  cmd->callback([options] { run_bench(*options); });
+  add_device_flag(cmd, &options->device);
+  cmd->callback([options] {
+    require_cpu_device(options->device, "bench");
+    run_bench(*options);
+  });
 }
 
 }  // namespace vitpipe::cli

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/data_flags.h"
+#include "cli/device_flag.h"
 #include "data/data_spec.h"
 #include "data/label_harmonisation.h"
 #include "io/model_files.h"
@@ -33,6 +34,7 @@ struct EvalOptions {
   uint64_t bootstrap_seed = 0;
   int64_t batch_size = 32;
   int threads = 0;
+  std::string device = "cpu";  // --device cpu|cuda|auto
   int loader_threads = 2;
   int64_t image_size = 0;
   std::string save_predictions;
@@ -134,7 +136,11 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--image-size", o->image_size, "Evaluate at another resolution (position embeddings resized)");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
   cmd->add_option("--loader-threads", o->loader_threads, "Image decoding threads")->capture_default_str();
-  cmd->callback([o] { run_eval(*o); });
+  add_device_flag(cmd, &o->device);
+  cmd->callback([o] {
+    require_cpu_device(o->device, "eval");
+    run_eval(*o);
+  });
 }
 
 }  // namespace vitpipe::cli

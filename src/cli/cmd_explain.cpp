@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/data_flags.h"
+#include "cli/device_flag.h"
 #include "explain/explain_images.h"
 #include "io/model_files.h"
 #include "util/error.h"
@@ -25,6 +26,7 @@ struct ExplainOptions {
   std::vector<std::string> images;
   ImageReadFlags read;
   int threads = 0;
+  std::string device = "cpu";  // --device cpu|cuda|auto
 };
 
 void run_explain(const ExplainOptions& o) {
@@ -79,7 +81,11 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
   add_image_read_flags(cmd, &o->read);
   cmd->add_option("images", o->images, "Image files (PNG, JPEG or DICOM)")->required();
-  cmd->callback([o] { run_explain(*o); });
+  add_device_flag(cmd, &o->device);
+  cmd->callback([o] {
+    require_cpu_device(o->device, "explain");
+    run_explain(*o);
+  });
 }
 
 }  // namespace vitpipe::cli

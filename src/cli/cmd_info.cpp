@@ -1,5 +1,6 @@
 // `vitpipe info`: what this build can use on this machine (CPU model and features, the kernel level chosen,
-// oneDNN's ISA, threads), for bug reports and benchmarks. `--json` prints one object.
+// oneDNN's ISA, threads; the NVIDIA driver, GPUs and CUDA module), for bug reports and benchmarks. `--json` prints
+// one object.
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_level.h"
+#include "backend/device_selection.h"
 #include "cli/commands.h"
 #include "util/threads.h"
 
@@ -52,7 +54,31 @@ nlohmann::json info_json() {
        {{"version", std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch)},
         {"isa", onednn_isa_name()}}},
       {"cores_available", available_cores()},
+      {"cuda", cuda_status().to_json()},
   };
+}
+
+void print_cuda(const nlohmann::json& cuda) {
+  const auto text = [](const nlohmann::json& v, const char* none) {
+    return v.is_null() ? std::string(none) : v.get<std::string>();
+  };
+  std::printf("CUDA module: %s%s\n", text(cuda["module"], "not found").c_str(),
+              cuda["loaded"].get<bool>() ? " (loaded)"
+              : cuda["module"].is_null() ? ""
+                                         : " (not loaded)");
+  if (!cuda["built_with"].is_null()) {
+    const nlohmann::json& l = cuda["libraries"];
+    std::printf("  built with %s; runs CUDA runtime %s, cuBLASLt %s, cuDNN %s, NCCL %s\n",
+                cuda["built_with"].get<std::string>().c_str(), text(l["cuda_runtime"], "?").c_str(),
+                text(l["cublaslt"], "?").c_str(), text(l["cudnn"], "?").c_str(), text(l["nccl"], "?").c_str());
+  }
+  std::printf("NVIDIA driver: %s\n", text(cuda["driver"], "none").c_str());
+  for (const auto& d : cuda["devices"]) {
+    std::printf("  GPU %d: %s, compute capability %s, %.1f GiB\n", d["index"].get<int>(),
+                d["name"].get<std::string>().c_str(), d["compute_capability"].get<std::string>().c_str(),
+                static_cast<double>(d["memory_bytes"].get<uint64_t>()) / (1ull << 30));
+  }
+  std::printf("--device cuda: %s\n", cuda["usable"].get<bool>() ? "usable" : text(cuda["error"], "?").c_str());
 }
 
 }  // namespace
@@ -83,6 +109,7 @@ void add_info_command(CLI::App& app) {
                 j["precision_auto"].get<std::string>().c_str());
     std::printf("oneDNN %s, ISA %s\ncores available: %d\n", j["onednn"]["version"].get<std::string>().c_str(),
                 j["onednn"]["isa"].get<std::string>().c_str(), j["cores_available"].get<int>());
+    print_cuda(j["cuda"]);
   });
 }
 

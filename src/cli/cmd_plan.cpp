@@ -1,6 +1,7 @@
 // `vitpipe plan`: the pipeline x data-parallel layout for a training job (see train/layout_auto.h). Takes train's own
 // flags (the layout flags given fix that part of the search) plus the job's size.
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "train/layout_auto.h"
 #include "train/train_options.h"
 
@@ -28,7 +29,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--top", flags->top, "Layouts to print (default 6)")->type_name("N");
   cmd->add_flag("--json", flags->json, "Print the plan as JSON");
   cmd->callback([parser, flags] {
-    run_plan_command(parser->resolve(false), flags->processes, flags->nodes, flags->top, flags->json);
+    const TrainOptions options = parser->resolve(false);
+    require_cpu_device(options.device, "plan");  // plan profiles the device it plans for
+    run_plan_command(options, flags->processes, flags->nodes, flags->top, flags->json);
   });
 }
 

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/data_flags.h"
+#include "cli/device_flag.h"
 #include "data/csv_table.h"
 #include "data/image.h"
 #include "data/image_processor.h"
@@ -28,6 +29,7 @@ struct PredictOptions {
   ImageReadFlags read;
   int64_t image_size = 0;
   int threads = 0;
+  std::string device = "cpu";  // --device cpu|cuda|auto
   std::string format = "json";
   int64_t batch_size = 16;
   std::string labels;       // NAME,NAME,...: an adapter's classifier labels that nothing else names
@@ -102,7 +104,11 @@ void add_predict_command(CLI::App& app) {
                   "Also write each image's heatmap for its most probable label (gradient-weighted rollout) to DIR");
   add_image_read_flags(cmd, &o->read);
   cmd->add_option("images", o->images, "Image files (PNG, JPEG or DICOM)")->required();
-  cmd->callback([o] { run_predict(*o); });
+  add_device_flag(cmd, &o->device);
+  cmd->callback([o] {
+    require_cpu_device(o->device, "predict");
+    run_predict(*o);
+  });
 }
 
 }  // namespace vitpipe::cli

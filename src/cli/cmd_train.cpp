@@ -1,5 +1,6 @@
 // `vitpipe train`: fine-tune (see train/trainer.h). Every flag can also come from --config FILE (JSON or YAML).
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "train/train_options.h"
 #include "train/trainer.h"
 
@@ -11,7 +12,11 @@ void add_train_command(CLI::App& app) {
       "Fine-tune a model on a dataset: evaluate on the validation split, checkpoint, export the best model in Hugging "
       "Face format. Under mpirun: pipeline stages x data-parallel replicas");
   auto parser = add_train_options(cmd);
-  cmd->callback([parser] { run_training(parser->resolve()); });
+  cmd->callback([parser] {
+    const TrainOptions options = parser->resolve();
+    require_cpu_device(options.device, "train");
+    run_training(options);
+  });
 }
 
 }  // namespace vitpipe::cli

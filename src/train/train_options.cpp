@@ -171,6 +171,11 @@ const std::vector<OptionDef>& option_table() {
        }},
       {"seed", "N", "Random seed (default 42)",
        [](O& o, const V& v) { o.seed = v.null ? defaults().seed : v.unsigned_integer(); }},
+      {"device", "DEVICE",
+       "cpu | cuda | auto (cuda where the CUDA module loads and sees a GPU, else cpu) (default cpu)",
+       [](O& o, const V& v) {
+         o.device = v.null ? defaults().device : v.choice({"cpu", "cuda", "auto"});
+       }},
       {"threads", "N", "CPU threads; 0 = all cores this process may use (default 0)",
        [](O& o, const V& v) {
          o.threads = v.null ? defaults().threads : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
@@ -636,6 +641,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["precision"] = precision == DType::bf16 ? "bf16" : "fp32";
   j["seed"] = seed;
   j["threads"] = threads;
+  j["device"] = device;
   j["eval_every"] = eval_every;
   j["log_every"] = log_every;
   j["val_fraction"] = val_fraction;

@@ -77,7 +77,8 @@ struct TrainOptions {
   bool pos_weight_auto = false;  // --pos-weight none|auto
   DType precision = DType::f32;  // --precision fp32|bf16
   uint64_t seed = 42;
-  int threads = 0;  // 0 = every core this process may use
+  int threads = 0;             // 0 = every core this process may use
+  std::string device = "cpu";  // --device cpu|cuda|auto (backend/device_selection.h)
 
   // Evaluation and logging.
   int64_t eval_every = 0;        // steps; 0 = at the end of each epoch

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend_factory.h"
 #include "backend/cpu/cpu_level.h"
+#include "float64_reference.h"
 #include "util/random.h"
 
 using namespace vitpipe;
@@ -57,10 +58,8 @@ Doubles matmul_nt(const Doubles& a, const Doubles& w, int64_t m, int64_t n, int6
   return c;
 }
 
-double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
-double gelu_derivative(double x) {
-  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
-}
+using reference::gelu;
+using reference::gelu_derivative;
 
 class KernelsAtLevel : public ::testing::TestWithParam<CpuLevel> {
  protected:
@@ -192,38 +191,22 @@ TEST_P(KernelsAtLevel, LayerNormForwardAndBackward) {
     const Doubles x = values(in), w = values(weight), b = values(bias);
     const Tensor out = Tensor::empty({rows, d}, type), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
     be().layernorm_forward(in, weight, bias, eps, out, mean, rstd);
-    Doubles expected(x.size()), xhat(x.size()), rs(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) {
-      double mu = 0, var = 0;
-      for (int64_t j = 0; j < d; ++j) mu += x[i * d + j];
-      mu /= static_cast<double>(d);
-      for (int64_t j = 0; j < d; ++j) var += (x[i * d + j] - mu) * (x[i * d + j] - mu);
-      rs[i] = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
-      for (int64_t j = 0; j < d; ++j) {
-        xhat[i * d + j] = (x[i * d + j] - mu) * rs[i];
-        expected[i * d + j] = xhat[i * d + j] * w[j] + b[j];
-      }
-    }
-    EXPECT_LT(relative_difference(out, expected), tolerance(type)) << dtype_name(type);
+    const reference::LayerNormForward forward = reference::layernorm_forward(x, w, b, rows, d, eps);
+    const Doubles& xhat = forward.xhat;
+    EXPECT_LT(relative_difference(out, forward.out), tolerance(type)) << dtype_name(type);
 
     // Backward with the residual gradient added, a copy of the result and the column sums.
     const Tensor grad_out = random_tensor({rows, d}, 16, type), residual = random_tensor({rows, d}, 17, DType::f32);
     const Doubles g = values(grad_out), r = values(residual);
-    Doubles expected_in(x.size()), expected_dw(static_cast<size_t>(d), 0.0), expected_db(static_cast<size_t>(d), 0.0),
+    Doubles expected_in = reference::layernorm_input_gradient(g, w, forward, rows, d);
+    Doubles expected_dw(static_cast<size_t>(d), 0.0), expected_db(static_cast<size_t>(d), 0.0),
         expected_colsum(static_cast<size_t>(d), 0.0);
     for (int64_t i = 0; i < rows; ++i) {
-      double mean_g = 0, mean_gx = 0;
       for (int64_t j = 0; j < d; ++j) {
-        mean_g += g[i * d + j] * w[j];
-        mean_gx += g[i * d + j] * w[j] * xhat[i * d + j];
         expected_dw[j] += g[i * d + j] * xhat[i * d + j];
         expected_db[j] += g[i * d + j];
-      }
-      mean_g /= static_cast<double>(d), mean_gx /= static_cast<double>(d);
-      for (int64_t j = 0; j < d; ++j) {
-        const double v = rs[i] * (g[i * d + j] * w[j] - mean_g - xhat[i * d + j] * mean_gx) + r[i * d + j];
-        expected_in[i * d + j] = v;
-        expected_colsum[j] += v;
+        expected_in[i * d + j] += r[i * d + j];
+        expected_colsum[j] += expected_in[i * d + j];
       }
     }
     LayerNormBackwardArgs args;

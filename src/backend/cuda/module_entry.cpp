@@ -1,0 +1,55 @@
+// libvitpipe_cuda.so's one exported symbol: the table of backend/cuda/module_abi.h. Everything else in the module
+// is hidden (-fvisibility=hidden), so nothing of cuBLASLt, cuDNN or NCCL leaks into vitpipe's symbol space.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <cudnn_version.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <string>
+
+#include "backend/cuda/module_abi.h"
+
+namespace {
+
+// What the module was compiled against (headers) and for (GPU architectures), e.g. "CUDA 13.0, cuDNN 9.19.0, NCCL
+// 2.28.9; sm_80 sm_90 + compute_90 PTX"; the loaded libraries' own versions come from library_versions().
+std::string describe_build() {
+  char text[160];
+  std::snprintf(text, sizeof text, "CUDA %d.%d, cuDNN %d.%d.%d, NCCL %d.%d.%d; %s", CUDART_VERSION / 1000,
+                CUDART_VERSION % 1000 / 10, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, NCCL_MAJOR, NCCL_MINOR,
+                NCCL_PATCH, VITPIPE_CUDA_ARCHITECTURES);
+  return text;
+}
+
+int library_versions(VitpipeCudaLibraryVersions* out) {
+  if (out == nullptr) return 1;
+  *out = VitpipeCudaLibraryVersions{};
+  if (cudaRuntimeGetVersion(&out->cuda_runtime) != cudaSuccess) return 2;
+  out->cublaslt = cublasLtGetVersion();
+  out->cudnn = cudnnGetVersion();
+  if (ncclGetVersion(&out->nccl) != ncclSuccess) return 3;
+  return 0;
+}
+
+int device_count(int* count, char* error, size_t error_size) {
+  *count = 0;
+  const cudaError_t status = cudaGetDeviceCount(count);
+  if (status == cudaSuccess) return 0;
+  if (error != nullptr && error_size > 0) {
+    std::snprintf(error, error_size, "%s (%s)", cudaGetErrorString(status), cudaGetErrorName(status));
+  }
+  *count = 0;
+  return static_cast<int>(status);
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpipe_cuda_module(void) {
+  static const std::string built_with = describe_build();
+  static const VitpipeCudaModule module = {
+      VITPIPE_CUDA_MODULE_ABI_VERSION, sizeof(VitpipeCudaModule), built_with.c_str(), 0, library_versions, device_count,
+  };
+  return &module;
+}

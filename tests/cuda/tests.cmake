@@ -1,0 +1,44 @@
+# The CUDA module without a GPU: loading (the module built here, fakes of another interface version or without the
+# entry point, no module, no driver, the toolkit's stub driver), --device on the command line, the binary's
+# independence from the CUDA libraries, and the kernels' shared arithmetic against the float64 references.
+foreach(fake IN ITEMS one_gpu wrong_version no_entry)
+  add_library(fake_cuda_module_${fake} MODULE ${CMAKE_CURRENT_LIST_DIR}/fake_module/fake_module.cpp)
+  target_include_directories(fake_cuda_module_${fake} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  set_target_properties(fake_cuda_module_${fake} PROPERTIES CXX_VISIBILITY_PRESET hidden)
+  add_dependencies(test_cuda fake_cuda_module_${fake})
+endforeach()
+target_compile_definitions(fake_cuda_module_one_gpu PRIVATE FAKE_ABI_VERSION=VITPIPE_CUDA_MODULE_ABI_VERSION)
+target_compile_definitions(fake_cuda_module_wrong_version PRIVATE FAKE_ABI_VERSION=999u)
+# The fake driver is named libcuda.so.1 in a folder of its own, for LD_LIBRARY_PATH.
+add_library(fake_cuda_driver MODULE ${CMAKE_CURRENT_LIST_DIR}/fake_driver/fake_libcuda.cpp)
+set_target_properties(fake_cuda_driver PROPERTIES OUTPUT_NAME cuda PREFIX lib SUFFIX .so.1 CXX_VISIBILITY_PRESET hidden
+                      LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake_driver)
+add_dependencies(test_cuda fake_cuda_driver)
+target_compile_definitions(fake_cuda_module_no_entry PRIVATE FAKE_NO_ENTRY)
+
+set(cuda_stub_driver "")
+if(CUDAToolkit_LIBRARY_DIR AND EXISTS ${CUDAToolkit_LIBRARY_DIR}/stubs/libcuda.so)
+  set(cuda_stub_driver ${CUDAToolkit_LIBRARY_DIR}/stubs/libcuda.so)
+elseif(EXISTS /usr/local/cuda/lib64/stubs/libcuda.so)
+  set(cuda_stub_driver /usr/local/cuda/lib64/stubs/libcuda.so)
+endif()
+set(cuda_module_path "")
+if(VITPIPE_CUDA_MODULE_BUILT)
+  set(cuda_module_path $<TARGET_FILE:vitpipe_cuda>)
+  add_dependencies(test_cuda vitpipe_cuda)
+endif()
+target_compile_definitions(test_cuda PRIVATE
+  CUDA_MODULE_PATH="${cuda_module_path}"
+  CUDA_STUB_DRIVER="${cuda_stub_driver}"
+  FAKE_DRIVER="$<TARGET_FILE:fake_cuda_driver>"
+  FAKE_MODULE_ONE_GPU="$<TARGET_FILE:fake_cuda_module_one_gpu>"
+  FAKE_MODULE_WRONG_VERSION="$<TARGET_FILE:fake_cuda_module_wrong_version>"
+  FAKE_MODULE_NO_ENTRY="$<TARGET_FILE:fake_cuda_module_no_entry>")
+
+# The command line: info and --device with the module absent, present, without a driver and with the stub driver.
+add_test(NAME cuda.cli
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_cuda_cli.py
+                 --module "${cuda_module_path}" --stub-driver "${cuda_stub_driver}"
+                 --library $<TARGET_FILE:vitpipe_library> --fake-driver $<TARGET_FILE:fake_cuda_driver>
+                 --fake-module $<TARGET_FILE:fake_cuda_module_one_gpu>)
+set_tests_properties(cuda.cli PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
