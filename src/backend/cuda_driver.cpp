@@ -101,7 +101,8 @@ CudaDriverProbe probe_cuda_driver(const std::string& library) {
   const auto get_attribute = symbol<CuDeviceGetAttribute>(handle, "cuDeviceGetAttribute");
   const auto total_memory = symbol<CuDeviceTotalMem>(handle, "cuDeviceTotalMem_v2");
   for (int i = 0; i < count; ++i) {
-    CudaDevice device{.index = i};
+    CudaDevice device;
+    device.index = i;
     CuDevice handle_of_device = 0;
     if (get_device == nullptr || get_device(&handle_of_device, i) != kCudaSuccess) continue;
     char name[256] = {};
