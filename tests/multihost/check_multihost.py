@@ -10,11 +10,15 @@ in each namespace through an rsh agent, the README's launch recipe).
                       checkpoint; every process (mpirun, the daemons, the ranks) ends non-zero within 120 s, each rank's
                       line is in <output-dir>/failures.log, and once the link is back `--resume` across the hosts ends
                       at exactly the weights of an uninterrupted run
+  silent-link         the same with every link up and host 1's frames going nowhere (a switch dropping them) and
+                      --comm-timeout 8, below the keepalives' 25 s: each rank's own deadline ends it, with its line
+  killed-rank         the same with the rank on host 1 killed by SIGKILL instead (mpirun names it; rank 0's line)
 
 Exits 77 (skipped) without root or iproute2. Every case is bounded in time and removes its namespaces.
 """
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,7 +72,16 @@ def rank_processes(hosts):
             if "vitpipe" in line.split(" ")[0] or "orted" in line or line.startswith("mpirun")}
 
 
-def case_lost_link(work):
+def rank_pid_on(hosts, host):
+    for pid, line in hosts.processes().items():
+        if pid in namespaced_hosts.namespace_pids(hosts.namespaces[host]) and line.startswith(VITPIPE + " train"):
+            return pid
+    return None
+
+
+def case_lost_peer(work, fault, comm_timeout=COMM_TIMEOUT):
+    """fault "cut": host 1's link goes down; "silent": its frames go nowhere, every link up; "kill": the rank on
+    host 1 gets SIGKILL."""
     import e2e_common as e2e
     csv = e2e.make_blob_dataset(os.path.join(work, "data"), {"train": 64, "val": 8}, seed=5)
     init = os.path.join(work, "init")
@@ -78,7 +91,7 @@ def case_lost_link(work):
     reference = os.path.join(work, "reference")
     run([VITPIPE, *e2e.train_args(init, "csv:" + csv, reference, *flags)])  # the stages as threads
     out = os.path.join(work, "run")
-    train = [VITPIPE, *e2e.train_args(init, "csv:" + csv, out, *flags, "--comm-timeout", str(COMM_TIMEOUT))]
+    train = [VITPIPE, *e2e.train_args(init, "csv:" + csv, out, *flags, "--comm-timeout", str(comm_timeout))]
     failures_log = os.path.join(out, "failures.log")
     with NamespacedHosts(2, rate="1gbit") as hosts:
         job = subprocess.Popen(hosts.mpirun(1, train), env=hosts.env(), stdout=subprocess.DEVNULL,
@@ -90,7 +103,12 @@ def case_lost_link(work):
         if job.poll() is not None or not os.path.exists(latest):
             job.kill()
             sys.exit(f"FAIL: the 2-host run ended or wrote no checkpoint: {job.communicate()[1][-3000:]}")
-        hosts.cut(1)
+        if fault in ("cut", "silent"):
+            hosts.cut(1, silent=fault == "silent")
+        else:
+            victim = rank_pid_on(hosts, 1)
+            assert victim, f"no rank found on host 1: {hosts.processes()}"
+            os.kill(victim, signal.SIGKILL)
         cut_at = time.monotonic()
         try:
             _, stderr = job.communicate(timeout=END_WITHIN)
@@ -98,28 +116,33 @@ def case_lost_link(work):
             job.kill()
             _, stderr = job.communicate()
             print(stderr[-3000:])
-            sys.exit(f"FAIL: mpirun still running {END_WITHIN} s after the cut")
+            sys.exit(f"FAIL: mpirun still running {END_WITHIN} s after the {fault}")
         mpirun_took = time.monotonic() - cut_at
         while rank_processes(hosts) and time.monotonic() - cut_at < END_WITHIN:
             time.sleep(0.2)
         all_took = time.monotonic() - cut_at
         left = rank_processes(hosts)
-        print(f"link cut: mpirun exited {job.returncode} after {mpirun_took:.1f} s, the last rank or daemon was gone "
-              f"after {all_took:.1f} s (--comm-timeout {COMM_TIMEOUT})")
-        assert not left, f"still running {END_WITHIN} s after the cut: {left}"
-        assert job.returncode != 0, "mpirun exited 0 after the link was cut"
+        print(f"{fault}: mpirun exited {job.returncode} after {mpirun_took:.1f} s, the last rank or daemon was gone "
+              f"after {all_took:.1f} s (--comm-timeout {comm_timeout})")
+        assert not left, f"still running {END_WITHIN} s after the {fault}: {left}"
+        assert job.returncode != 0, f"mpirun exited 0 after the {fault}"
         lines = open(failures_log).read().splitlines() if os.path.exists(failures_log) else []
         print("failures.log:\n  " + "\n  ".join(lines))
         # Each rank's line: its deadline passed, or (the launch recipe's keepalives notice the cut within 25 s)
         # its daemon ended it first, and it says what it was waiting for.
-        for rank, host in ((0, 0), (1, 1)):
+        # A rank killed with SIGKILL cannot speak: mpirun names it, and its peer says what it was waiting for.
+        if fault == "kill":
+            assert "exited on signal 9" in stderr, "mpirun does not name the killed rank:\n" + stderr[-3000:]
+        # With a deadline shorter than the keepalives (silent), the ranks' own deadlines must be what ended them.
+        for rank, host in ((0, 0), (1, 1)) if fault != "kill" else ((0, 0),):
             expected = [line for line in lines if line.startswith(f"error: rank {rank}: ") and
-                        (f"did not complete in {COMM_TIMEOUT} s" in line or
-                         ("ended by SIGTERM" in line and " while waiting " in line)) and
+                        (f"did not complete in {comm_timeout} s" in line or
+                         (fault != "silent" and "ended by SIGTERM" in line and " while waiting " in line)) and
                         f"[host {hosts.hostname(host)} {namespaced_hosts.address(host)}]" in line]
             assert expected, (f"rank {rank} on host {host} did not write its line to {failures_log}; mpirun's stderr:\n"
                               + stderr[-3000:])
-        hosts.restore(1)
+        if fault != "kill":
+            hosts.restore(1)
         resumed = run(hosts.mpirun(1, train + ["--resume"]), env=hosts.env())
         assert "2 MPI ranks" in resumed.stderr, resumed.stderr
     expected, _ = e2e.read_safetensors(os.path.join(reference, "model", "model.safetensors"))
@@ -140,7 +163,11 @@ def main():
         elif case == "equal.stages2x2":
             case_equal(work, 2, ["--pipeline-stages", "2"], "2 stages x 2 replicas")
         elif case == "lost-link":
-            case_lost_link(work)
+            case_lost_peer(work, "cut")
+        elif case == "silent-link":
+            case_lost_peer(work, "silent", comm_timeout=8)
+        elif case == "killed-rank":
+            case_lost_peer(work, "kill")
         else:
             sys.exit(f"unknown case {case}")
     finally:

@@ -31,6 +31,7 @@ import time
 PREFIX = "vpmh"
 SUBNET = "10.213.0.0/24"
 DEVICE = "eth0"
+NOWHERE_MAC = "02:00:00:00:00:01"  # locally administered, on no interface: frames sent to it are dropped
 SKIP = 77
 
 
@@ -218,11 +219,25 @@ class NamespacedHosts:
     def env(self, **extra):
         return dict(os.environ, **MPIRUN_ENV, **extra)
 
-    def cut(self, host):
-        sh("ip", "-n", self.namespaces[host], "link", "set", DEVICE, "down")
+    def cut(self, host, silent=False):
+        """Host's link down (its end loses carrier, its peer sees silence), or with `silent` every link stays up
+        and frames between host and the others go to a MAC no one has: silence both ways, a switch that drops
+        everything (this kernel has no tc drop action)."""
+        if not silent:
+            sh("ip", "-n", self.namespaces[host], "link", "set", DEVICE, "down")
+            return
+        for other in range(self.count):
+            if other != host:
+                for a, b in ((host, other), (other, host)):
+                    sh("ip", "-n", self.namespaces[a], "neigh", "replace", address(b), "lladdr", NOWHERE_MAC, "dev",
+                       DEVICE, "nud", "permanent")
 
     def restore(self, host):
         sh("ip", "-n", self.namespaces[host], "link", "set", DEVICE, "up")
+        for other in range(self.count):
+            if other != host:
+                for a, b in ((host, other), (other, host)):
+                    sh("ip", "-n", self.namespaces[a], "neigh", "del", address(b), "dev", DEVICE, check=False)
 
     def interface_bytes(self, host):
         """(tx, rx) bytes of host's interface as the kernel counts them (headers, ACKs and daemon traffic included)."""
