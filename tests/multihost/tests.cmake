@@ -4,6 +4,6 @@
 # resumes to the uninterrupted weights. Needs root and iproute2; skipped (exit 77) otherwise.
 foreach(case equal.replicas1x2 equal.stages2x2 lost-link silent-link killed-rank)
   add_test(NAME multihost.${case} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_multihost.py ${case})
-  set_tests_properties(multihost.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS multihost TIMEOUT 240
+  set_tests_properties(multihost.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS multihost TIMEOUT 170
                        SKIP_RETURN_CODE 77 RESOURCE_LOCK multihost)
 endforeach()
