@@ -393,7 +393,8 @@ void finalize_mpi() {
   MPI_Finalized(&finalised);
   if (!initialised || finalised) return;
   g_mpi.finalised = true;
-  BlockingCommunication blocked("MPI_Finalize (every rank's end of the job)");
+  // No deadline here: ranks wait in MPI_Finalize while rank 0 writes the report, which may take longer than any
+  // deadline. A link lost now is left to mpirun's keepalives (the launch recipe), which end the job.
   check(MPI_Finalize(), "Finalize");
 }
 
