@@ -3,7 +3,8 @@
 `vitpipe plan`'s prediction, for pure data parallelism and pipeline stages across the link, with and without
 --shard-optimizer, at each link rate.
 
-    sudo bench/multihost_step_time.py --vitpipe build/vitpipe [--rates 100mbit,1gbit] [--steps 4] [--json FILE]
+    sudo bench/multihost_step_time.py --vitpipe build/vitpipe [--rates 100mbit,1gbit] [--layouts dp,dp-sharded,pp]
+        [--steps 4] [--mca coll_libnbc_iallreduce_algorithm=1] [--json FILE]
 
 A ViT-Base-shaped model (12 layers, hidden 768, 85.7 M parameters) at 32 px (4 patches: the compute is small, the
 parameters, and so the gradient reduction, are ViT-Base's), global batch 8, micro-batch 4, 1 rank per host, one
@@ -14,7 +15,8 @@ over the steps after the first (metrics.jsonl's per-step records):
   - the interface's bytes: host 0's eth0 tx + rx (all that crosses the link: vitpipe's payload plus TCP/IP
     headers, ACKs and the daemons' traffic), sampled every 50 ms and interpolated at the step records' times.
 Predicted: `vitpipe plan --processes 2 --nodes 2 --link RATE` with the same layout flags (its step_seconds and
-bytes_per_step.wire).
+bytes_per_step.wire). Prints a Markdown table (the README's "Measured: the seed's communication claim"). About 15
+minutes for the default rows on 2 cores, most of it the data-parallel rows at 100 Mbit/s.
 """
 import argparse
 import bisect
