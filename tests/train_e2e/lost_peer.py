@@ -2,11 +2,11 @@
 """A rank that stops answering mid-run ends the job instead of hanging it.
 
 `mpirun -np 2 vitpipe train` (2 pipeline stages) with VITPIPE_COMM_TIMEOUT=6 (the environment's default for
---comm-timeout); once the run has written its first
-checkpoint, rank 1 is frozen with SIGSTOP: to rank 0 it looks like a peer behind a lost link (it neither answers nor
-closes its sockets). Rank 0's wait must pass its deadline and end the job: mpirun exits non-zero within the timeout
-plus a margin (without the deadline MPI waits for ever), rank 0's one line names its rank, host, the operation and
-its peer, on stderr and in <output-dir>/failures.log, and the checkpoint written before the freeze stays whole (`--resume` from it runs to the end).
+--comm-timeout); once the run has written its first checkpoint, rank 1 is frozen with SIGSTOP: to rank 0 it looks
+like a peer behind a lost link (it neither answers nor closes its sockets). Rank 0's wait must pass its deadline and
+end the job: mpirun exits non-zero within the timeout plus a margin (without the deadline MPI waits for ever), rank
+0's one line names its rank, host, the operation and its peer, on stderr and in <output-dir>/failures.log, and the
+checkpoint written before the freeze stays whole (`--resume` from it runs to the end).
 
 usage: lost_peer.py --mpiexec MPIRUN
 """
