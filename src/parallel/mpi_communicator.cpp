@@ -6,12 +6,14 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <vector>
+
+#include "parallel/comm_deadline.h"
 
 namespace vitpipe {
 namespace {
@@ -23,18 +25,15 @@ struct MpiRuntime {
   bool initialised = false;  // by us
   bool finalised = false;
   int world_rank = 0;
-  std::string host;  // MPI_Get_processor_name: which host this rank runs on, for messages
-  double timeout_seconds = 1800;
+  // Each world rank's host (comm_deadline.h: hostname and addresses), for naming the peer a wait is stuck on.
+  std::vector<std::string> hosts;
 };
 MpiRuntime g_mpi;
 
+// A failure this rank found itself (an exception): the network still works, so MPI_Abort takes the job down
+// within seconds. A lost peer is the deadline's (comm_deadline.h), which cannot rely on MPI.
 [[noreturn]] void abort_job(const std::string& reason) {
-  if (g_mpi.host.empty()) {
-    std::fprintf(stderr, "error: rank %d: %s\n", g_mpi.world_rank, reason.c_str());
-  } else {
-    std::fprintf(stderr, "error: rank %d: %s [host %s]\n", g_mpi.world_rank, reason.c_str(), g_mpi.host.c_str());
-  }
-  std::fflush(stderr);
+  report_rank_failure(reason);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }
@@ -47,37 +46,21 @@ void check(int code, const char* what) {
   fail("MPI ", what, " failed: ", std::string(text, static_cast<size_t>(length)));
 }
 
-// VITPIPE_COMM_TIMEOUT: seconds any one wait may take before the job is declared lost (default 1800: longer than
-// a checkpoint write or a validation pass that other ranks may wait through; 0 = wait for ever, as MPI does).
-double read_timeout() {
-  const char* text = std::getenv("VITPIPE_COMM_TIMEOUT");
-  if (text == nullptr || *text == '\0') return 1800;
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  VP_REQUIRE(end != text && *end == '\0' && seconds >= 0 && seconds <= 1e7,
-             "VITPIPE_COMM_TIMEOUT: expected seconds (0 = no deadline), got \"", text, "\"");
-  return seconds;
-}
-
-// MPI_Wait with a deadline. MPI itself waits for ever on a peer behind a lost link or on a dead host (a 2-host run
-// whose link was cut hung past 885 s); past the deadline this rank names itself, its host and the operation and
-// takes the job down, so every rank ends (each rank's own deadline covers the side mpirun cannot reach). It polls
-// MPI_Test as MPI_Wait polls its progress engine (no sleeps: a message must not wait on one), reading the clock
-// between polls.
+// MPI_Wait under the deadline (comm_deadline.h): MPI itself waits for ever on a peer behind a lost link or on a
+// dead host (a 2-host run whose link was cut hung past 885 s). It polls MPI_Test as MPI_Wait polls its progress
+// engine (no sleeps: a message must not wait on one) while the watchdog watches the clock.
 void wait_or_abort(MPI_Request* request, MPI_Status* status, const std::string& what) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
+  BlockingCommunication blocked(what);
   for (;;) {
     int flag = 0;
     check(MPI_Test(request, &flag, status), what.c_str());
     if (flag) return;
-    const double waited = std::chrono::duration<double>(clock::now() - start).count();
-    if (g_mpi.timeout_seconds > 0 && waited > g_mpi.timeout_seconds) {
-      abort_job(concat(what, " did not complete in ", g_mpi.timeout_seconds,
-                       " s (VITPIPE_COMM_TIMEOUT): a peer stopped answering (a lost link or host?); aborting every "
-                       "rank, resume from the last checkpoint with --resume"));
-    }
   }
+}
+
+std::string host_of(int world_rank) {
+  if (world_rank < 0 || static_cast<size_t>(world_rank) >= g_mpi.hosts.size()) return "?";
+  return g_mpi.hosts[static_cast<size_t>(world_rank)];
 }
 
 int as_count(size_t count, const char* what) {
@@ -112,8 +95,13 @@ void terminate_handler() {
 
 class MpiRequestState : public CommRequest::State {
  public:
-  MpiRequestState(MPI_Request request, bool receive, size_t expected_bytes, int peer, int tag)
-      : request_(request), receive_(receive), expected_bytes_(expected_bytes), peer_(peer), tag_(tag) {}
+  MpiRequestState(MPI_Request request, bool receive, size_t expected_bytes, int peer, int world_peer, int tag)
+      : request_(request),
+        receive_(receive),
+        expected_bytes_(expected_bytes),
+        peer_(peer),
+        world_peer_(world_peer),
+        tag_(tag) {}
 
   bool test() override {
     int flag = 0;
@@ -141,7 +129,7 @@ class MpiRequestState : public CommRequest::State {
  private:
   std::string describe() const {
     return concat(receive_ ? "a receive of " : "a send of ", expected_bytes_, " bytes ", receive_ ? "from" : "to",
-                  " rank ", peer_, " (tag ", tag_, ")");
+                  " rank ", world_peer_, " (tag ", tag_, ") on host ", host_of(world_peer_));
   }
   void check_received(const MPI_Status& status) {
     if (!receive_) return;
@@ -154,7 +142,7 @@ class MpiRequestState : public CommRequest::State {
   MPI_Request request_;
   bool receive_;
   size_t expected_bytes_;
-  int peer_, tag_;
+  int peer_, world_peer_, tag_;
 };
 
 // Non-blocking collectives may not be freed while pending; during unwinding they are left to MPI_Abort.
@@ -181,6 +169,18 @@ class MpiCommunicator : public Communicator {
   MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
     check(MPI_Comm_rank(comm_, &rank_), "Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "Comm_size");
+    // Messages name peers by world rank and host: a stage's or a replica group's own numbering says nothing to
+    // whoever reads the line.
+    MPI_Group group, world_group;
+    check(MPI_Comm_group(comm_, &group), "Comm_group");
+    check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "Comm_group");
+    std::vector<int> mine(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) mine[static_cast<size_t>(r)] = r;
+    world_ranks_.resize(static_cast<size_t>(size_));
+    check(MPI_Group_translate_ranks(group, size_, mine.data(), world_group, world_ranks_.data()),
+          "Group_translate_ranks");
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
   }
   ~MpiCommunicator() override {
     int finalised = 0;
@@ -196,13 +196,13 @@ class MpiCommunicator : public Communicator {
     check_peer(peer, tag, "send to");
     MPI_Request request;
     check(MPI_Isend(data, as_count(bytes, "send"), MPI_BYTE, peer, tag, comm_, &request), "Isend");
-    return CommRequest(std::make_unique<MpiRequestState>(request, false, bytes, peer, tag));
+    return CommRequest(std::make_unique<MpiRequestState>(request, false, bytes, peer, world_rank(peer), tag));
   }
   CommRequest irecv_bytes(void* data, size_t bytes, int peer, int tag) override {
     check_peer(peer, tag, "receive from");
     MPI_Request request;
     check(MPI_Irecv(data, as_count(bytes, "receive"), MPI_BYTE, peer, tag, comm_, &request), "Irecv");
-    return CommRequest(std::make_unique<MpiRequestState>(request, true, bytes, peer, tag));
+    return CommRequest(std::make_unique<MpiRequestState>(request, true, bytes, peer, world_rank(peer), tag));
   }
 
   CommRequest iallreduce_sum(float* data, size_t count) override {
@@ -298,7 +298,10 @@ class MpiCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm comm;
-    check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &comm), "Comm_split");
+    {
+      BlockingCommunication blocked(concat("a communicator split among ", describe_members()));
+      check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &comm), "Comm_split");
+    }
     if (comm == MPI_COMM_NULL) return nullptr;
     check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "Comm_set_errhandler");
     return std::make_unique<MpiCommunicator>(comm, true);
@@ -312,8 +315,22 @@ class MpiCommunicator : public Communicator {
     VP_REQUIRE(peer != rank_, "rank ", rank_, " cannot ", what, " itself");
     VP_REQUIRE(tag >= 0 && tag < kMaxUserTag, "message tag ", tag, " is outside [0, ", kMaxUserTag, ")");
   }
+  int world_rank(int rank) const { return world_ranks_[static_cast<size_t>(rank)]; }
+  // "ranks 1, 3 (hosts h0 10.0.0.1, h1 10.0.0.2)": the members a collective waits for, and where they run.
+  std::string describe_members() const {
+    std::string ranks, hosts;
+    std::vector<std::string> seen;
+    for (int world : world_ranks_) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(world);
+      const std::string host = host_of(world);
+      if (std::find(seen.begin(), seen.end(), host) != seen.end()) continue;
+      seen.push_back(host);
+      hosts += (hosts.empty() ? "" : ", ") + host;
+    }
+    return concat("ranks ", ranks, " (host", seen.size() > 1 ? "s " : " ", hosts, ")");
+  }
   std::string collective(const char* what, size_t bytes) const {
-    return concat(what, " of ", bytes, " bytes among ", size_, " ranks");
+    return concat(what, " of ", bytes, " bytes among ", describe_members());
   }
   void check_root(int root) const {
     VP_REQUIRE(root >= 0 && root < size_, "root rank ", root, " is outside [0, ", size_, ")");
@@ -323,7 +340,26 @@ class MpiCommunicator : public Communicator {
   bool owned_;
   int rank_ = 0;
   int size_ = 1;
+  std::vector<int> world_ranks_;  // this communicator's rank -> MPI_COMM_WORLD's
 };
+
+// Every rank learns every rank's host once, so that a wait that never ends can name where its peer runs.
+void gather_hosts() {
+  constexpr size_t kWidth = 128;
+  std::vector<char> mine(kWidth, '\0');
+  const std::string& identity = this_host_identity();
+  std::copy_n(identity.begin(), std::min(identity.size(), kWidth - 1), mine.begin());
+  int size = 1;
+  check(MPI_Comm_size(MPI_COMM_WORLD, &size), "Comm_size");
+  std::vector<char> all(kWidth * static_cast<size_t>(size));
+  MPI_Request request;
+  check(MPI_Iallgather(mine.data(), static_cast<int>(kWidth), MPI_CHAR, all.data(), static_cast<int>(kWidth), MPI_CHAR,
+                       MPI_COMM_WORLD, &request),
+        "Iallgather");
+  wait_or_abort(&request, MPI_STATUS_IGNORE, "the exchange of host names at the start");
+  g_mpi.hosts.clear();
+  for (int r = 0; r < size; ++r) g_mpi.hosts.emplace_back(all.data() + kWidth * static_cast<size_t>(r));
+}
 
 }  // namespace
 
@@ -342,13 +378,10 @@ std::unique_ptr<Communicator> mpi_world() {
     g_mpi.initialised = true;
     check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "Comm_set_errhandler");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &g_mpi.world_rank), "Comm_rank");
-    char host[MPI_MAX_PROCESSOR_NAME];
-    int length = 0;
-    check(MPI_Get_processor_name(host, &length), "Get_processor_name");
-    g_mpi.host.assign(host, static_cast<size_t>(length));
-    g_mpi.timeout_seconds = read_timeout();
+    set_comm_deadline_rank(g_mpi.world_rank);
     std::atexit(exit_handler);
     std::set_terminate(terminate_handler);
+    gather_hosts();
     VP_REQUIRE(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided, ", below MPI_THREAD_FUNNELED");
   }
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
@@ -360,6 +393,8 @@ void finalize_mpi() {
   MPI_Finalized(&finalised);
   if (!initialised || finalised) return;
   g_mpi.finalised = true;
+  // No deadline here: ranks wait in MPI_Finalize while rank 0 writes the report, which may take longer than any
+  // deadline. A link lost now is left to mpirun's keepalives (the launch recipe), which end the job.
   check(MPI_Finalize(), "Finalize");
 }
 

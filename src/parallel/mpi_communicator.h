@@ -1,7 +1,8 @@
 // The communicator across processes: OpenMPI. MPI is initialised only when the process was launched by mpirun
 // (MPI_THREAD_FUNNELED: every MPI call from the thread that initialised it), so plain runs never touch it.
 // Errors come back as return codes (MPI_ERRORS_RETURN) and become vitpipe::Error; a fatal error calls abort(),
-// which prints the reason and MPI_Aborts the whole job within seconds.
+// which prints the reason and MPI_Aborts the whole job within seconds. Every blocking wait is under the deadline of
+// comm_deadline.h (a peer that stops answering is silence, not an error), and names its peer by world rank and host.
 #pragma once
 
 #include <memory>

@@ -295,6 +295,10 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.shard_optimizer = v.null ? false : v.boolean(); }},
       {"trace", "FILE", "Write a Chrome trace (chrome://tracing) of the pipeline to FILE",
        [](O& o, const V& v) { o.trace = v.null ? defaults().trace : v.scalar(); }},
+      {"comm-timeout", "SECONDS",
+       "Under mpirun: a rank waiting longer than this for a peer (a lost link or host) writes why to stderr and "
+       "<output-dir>/failures.log and ends the job; 0 = wait for ever (default: $VITPIPE_COMM_TIMEOUT, else 300)",
+       [](O& o, const V& v) { o.comm_timeout = v.null ? std::nullopt : std::optional<double>(v.number()); }},
       {"layout", "NAME",
        "manual (the flags above) | auto: plan stages x replicas, micro-batch, schedule, recompute and sharding "
        "from a profile (see vitpipe plan) (default manual)",
@@ -576,6 +580,8 @@ void TrainOptions::validate() const {
              "--recompute cannot be combined with --pipeline-schedule zb-h1: its deferred weight-gradient pass reads "
              "the activations --recompute discards; use 1f1b with --recompute, or zb-h1 without it");
   VP_REQUIRE(layout == "manual" || layout == "auto", "--layout must be manual or auto (got '", layout, "')");
+  VP_REQUIRE(!comm_timeout || (*comm_timeout >= 0 && *comm_timeout <= 1e7),
+             "--comm-timeout must be seconds in [0, 1e7] (0 = no deadline) (got ", comm_timeout.value_or(0), ")");
   VP_REQUIRE(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
   VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = each epoch) (got ", checkpoint_every, ")");
   VP_REQUIRE(loader_threads >= 1 && loader_threads <= 256, "--loader-threads must be in [1, 256] (got ", loader_threads,
@@ -677,6 +683,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["recompute"] = recompute;
   j["shard_optimizer"] = shard_optimizer;
   j["trace"] = trace;
+  j["comm_timeout"] = comm_timeout ? nlohmann::json(*comm_timeout) : nlohmann::json(nullptr);
   j["layout"] = layout;
   j["memory_per_process"] = memory_per_process;
   j["link"] = link;

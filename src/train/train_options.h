@@ -115,6 +115,9 @@ struct TrainOptions {
   bool recompute = false;
   bool shard_optimizer = false;  // --shard-optimizer: ZeRO-1, moments partitioned across each stage's replicas
   std::string trace;             // --trace FILE: Chrome trace of the pipeline; empty = none
+  // --comm-timeout SECONDS: the deadline of every blocking communication under mpirun (parallel/comm_deadline.h);
+  // unset = VITPIPE_COMM_TIMEOUT or 300 s; 0 = none.
+  std::optional<double> comm_timeout;
   // --layout auto: the planner (plan/) chooses stages, replicas, micro-batch, schedule, recompute and sharding.
   std::string layout = "manual";
   std::string memory_per_process;  // --memory-per-process SIZE for the planner; "" = this machine's per rank

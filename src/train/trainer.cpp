@@ -22,6 +22,7 @@
 #include "model/initializer.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
+#include "parallel/comm_deadline.h"
 #include "parallel/optimizer_shards.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
@@ -1016,6 +1017,10 @@ void run_training(const TrainOptions& options) {
   continue_peft_adapter(o);
   complete_defaults(o);
   o.validate();
+  // Every rank appends its line to the same file: on the host it runs on, the output directory is where a user
+  // looks, and a remote rank's stderr is lost with the link.
+  configure_comm_deadline(resolve_comm_timeout(o.comm_timeout.value_or(-1)),
+                          (std::filesystem::path(o.output_dir) / "failures.log").string());
   // Without mpirun, the pipeline's stages run as threads of this process.
   run_on_world(o.pipeline_stages, o.threads, [&](Communicator& world) {
     RankTrainer trainer(world, o);

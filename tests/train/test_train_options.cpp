@@ -274,6 +274,23 @@ TEST(TrainOptions, RegistersOnASubcommand) {
   EXPECT_NE(train->help().find("--no-aug-hflip"), std::string::npos);
 }
 
+// --comm-timeout: unset leaves the deadline to VITPIPE_COMM_TIMEOUT or 300 s (parallel/comm_deadline.h); a config
+// file sets it as comm_timeout; 0 means no deadline; negative or absurd values are refused naming the flag.
+TEST(TrainOptions, CommTimeout) {
+  EXPECT_FALSE(parse_train_options(kRequired).comm_timeout.has_value());
+  EXPECT_EQ(parse_train_options(with_required({"--comm-timeout", "30"})).comm_timeout, 30.0);
+  EXPECT_EQ(parse_train_options(with_required({"--comm-timeout", "0"})).comm_timeout, 0.0);
+  testing::ScratchDir dir("comm_timeout");
+  write_file(dir.path() / "train.yaml", "comm_timeout: 45\n");
+  const TrainOptions from_file = parse_train_options(with_required({"--config", (dir.path() / "train.yaml").string()}));
+  EXPECT_EQ(from_file.comm_timeout, 45.0);
+  EXPECT_EQ(from_file.to_json()["comm_timeout"], 45.0);
+  EXPECT_NE(error_of(with_required({"--comm-timeout", "-1"})).find("--comm-timeout must be seconds in [0, 1e7]"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_required({"--comm-timeout", "soon"})).find("--comm-timeout: expected a number, got 'soon'"),
+            std::string::npos);
+}
+
 TEST(TrainOptions, RefusesBadValuesNamingTheOption) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--lr", "0"}, "--lr must be > 0 (got 0)"},

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """A rank that stops answering mid-run ends the job instead of hanging it.
 
-`mpirun -np 2 vitpipe train` (2 pipeline stages) with VITPIPE_COMM_TIMEOUT=6; once the run has written its first
-checkpoint, rank 1 is frozen with SIGSTOP: to rank 0 it looks like a peer behind a lost link (it neither answers nor
-closes its sockets). Rank 0's wait must pass its deadline and end the job: mpirun exits non-zero within the timeout
-plus a margin (without the deadline MPI waits for ever), rank 0's one line names its rank, host and the operation,
-and the checkpoint written before the freeze stays whole (`--resume` from it runs to the end).
+`mpirun -np 2 vitpipe train` (2 pipeline stages) with VITPIPE_COMM_TIMEOUT=6 (the environment's default for
+--comm-timeout); once the run has written its first checkpoint, rank 1 is frozen with SIGSTOP: to rank 0 it looks
+like a peer behind a lost link (it neither answers nor closes its sockets). Rank 0's wait must pass its deadline and
+end the job: mpirun exits non-zero within the timeout plus a margin (without the deadline MPI waits for ever), rank
+0's one line names its rank, host, the operation and its peer, on stderr and in <output-dir>/failures.log, and the
+checkpoint written before the freeze stays whole (`--resume` from it runs to the end).
 
 usage: lost_peer.py --mpiexec MPIRUN
 """
@@ -66,8 +67,14 @@ print("\n".join(lines[:3]))
 checks.check(took is not None and took < TIMEOUT + 60, "the job ended instead of hanging",
              f"{took} s" if took else "still waiting after the margin")
 checks.check(process.returncode != 0, "mpirun exits non-zero", str(process.returncode))
-checks.check(any(line.startswith("error: rank 0: ") and "[host " in line and "did not complete in" in line and "VITPIPE_COMM_TIMEOUT" in line
-                 for line in lines), "rank 0 names itself, its host and the operation", stderr[-1500:])
+checks.check(any(line.startswith("error: rank 0: ") and "[host " in line and f"did not complete in {TIMEOUT} s" in line
+                 and ("from rank 1 " in line or "to rank 1 " in line or "among ranks 0, 1 " in line) for line in lines),
+             "rank 0 names itself, its host, the operation and its peer (deadline from VITPIPE_COMM_TIMEOUT)",
+             stderr[-1500:])
+failures_log = os.path.join(out, "failures.log")
+logged = open(failures_log).read().splitlines() if os.path.exists(failures_log) else []
+checks.check(any(line.startswith("error: rank 0: ") and "did not complete" in line for line in logged),
+             "rank 0's line is also in <output-dir>/failures.log", str(logged[:3]))
 resumed = e2e.run(*e2e.train_args(init, "csv:" + csv, out, *common, "--resume"), expect_ok=False)  # stages as threads
 checks.check(resumed.returncode == 0, "the checkpoint before the freeze resumes", resumed.stderr[-800:])
 e2e.cleanup(root)
