@@ -65,10 +65,13 @@ std::string hostname_and_addresses() {
   return identity;
 }
 
-void append_line(const std::string& path, const std::string& line) {
+void append_line(const std::string& path, const std::string& line, bool create_directory) {
   if (path.empty()) return;
   std::error_code ignored;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+  const std::filesystem::path directory = std::filesystem::path(path).parent_path();
+  // A refusal before the run started must leave no output directory behind (nothing was started).
+  if (!create_directory && !std::filesystem::is_directory(directory, ignored)) return;
+  std::filesystem::create_directories(directory, ignored);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     std::fprintf(stderr, "warning: cannot append to %s\n", path.c_str());
@@ -96,7 +99,8 @@ void report_termination() {
           concat(" while waiting ", std::chrono::duration<double>(Clock::now() - s.since).count(), " s for ", s.what);
     }
   }
-  report_rank_failure(reason);
+  // Not made here: mpirun also sends SIGTERM when another rank refused the configuration at the start.
+  report_rank_failure(reason, false);
   std::_Exit(128 + SIGTERM);
 }
 
@@ -115,7 +119,7 @@ void watch() {
                       " s (--comm-timeout): a peer stopped answering (a lost link or host?); this rank exits and the "
                       "job with it; resume from the last checkpoint with --resume");
     }
-    report_rank_failure(reason);
+    report_rank_failure(reason, true);
     std::_Exit(1);
   }
 }
@@ -186,7 +190,7 @@ BlockingCommunication::~BlockingCommunication() {
   s.blocked = false;
 }
 
-void report_rank_failure(const std::string& reason) {
+void report_rank_failure(const std::string& reason, bool create_output_directory) {
   std::string host, log;
   int rank = -1;
   {
@@ -199,7 +203,7 @@ void report_rank_failure(const std::string& reason) {
   const std::string line = concat("error: rank ", rank, ": ", reason, " [host ", host, "]\n");
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
-  append_line(log, line);
+  append_line(log, line, create_output_directory);
 }
 
 }  // namespace vitpipe

@@ -44,7 +44,9 @@ class BlockingCommunication {
   BlockingCommunication& operator=(const BlockingCommunication&) = delete;
 };
 
-// Writes "error: rank R: REASON [host H]" to stderr and appends it to the failure log (O_APPEND, fsync).
-void report_rank_failure(const std::string& reason);
+// Writes "error: rank R: REASON [host H]" to stderr and appends it to the failure log (O_APPEND, fsync). The log's
+// directory is made only for a deadline that expired (`create_output_directory`); other failures are logged there only
+// once the run has made it, so a configuration refused at the start leaves no output directory.
+void report_rank_failure(const std::string& reason, bool create_output_directory = false);
 
 }  // namespace vitpipe
