@@ -23,6 +23,7 @@
 #include <mutex>
 #include <set>
 
+#include "data/dicom_attribute_text.h"
 #include "data/dicom_deflate.h"
 #include "data/dicom_jpeg2000.h"
 #include "data/dicom_memory_stream.h"
@@ -47,27 +48,13 @@ void initialise_dcmtk() {
              " from the libdcmtk17 package, or $DCMDICTPATH); DICOM files cannot be read without it");
 }
 
-// "(0028,0010) Rows"
-std::string label(const DcmTagKey& key) {
-  char text[16];
-  std::snprintf(text, sizeof text, "(%04x,%04x)", key.getGroup(), key.getElement());
-  return std::string(text) + " " + DcmTag(key).getTagName();
-}
-
-std::string trimmed(const OFString& value) {
-  std::string s = value.c_str();
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
-  while (!s.empty() && s.front() == ' ') s.erase(0, 1);
-  return s;
-}
-
 // Why DCMTK stopped reading: the last element it started, whose value it could not read in full.
 std::string read_failure(DcmFileFormat& file, size_t size, const OFCondition& status) {
   for (DcmItem* item : {static_cast<DcmItem*>(file.getDataset()), static_cast<DcmItem*>(file.getMetaInfo())}) {
     if (item == nullptr || item->card() == 0) continue;
     DcmElement* last = item->getElement(item->card() - 1);
     return concat("not a readable DICOM file (DCMTK: ", status.text(), "); reading stopped at element ",
-                  label(last->getTag()), ", whose length field says ", last->getLengthField(),
+                  dicom_attribute_label(last->getTag()), ", whose length field says ", last->getLengthField(),
                   " bytes (the whole file ", "has ", size, "): the file is truncated or a length field is wrong");
   }
   return concat("not a readable DICOM file (DCMTK: ", status.text(), ") in its file meta information");
@@ -82,14 +69,15 @@ class Attributes {
   int64_t required_us(const DcmTagKey& key) {
     Uint16 value = 0;
     const OFCondition status = item_.findAndGetUint16(key, value);
-    VP_REQUIRE(status.good(), name_, ": ", label(key), " is missing or unreadable (", status.text(), ")");
+    VP_REQUIRE(status.good(), name_, ": ", dicom_attribute_label(key), " is missing or unreadable (", status.text(),
+               ")");
     return value;
   }
   int64_t optional_is(const DcmTagKey& key, int64_t fallback) {
     if (!has(key)) return fallback;
     Sint32 value = 0;
     const OFCondition status = item_.findAndGetSint32(key, value);
-    VP_REQUIRE(status.good(), name_, ": ", label(key), " is not an integer (", status.text(), ")");
+    VP_REQUIRE(status.good(), name_, ": ", dicom_attribute_label(key), " is not an integer (", status.text(), ")");
     return value;
   }
   double optional_ds(const DcmTagKey& key, double fallback) {
@@ -99,7 +87,7 @@ class Attributes {
   double number(const DcmTagKey& key, unsigned long position) {
     Float64 value = 0;
     const OFCondition status = item_.findAndGetFloat64(key, value, position);
-    VP_REQUIRE(status.good() && std::isfinite(value), name_, ": ", label(key), " value ", position + 1,
+    VP_REQUIRE(status.good() && std::isfinite(value), name_, ": ", dicom_attribute_label(key), " value ", position + 1,
                " is not a number (", status.text(), ")");
     return value;
   }
@@ -111,7 +99,7 @@ class Attributes {
   std::string text(const DcmTagKey& key) {
     OFString value;
     if (item_.findAndGetOFStringArray(key, value).bad()) return "";
-    return trimmed(value);
+    return trimmed_dicom_value(value);
   }
 
   // A LUT of the Modality LUT or VOI LUT Sequence item `item_` (LUT Descriptor + LUT Data).
@@ -119,7 +107,8 @@ class Attributes {
     DcmElement* descriptor = nullptr;
     VP_REQUIRE(item_.findAndGetElement(DCM_LUTDescriptor, descriptor).good() && descriptor != nullptr &&
                    descriptor->getVM() == 3,
-               name_, ": ", where, " ", label(DCM_LUTDescriptor), " is missing or does not hold 3 values");
+               name_, ": ", where, " ", dicom_attribute_label(DCM_LUTDescriptor),
+               " is missing or does not hold 3 values");
     // The first input value is SS when the LUT's input may be negative (PS3.3 C.11.1.1); an implicit-VR file does
     // not say, so the Pixel Representation decides.
     const DcmEVR vr = descriptor->ident();
@@ -128,27 +117,27 @@ class Attributes {
     for (unsigned long i = 0; i < 3; ++i) {
       if (vr == EVR_SS) {
         Sint16 v = 0;
-        VP_REQUIRE(descriptor->getSint16(v, i).good(), name_, ": ", where, " ", label(DCM_LUTDescriptor),
-                   " unreadable");
+        VP_REQUIRE(descriptor->getSint16(v, i).good(), name_, ": ", where, " ",
+                   dicom_attribute_label(DCM_LUTDescriptor), " unreadable");
         values[i] = static_cast<Uint16>(v);
       } else {
-        VP_REQUIRE(descriptor->getUint16(values[i], i).good(), name_, ": ", where, " ", label(DCM_LUTDescriptor),
-                   " unreadable");
+        VP_REQUIRE(descriptor->getUint16(values[i], i).good(), name_, ": ", where, " ",
+                   dicom_attribute_label(DCM_LUTDescriptor), " unreadable");
       }
     }
     DicomLut lut;
     lut.entries = values[0] == 0 ? 65536 : values[0];
     lut.first_input = first_signed ? static_cast<int64_t>(static_cast<Sint16>(values[1])) : values[1];
     lut.bits = values[2];
-    VP_REQUIRE(lut.bits >= 1 && lut.bits <= 16, name_, ": ", where, " ", label(DCM_LUTDescriptor), " says entries of ",
-               lut.bits, " bits (expected 1..16)");
+    VP_REQUIRE(lut.bits >= 1 && lut.bits <= 16, name_, ": ", where, " ", dicom_attribute_label(DCM_LUTDescriptor),
+               " says entries of ", lut.bits, " bits (expected 1..16)");
     const Uint16* data = nullptr;
     unsigned long count = 0;
     const OFCondition status = item_.findAndGetUint16Array(DCM_LUTData, data, &count);
-    VP_REQUIRE(status.good() && data != nullptr, name_, ": ", where, " ", label(DCM_LUTData), " is missing (",
-               status.text(), ")");
-    VP_REQUIRE(static_cast<int64_t>(count) == lut.entries, name_, ": ", where, " ", label(DCM_LUTData), " holds ",
-               count, " entries, its ", label(DCM_LUTDescriptor), " says ", lut.entries);
+    VP_REQUIRE(status.good() && data != nullptr, name_, ": ", where, " ", dicom_attribute_label(DCM_LUTData),
+               " is missing (", status.text(), ")");
+    VP_REQUIRE(static_cast<int64_t>(count) == lut.entries, name_, ": ", where, " ", dicom_attribute_label(DCM_LUTData),
+               " holds ", count, " entries, its ", dicom_attribute_label(DCM_LUTDescriptor), " says ", lut.entries);
     lut.data.assign(data, data + count);
     return lut;
   }
@@ -185,11 +174,13 @@ std::vector<uint8_t> jpeg2000_frame_bytes(DcmPixelData& pixel_data, E_TransferSy
                                           const std::string& name) {
   DcmPixelSequence* sequence = nullptr;
   VP_REQUIRE(pixel_data.getEncapsulatedRepresentation(xfer, nullptr, sequence).good() && sequence != nullptr, name,
-             ": ", label(DCM_PixelData), " is not encapsulated as its JPEG 2000 transfer syntax requires");
+             ": ", dicom_attribute_label(DCM_PixelData),
+             " is not encapsulated as its JPEG 2000 transfer syntax requires");
   const unsigned long items = sequence->card();
-  VP_REQUIRE(items >= 2, name, ": ", label(DCM_PixelData), " holds no JPEG 2000 fragment");
+  VP_REQUIRE(items >= 2, name, ": ", dicom_attribute_label(DCM_PixelData), " holds no JPEG 2000 fragment");
   DcmPixelItem* table = nullptr;
-  VP_REQUIRE(sequence->getItem(table, 0).good(), name, ": ", label(DCM_PixelData), ": no Basic Offset Table item");
+  VP_REQUIRE(sequence->getItem(table, 0).good(), name, ": ", dicom_attribute_label(DCM_PixelData),
+             ": no Basic Offset Table item");
   unsigned long last = items - 1;  // fragments 1..last belong to the frame
   if (frames > 1) {
     const Uint32 table_bytes = table->getLength();
@@ -232,30 +223,32 @@ std::vector<uint8_t> jpeg2000_frame_bytes(DcmPixelData& pixel_data, E_TransferSy
 void check_rle_frame(DcmPixelData& pixel_data, const DicomPixelModule& m, const std::string& name) {
   DcmPixelSequence* sequence = nullptr;
   VP_REQUIRE(pixel_data.getEncapsulatedRepresentation(EXS_RLELossless, nullptr, sequence).good() && sequence != nullptr,
-             name, ": ", label(DCM_PixelData), " is not encapsulated as RLE Lossless requires");
+             name, ": ", dicom_attribute_label(DCM_PixelData), " is not encapsulated as RLE Lossless requires");
   DcmPixelItem* fragment = nullptr;
   Uint8* bytes = nullptr;
   VP_REQUIRE(sequence->card() >= 2 && sequence->getItem(fragment, 1).good() && fragment->getUint8Array(bytes).good(),
-             name, ": ", label(DCM_PixelData), " holds no RLE fragment");
+             name, ": ", dicom_attribute_label(DCM_PixelData), " holds no RLE fragment");
   const uint64_t length = fragment->getLength();
-  VP_REQUIRE(bytes != nullptr && length >= 64, name, ": the RLE fragment of ", label(DCM_PixelData), " has ", length,
-             " bytes, fewer than its 64-byte header");
+  VP_REQUIRE(bytes != nullptr && length >= 64, name, ": the RLE fragment of ", dicom_attribute_label(DCM_PixelData),
+             " has ", length, " bytes, fewer than its 64-byte header");
   uint32_t header[16];
   std::memcpy(header, bytes, sizeof header);  // little-endian, as the host
   const uint32_t expected = static_cast<uint32_t>(m.samples_per_pixel * (m.bits_allocated / 8));
-  VP_REQUIRE(header[0] == expected, name, ": the RLE header of ", label(DCM_PixelData), " names ", header[0],
-             " segments; ", label(DCM_SamplesPerPixel), " x ", label(DCM_BitsAllocated), " / 8 needs ", expected);
+  VP_REQUIRE(header[0] == expected, name, ": the RLE header of ", dicom_attribute_label(DCM_PixelData), " names ",
+             header[0], " segments; ", dicom_attribute_label(DCM_SamplesPerPixel), " x ",
+             dicom_attribute_label(DCM_BitsAllocated), " / 8 needs ", expected);
   for (uint32_t i = 1; i <= header[0]; ++i) {
     const uint64_t lowest = i == 1 ? 64 : uint64_t{header[i - 1]} + 1;
-    VP_REQUIRE(header[i] >= lowest && header[i] < length, name, ": the RLE header of ", label(DCM_PixelData),
-               " puts segment ", i, " at byte ", header[i], " of a ", length,
+    VP_REQUIRE(header[i] >= lowest && header[i] < length, name, ": the RLE header of ",
+               dicom_attribute_label(DCM_PixelData), " puts segment ", i, " at byte ", header[i], " of a ", length,
                "-byte fragment (expected increasing offsets from 64 inside it)");
   }
   for (uint32_t i = 1; i <= header[0]; ++i) {
     const uint64_t end = i == header[0] ? length : header[i + 1];
     uint64_t control = header[i];  // -128 is a no-op; any other control byte makes output from the byte after it
     while (control < end && bytes[control] == 0x80) ++control;
-    VP_REQUIRE(control + 1 < end, name, ": RLE segment ", i, " of ", label(DCM_PixelData), " decodes to nothing");
+    VP_REQUIRE(control + 1 < end, name, ": RLE segment ", i, " of ", dicom_attribute_label(DCM_PixelData),
+               " decodes to nothing");
   }
 }
 
@@ -281,8 +274,8 @@ DicomFileIdentity read_dicom_file_identity(const uint8_t* data, size_t size, con
                           std::pair{DCM_TransferSyntaxUID, &identity.transfer_syntax_uid}}) {
     OFString value;
     meta.findAndGetOFString(tag, value);
-    *out = trimmed(value);
-    VP_REQUIRE(!out->empty(), name, ": the file meta information lacks ", label(tag));
+    *out = trimmed_dicom_value(value);
+    VP_REQUIRE(!out->empty(), name, ": the file meta information lacks ", dicom_attribute_label(tag));
   }
   return identity;
 }
@@ -304,11 +297,11 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
   // The syntax the file declares: DCMTK guesses an encoding for a UID it does not know and reads on.
   OFString uid;
   meta.findAndGetOFString(DCM_TransferSyntaxUID, uid);
-  const DcmXfer syntax(trimmed(uid).c_str());
+  const DcmXfer syntax(trimmed_dicom_value(uid).c_str());
   const E_TransferSyntax xfer = syntax.getXfer();
-  VP_REQUIRE(decodable_syntaxes().count(xfer) > 0, name, ": ", label(DCM_TransferSyntaxUID), " ", trimmed(uid), " (",
-             xfer == EXS_Unknown ? "unknown to DCMTK" : syntax.getXferName(), ") cannot be decoded; vitpipe reads ",
-             kDecodableList);
+  VP_REQUIRE(decodable_syntaxes().count(xfer) > 0, name, ": ", dicom_attribute_label(DCM_TransferSyntaxUID), " ",
+             trimmed_dicom_value(uid), " (", xfer == EXS_Unknown ? "unknown to DCMTK" : syntax.getXferName(),
+             ") cannot be decoded; vitpipe reads ", kDecodableList);
 
   DcmDataset& dataset = *file.getDataset();
   dataset.transferInit();
@@ -329,11 +322,12 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
   DicomPixelModule m;
   m.rows = a.required_us(DCM_Rows);
   m.columns = a.required_us(DCM_Columns);
-  VP_REQUIRE(m.rows > 0 && m.columns > 0, name, ": ", label(DCM_Rows), " x ", label(DCM_Columns), " is ", m.rows, " x ",
-             m.columns, ": an empty image");
+  VP_REQUIRE(m.rows > 0 && m.columns > 0, name, ": ", dicom_attribute_label(DCM_Rows), " x ",
+             dicom_attribute_label(DCM_Columns), " is ", m.rows, " x ", m.columns, ": an empty image");
   const int64_t max_pixels = max_image_pixels();
-  VP_REQUIRE(m.rows * m.columns <= max_pixels, name, ": ", label(DCM_Rows), " x ", label(DCM_Columns), " = ", m.rows,
-             " x ", m.columns, " = ", m.rows * m.columns, " pixels, more than the limit of ", max_pixels,
+  VP_REQUIRE(m.rows * m.columns <= max_pixels, name, ": ", dicom_attribute_label(DCM_Rows), " x ",
+             dicom_attribute_label(DCM_Columns), " = ", m.rows, " x ", m.columns, " = ", m.rows * m.columns,
+             " pixels, more than the limit of ", max_pixels,
              " (refused as a possible decompression bomb; set VITPIPE_MAX_IMAGE_PIXELS to raise it)");
   m.samples_per_pixel = static_cast<int>(a.required_us(DCM_SamplesPerPixel));
   m.photometric = a.text(DCM_PhotometricInterpretation);
@@ -341,73 +335,77 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
   m.bits_stored = static_cast<int>(a.required_us(DCM_BitsStored));
   m.high_bit = static_cast<int>(a.required_us(DCM_HighBit));
   const int64_t representation = a.required_us(DCM_PixelRepresentation);
-  VP_REQUIRE(m.samples_per_pixel == 1 || m.samples_per_pixel == 3, name, ": ", label(DCM_SamplesPerPixel), " is ",
-             m.samples_per_pixel, " (expected 1 or 3)");
-  VP_REQUIRE(m.bits_allocated == 8 || m.bits_allocated == 16, name, ": ", label(DCM_BitsAllocated), " is ",
-             m.bits_allocated, "; vitpipe reads 8 or 16");
-  VP_REQUIRE(m.bits_stored >= 1 && m.bits_stored <= m.bits_allocated, name, ": ", label(DCM_BitsStored), " is ",
-             m.bits_stored, " (expected 1..", label(DCM_BitsAllocated), " = ", m.bits_allocated, ")");
-  VP_REQUIRE(m.high_bit >= m.bits_stored - 1 && m.high_bit < m.bits_allocated, name, ": ", label(DCM_HighBit), " is ",
-             m.high_bit, " (expected ", m.bits_stored - 1, "..", m.bits_allocated - 1, ")");
-  VP_REQUIRE(representation == 0 || representation == 1, name, ": ", label(DCM_PixelRepresentation), " is ",
-             representation, " (expected 0 or 1)");
+  VP_REQUIRE(m.samples_per_pixel == 1 || m.samples_per_pixel == 3, name, ": ",
+             dicom_attribute_label(DCM_SamplesPerPixel), " is ", m.samples_per_pixel, " (expected 1 or 3)");
+  VP_REQUIRE(m.bits_allocated == 8 || m.bits_allocated == 16, name, ": ", dicom_attribute_label(DCM_BitsAllocated),
+             " is ", m.bits_allocated, "; vitpipe reads 8 or 16");
+  VP_REQUIRE(m.bits_stored >= 1 && m.bits_stored <= m.bits_allocated, name, ": ", dicom_attribute_label(DCM_BitsStored),
+             " is ", m.bits_stored, " (expected 1..", dicom_attribute_label(DCM_BitsAllocated), " = ", m.bits_allocated,
+             ")");
+  VP_REQUIRE(m.high_bit >= m.bits_stored - 1 && m.high_bit < m.bits_allocated, name, ": ",
+             dicom_attribute_label(DCM_HighBit), " is ", m.high_bit, " (expected ", m.bits_stored - 1, "..",
+             m.bits_allocated - 1, ")");
+  VP_REQUIRE(representation == 0 || representation == 1, name, ": ", dicom_attribute_label(DCM_PixelRepresentation),
+             " is ", representation, " (expected 0 or 1)");
   m.is_signed = representation == 1;
   if (m.samples_per_pixel == 3) {
     m.planar_configuration =
         static_cast<int>(a.has(DCM_PlanarConfiguration) ? a.required_us(DCM_PlanarConfiguration) : 0);
-    VP_REQUIRE(m.planar_configuration == 0 || m.planar_configuration == 1, name, ": ", label(DCM_PlanarConfiguration),
-               " is ", m.planar_configuration, " (expected 0 or 1)");
+    VP_REQUIRE(m.planar_configuration == 0 || m.planar_configuration == 1, name, ": ",
+               dicom_attribute_label(DCM_PlanarConfiguration), " is ", m.planar_configuration, " (expected 0 or 1)");
     VP_REQUIRE(m.bits_allocated == 8 && !m.is_signed, name, ": colour images must have 8 unsigned bits (",
-               label(DCM_BitsAllocated), " is ", m.bits_allocated, ")");
+               dicom_attribute_label(DCM_BitsAllocated), " is ", m.bits_allocated, ")");
   } else {
     VP_REQUIRE(m.photometric == "MONOCHROME1" || m.photometric == "MONOCHROME2", name, ": ",
-               label(DCM_PhotometricInterpretation), " is \"", m.photometric,
+               dicom_attribute_label(DCM_PhotometricInterpretation), " is \"", m.photometric,
                "\" for one sample per pixel; vitpipe reads MONOCHROME1 and MONOCHROME2");
   }
   const int64_t frames = a.optional_is(DCM_NumberOfFrames, 1);
-  VP_REQUIRE(frames >= 1, name, ": ", label(DCM_NumberOfFrames), " is ", frames);
-  VP_REQUIRE(frames == 1 || options.dicom_first_frame, name, ": ", label(DCM_NumberOfFrames), " is ", frames,
-             ": a multi-frame image; vitpipe reads single images (--dicom-first-frame reads the first frame)");
+  VP_REQUIRE(frames >= 1, name, ": ", dicom_attribute_label(DCM_NumberOfFrames), " is ", frames);
+  VP_REQUIRE(frames == 1 || options.dicom_first_frame, name, ": ", dicom_attribute_label(DCM_NumberOfFrames), " is ",
+             frames, ": a multi-frame image; vitpipe reads single images (--dicom-first-frame reads the first frame)");
 
   if (m.gray()) {
     DcmItem* modality = nullptr;
     if (dataset.findAndGetSequenceItem(DCM_ModalityLUTSequence, modality, 0).good() && modality != nullptr) {
-      m.modality_lut = Attributes(*modality, name).lut(m.is_signed, label(DCM_ModalityLUTSequence));
+      m.modality_lut = Attributes(*modality, name).lut(m.is_signed, dicom_attribute_label(DCM_ModalityLUTSequence));
     } else {
       m.rescale_slope = a.optional_ds(DCM_RescaleSlope, 1.0);
       m.rescale_intercept = a.optional_ds(DCM_RescaleIntercept, 0.0);
     }
     const unsigned long centres = a.multiplicity(DCM_WindowCenter), widths = a.multiplicity(DCM_WindowWidth);
-    VP_REQUIRE(centres == widths, name, ": ", label(DCM_WindowCenter), " has ", centres, " value(s) but ",
-               label(DCM_WindowWidth), " has ", widths);
+    VP_REQUIRE(centres == widths, name, ": ", dicom_attribute_label(DCM_WindowCenter), " has ", centres,
+               " value(s) but ", dicom_attribute_label(DCM_WindowWidth), " has ", widths);
     const std::string function = a.text(DCM_VOILUTFunction);
     if (function == "LINEAR_EXACT") {
       m.voi_function = VoiFunction::linear_exact;
     } else if (function == "SIGMOID") {
       m.voi_function = VoiFunction::sigmoid;
     } else {
-      VP_REQUIRE(function.empty() || function == "LINEAR", name, ": ", label(DCM_VOILUTFunction), " is \"", function,
-                 "\" (expected LINEAR, LINEAR_EXACT or SIGMOID)");
+      VP_REQUIRE(function.empty() || function == "LINEAR", name, ": ", dicom_attribute_label(DCM_VOILUTFunction),
+                 " is \"", function, "\" (expected LINEAR, LINEAR_EXACT or SIGMOID)");
     }
     for (unsigned long i = 0; i < centres; ++i) {
       DicomWindow window{a.number(DCM_WindowCenter, i), a.number(DCM_WindowWidth, i)};
       const bool linear = m.voi_function == VoiFunction::linear;
-      VP_REQUIRE(linear ? window.width >= 1 : window.width > 0, name, ": ", label(DCM_WindowWidth), " value ", i + 1,
-                 " is ", window.width, linear ? " (a LINEAR window needs a width >= 1)" : " (must be > 0)");
+      VP_REQUIRE(linear ? window.width >= 1 : window.width > 0, name, ": ", dicom_attribute_label(DCM_WindowWidth),
+                 " value ", i + 1, " is ", window.width,
+                 linear ? " (a LINEAR window needs a width >= 1)" : " (must be > 0)");
       m.windows.push_back(window);
     }
     DcmSequenceOfItems* voi = nullptr;
     if (dataset.findAndGetSequence(DCM_VOILUTSequence, voi).good() && voi != nullptr) {
       for (unsigned long i = 0; i < voi->card(); ++i)
-        m.voi_luts.push_back(
-            Attributes(*voi->getItem(i), name).lut(m.is_signed, concat(label(DCM_VOILUTSequence), " item ", i + 1)));
+        m.voi_luts.push_back(Attributes(*voi->getItem(i), name)
+                                 .lut(m.is_signed, concat(dicom_attribute_label(DCM_VOILUTSequence), " item ", i + 1)));
     }
   }
 
   DcmElement* element = nullptr;
   VP_REQUIRE(dataset.findAndGetElement(DCM_PixelData, element).good() && element != nullptr &&
                  element->ident() == EVR_PixelData,
-             name, ": ", label(DCM_PixelData), " is missing (or Float/Double Pixel Data, which vitpipe does not read)");
+             name, ": ", dicom_attribute_label(DCM_PixelData),
+             " is missing (or Float/Double Pixel Data, which vitpipe does not read)");
   auto& pixel_data = *static_cast<DcmPixelData*>(element);
   const auto frame_bytes = static_cast<size_t>(m.rows * m.columns * m.samples_per_pixel * (m.bits_allocated / 8));
   std::vector<uint8_t> frame;
@@ -417,15 +415,16 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
     m.planar_configuration = 0;  // the decoder interleaves
     if (!m.gray()) {
       VP_REQUIRE(m.photometric == "RGB" || m.photometric == "YBR_RCT" || m.photometric == "YBR_ICT", name, ": ",
-                 label(DCM_PhotometricInterpretation), " is \"", m.photometric,
+                 dicom_attribute_label(DCM_PhotometricInterpretation), " is \"", m.photometric,
                  "\" for JPEG 2000 colour (expected RGB, YBR_RCT or YBR_ICT)");
       m.photometric = "RGB";  // OpenJPEG undoes the component transform
     }
   } else {
     if (!syntax.isEncapsulated()) {
-      VP_REQUIRE(pixel_data.getLength() >= frame_bytes, name, ": ", label(DCM_PixelData), " holds ",
-                 pixel_data.getLength(), " bytes, but ", label(DCM_Rows), " x ", label(DCM_Columns), " x samples x ",
-                 label(DCM_BitsAllocated), " / 8 = ", frame_bytes, " bytes are needed for one frame");
+      VP_REQUIRE(pixel_data.getLength() >= frame_bytes, name, ": ", dicom_attribute_label(DCM_PixelData), " holds ",
+                 pixel_data.getLength(), " bytes, but ", dicom_attribute_label(DCM_Rows), " x ",
+                 dicom_attribute_label(DCM_Columns), " x samples x ", dicom_attribute_label(DCM_BitsAllocated),
+                 " / 8 = ", frame_bytes, " bytes are needed for one frame");
     }
     if (xfer == EXS_RLELossless) check_rle_frame(pixel_data, m, name);
     frame.resize(frame_bytes + (frame_bytes & 1));  // DCMTK wants an even buffer size
@@ -433,12 +432,13 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
     OFString model;
     const OFCondition decoded = pixel_data.getUncompressedFrame(&dataset, 0, start_fragment, frame.data(),
                                                                 static_cast<Uint32>(frame.size()), model, nullptr);
-    VP_REQUIRE(decoded.good(), name, ": cannot decode ", label(DCM_PixelData), " (", syntax.getXferName(),
-               "): ", decoded.text());
-    const std::string decoded_model = trimmed(model);
+    VP_REQUIRE(decoded.good(), name, ": cannot decode ", dicom_attribute_label(DCM_PixelData), " (",
+               syntax.getXferName(), "): ", decoded.text());
+    const std::string decoded_model = trimmed_dicom_value(model);
     if (syntax.isEncapsulated() && !decoded_model.empty()) m.photometric = decoded_model;
     if (!m.gray()) {
-      VP_REQUIRE(m.photometric == "RGB", name, ": ", label(DCM_PhotometricInterpretation), " is \"", m.photometric,
+      VP_REQUIRE(m.photometric == "RGB", name, ": ", dicom_attribute_label(DCM_PhotometricInterpretation), " is \"",
+                 m.photometric,
                  "\"; vitpipe reads colour as RGB (JPEG's YBR_FULL / YBR_FULL_422 is converted by the decoder)");
       // DCMTK's JPEG and JPEG-LS decoders give interleaved samples.
       if (syntax.isEncapsulated() && xfer != EXS_RLELossless) m.planar_configuration = 0;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "data/dicom_attribute_text.h"
 #include "serve/dicom_text.h"
 #include "util/error.h"
 
@@ -34,20 +35,6 @@ const CopiedAttribute kCopiedAttributes[] = {
     {DCM_StudyDescription, false},
 };
 
-// "(0020,000d) StudyInstanceUID"
-std::string tag_label(const DcmTagKey& key) {
-  char text[16];
-  std::snprintf(text, sizeof text, "(%04x,%04x)", key.getGroup(), key.getElement());
-  return std::string(text) + " " + DcmTag(key).getTagName();
-}
-
-std::string trimmed(const OFString& value) {
-  std::string s = value.c_str();
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
-  while (!s.empty() && s.front() == ' ') s.erase(0, 1);
-  return s;
-}
-
 // DCMTK's log off: errors reach the caller as one vitpipe::Error (as in data/dicom_decoder.cpp).
 void initialise_dcmtk() {
   static std::once_flag once;
@@ -59,8 +46,8 @@ void initialise_dcmtk() {
 std::string required_uid(DcmItem& dataset, const DcmTagKey& key, const std::filesystem::path& image_file) {
   OFString value;
   dataset.findAndGetOFString(key, value);
-  const std::string uid = trimmed(value);
-  VP_REQUIRE(!uid.empty(), image_file.string(), ": ", tag_label(key),
+  const std::string uid = trimmed_dicom_value(value);
+  VP_REQUIRE(!uid.empty(), image_file.string(), ": ", dicom_attribute_label(key),
              " is missing or empty; an object derived from the image needs it to reference the image and join its "
              "study");
   return uid;
@@ -86,11 +73,12 @@ DicomSourceImage read_dicom_source_image(const std::filesystem::path& image_file
 
   OFString character_set;
   dataset.findAndGetOFStringArray(DCM_SpecificCharacterSet, character_set);
-  const std::string declared = trimmed(character_set);
+  const std::string declared = trimmed_dicom_value(character_set);
   if (!declared.empty() && declared != "ISO_IR 192" && declared != "ISO_IR 6") {
     const OFCondition converted = dataset.convertToUTF8();
-    VP_REQUIRE(converted.good(), name, ": cannot convert its text from ", tag_label(DCM_SpecificCharacterSet), " \"",
-               declared, "\" to UTF-8 (DCMTK: ", converted.text(),
+    VP_REQUIRE(converted.good(), name, ": cannot convert its text from ",
+               dicom_attribute_label(DCM_SpecificCharacterSet), " \"", declared,
+               "\" to UTF-8 (DCMTK: ", converted.text(),
                DcmSpecificCharacterSet::isConversionAvailable() ? ")" : "; DCMTK was built without conversion)");
   }
 
@@ -102,18 +90,21 @@ DicomSourceImage read_dicom_source_image(const std::filesystem::path& image_file
   for (const CopiedAttribute& attribute : kCopiedAttributes) {
     OFString value;
     if (dataset.findAndGetOFStringArray(attribute.key, value).bad()) continue;
-    const std::string text = trimmed(value);
+    const std::string text = trimmed_dicom_value(value);
     if (text.empty()) continue;
     // Without a declared character set only ASCII is valid; bytes beyond it would be mislabelled as UTF-8.
-    VP_REQUIRE(is_valid_utf8(text), name, ": ", tag_label(attribute.key), " is not valid text in its character set (",
-               tag_label(DCM_SpecificCharacterSet), " is \"", declared, "\")");
+    VP_REQUIRE(is_valid_utf8(text), name, ": ", dicom_attribute_label(attribute.key),
+               " is not valid text in its character set (", dicom_attribute_label(DCM_SpecificCharacterSet), " is \"",
+               declared, "\")");
     source.patient_and_study.push_back({attribute.key.getGroup(), attribute.key.getElement(), text});
   }
   // Code strings: ASCII by definition, whatever the character set.
   OFString value;
-  if (dataset.findAndGetOFString(DCM_BodyPartExamined, value).good()) source.body_part_examined = trimmed(value);
+  if (dataset.findAndGetOFString(DCM_BodyPartExamined, value).good())
+    source.body_part_examined = trimmed_dicom_value(value);
   for (const DcmTagKey& key : {DCM_Laterality, DCM_ImageLaterality}) {
-    if (source.laterality.empty() && dataset.findAndGetOFString(key, value).good()) source.laterality = trimmed(value);
+    if (source.laterality.empty() && dataset.findAndGetOFString(key, value).good())
+      source.laterality = trimmed_dicom_value(value);
   }
   return source;
 }
@@ -121,7 +112,7 @@ DicomSourceImage read_dicom_source_image(const std::filesystem::path& image_file
 void copy_patient_and_study(const DicomSourceImage& source, DcmItem& dataset, const std::filesystem::path& out_file) {
   const auto put = [&](const DcmTagKey& key, const std::string& value) {
     const OFCondition status = dataset.putAndInsertString(DcmTag(key), value.c_str(), OFTrue);
-    VP_REQUIRE(status.good(), out_file.string(), ": DCMTK refused ", tag_label(key), " \"", value,
+    VP_REQUIRE(status.good(), out_file.string(), ": DCMTK refused ", dicom_attribute_label(key), " \"", value,
                "\" copied from the image (", status.text(), ")");
   };
   put(DCM_StudyInstanceUID, source.study_instance_uid);
