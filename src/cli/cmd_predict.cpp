@@ -40,14 +40,9 @@ void run_predict(const PredictOptions& o) {
   VP_REQUIRE(o.format == "json" || o.format == "csv", "--format: expected json or csv, got \"", o.format, "\"");
   VP_REQUIRE(o.batch_size >= 1 && o.batch_size <= 1024, "--batch-size: expected 1..1024, got ", o.batch_size);
   configure_threads(o.threads);
-  LoadOptions load;
-  load.image_size = o.image_size;
-  load.reference.revision = o.revision;
-  load.labels = parse_label_list(o.labels);
-  LoadedModel loaded = load_model(o.model, load);
-  const ImageReadOptions reading = resolve_image_read(o.read, loaded.preprocessor, loaded.directory.string());
   const int64_t batch = std::min<int64_t>(o.batch_size, static_cast<int64_t>(o.images.size()));
-  ImageClassifier classifier(std::move(loaded), o.model, reading, batch);
+  ImageClassifier classifier = load_image_classifier(o.model, o.revision, o.image_size, o.labels, o.read, batch);
+  const ImageReadOptions& reading = classifier.reading();
   const LoadedModel& model = classifier.model();
   const std::vector<std::string>& labels = classifier.labels();
   if (o.format == "csv") {

@@ -111,13 +111,7 @@ void run_serve(const ServeOptions& o) {
              "\" is not an AE title (1 to 16 characters, no backslash or control characters)");
   VP_REQUIRE(o.max_delay_ms >= 0 && o.max_delay_ms <= 10000, "--max-delay-ms: expected 0..10000, got ", o.max_delay_ms);
   configure_threads(o.threads);
-  LoadOptions load;
-  load.image_size = o.image_size;
-  load.reference.revision = o.revision;
-  load.labels = parse_label_list(o.labels);
-  LoadedModel loaded = load_model(o.model, load);
-  const ImageReadOptions reading = resolve_image_read(o.read, loaded.preprocessor, loaded.directory.string());
-  ImageClassifier classifier(std::move(loaded), o.model, reading, o.max_batch);
+  ImageClassifier classifier = load_image_classifier(o.model, o.revision, o.image_size, o.labels, o.read, o.max_batch);
 
   HttpServiceOptions http;
   http.host = o.host;
