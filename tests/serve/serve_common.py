@@ -181,3 +181,22 @@ class Server:
 def temporary_root():
     root = tempfile.mkdtemp(prefix="vitpipe-serve-")
     return root, lambda: shutil.rmtree(root, ignore_errors=True)
+
+
+def run_case(cases, skip_reason=None):
+    """--case NAME: runs cases[NAME](root, checks) in a fresh temporary directory; exit 77 (skipped) with
+    `skip_reason` when it is given, else 0 or 1 by the checks."""
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", required=True, choices=sorted(cases))
+    args = parser.parse_args()
+    if skip_reason:
+        print("SKIP:", skip_reason)
+        sys.exit(77)
+    root, cleanup = temporary_root()
+    checks = Checks()
+    try:
+        cases[args.case](root, checks)
+    finally:
+        cleanup()
+    checks.finish()

@@ -5,7 +5,6 @@ heatmap, STOW-RS, metrics and SIGTERM. Bounded: every case starts one server and
     serve_http.py --case load|overload|bad-requests|token|heatmap|stow|sigterm
 """
 
-import argparse
 import base64
 import io
 import json
@@ -18,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from PIL import Image
 
-from serve_common import (Checks, Server, form_data, make_images, make_model, metric, predict_lines, related_dicom,
-                          request, same_prediction, temporary_root)
+from serve_common import (Server, form_data, make_images, make_model, metric, predict_lines, related_dicom,
+                          request, run_case, same_prediction)
 
 
 def read(path):
@@ -314,18 +313,5 @@ CASES = {"load": case_load, "overload": case_overload, "bad-requests": case_bad_
          "heatmap": case_heatmap, "stow": case_stow, "sigterm": case_sigterm}
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--case", required=True, choices=sorted(CASES))
-    args = parser.parse_args()
-    root, cleanup = temporary_root()
-    checks = Checks()
-    try:
-        CASES[args.case](root, checks)
-    finally:
-        cleanup()
-    checks.finish()
-
-
 if __name__ == "__main__":
-    main()
+    run_case(CASES)

@@ -17,7 +17,6 @@ resume    The PACS is down when the results are made: they wait in the outbox, a
 Skipped (exit 77) where Orthanc or its DICOMweb plugin is not installed. Bounded: at most a minute per wait.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ import urllib.request
 
 import pydicom
 
-from serve_common import Checks, Server, free_port, make_images, make_model, predict_lines, temporary_root
+from serve_common import Server, free_port, make_model, predict_lines, run_case
 
 ORTHANC = shutil.which("Orthanc") or "/usr/sbin/Orthanc"
 DICOMWEB_PLUGIN = "/usr/share/orthanc/plugins/libOrthancDicomWeb.so"
@@ -294,22 +293,7 @@ def case_resume(root, checks):
 CASES = {"store-sr": case_store_sr, "stow": case_stow, "refused": case_refused, "resume": case_resume}
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--case", required=True, choices=sorted(CASES))
-    args = parser.parse_args()
-    if not os.path.exists(ORTHANC) or not os.path.exists(DICOMWEB_PLUGIN) or not shutil.which("storescu"):
-        print("SKIP: Orthanc, its DICOMweb plugin or DCMTK's tools are not installed "
-              "(scripts/setup.sh --tests installs orthanc, orthanc-dicomweb and dcmtk)")
-        sys.exit(77)
-    root, cleanup = temporary_root()
-    checks = Checks()
-    try:
-        CASES[args.case](root, checks)
-    finally:
-        cleanup()
-    checks.finish()
-
-
 if __name__ == "__main__":
-    main()
+    missing = not os.path.exists(ORTHANC) or not os.path.exists(DICOMWEB_PLUGIN) or not shutil.which("storescu")
+    run_case(CASES, "Orthanc, its DICOMweb plugin or DCMTK's tools are not installed (scripts/setup.sh --tests installs "
+                    "orthanc, orthanc-dicomweb and dcmtk)" if missing else None)
