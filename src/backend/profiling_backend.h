@@ -1,9 +1,13 @@
-// A Backend that forwards every call to another one and adds up wall time per kind of operation, for the
-// breakdown `vitpipe bench` prints. Calls are synchronous on CPU, so timing around them is exact.
+// A Backend that forwards every call to another one and adds up, per operation, its wall time, its calls and the
+// work it must do at least (FLOPs, and bytes: every tensor it reads or writes, once), for the breakdown `vitpipe
+// bench` prints: by kind, and op by op against the time the op would take at the GEMM peak or the memory bandwidth.
+// Calls are synchronous on CPU, so timing around them is exact.
 #pragma once
 
 #include <array>
 #include <chrono>
+#include <initializer_list>
+#include <map>
 #include <string>
 
 #include "backend/backend.h"
@@ -13,12 +17,25 @@ namespace vitpipe {
 enum class OpKind { gemm, attention, layernorm, gelu, embedding, loss, other, count };
 const char* op_kind_name(OpKind kind);
 
+struct OperationRecord {
+  OpKind kind = OpKind::other;
+  int64_t calls = 0;
+  double seconds = 0.0;
+  double flops = 0.0;  // multiply-adds count 2; elementwise work is not counted (those ops are bound by bytes)
+  double bytes = 0.0;  // each tensor read or written once (accumulated outputs: read and written)
+};
+
 class ProfilingBackend final : public Backend {
  public:
   explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
   std::string name() const override { return inner_.name(); }
   double seconds(OpKind kind) const { return seconds_[static_cast<size_t>(kind)]; }
-  void reset() { seconds_.fill(0.0); }
+  // By operation name ("linear forward", "attention backward", ...).
+  const std::map<std::string, OperationRecord>& operations() const { return operations_; }
+  void reset() {
+    seconds_.fill(0.0);
+    operations_.clear();
+  }
 
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                       const Tensor& out) override;
@@ -78,21 +95,32 @@ class ProfilingBackend final : public Backend {
 
  private:
   template <class F>
-  auto timed(OpKind kind, F&& call) {
+  auto timed(const char* operation, OpKind kind, double flops, double bytes, F&& call) {
     const auto start = std::chrono::steady_clock::now();
     struct Stop {
       ProfilingBackend* self;
+      const char* operation;
       OpKind kind;
+      double flops, bytes;
       std::chrono::steady_clock::time_point start;
       ~Stop() {
-        self->seconds_[static_cast<size_t>(kind)] +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        self->seconds_[static_cast<size_t>(kind)] += s;
+        OperationRecord& r = self->operations_[operation];
+        r.kind = kind;
+        r.calls += 1;
+        r.seconds += s;
+        r.flops += flops;
+        r.bytes += bytes;
       }
-    } stop{this, kind, start};
+    } stop{this, operation, kind, flops, bytes, start};
     return call();
   }
+  // The bytes of the given tensors (null or empty ones count nothing).
+  static double bytes_of(std::initializer_list<const Tensor*> tensors);
   Backend& inner_;
   std::array<double, static_cast<size_t>(OpKind::count)> seconds_{};
+  std::map<std::string, OperationRecord> operations_;
 };
 
 }  // namespace vitpipe

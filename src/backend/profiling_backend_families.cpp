@@ -4,63 +4,80 @@
 namespace vitpipe {
 
 void ProfilingBackend::scale(const Tensor& in, double factor, const Tensor& out) {
-  timed(OpKind::other, [&] { inner_.scale(in, factor, out); });
+  timed("scale", OpKind::other, 0.0, bytes_of({&in, &out}), [&] { inner_.scale(in, factor, out); });
 }
 void ProfilingBackend::token_embeddings_forward(const Tensor& patch_proj, const Tensor& prefix, int64_t positioned,
                                                 const Tensor& pos, const Tensor& x) {
-  timed(OpKind::embedding, [&] { inner_.token_embeddings_forward(patch_proj, prefix, positioned, pos, x); });
+  timed("embeddings forward", OpKind::embedding, 0.0, bytes_of({&patch_proj, &prefix, &pos, &x}),
+        [&] { inner_.token_embeddings_forward(patch_proj, prefix, positioned, pos, x); });
 }
 void ProfilingBackend::token_embeddings_backward(const Tensor& grad_x, const Tensor* grad_prefix, int64_t positioned,
                                                  const Tensor* grad_pos, const Tensor& grad_patch_proj,
                                                  const Tensor* grad_patch_bias) {
-  timed(OpKind::embedding, [&] {
-    inner_.token_embeddings_backward(grad_x, grad_prefix, positioned, grad_pos, grad_patch_proj, grad_patch_bias);
-  });
+  timed("embeddings backward", OpKind::embedding, 0.0, bytes_of({&grad_x, grad_prefix, grad_pos, &grad_patch_proj}),
+        [&] {
+          inner_.token_embeddings_backward(grad_x, grad_prefix, positioned, grad_pos, grad_patch_proj, grad_patch_bias);
+        });
 }
 void ProfilingBackend::resample_positions_forward(const Tensor& pos, int64_t kept, const Tensor& wy, const Tensor& wx,
                                                   const Tensor& out) {
-  timed(OpKind::embedding, [&] { inner_.resample_positions_forward(pos, kept, wy, wx, out); });
+  timed("position resampling forward", OpKind::embedding, 0.0, bytes_of({&pos, &out}),
+        [&] { inner_.resample_positions_forward(pos, kept, wy, wx, out); });
 }
 void ProfilingBackend::resample_positions_backward(const Tensor& grad_out, int64_t kept, const Tensor& wy,
                                                    const Tensor& wx, const Tensor& grad_pos) {
-  timed(OpKind::embedding, [&] { inner_.resample_positions_backward(grad_out, kept, wy, wx, grad_pos); });
+  timed("position resampling backward", OpKind::embedding, 0.0, bytes_of({&grad_out, &grad_pos, &grad_pos}),
+        [&] { inner_.resample_positions_backward(grad_out, kept, wy, wx, grad_pos); });
 }
 void ProfilingBackend::layer_scale_forward(const Tensor& branch, const Tensor& scale, const Tensor& residual,
                                            const Tensor& out) {
-  timed(OpKind::other, [&] { inner_.layer_scale_forward(branch, scale, residual, out); });
+  timed("LayerScale forward", OpKind::other, 0.0, bytes_of({&branch, &residual, &out}),
+        [&] { inner_.layer_scale_forward(branch, scale, residual, out); });
 }
 void ProfilingBackend::layer_scale_backward(const Tensor& grad, const Tensor& branch, const Tensor& scale,
                                             const Tensor& branch_grad, const Tensor* grad_scale,
                                             const Tensor* grad_bias) {
-  timed(OpKind::other, [&] { inner_.layer_scale_backward(grad, branch, scale, branch_grad, grad_scale, grad_bias); });
+  timed("LayerScale backward", OpKind::other, 0.0, bytes_of({&grad, &branch, &branch_grad}),
+        [&] { inner_.layer_scale_backward(grad, branch, scale, branch_grad, grad_scale, grad_bias); });
 }
 void ProfilingBackend::swiglu_forward(const Tensor& in, const Tensor& out) {
-  timed(OpKind::gelu, [&] { inner_.swiglu_forward(in, out); });
+  timed("SwiGLU forward", OpKind::gelu, 0.0, bytes_of({&in, &out}), [&] { inner_.swiglu_forward(in, out); });
 }
 void ProfilingBackend::swiglu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
                                        const Tensor* grad_bias) {
-  timed(OpKind::gelu, [&] { inner_.swiglu_backward(grad_out, in, grad_in, grad_bias); });
+  timed("SwiGLU backward", OpKind::gelu, 0.0, bytes_of({&grad_out, &in, &grad_in}),
+        [&] { inner_.swiglu_backward(grad_out, in, grad_in, grad_bias); });
 }
 void ProfilingBackend::gather_tokens(const Tensor& x, int64_t count, const Tensor& out) {
-  timed(OpKind::other, [&] { inner_.gather_tokens(x, count, out); });
+  timed("gather tokens", OpKind::other, 0.0, 2.0 * bytes_of({&out}), [&] { inner_.gather_tokens(x, count, out); });
 }
 void ProfilingBackend::scatter_tokens(const Tensor& grad, const Tensor& grad_x) {
-  timed(OpKind::other, [&] { inner_.scatter_tokens(grad, grad_x); });
+  timed("scatter tokens", OpKind::other, 0.0, bytes_of({&grad, &grad_x}), [&] { inner_.scatter_tokens(grad, grad_x); });
 }
 void ProfilingBackend::cls_and_mean_forward(const Tensor& x, int64_t skip, const Tensor& out) {
-  timed(OpKind::other, [&] { inner_.cls_and_mean_forward(x, skip, out); });
+  timed("classifier token and mean forward", OpKind::other, 0.0, bytes_of({&x, &out}),
+        [&] { inner_.cls_and_mean_forward(x, skip, out); });
 }
 void ProfilingBackend::cls_and_mean_backward(const Tensor& grad, int64_t skip, const Tensor& grad_x) {
-  timed(OpKind::other, [&] { inner_.cls_and_mean_backward(grad, skip, grad_x); });
+  timed("classifier token and mean backward", OpKind::other, 0.0, bytes_of({&grad, &grad_x}),
+        [&] { inner_.cls_and_mean_backward(grad, skip, grad_x); });
 }
+// LoRA: low = in . a^T (2 M r K), out[:, c] += low . b^T (2 M N r); the backward does each product twice more.
 void ProfilingBackend::lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale, const Tensor& low,
                                     const Tensor& out, int64_t column) {
-  timed(OpKind::gemm, [&] { inner_.lora_forward(in, a, b, scale, low, out, column); });
+  const double m = static_cast<double>(low.dim(0)), r = static_cast<double>(a.dim(0));
+  const double flops = 2.0 * m * r * (static_cast<double>(a.dim(1)) + static_cast<double>(b.dim(0)));
+  timed("LoRA forward", OpKind::gemm, flops, bytes_of({&in, &a, &b, &low, &out, &out}),
+        [&] { inner_.lora_forward(in, a, b, scale, low, out, column); });
 }
 void ProfilingBackend::lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a,
                                      const Tensor& b, double scale, const Tensor& low, const Tensor* grad_in,
                                      const Tensor* grad_a, const Tensor* grad_b) {
-  timed(OpKind::gemm, [&] { inner_.lora_backward(grad_out, column, in, a, b, scale, low, grad_in, grad_a, grad_b); });
+  const double m = static_cast<double>(low.dim(0)), r = static_cast<double>(a.dim(0));
+  const double flops = 4.0 * m * r * (static_cast<double>(a.dim(1)) + static_cast<double>(b.dim(0)));
+  timed("LoRA backward", OpKind::gemm, flops,
+        bytes_of({&grad_out, &in, &a, &b, &low, grad_in, grad_in, grad_a, grad_b}),
+        [&] { inner_.lora_backward(grad_out, column, in, a, b, scale, low, grad_in, grad_a, grad_b); });
 }
 
 }  // namespace vitpipe

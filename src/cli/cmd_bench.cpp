@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_level.h"
 #include "backend/cpu/gemm_peak.h"
+#include "backend/cpu/memory_bandwidth.h"
 #include "backend/profiling_backend.h"
 #include "cli/commands.h"
 #include "cli/device_flag.h"
@@ -71,6 +72,52 @@ TrainingMode bench_training_mode(const BenchOptions& o) {
     }
   }
   return mode;
+}
+
+// Op by op, per step: its time beside the time its work takes at the measured GEMM peak (FLOPs) or memory
+// bandwidth (bytes), whichever is longer, so the gap left is visible where it is. Bytes count each tensor once: an
+// op whose data stays in cache can beat its memory bound.
+nlohmann::json operation_bounds(const ProfilingBackend& backend, double optimizer_seconds, double optimizer_bytes,
+                                int steps, double peak_gflops, double bandwidth) {
+  nlohmann::json rows = nlohmann::json::array();
+  auto add = [&](const std::string& name, OpKind kind, int64_t calls, double seconds, double flops, double bytes) {
+    const double n = static_cast<double>(steps);
+    const double flop_bound = flops / (peak_gflops * 1e9), byte_bound = bytes / bandwidth;
+    rows.push_back({{"operation", name},
+                    {"kind", op_kind_name(kind)},
+                    {"calls_per_step", static_cast<double>(calls) / n},
+                    {"seconds_per_step", seconds / n},
+                    {"gflop_per_step", flops / n / 1e9},
+                    {"mb_per_step", bytes / n / 1e6},
+                    {"bound_seconds_per_step", std::max(flop_bound, byte_bound) / n},
+                    {"bound_by", flop_bound >= byte_bound ? "GEMM peak" : "memory bandwidth"}});
+  };
+  for (const auto& [name, r] : backend.operations()) add(name, r.kind, r.calls, r.seconds, r.flops, r.bytes);
+  if (optimizer_bytes > 0) {
+    add("optimizer step (AdamW)", OpKind::other, steps, optimizer_seconds, 0.0, optimizer_bytes * steps);
+  }
+  std::sort(rows.begin(), rows.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a["seconds_per_step"].get<double>() > b["seconds_per_step"].get<double>();
+  });
+  return rows;
+}
+
+void print_operation_bounds(const nlohmann::json& rows, double step_seconds, double peak_gflops, double bandwidth) {
+  std::printf(
+      "  where the time goes, per step, against the GEMM peak (%.1f GFLOP/s) or the memory bandwidth (%.1f "
+      "GB/s):\n",
+      peak_gflops, bandwidth / 1e9);
+  std::printf("    %-36s %6s %9s %9s %9s %9s %8s  %s\n", "operation", "calls", "GFLOP", "MB", "ms", "bound ms",
+              "x bound", "share");
+  for (const auto& r : rows) {
+    const double ms = 1e3 * r["seconds_per_step"].get<double>(),
+                 bound = 1e3 * r["bound_seconds_per_step"].get<double>();
+    std::printf("    %-36s %6.0f %9.2f %9.1f %9.2f %9.2f %8.2f  %4.1f%% (%s)\n",
+                r["operation"].get<std::string>().c_str(), r["calls_per_step"].get<double>(),
+                r["gflop_per_step"].get<double>(), r["mb_per_step"].get<double>(), ms, bound,
+                bound > 0 ? ms / bound : 0.0, 100.0 * r["seconds_per_step"].get<double>() / step_seconds,
+                r["bound_by"].get<std::string>() == "GEMM peak" ? "compute" : "memory");
+  }
 }
 
 double peak_rss_bytes() {
@@ -140,6 +187,7 @@ void run_bench(const BenchOptions& o) {
   // The GEMM peak is measured before and after the timed steps and the higher taken: a neighbour's burst on a
   // shared machine lowers one measurement, and a peak measured low would overstate the fraction reached.
   const double peak_before = cpu::measure_gemm_peak_gflops(compute_dtype(precision));
+  const double bandwidth_before = cpu::measure_memory_bandwidth_bytes_per_s(threads);
   step();  // warm-up: JIT kernels, first-touch memory
   backend.reset();
   optimizer_seconds = 0;
@@ -159,6 +207,10 @@ void run_bench(const BenchOptions& o) {
       full_model_forward_flops_per_image(config, layout->lora()).total() * (train ? 3.0 : 1.0) * images_per_s / 1e9;
   const double peak_after = cpu::measure_gemm_peak_gflops(compute_dtype(precision));
   const double peak = std::max(peak_before, peak_after);
+  const double bandwidth = std::max(bandwidth_before, cpu::measure_memory_bandwidth_bytes_per_s(threads));
+  const nlohmann::json operations = operation_bounds(
+      backend, optimizer_seconds, train ? 7.0 * sizeof(float) * static_cast<double>(model.parameters().numel()) : 0.0,
+      o.steps, peak, bandwidth);
   nlohmann::json breakdown = nlohmann::json::object();
   double accounted = 0.0;
   for (int k = 0; k < static_cast<int>(OpKind::count); ++k) {
@@ -203,6 +255,8 @@ void run_bench(const BenchOptions& o) {
       {"attention_gflops_per_s", attention_gflops},
       {"linear_gemm_gflops_per_s", linear_gflops},
       {"includes_optimizer", train},
+      {"memory_bandwidth_gb_per_s", bandwidth / 1e9},
+      {"operations", operations},
       {"cpu_model", cpu::cpu_features().model},
       {"cpu_kernels", cpu::cpu_level_name(cpu::selected_cpu_level())},
       {"onednn_isa", cpu::onednn_isa_name()},
@@ -243,6 +297,7 @@ void run_bench(const BenchOptions& o) {
       "  attention is %.1f%% of the executed FLOPs and ran at %.1f GFLOP/s (with its softmax), the linear GEMMs at "
       "%.1f\n",
       100.0 * attention_flop_share, attention_gflops, linear_gflops);
+  print_operation_bounds(operations, seconds / o.steps, peak, bandwidth);
 }
 
 }  // namespace

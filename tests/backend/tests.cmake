@@ -10,3 +10,8 @@ add_test(NAME backend.isa_confinement
 add_test(NAME backend.emulated_cpus COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_emulated_cpus.py)
 set_tests_properties(backend.isa_confinement backend.emulated_cpus PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}"
                      LABELS backend SKIP_RETURN_CODE 77)
+
+# `vitpipe bench`'s per-operation figures against their bounds: consistent with each other and with the model.
+add_test(NAME backend.bench_operations
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_bench_operations.py)
+set_tests_properties(backend.bench_operations PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS backend)
