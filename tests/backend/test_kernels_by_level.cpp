@@ -341,6 +341,14 @@ TEST_P(KernelsAtLevel, AttentionForwardAndBackward) { check_attention(be(), 2, 3
 
 TEST_P(KernelsAtLevel, AttentionByTilesWithOnlineSoftmax) { check_attention(be(), 1, 805, 32, 2); }
 
+// The head dimensions the models use, 64 and 32: ViT-Tiny's heads at 224 px (T = 197, odd), a 32-wide head at
+// T = 50 and a head of exactly 16 tokens.
+TEST_P(KernelsAtLevel, AttentionWithHeadDimension64And32) {
+  check_attention(be(), 2, 197, 192, 3);
+  check_attention(be(), 1, 50, 64, 2);
+  check_attention(be(), 1, 16, 128, 2);
+}
+
 TEST_P(KernelsAtLevel, EmbeddingsForwardAndBackward) {
   for (DType type : {DType::f32, DType::bf16}) {
     const int64_t B = 2, C = 3, P = 4, G = 3, D = 20, Np = G * G, T = Np + 1;
