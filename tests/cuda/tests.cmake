@@ -42,3 +42,6 @@ add_test(NAME cuda.cli
                  --library $<TARGET_FILE:vitpipe_library> --fake-driver $<TARGET_FILE:fake_cuda_driver>
                  --fake-module $<TARGET_FILE:fake_cuda_module_one_gpu>)
 set_tests_properties(cuda.cli PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+
+# The libraries' calls as data and their CPU interpreter (src/backend/cuda/calls), in every configuration.
+target_link_libraries(test_cuda PRIVATE vitpipe_cuda_calls)
