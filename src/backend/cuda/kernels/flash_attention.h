@@ -1,0 +1,16 @@
+// Launcher of the fp32 flash-attention forward kernel (kernels/flash_attention.cu) on the Backend's packed layout:
+// qkv [B, T, 3D] f32, out [B, T, D] f32, lse [B, H, T] f32 (natural-log log-sum-exp of the scaled scores, as cuDNN's
+// SDPA stats). Asynchronous on `stream`. cuDNN's fused attention runs no fp32: this is vitpipe's own.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace vitpipe::cuda {
+
+// cudaErrorInvalidValue for a head dimension past kFlashMaxHeadDim (128).
+cudaError_t launch_flash_attention_forward_f32(const float* qkv, float* out, float* lse, int64_t batch, int64_t tokens,
+                                               int64_t heads, int64_t head_dim, cudaStream_t stream);
+
+}  // namespace vitpipe::cuda
