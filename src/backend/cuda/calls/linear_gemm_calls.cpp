@@ -18,7 +18,7 @@ std::string dims(const RowMajorMatrix& x) {
 }
 
 // The column-major view of a contiguous row-major [rows, cols] matrix: [cols, rows] with leading dimension cols.
-MatrixLayout column_major_view(const RowMajorMatrix& x) { return {x.type, x.cols, x.rows, x.cols}; }
+MatrixLayout column_major_view(const RowMajorMatrix& x) { return {x.type, x.cols, x.rows, x.stride()}; }
 
 }  // namespace
 
