@@ -105,6 +105,23 @@ TEST(NcclCalls, ShardedReplicasReduceTheirOwnUnequalShardsAndBroadcastThemBack) 
   }
 }
 
+TEST(NcclCalls, ReduceScatterSumsEqualShardsAndIsRefusedForVitpipesUnequalOnes) {
+  const int replicas = 4;
+  const std::vector<cuda::Shard> equal = {{0, 256}, {256, 512}, {512, 768}, {768, 1024}};
+  std::vector<Tensor> g = replica_gradients(replicas, 1024);
+  const std::vector<double> expected = sums(g);
+  Programs programs;
+  for (int r = 0; r < replicas; ++r) programs.push_back({cuda::reduce_scatter_gradients(g[r].f32(), 0, equal, r)});
+  cuda::interpret_nccl(programs);
+  for (int r = 0; r < replicas; ++r) {  // in place: replica r's block of its own buffer holds the sum
+    for (int64_t i = equal[r].begin; i < equal[r].end; ++i)
+      ASSERT_FLOAT_EQ(g[r].f32()[i], static_cast<float>(expected[i]));
+  }
+  std::vector<cuda::Shard> unequal;
+  for (const ElementRange& r : shard_ranges(0, 10'007, 3, 64)) unequal.push_back({r.begin, r.end});
+  EXPECT_THROW(cuda::reduce_scatter_gradients(g[0].f32(), 0, unequal, 0), std::invalid_argument);
+}
+
 TEST(NcclCalls, CollectivesOfDifferentSizesOrOrderAcrossRanksAreRefused) {
   std::vector<Tensor> g = replica_gradients(2, 512);
   EXPECT_THROW(cuda::interpret_nccl(

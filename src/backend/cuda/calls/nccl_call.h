@@ -13,11 +13,13 @@
 namespace vitpipe::cuda {
 
 enum class NcclOp : uint8_t {
-  send,        // ncclSend(send, count, type, peer)
-  recv,        // ncclRecv(recv, count, type, peer)
-  all_reduce,  // ncclAllReduce(send, recv, count, type, ncclSum): every rank gets the sum
-  reduce,      // ncclReduce(send, recv, count, type, ncclSum, root): the root gets the sum
-  broadcast,   // ncclBroadcast(send, recv, count, type, root): every rank gets the root's send
+  send,            // ncclSend(send, count, type, peer)
+  recv,            // ncclRecv(recv, count, type, peer)
+  all_reduce,      // ncclAllReduce(send, recv, count, type, ncclSum): every rank gets the sum
+  reduce,          // ncclReduce(send, recv, count, type, ncclSum, root): the root gets the sum
+  broadcast,       // ncclBroadcast(send, recv, count, type, root): every rank gets the root's send
+  reduce_scatter,  // ncclReduceScatter(send, recv, count, type, ncclSum): send holds ranks x count, rank r gets the
+                   // sum of block r (count = recvcount, equal on every rank)
 };
 
 enum class NcclStream : uint8_t { compute, communication };  // the rank's streams: pipeline vs gradient traffic

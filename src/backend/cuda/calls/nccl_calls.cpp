@@ -1,6 +1,7 @@
 #include "backend/cuda/calls/nccl_calls.h"
 
 #include <cstdio>
+#include <stdexcept>
 
 namespace vitpipe::cuda {
 namespace {
@@ -21,7 +22,7 @@ NcclGroup per_shard(NcclOp op, float* range, int64_t range_begin, const std::vec
 }  // namespace
 
 std::string describe(const NcclCall& call) {
-  static const char* const kOps[] = {"send", "recv", "all_reduce", "reduce", "broadcast"};
+  static const char* const kOps[] = {"send", "recv", "all_reduce", "reduce", "broadcast", "reduce_scatter"};
   char text[96];
   std::snprintf(text, sizeof text, "%s %zu x %s peer/root %d", kOps[static_cast<int>(call.op)], call.count,
                 element_type_name(call.type), call.peer);
@@ -44,6 +45,21 @@ NcclGroup all_reduce_gradients(float* gradients, size_t count) {
 
 NcclGroup reduce_gradient_shards(float* range, int64_t range_begin, const std::vector<Shard>& shards) {
   return per_shard(NcclOp::reduce, range, range_begin, shards);
+}
+
+NcclGroup reduce_scatter_gradients(float* range, int64_t range_begin, const std::vector<Shard>& shards, int rank) {
+  const int64_t count = shards.empty() ? 0 : shards[0].end - shards[0].begin;
+  for (size_t r = 0; r < shards.size(); ++r) {
+    if (shards[r].end - shards[r].begin != count ||
+        shards[r].begin != shards[0].begin + static_cast<int64_t>(r) * count) {
+      throw std::invalid_argument("reduce-scatter needs contiguous shards of one size; shard " + std::to_string(r) +
+                                  " holds " + std::to_string(shards[r].end - shards[r].begin) + " elements, shard 0 " +
+                                  std::to_string(count));
+    }
+  }
+  float* base = range + (shards[0].begin - range_begin);
+  return {{{NcclOp::reduce_scatter, base, base + rank * count, static_cast<size_t>(count), ElementType::f32, -1,
+            NcclStream::communication}}};
 }
 
 NcclGroup broadcast_parameter_shards(float* range, int64_t range_begin, const std::vector<Shard>& shards) {

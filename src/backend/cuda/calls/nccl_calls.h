@@ -27,6 +27,10 @@ struct Shard {
 };
 // `range` holds the model offsets [range_begin, ...) in f32; shard r is reduced onto replica r (in place).
 NcclGroup reduce_gradient_shards(float* range, int64_t range_begin, const std::vector<Shard>& shards);
+// ncclReduceScatter over shards of one size only (its count is per rank and equal on every rank): replica `rank`'s
+// call, in place (its block of the range). Throws std::invalid_argument for unequal shards, as vitpipe's usually are
+// (then reduce_gradient_shards).
+NcclGroup reduce_scatter_gradients(float* range, int64_t range_begin, const std::vector<Shard>& shards, int rank);
 // Shard r of `range` broadcast from replica r to every replica (in place).
 NcclGroup broadcast_parameter_shards(float* range, int64_t range_begin, const std::vector<Shard>& shards);
 

@@ -32,8 +32,19 @@ void run_collective(size_t group, const std::vector<const NcclCall*>& calls) {
     }
     if (c.send == nullptr || c.recv == nullptr) refuse(group, r, describe(c) + " has a null buffer");
   }
-  if (first.op != NcclOp::all_reduce && (first.peer < 0 || first.peer >= ranks)) {
-    refuse(group, 0, describe(first) + ": the root is no rank");
+  const bool rooted = first.op == NcclOp::reduce || first.op == NcclOp::broadcast;
+  if (rooted && (first.peer < 0 || first.peer >= ranks)) refuse(group, 0, describe(first) + ": the root is no rank");
+  if (first.op == NcclOp::reduce_scatter) {
+    // Rank r receives block r of the element-wise sum of every rank's ranks x count send buffer.
+    const int64_t n = static_cast<int64_t>(first.count);
+    std::vector<double> sum(static_cast<size_t>(n * ranks), 0.0);
+    for (int r = 0; r < ranks; ++r) {
+      for (int64_t i = 0; i < n * ranks; ++i) sum[i] += load_element(calls[r]->send, first.type, i);
+    }
+    for (int r = 0; r < ranks; ++r) {
+      for (int64_t i = 0; i < n; ++i) store_element(calls[r]->recv, first.type, i, sum[r * n + i]);
+    }
+    return;
   }
   const int64_t n = static_cast<int64_t>(first.count);
   std::vector<double> result(static_cast<size_t>(n), 0.0);
