@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/calls/linear_gemm_calls.h"
 #include "backend/cuda/calls/row_major_matrix.h"
 #include "tensor/tensor.h"
 #include "util/random.h"
@@ -28,6 +29,8 @@ inline cuda::RowMajorMatrix matrix(const Tensor& t) {
   const int64_t cols = t.dim(-1);
   return {t.raw(), t.numel() / cols, cols, element_type(t.dtype())};
 }
+
+inline cuda::BiasVector bias_vector(const Tensor& t) { return {t.raw(), element_type(t.dtype())}; }
 
 // max |actual - expected| / max(1e-3, max |expected|), both read as f32.
 inline double relative_difference(const Tensor& actual, const Tensor& expected) {

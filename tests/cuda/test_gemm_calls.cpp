@@ -58,7 +58,9 @@ TEST_P(LinearGemmCalls, ForwardWithBiasMatchesTheCpuBackend) {
     const Tensor bias = random_tensor({c.n}, DType::f32, 3);
     const Tensor expected = Tensor::empty({c.m, c.n}, t.out), actual = Tensor::zeros({c.m, c.n}, t.out);
     cpu_->linear_forward(in, w, &bias, nullptr, expected);
-    cuda::interpret_gemm(cuda::linear_forward_gemm(matrix(in), matrix(w), bias.f32(), nullptr, matrix(actual)));
+    const Tensor bias_of_out_type = bias.to(t.out);  // cuBLASLt's bias is of D's type
+    cuda::interpret_gemm(cuda::linear_forward_gemm(matrix(in), matrix(w), call_tests::bias_vector(bias_of_out_type),
+                                                   nullptr, matrix(actual)));
     EXPECT_LT(relative_difference(actual, expected), tolerance_of(t));
   }
 }
@@ -74,7 +76,8 @@ TEST_P(LinearGemmCalls, ForwardIntoTheResidualStreamMatchesTheCpuBackend) {
     const Tensor expected = Tensor::empty({c.m, c.n}), actual = Tensor::zeros({c.m, c.n});
     cpu_->linear_forward(in, w, &bias, &residual, expected);
     const cuda::RowMajorMatrix stream = matrix(residual);
-    cuda::interpret_gemm(cuda::linear_forward_gemm(matrix(in), matrix(w), bias.f32(), &stream, matrix(actual)));
+    cuda::interpret_gemm(
+        cuda::linear_forward_gemm(matrix(in), matrix(w), call_tests::bias_vector(bias), &stream, matrix(actual)));
     EXPECT_LT(relative_difference(actual, expected), tolerance_of({t.operands, DType::f32}));
   }
 }
@@ -140,7 +143,7 @@ TEST(GemmCallMistakes, AWeightNotTransposedComputesAnotherProductAndIsCaught) {
   const Tensor in = random_tensor({197, 192}, DType::f32, 21), w = random_tensor({192, 192}, DType::f32, 22);
   const Tensor expected = Tensor::empty({197, 192}), actual = Tensor::zeros({197, 192});
   cpu->linear_forward(in, w, nullptr, nullptr, expected);
-  cuda::GemmCall call = cuda::linear_forward_gemm(matrix(in), matrix(w), nullptr, nullptr, matrix(actual));
+  cuda::GemmCall call = cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(actual));
   call.shape.trans_a = cuda::Transpose::none;
   ASSERT_TRUE(cuda::gemm_rule_violations(call).empty());
   cuda::interpret_gemm(call);
@@ -150,7 +153,7 @@ TEST(GemmCallMistakes, AWeightNotTransposedComputesAnotherProductAndIsCaught) {
 TEST(GemmCallMistakes, SwappedTransposesOnARectangularWeightAreRefused) {
   const Tensor in = random_tensor({197, 192}, DType::f32, 23), w = random_tensor({768, 192}, DType::f32, 24);
   const Tensor out = Tensor::zeros({197, 768});
-  cuda::GemmCall call = cuda::linear_forward_gemm(matrix(in), matrix(w), nullptr, nullptr, matrix(out));
+  cuda::GemmCall call = cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(out));
   std::swap(call.shape.trans_a, call.shape.trans_b);
   EXPECT_TRUE(refused(call));
 }
@@ -160,7 +163,7 @@ TEST(GemmCallMistakes, ALeadingDimensionOfTheRowMajorRowsInsteadOfColumnsIsRefus
   // column-major view's K rows do not fit.
   const Tensor in = random_tensor({96, 192}, DType::f32, 25), w = random_tensor({192, 192}, DType::f32, 26);
   const Tensor out = Tensor::zeros({96, 192});
-  cuda::GemmCall call = cuda::linear_forward_gemm(matrix(in), matrix(w), nullptr, nullptr, matrix(out));
+  cuda::GemmCall call = cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(out));
   call.shape.b.ld = 96;
   EXPECT_TRUE(refused(call));
 }
@@ -190,15 +193,30 @@ TEST(GemmCallMistakes, MisalignedPointersAreRefused) {
   cuda::RowMajorMatrix shifted = matrix(in);
   shifted.data = static_cast<uint16_t*>(shifted.data) + 3;
   shifted.rows = 64;
-  EXPECT_TRUE(refused(cuda::linear_forward_gemm(shifted, matrix(w), nullptr, nullptr, matrix(out))));
-  EXPECT_FALSE(refused(cuda::linear_forward_gemm(matrix(in.slice(0, 64)), matrix(w), nullptr, nullptr, matrix(out))));
+  EXPECT_TRUE(refused(cuda::linear_forward_gemm(shifted, matrix(w), {}, nullptr, matrix(out))));
+  EXPECT_FALSE(refused(cuda::linear_forward_gemm(matrix(in.slice(0, 64)), matrix(w), {}, nullptr, matrix(out))));
 }
 
 TEST(GemmCallMistakes, AResidualOfAnotherTypeThanTheOutputIsRefusedByTheBuilder) {
   const Tensor in = random_tensor({8, 64}, DType::bf16, 32), w = random_tensor({64, 64}, DType::bf16, 33);
   const Tensor residual = Tensor::zeros({8, 64}), out = Tensor::zeros({8, 64}, DType::bf16);
   const cuda::RowMajorMatrix r = matrix(residual);
-  EXPECT_THROW(cuda::linear_forward_gemm(matrix(in), matrix(w), nullptr, &r, matrix(out)), std::invalid_argument);
+  EXPECT_THROW(cuda::linear_forward_gemm(matrix(in), matrix(w), {}, &r, matrix(out)), std::invalid_argument);
+}
+
+TEST(GemmCallMistakes, AnF32BiasOnABf16OutputIsRefused) {
+  // cublasLt.h documents bias elements as D's type (outside int8 and fp8 kernels).
+  const Tensor in = random_tensor({8, 64}, DType::bf16, 34), w = random_tensor({64, 64}, DType::bf16, 35);
+  const Tensor bias = random_tensor({64}, DType::f32, 36), out = Tensor::zeros({8, 64}, DType::bf16);
+  EXPECT_THROW(cuda::linear_forward_gemm(matrix(in), matrix(w), call_tests::bias_vector(bias), nullptr, matrix(out)),
+               std::invalid_argument);
+  const Tensor bf16_bias = bias.to(DType::bf16);
+  cuda::GemmCall call =
+      cuda::linear_forward_gemm(matrix(in), matrix(w), call_tests::bias_vector(bf16_bias), nullptr, matrix(out));
+  EXPECT_FALSE(refused(call));
+  call.shape.bias_type = cuda::ElementType::f32;
+  call.data.bias = bias.raw();
+  EXPECT_TRUE(refused(call));
 }
 
 // ---- what the alignment rules say about the model's own shapes ----
@@ -210,7 +228,7 @@ TEST(GemmCallAlignment, ClassifierHeadsWhoseLabelCountIsNoMultipleOfFourBreakThe
     const Tensor in = random_tensor({8, 768}, DType::bf16, 34), w = random_tensor({labels, 768}, DType::bf16, 35);
     const Tensor logits = Tensor::zeros({8, labels});
     const std::vector<std::string> v =
-        cuda::gemm_rule_violations(cuda::linear_forward_gemm(matrix(in), matrix(w), nullptr, nullptr, matrix(logits)));
+        cuda::gemm_rule_violations(cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(logits)));
     EXPECT_EQ(v.empty(), labels == 16) << labels;
   }
 }
@@ -221,8 +239,8 @@ TEST(GemmCallAlignment, Dinov2sBf16PatchProjectionBreaksTheLeadingDimensionRule)
   for (const DType dtype : {DType::f32, DType::bf16}) {
     const Tensor patches = random_tensor({256, 588}, dtype, 36), w = random_tensor({384, 588}, dtype, 37);
     const Tensor out = Tensor::zeros({256, 384}, dtype);
-    const std::vector<std::string> v = cuda::gemm_rule_violations(
-        cuda::linear_forward_gemm(matrix(patches), matrix(w), nullptr, nullptr, matrix(out)));
+    const std::vector<std::string> v =
+        cuda::gemm_rule_violations(cuda::linear_forward_gemm(matrix(patches), matrix(w), {}, nullptr, matrix(out)));
     EXPECT_EQ(v.empty(), dtype == DType::f32) << dtype_name(dtype);
   }
 }

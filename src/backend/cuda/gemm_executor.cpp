@@ -92,6 +92,9 @@ GemmExecutor::Plan& GemmExecutor::plan_for(const GemmCall& call) {
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue(s.epilogue), call);
   if (s.epilogue != GemmEpilogue::none) {
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, data_type(s.bias_type), call);
+    // The heuristic reads the bias pointer's alignment (cublasLt.h): the first call's is set before it; the rules
+    // hold every later one to 16 bytes too.
+    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.data.bias, call);
   }
   const auto layout = [&](cublasLtMatrixLayout_t* out, const MatrixLayout& l) {
     check(cublasLtMatrixLayoutCreate(out, data_type(l.type), static_cast<uint64_t>(l.rows),
@@ -128,7 +131,6 @@ GemmExecutor::Plan& GemmExecutor::plan_for(const GemmCall& call) {
       st = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof alignment);
       if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
-    // The bias pointer is part of the descriptor; the heuristic does not dereference it.
     return cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c, plan->d, preference, 1,
                                           &result, &found_count);
   }();

@@ -43,7 +43,7 @@ TEST_P(GemmExecutorOnFakeCublasLt, LinearLayersMatchTheCpuBackend) {
   const Tensor expected = Tensor::empty({m, n}), actual = Tensor::zeros({m, n});
   cpu_->linear_forward(in, w, &bias, &residual, expected);
   const cuda::RowMajorMatrix r = matrix(residual);
-  run(cuda::linear_forward_gemm(matrix(in), matrix(w), bias.f32(), &r, matrix(actual)));
+  run(cuda::linear_forward_gemm(matrix(in), matrix(w), call_tests::bias_vector(bias), &r, matrix(actual)));
   EXPECT_LT(relative_difference(actual, expected), tolerance);
 
   const Tensor grad_out = random_tensor({m, n}, type, 5);
@@ -96,7 +96,9 @@ TEST(GemmExecutorPlans, OneShapeIsPlannedOnceAndEachCallUsesItsOwnBias) {
     const Tensor bias = random_tensor({768}, DType::f32, 40 + layer);
     const Tensor expected = Tensor::empty({197, 768}), actual = Tensor::zeros({197, 768});
     cpu->linear_forward(in, w, &bias, nullptr, expected);
-    executor.run(cuda::linear_forward_gemm(matrix(in), matrix(w), bias.f32(), nullptr, matrix(actual)), nullptr);
+    executor.run(
+        cuda::linear_forward_gemm(matrix(in), matrix(w), call_tests::bias_vector(bias), nullptr, matrix(actual)),
+        nullptr);
     EXPECT_LT(relative_difference(actual, expected), call_tests::kF32Tolerance) << layer;
   }
   EXPECT_EQ(executor.cached_plans(), 1u);
@@ -108,7 +110,7 @@ TEST(GemmExecutorPlans, ACallBreakingTheRulesNeverReachesCublasLt) {
   cuda::GemmExecutor executor(reinterpret_cast<cublasLtHandle_t>(&workspace), workspace.data(), workspace.size());
   const Tensor in = random_tensor({96, 192}, DType::f32, 50), w = random_tensor({192, 192}, DType::f32, 51);
   const Tensor out = Tensor::zeros({96, 192});
-  cuda::GemmCall call = cuda::linear_forward_gemm(matrix(in), matrix(w), nullptr, nullptr, matrix(out));
+  cuda::GemmCall call = cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(out));
   call.shape.b.ld = 96;  // the row-major rows as leading dimension
   const int matmuls_before = fake_cublaslt::counters().matmuls;
   EXPECT_THROW(executor.run(call, nullptr), std::runtime_error);

@@ -36,7 +36,7 @@ struct GemmShape {
   bool allow_tf32 = false;          // CUBLAS_COMPUTE_32F_FAST_TF32 instead of CUBLAS_COMPUTE_32F (fp32 operands only)
   float alpha = 1.0f, beta = 0.0f;  // beta = 1 with C = D: accumulate into D (parameter gradients add)
   GemmEpilogue epilogue = GemmEpilogue::none;
-  ElementType bias_type = ElementType::f32;  // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+  ElementType bias_type = ElementType::f32;  // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: D's type (gemm_rules.h)
   bool operator==(const GemmShape&) const = default;
 };
 

@@ -63,8 +63,8 @@ std::vector<std::string> gemm_rule_violations(const GemmCall& call) {
   }
   if (s.epilogue != GemmEpilogue::none) {
     check_pointer("bias", call.data.bias, out);
-    if (s.bias_type != ElementType::f32 && s.bias_type != s.d.type) {
-      out.push_back("the bias type must be f32 or D's type");
+    if (s.bias_type != s.d.type) {
+      out.push_back("the bias must be of D's type (cublasLt.h: bias and bias-gradient elements are Dtype)");
     }
   }
   if (s.epilogue == GemmEpilogue::bias_gradient_b && call.data.bias != nullptr &&

@@ -22,7 +22,7 @@ MatrixLayout column_major_view(const RowMajorMatrix& x) { return {x.type, x.cols
 
 }  // namespace
 
-GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& weight, const float* bias,
+GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& weight, const BiasVector& bias,
                              const RowMajorMatrix* residual, const RowMajorMatrix& out, bool allow_tf32) {
   const char* what = "linear_forward";
   require(in.cols == weight.cols && out.rows == in.rows && out.cols == weight.rows, what,
@@ -47,10 +47,11 @@ GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& wei
     s.c = column_major_view(*residual);
     call.data.c = residual->data;
   }
-  if (bias != nullptr) {
+  if (bias.data != nullptr) {
+    require(bias.type == out.type, what, "the bias must be of out's type (cublasLt.h: bias elements are Dtype)");
     s.epilogue = GemmEpilogue::bias;  // bias[i] over the m = N rows of D: one per output feature
-    s.bias_type = ElementType::f32;
-    call.data.bias = const_cast<float*>(bias);  // cuBLASLt's one bias pointer is read-only under _BIAS
+    s.bias_type = bias.type;
+    call.data.bias = const_cast<void*>(bias.data);  // cuBLASLt's one bias pointer is read-only under _BIAS
   }
   return call;
 }

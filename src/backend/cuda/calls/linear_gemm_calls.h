@@ -24,10 +24,18 @@ struct VectorAdd {
   int64_t count = 0;
 };
 
-// Backend::linear_forward. `bias` [N] f32 (or null) rides the _BIAS epilogue; `residual` [M, N] (or null) is C with
-// beta = 1 and may be `out` itself. cuBLASLt wants C and D of one type, so a residual needs an f32 `out`. Throws
-// std::invalid_argument on shapes that do not fit.
-GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& weight, const float* bias,
+// A bias vector [N] for the _BIAS epilogue (no bias: null data).
+struct BiasVector {
+  const void* data = nullptr;
+  ElementType type = ElementType::f32;
+};
+
+// Backend::linear_forward. `bias` rides the _BIAS epilogue; cublasLt.h documents its elements as of D's type
+// (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; the exceptions are int8 and fp8 kernels), so a bf16 `out` takes a bf16 copy
+// of the Backend's f32 bias (rounded before the add, not after: within bf16's tolerance, not the CPU's bits).
+// `residual` [M, N] (or null) is C with beta = 1 and may be `out` itself; cuBLASLt wants C and D of one type, so a
+// residual needs an f32 `out`. Throws std::invalid_argument on shapes or types that do not fit.
+GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& weight, const BiasVector& bias,
                              const RowMajorMatrix* residual, const RowMajorMatrix& out, bool allow_tf32 = false);
 
 // Backend::linear_backward_input (overwrites grad_in: beta = 0).
