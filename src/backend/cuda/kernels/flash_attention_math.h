@@ -97,15 +97,17 @@ inline float flash_forward_row(const float* q, const float* k, const float* v, i
   return flash_log_sum_exp(row);
 }
 
-// One head's backward on the host from the forward's output and log-sum-exp, with the helpers above: q, k, v rows
+// One head's backward on the host as kernels/flash_attention_backward.cu computes it, from the forward's output and
+// log-sum-exp, with the helpers above: q, k, v rows
 // `ld` apart (the packed layout), o and d_o rows `ld_o` apart; dq, dk, dv [T, d] contiguous, overwritten.
 inline void flash_backward_head(const float* q, const float* k, const float* v, const float* o, const float* d_o,
                                 const float* lse, int64_t tokens, int64_t d, int64_t ld, int64_t ld_o, float scale,
                                 float* dq, float* dk, float* dv) {
   for (int64_t x = 0; x < tokens * d; ++x) dq[x] = dk[x] = dv[x] = 0.0f;
   for (int64_t i = 0; i < tokens; ++i) {
-    float row_dot = 0.0f;
-    for (int64_t e = 0; e < d; ++e) row_dot += d_o[i * ld_o + e] * o[i * ld_o + e];
+    // D_i in the warp's butterfly order, as the kernel sums it; every other sum below runs in the kernel's order
+    // too (dot products over features left to right, dQ over keys and dK, dV over queries in ascending order).
+    const float row_dot = warp_sum_emulated([&](int64_t e) { return d_o[i * ld_o + e] * o[i * ld_o + e]; }, d);
     for (int64_t j = 0; j < tokens; ++j) {
       float s = 0.0f, dp = 0.0f;
       for (int64_t e = 0; e < d; ++e) {
