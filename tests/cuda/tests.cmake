@@ -42,3 +42,18 @@ add_test(NAME cuda.cli
                  --library $<TARGET_FILE:vitpipe_library> --fake-driver $<TARGET_FILE:fake_cuda_driver>
                  --fake-module $<TARGET_FILE:fake_cuda_module_one_gpu>)
 set_tests_properties(cuda.cli PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+
+# The libraries' calls as data and their CPU interpreter (src/backend/cuda/calls), in every configuration.
+target_link_libraries(test_cuda PRIVATE vitpipe_cuda_calls)
+
+# The module's cuBLASLt and cuDNN executors against fakes of the two libraries that run each call with the documented
+# semantics (the translation of descriptions into API calls, on the CPU). Needs only CUDA's and cuDNN's headers;
+# links no CUDA library.
+if(VITPIPE_CUDA_MODULE_BUILT)
+  file(GLOB executor_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/executors/*.cpp)
+  add_executable(test_cuda_executors ${executor_tests} ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp)
+  target_include_directories(test_cuda_executors PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR})
+  target_link_libraries(test_cuda_executors PRIVATE vitpipe_cuda_calls vitpipe_library GTest::gtest_main)
+  gtest_discover_tests(test_cuda_executors DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+endif()

@@ -1,0 +1,20 @@
+// A fake cuDNN backend API for the CPU suite: descriptors that keep the attributes SdpaExecutor sets (each checked
+// for the attribute type cuDNN documents for it), finalisation checks that a graph is complete, a heuristic offering
+// two engine configurations (the first marked non-deterministic), and a cudnnBackendExecute that rebuilds the SDPA
+// call from the graph's tensor descriptors and the variant pack alone and runs it through the strided CPU
+// interpreter. Linked into test_cuda_executors in place of libcudnn.
+#pragma once
+
+#include <string>
+
+namespace vitpipe::fake_cudnn {
+
+struct Counters {
+  int graphs_finalized = 0;
+  int executions = 0;
+  int last_engine = -1;  // the engine configuration the last execution ran
+};
+Counters& counters();
+const std::string& last_error();
+
+}  // namespace vitpipe::fake_cudnn
