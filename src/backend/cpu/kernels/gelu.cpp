@@ -63,7 +63,109 @@ void gelu_backward_rows(const GradOut* grad_out, const In* in, GradIn* grad_in, 
   if (partials) partials->add_into(grad_bias, cols);
 }
 
+// out = GELU(x), derivative = GELU'(x), sharing the erf: GELU = x Phi(x), GELU' = Phi(x) + x phi(x). In and
+// derivative may be the same memory (each element is read before it is written).
+template <class In, class Out>
+void gelu_with_derivative_rows(const In* in, Out* out, In* derivative, int64_t n) {
+#ifdef VITPIPE_AVX512
+  const int64_t vectors = (n + 15) / 16;
+#pragma omp parallel for schedule(static) if (parallel_worth_it(n))
+  for (int64_t v = 0; v < vectors; ++v) {
+    const __mmask16 m = simd::tail_mask(n - 16 * v);
+    const __m512 x = simd::load(in + 16 * v, m);
+    const __m512 cdf = _mm512_mul_ps(
+        _mm512_set1_ps(0.5f),
+        _mm512_add_ps(_mm512_set1_ps(1.0f), simd::erf_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752f)))));
+    const __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(0.3989422804014327f),
+                                     simd::exp_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), _mm512_mul_ps(x, x))));
+    simd::store(out + 16 * v, _mm512_mul_ps(x, cdf), m);
+    simd::store(derivative + 16 * v, _mm512_fmadd_ps(x, pdf, cdf), m);
+  }
+#else
+#pragma omp parallel for simd schedule(static) if (parallel_worth_it(n))
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = load(in + i);
+    const float cdf = 0.5f * (1.0f + erf_approx(x * 0.70710678118654752f));
+    const float pdf = 0.3989422804014327f * exp_approx(-0.5f * x * x);
+    store(out + i, x * cdf);
+    store(derivative + i, cdf + x * pdf);
+  }
+#endif
+}
+
+template <class T>
+void scale_by_derivative_rows(const T* grad_out, const T* derivative, T* grad_in, int64_t rows, int64_t cols,
+                              ThreadPartials* partials, float* grad_bias) {
+  if (partials) partials->reset(omp_get_max_threads(), cols);
+#pragma omp parallel if (parallel_worth_it(rows * cols))
+  {
+    float* cs = partials ? partials->row(omp_get_thread_num()) : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* go = grad_out + i * cols;
+      const T* d = derivative + i * cols;
+      T* gi = grad_in + i * cols;
+#ifdef VITPIPE_AVX512
+      for (int64_t j = 0; j < cols; j += 16) {
+        const __mmask16 m = simd::tail_mask(cols - j);
+        const __m512 g = _mm512_mul_ps(simd::load(go + j, m), simd::load(d + j, m));
+        simd::store(gi + j, g, m);
+        if (cs) _mm512_mask_storeu_ps(cs + j, m, _mm512_add_ps(simd::load(cs + j, m), g));
+      }
+#else
+      if (cs) {
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) {
+          const float g = load(go + j) * load(d + j);
+          store(gi + j, g);
+          cs[j] += g;
+        }
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) store(gi + j, load(go + j) * load(d + j));
+      }
+#endif
+    }
+  }
+  if (partials) partials->add_into(grad_bias, cols);
+}
+
 }  // namespace
+
+void CpuBackend::gelu_forward_saving_derivative(const Tensor& in, const Tensor& out, const Tensor& derivative) {
+  VP_REQUIRE(in.numel() == out.numel() && derivative.numel() == in.numel(),
+             "gelu_forward_saving_derivative: shapes differ");
+  VP_REQUIRE(derivative.dtype() == in.dtype(), "gelu_forward_saving_derivative: the derivative has the input's dtype");
+  const bool in32 = in.dtype() == DType::f32, out32 = out.dtype() == DType::f32;
+  if (in32 && out32) {
+    gelu_with_derivative_rows(in.f32(), out.f32(), derivative.f32(), in.numel());
+  } else if (in32) {
+    gelu_with_derivative_rows(in.f32(), out.u16(), derivative.f32(), in.numel());
+  } else {
+    VP_REQUIRE(!out32, "gelu_forward_saving_derivative: a bf16 input needs a bf16 output");
+    gelu_with_derivative_rows(in.u16(), out.u16(), derivative.u16(), in.numel());
+  }
+}
+
+void CpuBackend::gelu_backward_from_derivative(const Tensor& grad_out, const Tensor& derivative, const Tensor& grad_in,
+                                               const Tensor* grad_bias) {
+  VP_REQUIRE(grad_out.numel() == derivative.numel() && grad_in.numel() == derivative.numel(),
+             "gelu_backward_from_derivative: shapes differ");
+  const DType type = derivative.dtype();
+  VP_REQUIRE(grad_out.dtype() == type && grad_in.dtype() == type,
+             "gelu_backward_from_derivative: expected all-f32 or all-bf16 tensors");
+  const int64_t cols = derivative.dim(-1);
+  const int64_t rows = derivative.numel() / cols;
+  if (grad_bias)
+    VP_REQUIRE(grad_bias->numel() == cols, "gelu_backward_from_derivative: bias gradient must have ", cols, " entries");
+  ThreadPartials* partials = grad_bias ? &partials_ : nullptr;
+  float* bias = grad_bias ? grad_bias->f32() : nullptr;
+  if (type == DType::f32) {
+    scale_by_derivative_rows(grad_out.f32(), derivative.f32(), grad_in.f32(), rows, cols, partials, bias);
+  } else {
+    scale_by_derivative_rows(grad_out.u16(), derivative.u16(), grad_in.u16(), rows, cols, partials, bias);
+  }
+}
 
 void CpuBackend::gelu_forward(const Tensor& in, const Tensor& out) {
   VP_REQUIRE(in.numel() == out.numel(), "gelu_forward: shapes differ");
