@@ -63,3 +63,8 @@ endif()
 add_test(NAME cuda.gpu_pack
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_gpu_pack.py ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 set_tests_properties(cuda.gpu_pack PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 600)
+
+# Proof 3 (the host/device seam), as far as it goes: a 2-stage step through tools/seam_backend.h, whose tensors are
+# closed to the host between backend calls; equal to the plain run, and touched only by the probe's stage copies.
+add_test(NAME cuda.seam COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_seam.py $<TARGET_FILE:vit_gradient_probe>)
+set_tests_properties(cuda.seam PROPERTIES LABELS cuda)
