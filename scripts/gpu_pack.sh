@@ -8,7 +8,7 @@
 # uncompressed; the files therefore travel xz-compressed (DIR/payload/**.xz) beside a copy of gpu_check.sh, which
 # unpacks them on first use (with xz, or Python's lzma where xz is missing).
 #   BUILD=build                      the build folder to take vitpipe, the module and the tests from
-#   PACK_CACHE=BUILD/gpu_pack_cache  compressed files by content, reused by later packs
+#   PACK_CACHE=~/.cache/vitpipe/gpu_pack  compressed files by content, reused by later packs and other builds
 set -euo pipefail
 dest=$(realpath -m "${1:?usage: scripts/gpu_check.sh --pack DIR}")
 build=$(realpath -m "${BUILD:-$(dirname "$0")/../build}")
@@ -82,15 +82,16 @@ echo "$glibc" >"$stage/glibc_required"
 unpacked_bytes=$(du -sb "$stage" | cut -f1)
 
 # Each file travels xz-compressed on its own, so that a file compressed for an earlier pack (the same bytes: Debian's
-# libraries, mostly) comes from the cache in the build folder instead of being compressed again.
-cache=${PACK_CACHE:-$build/gpu_pack_cache}
+# libraries, mostly) comes from the cache instead of being compressed again (by content, so any build may share it).
+cache=${PACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vitpipe/gpu_pack}
 mkdir -p "$dest" "$cache"
 rm -rf "$dest/payload" "$dest/root" "$dest/root.part" "$dest/gpu_check.sh"
 (cd "$stage" && find . -mindepth 1 -type d -printf '%P\0' | (mkdir -p "$dest/payload" && cd "$dest/payload" && xargs -0 mkdir -p))
 while read -r sum rel; do
   if [[ ! -f "$cache/$sum.xz" ]]; then
-    xz -T2 -6 -c "$stage/$rel" >"$cache/$sum.xz.part"
-    mv "$cache/$sum.xz.part" "$cache/$sum.xz"
+    part=$(mktemp "$cache/$sum.xz.XXXXXX")  # another pack may be writing the same file
+    xz -T2 -6 -c "$stage/$rel" >"$part"
+    mv "$part" "$cache/$sum.xz"
   fi
   cp "$cache/$sum.xz" "$dest/payload/$rel.xz"
 done < <(cd "$stage" && find . -type f -printf '%P\0' | xargs -0 sha1sum)
