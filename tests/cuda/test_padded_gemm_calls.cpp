@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -106,6 +107,8 @@ struct PaddedLinearCase {
   int64_t m, k, n;
   DType operands, out;
 };
+
+void PrintTo(const PaddedLinearCase& c, std::ostream* out) { *out << c.name; }
 
 class PaddedLinearGemmCalls : public ::testing::TestWithParam<PaddedLinearCase> {
  protected:
