@@ -37,6 +37,23 @@ if [[ -d "$here/payload" ]]; then
     echo "$root"
     exit 0
   fi
+  # A packed library that asks for a newer glibc than this machine's (Debian 12's libstdc++ asks for 2.36, Ubuntu
+  # 22.04 has 2.35) is set aside for the machine's own copy, where it has one. GPU_CHECK_GLIBC stands for this
+  # machine's version in tests.
+  machine_glibc=${GPU_CHECK_GLIBC:-$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)}
+  machine_libraries=$( (ldconfig -p || /sbin/ldconfig -p) 2>/dev/null || true)
+  while read -r lib needs; do
+    [[ -f "$root/lib/$lib" && "$needs" != "$machine_glibc" ]] || continue
+    [[ "$(printf '%s\n' "$needs" "$machine_glibc" | sort -V | tail -1)" == "$needs" ]] || continue
+    if [[ "$machine_libraries" == *"$lib "* ]]; then
+      mkdir -p "$root/lib.set-aside"
+      mv "$root/lib/$lib" "$root/lib.set-aside/"
+      echo "gpu_check: the packed $lib needs glibc $needs, this machine has $machine_glibc: using its own $lib" >&2
+    else
+      echo "gpu_check: the packed $lib needs glibc $needs, this machine has $machine_glibc and no $lib of its own" >&2
+      exit 1
+    fi
+  done <"$root/glibc_needs"
   # Every lib folder under the wheels' nvidia/ package (cuBLAS, cuDNN, NCCL, NVRTC for cuDNN's runtime-compiled
   # engines); a CUDA_LIB_DIRS given by hand comes first.
   wheels=$(python3 -c '

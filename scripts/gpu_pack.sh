@@ -79,6 +79,8 @@ newest_glibc() { objdump -T "$@" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sed 's/
 glibc=$(newest_glibc "${elves[@]}" "$stage"/lib/*)
 own_glibc=$(newest_glibc "$stage"/bin/* "$stage"/tests/*)
 echo "$glibc" >"$stage/glibc_required"
+# Per library, for the packed gpu_check.sh to set aside those a target's older glibc cannot load.
+for f in "$stage"/lib/*; do echo "$(basename "$f") $(newest_glibc "$f")"; done >"$stage/glibc_needs"
 unpacked_bytes=$(du -sb "$stage" | cut -f1)
 
 # Each file travels xz-compressed on its own, so that a file compressed for an earlier pack (the same bytes: Debian's
