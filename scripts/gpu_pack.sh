@@ -20,7 +20,7 @@ for f in "$build/vitpipe" "$build/libvitpipe_cuda.so"; do
 done
 
 stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
+trap 'rm -rf "$stage" "$stage.cache"' EXIT
 mkdir -p "$stage"/{bin,lib,tests,openmpi,pmix,share,peers}
 
 # The binary and its module side by side (vitpipe looks for the module beside itself), and the CUDA tests.
@@ -86,7 +86,9 @@ unpacked_bytes=$(du -sb "$stage" | cut -f1)
 # Each file travels xz-compressed on its own, so that a file compressed for an earlier pack (the same bytes: Debian's
 # libraries, mostly) comes from the cache instead of being compressed again (by content, so any build may share it).
 cache=${PACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vitpipe/gpu_pack}
-mkdir -p "$dest" "$cache"
+mkdir -p "$dest"
+mkdir -p "$cache" 2>/dev/null || cache=$stage.cache  # an unwritable home: no reuse, still a pack
+mkdir -p "$cache"
 rm -rf "$dest/payload" "$dest/root" "$dest/root.part" "$dest/gpu_check.sh"
 (cd "$stage" && find . -mindepth 1 -type d -printf '%P\0' | (mkdir -p "$dest/payload" && cd "$dest/payload" && xargs -0 mkdir -p))
 while read -r sum rel; do
