@@ -5,6 +5,7 @@
 // Dump format: <out>/index.json {name: {"shape": [...], "offset": n}} + <out>/data.f32 (float32, little-endian).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "model/parameter_layout.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
+#include "seam_backend.h"
 #include "train/optimizer.h"
 #include "util/error.h"
 #include "util/random.h"
@@ -158,6 +160,7 @@ int main(int argc, char** argv) {
     }
 
     // Even split of the segments into stages, run sequentially: exercises every stage boundary.
+    const bool seam = std::getenv("VITPIPE_PROBE_SEAM") != nullptr;
     std::vector<std::unique_ptr<Backend>> backends;
     std::vector<std::unique_ptr<ViTStage>> pipeline;
     std::vector<std::unique_ptr<Optimizer>> optimizers;
@@ -171,7 +174,8 @@ int main(int argc, char** argv) {
       o.slots = split_backward ? 2 : 1;  // a micro-batch's W inputs wait in its slot while the next one runs
       o.max_micro_batch = micro_batch;
       o.split = split;
-      backends.push_back(make_cpu_backend());
+      // VITPIPE_PROBE_SEAM=1: every tensor handed to the backend is closed to the host between calls (seam_backend.h).
+      backends.push_back(seam ? make_seam_backend(make_cpu_backend()) : make_cpu_backend());
       pipeline.push_back(std::make_unique<ViTStage>(layout, *backends.back(), o));
       ViTStage& stage = *pipeline.back();
       stage.load_values(all);
@@ -212,6 +216,18 @@ int main(int argc, char** argv) {
       }
     };
     compute_gradients();
+    if (seam) {
+      // What this harness and the layers under it (ViTStage, its loss and buffers) touched of the backend's tensors
+      // between its calls; then the watch ends: the dump below reads them as a copy to the host would.
+      const SeamReport r = seam_report();
+      std::fprintf(stderr,
+                   "seam: %lld page ranges closed between calls, %lld of %lld handed bytes; %lld host touches\n",
+                   static_cast<long long>(r.regions), static_cast<long long>(r.watched_bytes),
+                   static_cast<long long>(r.handed_bytes), static_cast<long long>(r.touches));
+      seam_print_touches(stderr);
+      seam_release();
+      VP_REQUIRE(r.regions > 0, "seam: no tensor covered a whole page, so nothing was watched");
+    }
 
     Dump dump;
     for (const ParamSpec& spec : layout->specs()) dump.add("param." + spec.name, all.tensor(spec));

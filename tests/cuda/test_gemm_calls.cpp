@@ -219,30 +219,7 @@ TEST(GemmCallMistakes, AnF32BiasOnABf16OutputIsRefused) {
   EXPECT_TRUE(refused(call));
 }
 
-// ---- what the alignment rules say about the model's own shapes ----
-
-TEST(GemmCallAlignment, ClassifierHeadsWhoseLabelCountIsNoMultipleOfFourBreakTheLeadingDimensionRule) {
-  // ChestX-ray14's 14 labels: logits [B, 14] f32 have a 56-byte leading dimension. The CUDA backend must pad the
-  // head's output (not yet done); 16 labels fit.
-  for (const int64_t labels : {int64_t{14}, int64_t{16}}) {
-    const Tensor in = random_tensor({8, 768}, DType::bf16, 34), w = random_tensor({labels, 768}, DType::bf16, 35);
-    const Tensor logits = Tensor::zeros({8, labels});
-    const std::vector<std::string> v =
-        cuda::gemm_rule_violations(cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(logits)));
-    EXPECT_EQ(v.empty(), labels == 16) << labels;
-  }
-}
-
-TEST(GemmCallAlignment, Dinov2sBf16PatchProjectionBreaksTheLeadingDimensionRule) {
-  // Patch 14: K = 3 * 14 * 14 = 588, 1,176 bytes of bf16 per row, no multiple of 16 (f32's 2,352 is). The bf16 patch
-  // GEMM needs K padded to 592 (not yet done).
-  for (const DType dtype : {DType::f32, DType::bf16}) {
-    const Tensor patches = random_tensor({256, 588}, dtype, 36), w = random_tensor({384, 588}, dtype, 37);
-    const Tensor out = Tensor::zeros({256, 384}, dtype);
-    const std::vector<std::string> v =
-        cuda::gemm_rule_violations(cuda::linear_forward_gemm(matrix(patches), matrix(w), {}, nullptr, matrix(out)));
-    EXPECT_EQ(v.empty(), dtype == DType::f32) << dtype_name(dtype);
-  }
-}
+// What the alignment rules say about the model's own shapes, and the padding that meets them:
+// test_padded_gemm_calls.cpp.
 
 }  // namespace

@@ -9,7 +9,6 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/calls/gemm_interpreter.h"
-#include "backend/cuda/calls/gemm_rules.h"
 #include "backend/cuda/calls/lora_gemm_calls.h"
 #include "call_test_support.h"
 
@@ -67,19 +66,6 @@ TEST_P(LoraGemmCalls, ForwardAndBackwardMatchTheCpuBackendOnQkvBlocks) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, LoraGemmCalls, ::testing::Values(DType::f32, DType::bf16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-TEST(LoraGemmCallAlignment, Bf16RankFourBreaksTheLeadingDimensionRule) {
-  // low [M, 4] of bf16 has 8-byte rows: the CUDA backend needs rank >= 8 in bf16 (or a padded low), not yet done.
-  for (const int64_t rank : {int64_t{4}, int64_t{8}}) {
-    const Tensor in = random_tensor({kM, kD}, DType::bf16, 9), a = random_tensor({rank, kD}, DType::bf16, 10);
-    const Tensor b = random_tensor({kD, rank}, DType::bf16, 11), low = Tensor::zeros({kM, rank}, DType::bf16);
-    const Tensor out = Tensor::zeros({kM, 3 * kD}, DType::bf16);
-    bool broken = false;
-    for (const cuda::GemmCall& call :
-         cuda::lora_forward_gemms(matrix(in), matrix(a), matrix(b), kScale, matrix(low), matrix(out), 0)) {
-      broken |= !cuda::gemm_rule_violations(call).empty();
-    }
-    EXPECT_EQ(broken, rank == 4) << rank;
-  }
-}
+// Rank 4 in bf16 (8-byte rows, padded): test_padded_gemm_calls.cpp.
 
 }  // namespace

@@ -57,3 +57,14 @@ if(VITPIPE_CUDA_MODULE_BUILT)
   target_link_libraries(test_cuda_executors PRIVATE vitpipe_cuda_calls vitpipe_library GTest::gtest_main)
   gtest_discover_tests(test_cuda_executors DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
 endif()
+
+# scripts/gpu_check.sh --pack into a temporary folder: within 48 MiB, and the packed vitpipe runs with the pack's
+# libraries alone. Reuses this build (no second build); about half a minute, most of it xz.
+add_test(NAME cuda.gpu_pack
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_gpu_pack.py ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+set_tests_properties(cuda.gpu_pack PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 600)
+
+# Proof 3 (the host/device seam), as far as it goes: a 2-stage step through tools/seam_backend.h, whose tensors are
+# closed to the host between backend calls; equal to the plain run, and touched only by the probe's stage copies.
+add_test(NAME cuda.seam COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_seam.py $<TARGET_FILE:vit_gradient_probe>)
+set_tests_properties(cuda.seam PROPERTIES LABELS cuda)

@@ -1,6 +1,9 @@
 # Golden tests: forward, loss and every parameter gradient against a float64 PyTorch reference ViT.
-add_executable(vit_gradient_probe ${PROJECT_SOURCE_DIR}/tools/vit_gradient_probe.cpp)
+add_executable(vit_gradient_probe ${PROJECT_SOURCE_DIR}/tools/vit_gradient_probe.cpp
+               ${PROJECT_SOURCE_DIR}/tools/seam_backend.cpp)
 target_link_libraries(vit_gradient_probe PRIVATE vitpipe_library CLI11::CLI11)
+# Exported symbols name the frames of the seam's call stacks (tools/seam_backend.h).
+set_target_properties(vit_gradient_probe PROPERTIES ENABLE_EXPORTS ON)
 foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-one-channel-big-patch fp32-stages-and-accumulation
         fp32-recompute-head-only-stage fp32-vit-micro-shape bf16-basic bf16-stages-recompute-single
         fp32-split-backward-stages bf16-split-backward-single)
@@ -17,6 +20,16 @@ foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-one-channel-big-patch
     set_tests_properties(golden_vit.${case}.at-${level} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS model
                          SKIP_RETURN_CODE 77)
   endforeach()
+endforeach()
+
+# The same golden checks with every tensor the backend is handed closed to the host between its calls
+# (tools/seam_backend.h): the numbers must not change, and the probe reports what touched the closed pages.
+foreach(case fp32-stages-and-accumulation bf16-stages-recompute-single)
+  add_test(NAME golden_vit.${case}.seam
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/reference_vit.py
+                   --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})
+  set_tests_properties(golden_vit.${case}.seam PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV};VITPIPE_PROBE_SEAM=1"
+                       LABELS model)
 endforeach()
 
 # The model families (DeiT, DINOv2 with and without registers, SwiGLU, interpolated grids), LoRA and frozen modes.

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/cuda/calls/padded_rows.h"
+
 namespace vitpipe::cuda {
 namespace {
 
@@ -28,6 +30,10 @@ GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& wei
   require(in.cols == weight.cols && out.rows == in.rows && out.cols == weight.rows, what,
           "in " + dims(in) + ", weight " + dims(weight) + ", out " + dims(out) + " do not fit");
   require(in.type == weight.type, what, "in and weight must share a type");
+  require_padded_rows(what, "in", in);
+  require_padded_rows(what, "weight", weight);
+  require_padded_rows(what, "out", out);
+  if (residual != nullptr) require_padded_rows(what, "residual", *residual);
   GemmCall call;
   call.what = what;
   GemmShape& s = call.shape;
@@ -62,6 +68,9 @@ GemmCall linear_backward_input_gemm(const RowMajorMatrix& grad_out, const RowMaj
   require(grad_out.cols == weight.rows && grad_in.rows == grad_out.rows && grad_in.cols == weight.cols, what,
           "grad_out " + dims(grad_out) + ", weight " + dims(weight) + ", grad_in " + dims(grad_in) + " do not fit");
   require(grad_out.type == weight.type, what, "grad_out and weight must share a type");
+  require_padded_rows(what, "grad_out", grad_out);
+  require_padded_rows(what, "weight", weight);
+  require_padded_rows(what, "grad_in", grad_in);
   GemmCall call;
   call.what = what;
   GemmShape& s = call.shape;
@@ -84,6 +93,9 @@ LinearWeightGradientCalls linear_backward_weight_gemm(const RowMajorMatrix& grad
           "grad_out " + dims(grad_out) + ", in " + dims(in) + ", grad_weight " + dims(grad_weight) + " do not fit");
   require(grad_out.type == in.type, what, "grad_out and in must share a type");
   require(grad_weight.type == ElementType::f32, what, "grad_weight must be f32");
+  require_padded_rows(what, "grad_out", grad_out);
+  require_padded_rows(what, "in", in);
+  require_padded_rows(what, "grad_weight", grad_weight);
   LinearWeightGradientCalls calls;
   GemmCall& call = calls.gemm;
   call.what = what;

@@ -34,7 +34,8 @@ struct BiasVector {
 // (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; the exceptions are int8 and fp8 kernels), so a bf16 `out` takes a bf16 copy
 // of the Backend's f32 bias (rounded before the add, not after: within bf16's tolerance, not the CPU's bits).
 // `residual` [M, N] (or null) is C with beta = 1 and may be `out` itself; cuBLASLt wants C and D of one type, so a
-// residual needs an f32 `out`. Throws std::invalid_argument on shapes or types that do not fit.
+// residual needs an f32 `out`. Throws std::invalid_argument on shapes or types that do not fit, and in every
+// builder here on a matrix whose rows are not padded to 16 bytes (padded_rows.h).
 GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& weight, const BiasVector& bias,
                              const RowMajorMatrix* residual, const RowMajorMatrix& out, bool allow_tf32 = false);
 

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/cuda/calls/padded_rows.h"
+
 namespace vitpipe::cuda {
 namespace {
 
@@ -23,6 +25,9 @@ GemmCall row_major_gemm(const char* what, const RowMajorOperand& x, const RowMaj
                                 std::to_string(out.rows) + ", " + std::to_string(out.cols) + "] do not fit");
   }
   if (x.matrix.type != y.matrix.type) throw std::invalid_argument(std::string(what) + ": X and Y must share a type");
+  require_padded_rows(what, "X", x.matrix);
+  require_padded_rows(what, "Y", y.matrix);
+  require_padded_rows(what, "the output", out);
   GemmCall call;
   call.what = what;
   GemmShape& s = call.shape;

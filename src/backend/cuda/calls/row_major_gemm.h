@@ -17,7 +17,7 @@ struct RowMajorOperand {
 };
 
 // beta != 0 reads C from `out` itself (in place: the product adds). Throws std::invalid_argument when the shapes do
-// not fit.
+// not fit or a matrix's rows are not padded to 16 bytes (padded_rows.h).
 GemmCall row_major_gemm(const char* what, const RowMajorOperand& x, const RowMajorOperand& y, const RowMajorMatrix& out,
                         float alpha, float beta);
 
