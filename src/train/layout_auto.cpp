@@ -14,6 +14,7 @@
 #include "io/hf_config.h"
 #include "io/model_reference.h"
 #include "parallel/mpi_communicator.h"
+#include "train/grad_clip.h"
 #include "train/optimizer.h"
 #include "train/run_world.h"
 #include "util/error.h"
@@ -176,8 +177,13 @@ std::map<std::string, double> time_optimizers(const std::shared_ptr<const Parame
     auto optimizer = make_optimizer(config, params);
     double best = 1e30;
     for (int run = 0; run < 3; ++run) {
+      // The optimizer phase as the trainer runs it: the gradient norm's pass, the update, the gradients zeroed for
+      // the next step. Each streams the buffers through memory; the update alone left the other two unpredicted.
       const auto start = std::chrono::steady_clock::now();
+      volatile double norm = sum_of_squares(grads);
+      (void)norm;
       optimizer->step(params, grads, 1e-6);
+      grads.flat().fill_zero();
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (run > 0) best = std::min(best, t);
     }
@@ -251,6 +257,33 @@ Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled, int 
   return plan;
 }
 
+std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& in, const TrainOptions& o,
+                                        int corunning_ranks, bool* profiled) {
+  // Every rank profiles at the same time as rank 0 (the slowest rank's times kept), so the profile holds what
+  // sharing the machine's cores and memory bandwidth with the other ranks costs, as training will.
+  const ProfileCombine combine = [&](std::vector<double>& values) {
+    world.allreduce(values.data(), values.size(), ReduceOp::max);
+  };
+  if (world.rank() == 0) {
+    const auto work_known = [&](const ProfileWork& work) {
+      send_to_every_rank(world,
+                         nlohmann::json{{"micro_batches", work.micro_batches}, {"optimizers", work.optimizers}}.dump(),
+                         kProfileTag);
+    };
+    return make_plan(in, o, profiled, corunning_ranks, work_known, world.size() > 1 ? combine : ProfileCombine{});
+  }
+  const nlohmann::json asked = nlohmann::json::parse(receive_politely(world, kProfileTag));
+  ProfileWork work;
+  work.micro_batches = asked.at("micro_batches").get<std::vector<int64_t>>();
+  work.optimizers = asked.at("optimizers").get<bool>();
+  if (!work.empty()) {
+    ProfileRequest request = profile_request(in, o);
+    request.corunning_ranks = corunning_ranks;
+    measure_profile_work(request, work, time_optimizers, combine);
+  }
+  return std::nullopt;
+}
+
 LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, const ViTConfig& config,
                                         const std::function<double()>& time_data_path) {
   PlanJob job;
@@ -275,34 +308,17 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   PlanInputs in = plan_inputs(o, config, job, link, false);
   in.threads_per_process = configured_threads();  // what this job's ranks run with
   in.cores_per_node = cores_of_the_job(world);
-  // Every rank profiles at the same time as rank 0 (the slowest rank's times kept), so the profile holds what
-  // sharing the node's cores and memory bandwidth with the other ranks costs, as training will.
-  const ProfileCombine combine = [&](std::vector<double>& values) {
-    world.allreduce(values.data(), values.size(), ReduceOp::max);
-  };
   LayoutPrediction prediction;
   if (world.rank() == 0) {
     if (time_data_path) in.data_seconds_per_image = time_data_path();  // alone: the others wait politely
-    bool profiled = false;
-    const auto work_known = [&](const ProfileWork& work) {
-      send_to_every_rank(world,
-                         nlohmann::json{{"micro_batches", work.micro_batches}, {"optimizers", work.optimizers}}.dump(),
-                         kProfileTag);
-    };
-    const Plan plan = make_plan(in, o, &profiled, here, work_known, combine);
-    info(plan_text(in, plan, profiled, cache_dir_of(o)));
-    prediction = plan.ranked.front();
+  }
+  bool profiled = false;
+  const std::optional<Plan> plan = make_plan_alongside(world, in, o, here, &profiled);
+  if (world.rank() == 0) {
+    info(plan_text(in, *plan, profiled, cache_dir_of(o)));
+    prediction = plan->ranked.front();
     send_to_every_rank(world, prediction_json(prediction).dump(), kLayoutTag);
   } else {
-    const nlohmann::json asked = nlohmann::json::parse(receive_politely(world, kProfileTag));
-    ProfileWork work;
-    work.micro_batches = asked.at("micro_batches").get<std::vector<int64_t>>();
-    work.optimizers = asked.at("optimizers").get<bool>();
-    if (!work.empty()) {
-      ProfileRequest request = profile_request(in, o);
-      request.corunning_ranks = here;
-      measure_profile_work(request, work, time_optimizers, combine);
-    }
     const nlohmann::json chosen = nlohmann::json::parse(receive_politely(world, kLayoutTag));
     prediction.layout = layout_from_json(chosen);
     prediction.step_seconds = chosen.at("step_seconds").get<double>();
@@ -349,10 +365,14 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     } else {
       link = measure_local_link();
     }
-    if (world.rank() != 0) return;
     PlanInputs in = plan_inputs(options, config, job, link, true);
     bool profiled = false;
-    const Plan plan = make_plan(in, options, &profiled, 1);
+    // Under mpirun every rank profiles alongside rank 0, as train --layout auto does: the profile then holds what
+    // the job's ranks cost each other on shared cores and memory (namespaced hosts share one machine's).
+    const std::optional<Plan> together =
+        make_plan_alongside(world, in, options, std::min(world.size(), ranks_on_this_node(world.size())), &profiled);
+    if (world.rank() != 0) return;
+    const Plan& plan = *together;
     if (json) {
       nlohmann::json j = plan_json(in, plan, rows);
       j["profile_measured"] = profiled;
