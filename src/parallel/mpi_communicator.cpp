@@ -331,6 +331,16 @@ class MpiCommunicator : public Communicator {
     return std::make_unique<MpiCommunicator>(comm, true);
   }
 
+  std::unique_ptr<Communicator> split_shared_memory() override {
+    MPI_Comm comm;
+    {
+      BlockingCommunication blocked(concat("the split by host (shared memory) among ", describe_members()));
+      check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &comm), "Comm_split_type");
+    }
+    check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "Comm_set_errhandler");
+    return std::make_unique<MpiCommunicator>(comm, true);
+  }
+
   [[noreturn]] void abort(const std::string& reason) override { abort_job(reason); }
 
  private:

@@ -63,12 +63,6 @@ void send_to_every_rank(Communicator& world, const std::string& text, int tag) {
   wait_all(sends);
 }
 
-int ranks_on_this_node(int world_size) {
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (local == nullptr) local = std::getenv("MPI_LOCALNRANKS");
-  return local ? std::max(1, std::atoi(local)) : world_size;
-}
-
 std::string format_seconds_short(double value) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.2f", value);
@@ -285,11 +279,11 @@ std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& i
 }
 
 LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, const ViTConfig& config,
-                                        const std::function<double()>& time_data_path) {
+                                        const HostTopology& topology, const std::function<double()>& time_data_path) {
   PlanJob job;
   job.processes = world.size();
-  const int here = std::min(world.size(), ranks_on_this_node(world.size()));
-  job.nodes = std::max(1, world.size() / here);
+  const int here = topology.ranks_on(topology.host_of_rank.at(0));
+  job.nodes = std::max(1, topology.hosts());
   LinkModel link;
   if (!o.link.empty()) {
     link = parse_link(o.link);
@@ -315,6 +309,7 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   bool profiled = false;
   const std::optional<Plan> plan = make_plan_alongside(world, in, o, here, &profiled);
   if (world.rank() == 0) {
+    info("hosts: ", topology.describe(), " (MPI's shared-memory split)");
     info(plan_text(in, *plan, profiled, cache_dir_of(o)));
     prediction = plan->ranked.front();
     send_to_every_rank(world, prediction_json(prediction).dump(), kLayoutTag);
@@ -348,7 +343,7 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
 
 void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json) {
   VP_REQUIRE(processes >= 0, "--processes must be >= 1 (got ", processes, ")");
-  VP_REQUIRE(nodes >= 1, "--nodes must be >= 1 (got ", nodes, ")");
+  VP_REQUIRE(nodes >= 0, "--nodes must be >= 1, or 0 for the hosts mpirun's ranks share memory on (got ", nodes, ")");
   VP_REQUIRE(rows >= 1, "--top must be >= 1 (got ", rows, ")");
   const ViTConfig config = model_config_for_plan(options);
   run_on_world(1, options.threads, [&](Communicator& world) {
@@ -356,7 +351,8 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     job.processes = launched_as_mpi_job() ? world.size() : std::max(1, processes);
     VP_REQUIRE(!launched_as_mpi_job() || processes == 0 || processes == world.size(), "--processes ", processes,
                " disagrees with mpirun's ", world.size(), " processes: give one of them");
-    job.nodes = std::min(nodes, job.processes);
+    const HostTopology topology = learn_host_topology(world);
+    job.nodes = std::min(nodes > 0 ? nodes : topology.hosts(), job.processes);
     LinkModel link;
     if (!options.link.empty()) {
       link = parse_link(options.link);
@@ -370,14 +366,18 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     // Under mpirun every rank profiles alongside rank 0, as train --layout auto does: the profile then holds what
     // the job's ranks cost each other on shared cores and memory (namespaced hosts share one machine's).
     const std::optional<Plan> together =
-        make_plan_alongside(world, in, options, std::min(world.size(), ranks_on_this_node(world.size())), &profiled);
+        make_plan_alongside(world, in, options, topology.ranks_on(topology.host_of_rank.at(0)), &profiled);
     if (world.rank() != 0) return;
     const Plan& plan = *together;
     if (json) {
       nlohmann::json j = plan_json(in, plan, rows);
       j["profile_measured"] = profiled;
+      j["hosts"] = {{"count", topology.hosts()},
+                    {"host_of_rank", topology.host_of_rank},
+                    {"source", launched_as_mpi_job() ? "MPI's shared-memory split" : "one process"}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
+      if (launched_as_mpi_job()) std::printf("hosts: %s (MPI's shared-memory split)\n", topology.describe().c_str());
       std::printf("%s", plan_text(in, plan, profiled, cache_dir_of(options)).c_str());
       std::string flags;
       for (const auto& f : plan.ranked.front().layout.train_flags()) flags += " " + f;

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "parallel/communicator.h"
+#include "parallel/host_topology.h"
 #include "plan/layout_search.h"
 #include "train/train_options.h"
 
@@ -52,10 +53,14 @@ std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& i
 // training image) while the others wait without spinning, then every rank profiles the segments at once (unless
 // cached), rank 0 plans and prints the chosen layout beside the next best; every rank's layout options in `options`
 // are set, and the choice is returned.
+// `topology`: which ranks share a host (parallel/host_topology.h): the nodes the plan counts, and the ranks that
+// profile at once on rank 0's.
 LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& options, const ViTConfig& config,
+                                        const HostTopology& topology,
                                         const std::function<double()>& time_data_path = {});
 
-// `vitpipe plan`: prints (or writes as JSON) the plan for `options` on `processes` processes (0 = mpirun's, or 1).
+// `vitpipe plan`: prints (or writes as JSON) the plan for `options` on `processes` processes (0 = mpirun's, or 1)
+// spread over `nodes` (0 = under mpirun the hosts its ranks share memory on, else 1).
 void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json);
 
 }  // namespace vitpipe
