@@ -215,6 +215,8 @@ PlanInputs plan_inputs(const TrainOptions& o, const ViTConfig& config, const Pla
                               ? machine_memory_bytes() / in.processes_per_node
                               : parse_memory_size(o.memory_per_process, "--memory-per-process");
   in.link = link;
+  // Ranks of one node talk through its shared memory: the same copy as two threads here.
+  if (job.nodes > 1 && in.processes_per_node > 1) in.local_link = measure_local_link();
   const OptimizerConfig optimizer = o.optimizer_config();
   in.optimizer = optimizer.kind == OptimizerKind::adamw  ? "adamw"
                  : optimizer.kind == OptimizerKind::lamb ? "lamb"
