@@ -6,8 +6,10 @@ step, measured beside `vitpipe plan`'s prediction, for data parallelism, pipelin
     sudo bench/multihost_step_time.py --vitpipe build/vitpipe [--rows 2x1:100mbit:dp,2x1:1gbit:pp,...]
         [--steps 4] [--json FILE]
 
-A row is HOSTSxRANKS_PER_HOST:RATE:LAYOUT[:mpi]; ":mpi" runs the gradient all-reduce as MPI_Iallreduce with Open
-MPI's own choice of algorithm (VITPIPE_ALLREDUCE=mpi) instead of vitpipe's ring. Layouts (W = the ranks):
+A row is HOSTSxRANKS_PER_HOST:RATE:LAYOUT[:VARIANT]; variant "mpi" runs the gradient all-reduce as MPI_Iallreduce
+with Open MPI's own choice of algorithm (VITPIPE_ALLREDUCE=mpi) instead of vitpipe's ring; "replica-major" keeps
+one replica's stages on neighbouring ranks (VITPIPE_RANK_ORDER) instead of the order vitpipe chooses from the hosts
+(the prediction then stays the planner's own choice). Layouts (W = the ranks):
   dp          1 stage x W replicas: the gradients cross the link
   dp-sharded  the same with --shard-optimizer (ZeRO-1)
   pp          W stages x 1 replica: the activations cross it
@@ -15,8 +17,8 @@ MPI's own choice of algorithm (VITPIPE_ALLREDUCE=mpi) instead of vitpipe's ring.
   auto        --layout auto (what it chose is printed beside the row)
 
 A ViT-Base-shaped model (12 layers, hidden 768, 85.7 M parameters) at 32 px (4 patches: the compute is small, the
-parameters, and so the gradient reduction, are ViT-Base's), global batch 8, micro-batch 4 (auto chooses its own),
-one thread per rank, on hosts made by tests/multihost/namespaced_hosts.py (veth, tbf at the rate). The namespaced
+parameters, and so the gradient reduction, are ViT-Base's), global batch 8 (auto chooses its own micro-batch),
+one thread per rank (micro-batch: the replica's share of the batch over the stages), on hosts made by tests/multihost/namespaced_hosts.py (veth, tbf at the rate). The namespaced
 hosts share this machine's cores: W ranks run on its cores at once. Per row, in the same hosts, one after the other:
   - predicted: `vitpipe plan --nodes HOSTS --link RATE` with the layout's flags, run by the same mpirun as the
     training (every rank profiles at once, into a fresh profile cache: the prediction sees the machine's load and
@@ -45,24 +47,27 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "multihost"))
 from namespaced_hosts import NamespacedHosts, skip_unless_possible  # noqa: E402
 
 SAMPLE = os.path.join(HERE, "..", "data", "chestxray14-sample")
-COMMON = ["--batch-size", "8", "--threads", "1", "--image-size", "32"]
-FIXED = ["--micro-batch-size", "4", "--pipeline-schedule", "1f1b", "--no-recompute"]
+BATCH = 8
+COMMON = ["--batch-size", str(BATCH), "--threads", "1", "--image-size", "32"]
+FIXED = ["--pipeline-schedule", "1f1b", "--no-recompute"]
 PLAN_LINK = {"100mbit": "100Mbit", "1gbit": "1Gbit", "10gbit": "10Gbit"}
+VARIANTS = {"mpi": {"VITPIPE_ALLREDUCE": "mpi"}, "replica-major": {"VITPIPE_RANK_ORDER": "replica-major"}}
 DEFAULT_ROWS = ",".join([
     "2x1:100mbit:dp", "2x1:100mbit:dp-sharded", "2x1:100mbit:pp", "2x1:100mbit:auto",
     "2x1:1gbit:dp", "2x1:1gbit:dp:mpi", "2x1:1gbit:dp-sharded", "2x1:1gbit:pp", "2x1:1gbit:auto",
     "2x1:10gbit:dp", "2x1:10gbit:pp",
     "4x1:1gbit:dp", "4x1:1gbit:pp", "4x1:1gbit:pp2",
-    "2x2:100mbit:pp2", "2x2:100mbit:auto",
+    "2x2:100mbit:pp2", "2x2:100mbit:pp2:replica-major", "2x2:100mbit:auto",
 ])
 
 
 def layout_flags(layout, ranks, rate):
-    return {"dp": ["--pipeline-stages", "1", "--no-shard-optimizer", *FIXED],
-            "dp-sharded": ["--pipeline-stages", "1", "--shard-optimizer", *FIXED],
-            "pp": ["--pipeline-stages", str(ranks), "--no-shard-optimizer", *FIXED],
-            "pp2": ["--pipeline-stages", "2", "--no-shard-optimizer", *FIXED],
-            "auto": ["--layout", "auto", "--link", PLAN_LINK[rate]]}[layout]
+    if layout == "auto":
+        return ["--layout", "auto", "--link", PLAN_LINK[rate]]
+    stages = {"dp": 1, "dp-sharded": 1, "pp": ranks, "pp2": 2}[layout]
+    micro_batch = BATCH // (ranks // stages) // stages  # as many micro-batches per replica as stages
+    return ["--pipeline-stages", str(stages), "--shard-optimizer" if layout == "dp-sharded" else "--no-shard-optimizer",
+            "--micro-batch-size", str(micro_batch), *FIXED]
 
 
 def parse_json_output(text):
@@ -124,6 +129,7 @@ def measure(hosts, vitpipe, model, rate, per_host, flags, steps, out, env):
     return dict(
         measured_s=statistics.median(intervals),
         exposed_s=statistics.mean(c["p2p_wait_seconds"] + c["collective_exposed_seconds"] for c in comm) / ranks,
+        rank_order=next((r["rank_order"] for r in records if r.get("type") == "topology"), None),
         hidden_s=statistics.mean(c["collective_hidden_seconds"] for c in comm) / ranks,
         vitpipe_bytes=statistics.mean(c["wire_bytes"] for c in comm),
         interface_bytes=(link_bytes_at(times[-1]) - link_bytes_at(times[1])) / (len(times) - 2),
@@ -141,11 +147,11 @@ def main():
     for text in args.rows.split(","):
         parts = text.split(":")
         if len(parts) not in (3, 4) or parts[1] not in PLAN_LINK or parts[2] not in (
-                "dp", "dp-sharded", "pp", "pp2", "auto") or (len(parts) == 4 and parts[3] != "mpi"):
-            sys.exit(f"--rows: '{text}' is not HOSTSxRANKS:RATE:LAYOUT[:mpi] (rates {', '.join(PLAN_LINK)}; "
-                     "layouts dp, dp-sharded, pp, pp2, auto)")
+                "dp", "dp-sharded", "pp", "pp2", "auto") or (len(parts) == 4 and parts[3] not in VARIANTS):
+            sys.exit(f"--rows: '{text}' is not HOSTSxRANKS:RATE:LAYOUT[:VARIANT] (rates {', '.join(PLAN_LINK)}; "
+                     f"layouts dp, dp-sharded, pp, pp2, auto; variants {', '.join(VARIANTS)})")
         host_count, per_host = (int(x) for x in parts[0].split("x"))
-        rows.append((host_count, per_host, parts[1], parts[2], len(parts) == 4))
+        rows.append((host_count, per_host, parts[1], parts[2], parts[3] if len(parts) == 4 else ""))
     if args.steps < 3:
         sys.exit("--steps: at least 3 (the first step is not counted)")
     skip_unless_possible()
@@ -156,15 +162,15 @@ def main():
         model = os.path.join(work, "vit-base-32")
         subprocess.run([vitpipe, "init", "--preset", "vit-base", "--image-size", "32", "--seed", "1", "--out", model],
                        check=True, capture_output=True)
-        print("| hosts x ranks | link | layout | all-reduce | step measured | predicted | measured / predicted | "
+        print("| hosts x ranks | link | layout | variant | step measured | predicted | measured / predicted | "
               "exposed comm. measured (predicted) | hidden comm. | vitpipe bytes/step | planner bytes/step | "
               "interface bytes/step |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for number, (host_count, per_host, rate, layout, mpi) in enumerate(rows):
+        for number, (host_count, per_host, rate, layout, variant) in enumerate(rows):
             ranks = host_count * per_host
             flags = layout_flags(layout, ranks, rate)
             with NamespacedHosts(host_count, rate=rate) as hosts:
-                env = hosts.env(VITPIPE_ALLREDUCE="mpi" if mpi else "ring")
+                env = hosts.env(**VARIANTS.get(variant, {}))
                 cache = os.path.join(work, f"cache{number}")  # fresh: profiled now, beside the run
                 plan_flags = flags if layout != "auto" else []
                 best = predict(hosts, vitpipe, model, rate, per_host, plan_flags, cache, env)
@@ -172,12 +178,14 @@ def main():
                               env)
             predicted = got["auto_predicted_s"] if layout == "auto" else best["step_seconds"]
             name = layout if layout != "auto" else f"auto: {got['chosen']}"
+            if got["rank_order"]:
+                name += f" ({got['rank_order']})"
             row = dict(hosts=host_count, ranks_per_host=per_host, rate=rate, layout=name,
-                       allreduce="mpi" if mpi else "ring", predicted_s=predicted,
+                       variant=variant or "vitpipe's ring, its rank order", predicted_s=predicted,
                        predicted_exposed_s=best["exposed_communication_seconds"],
                        planner_bytes=best["bytes_per_step"]["wire"], **got)
             results.append(row)
-            print(f"| {host_count} x {per_host} | {rate} | {name} | {row['allreduce']} | {got['measured_s']:.2f} s | "
+            print(f"| {host_count} x {per_host} | {rate} | {name} | {variant or '-'} | {got['measured_s']:.2f} s | "
                   f"{predicted:.2f} s | {got['measured_s'] / predicted:.2f} | {got['exposed_s']:.2f} s "
                   f"({row['predicted_exposed_s']:.2f} s) | {got['hidden_s']:.2f} s | "
                   f"{got['vitpipe_bytes'] / 1e6:.1f} MB | {row['planner_bytes'] / 1e6:.1f} MB | "
