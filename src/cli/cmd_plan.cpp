@@ -17,14 +17,15 @@ void add_plan_command(CLI::App& app) {
   auto parser = add_train_options(cmd);
   struct Flags {
     int processes = 0;
-    int nodes = 1;
+    int nodes = 0;
     int top = 6;
     bool json = false;
   };
   auto flags = std::make_shared<Flags>();
   cmd->add_option("--processes", flags->processes, "Processes of the job (default: mpirun's, else 1)")->type_name("N");
   cmd->add_option("--nodes", flags->nodes,
-                  "Machines the processes are spread over; those on one share its cores and memory (default 1)")
+                  "Machines the processes are spread over; those on one share its cores and memory (default 0: under "
+                  "mpirun the hosts its ranks share memory on, else 1)")
       ->type_name("K");
   cmd->add_option("--top", flags->top, "Layouts to print (default 6)")->type_name("N");
   cmd->add_flag("--json", flags->json, "Print the plan as JSON");

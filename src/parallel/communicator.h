@@ -115,6 +115,10 @@ class Communicator {
   // color takes part without joining (returns nullptr). E.g. the data-parallel group: split(stage, replica).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
+  // Collective: the members that share this one's host (memory), ranked as here. MPI: MPI_Comm_split_type with
+  // MPI_COMM_TYPE_SHARED; threads of one process all share it.
+  virtual std::unique_ptr<Communicator> split_shared_memory() = 0;
+
   // Brings the whole job down with `reason` printed first: MPI_Abort for MPI; for the local world every thread's
   // next (or current) wait throws CommAborted, and this call throws Error(reason).
   [[noreturn]] virtual void abort(const std::string& reason) = 0;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
+#include "parallel/comm_deadline.h"
 #include "parallel/trace.h"
 #include "util/error.h"
 
@@ -167,15 +169,31 @@ void GradientBuckets::finish() {
   poll();
   int64_t last_completion = first_launch_ns_;
   int64_t exposed = 0;
+  // Every bucket still in flight is tested in turn until all are done, not waited for one by one: a reduction made
+  // of several rounds (vitpipe's ring) posts its next round only when tested, so waiting for one bucket would leave
+  // the others' next rounds unposted and the link half idle. The deadline counts from the last bucket completed.
+  const int64_t wait_start = wall_ns();
+  for (;;) {
+    size_t pending = 0;
+    for (const Flight& flight : flights_) pending += flight.launched && !flight.completed ? 1 : 0;
+    if (pending == 0) break;
+    BlockingCommunication blocked(
+        concat("the gradient reduction's last ", pending, " bucket(s) of ", buckets_.size(),
+               group_ ? concat(" among the ", group_->size(), " replicas of this stage") : std::string()));
+    bool progressed = false;
+    while (!progressed) {
+      for (size_t b = 0; b < flights_.size(); ++b) {
+        Flight& flight = flights_[b];
+        if (!flight.launched || flight.completed || !flight.request.test()) continue;
+        complete(b, wall_ns());
+        progressed = true;
+      }
+      if (!progressed) std::this_thread::yield();  // ranks as threads may share this core
+    }
+  }
+  exposed += wall_ns() - wait_start;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Flight& flight = flights_[b];
-    if (!flight.completed) {
-      const int64_t wait_start = wall_ns();
-      flight.request.wait();
-      const int64_t now = wall_ns();
-      exposed += now - std::max(wait_start, finish_start);
-      complete(b, now);
-    }
     last_completion = std::max(last_completion, flight.completion_ns);
     stats_.bytes += buckets_[b].bytes();
     const int me = group_ ? group_->rank() : 0;

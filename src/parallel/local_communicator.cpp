@@ -420,6 +420,8 @@ class LocalCommunicator : public Communicator {
     return std::move(c->gathered);
   }
 
+  std::unique_ptr<Communicator> split_shared_memory() override { return split(0, rank()); }
+
   std::unique_ptr<Communicator> split(int color, int key) override {
     std::shared_ptr<Collective> c;
     CommRequest request = start(CollectiveKind::split, nullptr, 0, ReduceOp::sum, 0, &c, {}, {color, key});

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "parallel/comm_deadline.h"
+#include "parallel/ring_allreduce.h"
 
 namespace vitpipe {
 namespace {
@@ -44,6 +45,21 @@ void check(int code, const char* what) {
   int length = 0;
   MPI_Error_string(code, text, &length);
   fail("MPI ", what, " failed: ", std::string(text, static_cast<size_t>(length)));
+}
+
+enum class AllreduceAlgorithm { ring, mpi };
+
+// The gradient all-reduce: vitpipe's ring (ring_allreduce.h), or MPI_Iallreduce with the MPI library's choice
+// (VITPIPE_ALLREDUCE=mpi, for comparison: Open MPI 4.1 takes a binomial tree below 4 ranks).
+AllreduceAlgorithm allreduce_algorithm() {
+  static const AllreduceAlgorithm chosen = [] {
+    const char* text = std::getenv("VITPIPE_ALLREDUCE");
+    const std::string value = text ? text : "";
+    VP_REQUIRE(value.empty() || value == "ring" || value == "mpi", "VITPIPE_ALLREDUCE: expected ring or mpi, got \"",
+               value, "\"");
+    return value == "mpi" ? AllreduceAlgorithm::mpi : AllreduceAlgorithm::ring;
+  }();
+  return chosen;
 }
 
 // MPI_Wait under the deadline (comm_deadline.h): MPI itself waits for ever on a peer behind a lost link or on a
@@ -207,6 +223,14 @@ class MpiCommunicator : public Communicator {
 
   CommRequest iallreduce_sum(float* data, size_t count) override {
     if (size_ == 1) return CommRequest();
+    if (allreduce_algorithm() == AllreduceAlgorithm::ring) {
+      // On a duplicate of this communicator (made at the first all-reduce, which every member reaches in the same
+      // order), so that its messages meet no other; one tag per all-reduce, as many in flight as buckets.
+      if (!ring_) ring_ = split(0, rank_);
+      const int tag = ring_sequence_;
+      ring_sequence_ = (ring_sequence_ + 1) % kMaxUserTag;
+      return ring_allreduce_sum(*ring_, data, count, tag);
+    }
     MPI_Request request;
     check(MPI_Iallreduce(MPI_IN_PLACE, data, as_count(count, "all-reduce"), MPI_FLOAT, MPI_SUM, comm_, &request),
           "Iallreduce");
@@ -307,6 +331,16 @@ class MpiCommunicator : public Communicator {
     return std::make_unique<MpiCommunicator>(comm, true);
   }
 
+  std::unique_ptr<Communicator> split_shared_memory() override {
+    MPI_Comm comm;
+    {
+      BlockingCommunication blocked(concat("the split by host (shared memory) among ", describe_members()));
+      check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &comm), "Comm_split_type");
+    }
+    check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "Comm_set_errhandler");
+    return std::make_unique<MpiCommunicator>(comm, true);
+  }
+
   [[noreturn]] void abort(const std::string& reason) override { abort_job(reason); }
 
  private:
@@ -338,6 +372,8 @@ class MpiCommunicator : public Communicator {
 
   MPI_Comm comm_;
   bool owned_;
+  std::unique_ptr<Communicator> ring_;  // the ring all-reduce's own duplicate
+  int ring_sequence_ = 0;
   int rank_ = 0;
   int size_ = 1;
   std::vector<int> world_ranks_;  // this communicator's rank -> MPI_COMM_WORLD's
@@ -369,6 +405,7 @@ bool launched_by_mpirun() {
 }
 
 std::unique_ptr<Communicator> mpi_world() {
+  allreduce_algorithm();  // a bad VITPIPE_ALLREDUCE is refused before MPI starts
   int initialised = 0;
   check(MPI_Initialized(&initialised), "Initialized");
   if (!initialised) {
@@ -393,8 +430,10 @@ void finalize_mpi() {
   MPI_Finalized(&finalised);
   if (!initialised || finalised) return;
   g_mpi.finalised = true;
-  // No deadline here: ranks wait in MPI_Finalize while rank 0 writes the report, which may take longer than any
-  // deadline. A link lost now is left to mpirun's keepalives (the launch recipe), which end the job.
+  // Under the deadline like every other wait: Open MPI's finalize is a fence with every rank, so a peer lost now
+  // (or a rank 0 still writing its report past --comm-timeout) would otherwise hold this rank for ever.
+  BlockingCommunication blocked(
+      "MPI_Finalize: the job's end, with every rank (rank 0 writes the final report and evaluation first)");
   check(MPI_Finalize(), "Finalize");
 }
 

@@ -8,7 +8,12 @@
 
 namespace vitpipe {
 
-ProcessGrid::ProcessGrid(int world_size, int rank, int stages) : world_size_(world_size), rank_(rank), stages_(stages) {
+const char* rank_order_name(RankOrder order) {
+  return order == RankOrder::stage_major ? "stage-major" : "replica-major";
+}
+
+ProcessGrid::ProcessGrid(int world_size, int rank, int stages, RankOrder order)
+    : world_size_(world_size), rank_(rank), stages_(stages), order_(order) {
   VP_REQUIRE(world_size >= 1, "the world size must be at least 1, got ", world_size);
   VP_REQUIRE(stages >= 1, "--pipeline-stages must be at least 1, got ", stages);
   VP_REQUIRE(world_size % stages == 0, "cannot arrange ", world_size, " processes into ", stages,
@@ -19,17 +24,17 @@ ProcessGrid::ProcessGrid(int world_size, int rank, int stages) : world_size_(wor
 int ProcessGrid::rank_of(int stage, int replica) const {
   VP_REQUIRE(stage >= 0 && stage < stages_ && replica >= 0 && replica < replicas(), "(stage ", stage, ", replica ",
              replica, ") is outside the grid of ", stages_, " stages x ", replicas(), " replicas");
-  return replica * stages_ + stage;
+  return order_ == RankOrder::stage_major ? stage * replicas() + replica : replica * stages_ + stage;
 }
 
 int ProcessGrid::stage_of(int rank) const {
   VP_REQUIRE(rank >= 0 && rank < world_size_, "rank ", rank, " is outside [0, ", world_size_, ")");
-  return rank % stages_;
+  return order_ == RankOrder::stage_major ? rank / replicas() : rank % stages_;
 }
 
 int ProcessGrid::replica_of(int rank) const {
   VP_REQUIRE(rank >= 0 && rank < world_size_, "rank ", rank, " is outside [0, ", world_size_, ")");
-  return rank / stages_;
+  return order_ == RankOrder::stage_major ? rank % replicas() : rank / stages_;
 }
 
 std::vector<int> ProcessGrid::data_parallel_ranks() const {
@@ -45,7 +50,8 @@ std::vector<int> ProcessGrid::pipeline_ranks() const {
 }
 
 std::string ProcessGrid::describe() const {
-  return concat("rank ", rank_, ": stage ", stage(), " of ", stages_, ", replica ", replica(), " of ", replicas());
+  return concat("rank ", rank_, ": stage ", stage(), " of ", stages_, ", replica ", replica(), " of ", replicas(),
+                order_ == RankOrder::stage_major ? " (ranks stage-major)" : "");
 }
 
 std::unique_ptr<Communicator> split_data_parallel_group(Communicator& world, const ProcessGrid& grid) {

@@ -1,8 +1,10 @@
 // Who does what in a job: the grid of pipeline stages x data-parallel replicas, the model's split into stages, and
 // the checks that refuse a bad configuration before any work starts.
 //
-// Ranks are numbered replica-major: rank = replica * stages + stage, so one pipeline's stages are neighbouring
-// ranks (usually on one node) and the gradient all-reduce groups the same stage of every replica.
+// Ranks are numbered replica-major by default: rank = replica * stages + stage, so one pipeline's stages are
+// neighbouring ranks (usually on one node) and the gradient all-reduce groups the same stage of every replica.
+// Stage-major (rank = stage * replicas + replica) makes a stage's replicas the neighbours instead: across hosts,
+// the gradient reduction then stays inside a host and the activations cross (rank_placement.h chooses).
 #pragma once
 
 #include <memory>
@@ -16,17 +18,21 @@ namespace vitpipe {
 
 class Communicator;
 
+enum class RankOrder { replica_major, stage_major };
+const char* rank_order_name(RankOrder order);  // "replica-major", "stage-major"
+
 class ProcessGrid {
  public:
   // Throws vitpipe::Error unless 1 <= stages, world_size % stages == 0 and 0 <= rank < world_size.
-  ProcessGrid(int world_size, int rank, int stages);
+  ProcessGrid(int world_size, int rank, int stages, RankOrder order = RankOrder::replica_major);
 
   int world_size() const { return world_size_; }
   int rank() const { return rank_; }
   int stages() const { return stages_; }
   int replicas() const { return world_size_ / stages_; }
-  int stage() const { return rank_ % stages_; }
-  int replica() const { return rank_ / stages_; }
+  RankOrder order() const { return order_; }
+  int stage() const { return stage_of(rank_); }
+  int replica() const { return replica_of(rank_); }
   bool first_stage() const { return stage() == 0; }
   bool last_stage() const { return stage() == stages_ - 1; }
 
@@ -35,8 +41,8 @@ class ProcessGrid {
   int replica_of(int rank) const;
 
   // Neighbours in my pipeline (same replica); -1 at the ends.
-  int previous_rank() const { return first_stage() ? -1 : rank_ - 1; }
-  int next_rank() const { return last_stage() ? -1 : rank_ + 1; }
+  int previous_rank() const { return first_stage() ? -1 : rank_of(stage() - 1, replica()); }
+  int next_rank() const { return last_stage() ? -1 : rank_of(stage() + 1, replica()); }
   // The rank of my replica that holds virtual stage `virtual_stage` (interleaved: chunk * stages + stage).
   int rank_of_virtual_stage(int virtual_stage) const { return rank_of(virtual_stage % stages_, replica()); }
 
@@ -49,6 +55,7 @@ class ProcessGrid {
   int world_size_ = 1;
   int rank_ = 0;
   int stages_ = 1;
+  RankOrder order_ = RankOrder::replica_major;
 };
 
 // Collective over `world`: the communicator of my stage across replicas (ranked by replica), for the gradient

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <limits>
 
+#include "parallel/host_topology.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
+#include "plan/rank_placement.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -111,6 +113,7 @@ std::string Layout::describe() const {
   if (recompute) text += ", recompute";
   if (shard) text += ", sharded optimizer";
   if (stages > 1) text += ", layers " + join(layers_per_stage);
+  if (rank_order == RankOrder::stage_major) text += ", ranks stage-major";
   return text;
 }
 
@@ -211,7 +214,6 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     sc.backward = t.backward * slowdown;
     sc.backward_input = t.backward_input * slowdown;
     sc.backward_weight = t.backward_weight * slowdown;
-    sc.message_latency = p > 1 ? in.link.transfer_seconds(hidden_bytes) : 0.0;
     stage_forward[static_cast<size_t>(s)] = sc.forward;
     out.stage_passes.push_back({sc.forward, sc.backward, sc.backward_input, sc.backward_weight});
 
@@ -228,12 +230,35 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     }
     if (mem.total() > out.memory.total()) out.memory = mem;
   }
+  // Across nodes, the traffic that stays inside one (the rank order's choice, plan/rank_placement.h; ranks on the
+  // nodes in blocks, as mpirun's --map-by slot puts them) takes the node's shared memory, the rest the link.
+  const int nodes = (in.processes + std::max(1, in.processes_per_node) - 1) / std::max(1, in.processes_per_node);
+  const LinkModel* pipeline_link = &in.link;
+  const LinkModel* reduction_link = &in.link;
+  if (nodes > 1) {
+    HostTopology topology;
+    for (int rank = 0; rank < in.processes; ++rank) topology.host_of_rank.push_back(rank / in.processes_per_node);
+    GridTraffic traffic;
+    traffic.stages = p;
+    traffic.virtual_stages = v;
+    traffic.boundary_bytes = 2.0 * m * hidden_bytes;
+    for (double n : stage_numel) traffic.gradient_bytes.push_back(4 * n);
+    const RankPlacement placement = choose_rank_placement(topology, traffic);
+    layout.rank_order = placement.order;
+    out.cross_node_bytes = placement.chosen.total();
+    if (in.local_link.bandwidth > 0) {
+      if (placement.chosen.pipeline == 0) pipeline_link = &in.local_link;
+      if (placement.chosen.reduction == 0) reduction_link = &in.local_link;
+    }
+  }
+  for (SimulationCosts& sc : costs) sc.message_latency = p > 1 ? pipeline_link->transfer_seconds(hidden_bytes) : 0.0;
   const SimulationResult sim = simulate_schedules(make_all_schedules(layout.schedule, p, m, v), m, v, costs);
   out.pipeline_seconds = sim.makespan;
   out.bubble = sim.bubble_fraction;
 
-  const double latency = in.link.latency;
-  const double bandwidth = in.link.collective_bandwidth > 0 ? in.link.collective_bandwidth : in.link.bandwidth;
+  const double latency = reduction_link->latency;
+  const double bandwidth =
+      reduction_link->collective_bandwidth > 0 ? reduction_link->collective_bandwidth : reduction_link->bandwidth;
   // MPI moves a reduction forward only inside its calls, and on one node the copies and sums are CPU work: with
   // every core already computing, nothing of it hides behind the backward pass or the next forward.
   const bool no_core_to_spare = in.processes_per_node * in.threads_per_process >= in.cores_per_node;
@@ -390,6 +415,8 @@ nlohmann::json prediction_json(const LayoutPrediction& x) {
           {"recompute", l.recompute},
           {"shard_optimizer", l.shard},
           {"layers_per_stage", l.layers_per_stage},
+          {"rank_order", rank_order_name(l.rank_order)},
+          {"cross_node_bytes_per_step", x.cross_node_bytes},
           {"train_flags", l.train_flags()},
           {"step_seconds", x.step_seconds},
           {"pipeline_seconds", x.pipeline_seconds},

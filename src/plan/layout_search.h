@@ -15,6 +15,7 @@
 
 #include "model/precision.h"
 #include "model/vit_config.h"
+#include "parallel/process_grid.h"
 #include "parallel/schedule.h"
 #include "plan/link_model.h"
 #include "plan/memory_model.h"
@@ -38,6 +39,8 @@ struct PlanInputs {
   int loader_threads = 2;
   double memory_per_process = 0;  // bytes
   LinkModel link;
+  // Between the ranks of one node (shared memory) when the job spans nodes; bandwidth 0 = `link` everywhere.
+  LinkModel local_link;
   std::string optimizer = "adamw";  // moments: 2 buffers (adamw, lamb), 1 (sgd with momentum)
   int optimizer_buffers = 2;
   // Constraints from flags given explicitly (plan only; train --layout auto refuses them).
@@ -61,6 +64,8 @@ struct Layout {
   bool recompute = false;
   bool shard = false;
   std::vector<int> layers_per_stage;  // encoder blocks per (virtual) stage
+  // Across nodes: the rank order with fewer bytes between them (plan/rank_placement.h), as train chooses it.
+  RankOrder rank_order = RankOrder::replica_major;
 
   std::string describe() const;  // "2 stages x 4 replicas, micro-batch 2 x 8, zb-h1, sharded"
   // The train flags that give this layout ("--pipeline-stages 2 --layers-per-stage 6,6 ...").
@@ -84,6 +89,7 @@ struct LayoutPrediction {
   std::vector<PassTimes> stage_passes;  // per stage: one micro-batch's passes as simulated (slowdown included)
   RankMemory memory;                    // of the rank needing the most
   StepVolume volume;
+  double cross_node_bytes = 0;  // of `volume`, what crosses between nodes (the rank order's)
   bool fits = false;
 };
 

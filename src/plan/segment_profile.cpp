@@ -237,7 +237,7 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
 
 std::string profile_key(const ProfileRequest& r) {
   const ViTConfig& c = r.config;
-  return concat("vitpipe-profile-v5 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
+  return concat("vitpipe-profile-v6 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
                 " heads=", c.num_attention_heads, " mlp=", c.intermediate_size, " image=", c.image_size,
                 " patch=", c.patch_size, " channels=", c.num_channels, " labels=", c.num_labels(),
                 " qkv_bias=", c.qkv_bias ? 1 : 0, " problem=", problem_type_name(c.problem_type),

@@ -14,6 +14,7 @@
 #include "io/hf_config.h"
 #include "io/model_reference.h"
 #include "parallel/mpi_communicator.h"
+#include "train/grad_clip.h"
 #include "train/optimizer.h"
 #include "train/run_world.h"
 #include "util/error.h"
@@ -60,12 +61,6 @@ void send_to_every_rank(Communicator& world, const std::string& text, int tag) {
     sends.push_back(world.isend_bytes(text.data(), text.size(), r, tag));
   }
   wait_all(sends);
-}
-
-int ranks_on_this_node(int world_size) {
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (local == nullptr) local = std::getenv("MPI_LOCALNRANKS");
-  return local ? std::max(1, std::atoi(local)) : world_size;
 }
 
 std::string format_seconds_short(double value) {
@@ -176,8 +171,13 @@ std::map<std::string, double> time_optimizers(const std::shared_ptr<const Parame
     auto optimizer = make_optimizer(config, params);
     double best = 1e30;
     for (int run = 0; run < 3; ++run) {
+      // The optimizer phase as the trainer runs it: the gradient norm's pass, the update, the gradients zeroed for
+      // the next step. Each streams the buffers through memory; the update alone left the other two unpredicted.
       const auto start = std::chrono::steady_clock::now();
+      volatile double norm = sum_of_squares(grads);
+      (void)norm;
       optimizer->step(params, grads, 1e-6);
+      grads.flat().fill_zero();
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (run > 0) best = std::min(best, t);
     }
@@ -215,6 +215,8 @@ PlanInputs plan_inputs(const TrainOptions& o, const ViTConfig& config, const Pla
                               ? machine_memory_bytes() / in.processes_per_node
                               : parse_memory_size(o.memory_per_process, "--memory-per-process");
   in.link = link;
+  // Ranks of one node talk through its shared memory: the same copy as two threads here.
+  if (job.nodes > 1 && in.processes_per_node > 1) in.local_link = measure_local_link();
   const OptimizerConfig optimizer = o.optimizer_config();
   in.optimizer = optimizer.kind == OptimizerKind::adamw  ? "adamw"
                  : optimizer.kind == OptimizerKind::lamb ? "lamb"
@@ -251,12 +253,39 @@ Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled, int 
   return plan;
 }
 
+std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& in, const TrainOptions& o,
+                                        int corunning_ranks, bool* profiled) {
+  // Every rank profiles at the same time as rank 0 (the slowest rank's times kept), so the profile holds what
+  // sharing the machine's cores and memory bandwidth with the other ranks costs, as training will.
+  const ProfileCombine combine = [&](std::vector<double>& values) {
+    world.allreduce(values.data(), values.size(), ReduceOp::max);
+  };
+  if (world.rank() == 0) {
+    const auto work_known = [&](const ProfileWork& work) {
+      send_to_every_rank(world,
+                         nlohmann::json{{"micro_batches", work.micro_batches}, {"optimizers", work.optimizers}}.dump(),
+                         kProfileTag);
+    };
+    return make_plan(in, o, profiled, corunning_ranks, work_known, world.size() > 1 ? combine : ProfileCombine{});
+  }
+  const nlohmann::json asked = nlohmann::json::parse(receive_politely(world, kProfileTag));
+  ProfileWork work;
+  work.micro_batches = asked.at("micro_batches").get<std::vector<int64_t>>();
+  work.optimizers = asked.at("optimizers").get<bool>();
+  if (!work.empty()) {
+    ProfileRequest request = profile_request(in, o);
+    request.corunning_ranks = corunning_ranks;
+    measure_profile_work(request, work, time_optimizers, combine);
+  }
+  return std::nullopt;
+}
+
 LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, const ViTConfig& config,
-                                        const std::function<double()>& time_data_path) {
+                                        const HostTopology& topology, const std::function<double()>& time_data_path) {
   PlanJob job;
   job.processes = world.size();
-  const int here = std::min(world.size(), ranks_on_this_node(world.size()));
-  job.nodes = std::max(1, world.size() / here);
+  const int here = topology.ranks_on(topology.host_of_rank.at(0));
+  job.nodes = std::max(1, topology.hosts());
   LinkModel link;
   if (!o.link.empty()) {
     link = parse_link(o.link);
@@ -275,34 +304,18 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   PlanInputs in = plan_inputs(o, config, job, link, false);
   in.threads_per_process = configured_threads();  // what this job's ranks run with
   in.cores_per_node = cores_of_the_job(world);
-  // Every rank profiles at the same time as rank 0 (the slowest rank's times kept), so the profile holds what
-  // sharing the node's cores and memory bandwidth with the other ranks costs, as training will.
-  const ProfileCombine combine = [&](std::vector<double>& values) {
-    world.allreduce(values.data(), values.size(), ReduceOp::max);
-  };
   LayoutPrediction prediction;
   if (world.rank() == 0) {
     if (time_data_path) in.data_seconds_per_image = time_data_path();  // alone: the others wait politely
-    bool profiled = false;
-    const auto work_known = [&](const ProfileWork& work) {
-      send_to_every_rank(world,
-                         nlohmann::json{{"micro_batches", work.micro_batches}, {"optimizers", work.optimizers}}.dump(),
-                         kProfileTag);
-    };
-    const Plan plan = make_plan(in, o, &profiled, here, work_known, combine);
-    info(plan_text(in, plan, profiled, cache_dir_of(o)));
-    prediction = plan.ranked.front();
+  }
+  bool profiled = false;
+  const std::optional<Plan> plan = make_plan_alongside(world, in, o, here, &profiled);
+  if (world.rank() == 0) {
+    info("hosts: ", topology.describe(), " (MPI's shared-memory split)");
+    info(plan_text(in, *plan, profiled, cache_dir_of(o)));
+    prediction = plan->ranked.front();
     send_to_every_rank(world, prediction_json(prediction).dump(), kLayoutTag);
   } else {
-    const nlohmann::json asked = nlohmann::json::parse(receive_politely(world, kProfileTag));
-    ProfileWork work;
-    work.micro_batches = asked.at("micro_batches").get<std::vector<int64_t>>();
-    work.optimizers = asked.at("optimizers").get<bool>();
-    if (!work.empty()) {
-      ProfileRequest request = profile_request(in, o);
-      request.corunning_ranks = here;
-      measure_profile_work(request, work, time_optimizers, combine);
-    }
     const nlohmann::json chosen = nlohmann::json::parse(receive_politely(world, kLayoutTag));
     prediction.layout = layout_from_json(chosen);
     prediction.step_seconds = chosen.at("step_seconds").get<double>();
@@ -332,7 +345,7 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
 
 void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json) {
   VP_REQUIRE(processes >= 0, "--processes must be >= 1 (got ", processes, ")");
-  VP_REQUIRE(nodes >= 1, "--nodes must be >= 1 (got ", nodes, ")");
+  VP_REQUIRE(nodes >= 0, "--nodes must be >= 1, or 0 for the hosts mpirun's ranks share memory on (got ", nodes, ")");
   VP_REQUIRE(rows >= 1, "--top must be >= 1 (got ", rows, ")");
   const ViTConfig config = model_config_for_plan(options);
   run_on_world(1, options.threads, [&](Communicator& world) {
@@ -340,7 +353,8 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     job.processes = launched_as_mpi_job() ? world.size() : std::max(1, processes);
     VP_REQUIRE(!launched_as_mpi_job() || processes == 0 || processes == world.size(), "--processes ", processes,
                " disagrees with mpirun's ", world.size(), " processes: give one of them");
-    job.nodes = std::min(nodes, job.processes);
+    const HostTopology topology = learn_host_topology(world);
+    job.nodes = std::min(nodes > 0 ? nodes : topology.hosts(), job.processes);
     LinkModel link;
     if (!options.link.empty()) {
       link = parse_link(options.link);
@@ -349,15 +363,23 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     } else {
       link = measure_local_link();
     }
-    if (world.rank() != 0) return;
     PlanInputs in = plan_inputs(options, config, job, link, true);
     bool profiled = false;
-    const Plan plan = make_plan(in, options, &profiled, 1);
+    // Under mpirun every rank profiles alongside rank 0, as train --layout auto does: the profile then holds what
+    // the job's ranks cost each other on shared cores and memory (namespaced hosts share one machine's).
+    const std::optional<Plan> together =
+        make_plan_alongside(world, in, options, topology.ranks_on(topology.host_of_rank.at(0)), &profiled);
+    if (world.rank() != 0) return;
+    const Plan& plan = *together;
     if (json) {
       nlohmann::json j = plan_json(in, plan, rows);
       j["profile_measured"] = profiled;
+      j["hosts"] = {{"count", topology.hosts()},
+                    {"host_of_rank", topology.host_of_rank},
+                    {"source", launched_as_mpi_job() ? "MPI's shared-memory split" : "one process"}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
+      if (launched_as_mpi_job()) std::printf("hosts: %s (MPI's shared-memory split)\n", topology.describe().c_str());
       std::printf("%s", plan_text(in, plan, profiled, cache_dir_of(options)).c_str());
       std::string flags;
       for (const auto& f : plan.ranked.front().layout.train_flags()) flags += " " + f;

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "parallel/communicator.h"
+#include "parallel/host_topology.h"
 #include "plan/layout_search.h"
 #include "train/train_options.h"
 
@@ -23,7 +25,8 @@ struct PlanJob {
 double parse_memory_size(std::string_view text, const std::string& where);
 double machine_memory_bytes();  // MemTotal of /proc/meminfo
 
-// Each optimizer's update cost per element, measured on one block's parameters (segment_profile.h's timer).
+// Each optimizer's phase cost per element (the gradient norm's pass, the update, zeroing the gradients: what the
+// trainer does after the backward), measured on one block's parameters (segment_profile.h's timer).
 std::map<std::string, double> time_optimizers(const std::shared_ptr<const ParameterLayout>& layout);
 
 // config.json of --model (no weights read) with --image-size applied; the labels as the checkpoint has them.
@@ -40,14 +43,24 @@ PlanInputs plan_inputs(const TrainOptions& options, const ViTConfig& config, con
 Plan make_plan(const PlanInputs& inputs, const TrainOptions& options, bool* profiled = nullptr, int corunning_ranks = 1,
                const std::function<void(const ProfileWork&)>& work_known = {}, const ProfileCombine& combine = {});
 
+// Collective over `world`: rank 0 profiles (unless cached) and plans while every other rank measures the same work
+// at the same time (the slowest rank's times kept); rank 0 gets the plan, the others nullopt. `corunning_ranks`:
+// the ranks of this job on rank 0's node.
+std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& inputs, const TrainOptions& options,
+                                        int corunning_ranks, bool* profiled = nullptr);
+
 // train --layout auto, collective over `world`: rank 0 times the data path (`time_data_path`, optional: seconds per
 // training image) while the others wait without spinning, then every rank profiles the segments at once (unless
 // cached), rank 0 plans and prints the chosen layout beside the next best; every rank's layout options in `options`
 // are set, and the choice is returned.
+// `topology`: which ranks share a host (parallel/host_topology.h): the nodes the plan counts, and the ranks that
+// profile at once on rank 0's.
 LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& options, const ViTConfig& config,
+                                        const HostTopology& topology,
                                         const std::function<double()>& time_data_path = {});
 
-// `vitpipe plan`: prints (or writes as JSON) the plan for `options` on `processes` processes (0 = mpirun's, or 1).
+// `vitpipe plan`: prints (or writes as JSON) the plan for `options` on `processes` processes (0 = mpirun's, or 1)
+// spread over `nodes` (0 = under mpirun the hosts its ranks share memory on, else 1).
 void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json);
 
 }  // namespace vitpipe

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 #include <optional>
@@ -23,10 +24,12 @@
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
 #include "parallel/comm_deadline.h"
+#include "parallel/host_topology.h"
 #include "parallel/optimizer_shards.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
 #include "parallel/trace.h"
+#include "plan/rank_placement.h"
 #include "report/training_report.h"
 #include "train/batch_source.h"
 #include "train/distributed_state.h"
@@ -132,6 +135,7 @@ class RankTrainer {
   void load_model_and_state();
   void start_from_adapter();
   void build_pipeline();
+  RankPlacement place_ranks(const ParallelConfig& pc) const;
   void plan_epochs();
   void train_loop();
   StepShape step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* batch);
@@ -186,6 +190,8 @@ class RankTrainer {
   std::vector<double> step_seconds_, compute_seconds_, hidden_samples_;
   double optimizer_state_bytes_ = 0;
   std::optional<LayoutPrediction> predicted_;  // --layout auto's choice
+  HostTopology topology_;                      // which ranks share a host (MPI's shared-memory split)
+  RankPlacement placement_;                    // the grid's rank order on those hosts
   std::vector<double> iteration_seconds_;      // per measured step: the whole iteration, optimizer included
   // Communication summed over ranks and measured steps (optimizer_step's order), for the end-of-run summary.
   std::array<double, 10> comm_sums_{};
@@ -210,10 +216,11 @@ void RankTrainer::run() {
                "remove it");
   }
   if (o_.layout != "auto") check_layout_before_loading();
+  topology_ = learn_host_topology(world_);
   open_data();
   load_model_and_state();
   if (o_.layout == "auto")
-    predicted_ = choose_training_layout(world_, o_, model_.config, [&] { return time_data_path(); });
+    predicted_ = choose_training_layout(world_, o_, model_.config, topology_, [&] { return time_data_path(); });
   build_pipeline();
   plan_epochs();
   train_loop();
@@ -339,12 +346,47 @@ void RankTrainer::check_layout_before_loading() {
   validate_parallel_config(parallel_config(asked));
 }
 
+// The rank order whose traffic between hosts is the smaller (plan/rank_placement.h); VITPIPE_RANK_ORDER
+// (replica-major or stage-major) fixes it, for comparisons.
+RankPlacement RankTrainer::place_ranks(const ParallelConfig& pc) const {
+  GridTraffic traffic;
+  traffic.stages = pc.stages;
+  traffic.virtual_stages = pc.virtual_stages;
+  const ViTConfig& c = model_.config;
+  // Activations and their gradients, fp32 (as the planner counts them), every micro-batch of a replica's step.
+  traffic.boundary_bytes = 2.0 * static_cast<double>(plan_.micro_batches) * static_cast<double>(pc.micro_batch) *
+                           static_cast<double>(c.tokens() * c.hidden_size) * sizeof(float);
+  for (int stage = 0; stage < pc.stages; ++stage) {
+    double numel = 0;
+    for (int chunk = 0; chunk < pc.virtual_stages; ++chunk) {
+      const SegmentRange range = plan_.segments_of(stage, chunk);
+      numel += static_cast<double>(split_->trainable->segment_end(range.last) -
+                                   split_->trainable->segment_begin(range.first));
+    }
+    traffic.gradient_bytes.push_back(sizeof(float) * numel);
+  }
+  RankPlacement placement = choose_rank_placement(topology_, traffic);
+  if (const char* fixed = std::getenv("VITPIPE_RANK_ORDER"); fixed != nullptr && *fixed != '\0') {
+    const std::string name = fixed;
+    VP_REQUIRE(name == "replica-major" || name == "stage-major",
+               "VITPIPE_RANK_ORDER: expected replica-major or stage-major, got \"", name, "\"");
+    const RankOrder order = name == "stage-major" ? RankOrder::stage_major : RankOrder::replica_major;
+    if (order != placement.order) std::swap(placement.chosen, placement.other);
+    placement.order = order;
+  }
+  return placement;
+}
+
 void RankTrainer::build_pipeline() {
   const ViTConfig& config = model_.config;
   const bool interleaved = o_.pipeline_schedule == "interleaved";
   const ParallelConfig pc = parallel_config(static_cast<int>(config.num_hidden_layers));
   plan_ = validate_parallel_config(pc);
-  grid_ = std::make_unique<ProcessGrid>(world_.size(), world_.rank(), o_.pipeline_stages);
+  placement_ = place_ranks(pc);
+  grid_ = std::make_unique<ProcessGrid>(world_.size(), world_.rank(), o_.pipeline_stages, placement_.order);
+  if (topology_.hosts() > 1) {
+    info("hosts: ", topology_.describe(), " (MPI's shared-memory split); ranks ", placement_.describe());
+  }
   micro_batch_ = *o_.micro_batch_size;
   micro_batches_ = plan_.micro_batches;
 
@@ -492,6 +534,14 @@ void RankTrainer::plan_epochs() {
     write_text_file_atomically(output_ / "train_options.json", o_.to_json().dump(2) + "\n");
     metrics_ = std::make_unique<MetricsLog>(output_ / "metrics.jsonl", resume_from_ ? state_.step : -1);
     if (!resume_from_) metrics_->write(data_summary_record());  // a resumed run keeps the first one
+    if (topology_.hosts() > 1) {
+      metrics_->write({{"type", "topology"},
+                       {"hosts", topology_.hosts()},
+                       {"host_of_rank", topology_.host_of_rank},
+                       {"rank_order", rank_order_name(placement_.order)},
+                       {"cross_host_bytes_per_step", placement_.chosen.total()},
+                       {"other_order_cross_host_bytes_per_step", placement_.other.total()}});
+    }
   }
 }
 

@@ -5,7 +5,9 @@ in each namespace through an rsh agent, the README's launch recipe).
     check_multihost.py CASE
 
   equal.replicas1x2   2 hosts x 1 rank: 2 data-parallel replicas over the link == one process (within 1e-4)
-  equal.stages2x2     2 hosts x 2 ranks: 2 stages x 2 replicas (the stages' activations cross the link) == one process
+  equal.stages2x2     2 hosts x 2 ranks: 2 stages x 2 replicas == one process; the hosts as MPI's shared-memory
+                      split finds them in the run's metrics and in `vitpipe plan`, and the ranks placed so that a
+                      stage's replicas share a host (the activations cross the link, not the gradients)
   lost-link           2 hosts x 1 rank, 2 stages, --comm-timeout 30: host 1's link goes down after the first
                       checkpoint; every process (mpirun, the daemons, the ranks) ends non-zero within 120 s, each rank's
                       line is in <output-dir>/failures.log, and once the link is back `--resume` across the hosts ends
@@ -16,6 +18,7 @@ in each namespace through an rsh agent, the README's launch recipe).
 
 Exits 77 (skipped) without root or iproute2. Every case is bounded in time and removes its namespaces.
 """
+import json
 import os
 import shutil
 import signal
@@ -58,13 +61,36 @@ def case_equal(work, ranks_per_host, flags, what):
         log = run(hosts.mpirun(ranks_per_host, [VITPIPE, "train", *common, *flags, "--output-dir", out]),
                   env=hosts.env()).stderr
         after = hosts.interface_bytes(0)
+        if ranks_per_host > 1:
+            plan = run(hosts.mpirun(ranks_per_host, [VITPIPE, "plan", "--model", mini, *COMMON, *THREADS, *BATCH,
+                                                     "--profile-cache", os.path.join(work, "cache"), "--json"]),
+                       env=hosts.env()).stdout
     ranks = 2 * ranks_per_host
+    expected_hosts = [h for h in range(2) for _ in range(ranks_per_host)]
+    if ranks_per_host > 1:
+        check_topology(out, plan, expected_hosts)
     assert f"{ranks} MPI ranks" in log, "the job did not run as MPI ranks:\n" + log
     sent = after[0] - before[0]
     print(f"host 0's interface sent {sent} bytes, received {after[1] - before[1]}")
     assert sent > 100_000, f"only {sent} bytes crossed the link: the ranks did not talk over it"
     compare(os.path.join(mini, "model.safetensors"), os.path.join(reference, "model", "model.safetensors"),
             os.path.join(out, "model", "model.safetensors"), f"2 hosts x {ranks_per_host} rank(s), {what}")
+
+
+def check_topology(out, plan_output, expected_hosts):
+    """Which ranks share a host, as MPI's shared-memory split says (the namespaced hosts share one hostname's
+    machine but not memory segments): in the run's metrics, with the rank order that keeps the smaller traffic
+    between hosts (2 stages x 2 replicas: a stage's replicas share a host, the activations cross), and in the plan."""
+    records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    topology = next((r for r in records if r.get("type") == "topology"), None)
+    assert topology, "no topology record in metrics.jsonl"
+    print("topology record:", topology)
+    assert topology["host_of_rank"] == expected_hosts, f"hosts {topology['host_of_rank']}, expected {expected_hosts}"
+    assert topology["rank_order"] == "stage-major", "the gradients cross the link: " + str(topology)
+    assert topology["cross_host_bytes_per_step"] < topology["other_order_cross_host_bytes_per_step"], topology
+    planned = json.loads(plan_output[plan_output.index("{"):])["hosts"]
+    print("plan's hosts:", planned)
+    assert planned["count"] == 2 and planned["host_of_rank"] == expected_hosts, planned
 
 
 def rank_processes(hosts):

@@ -48,6 +48,23 @@ TEST(ProcessGrid, EightRanksAsFourStagesTimesTwoReplicas) {
   EXPECT_EQ(grid.replica_of(7), 1);
 }
 
+TEST(ProcessGrid, StageMajorMakesAStagesReplicasNeighbours) {
+  // 2 stages x 3 replicas, rank = stage * 3 + replica: ranks 0-2 hold stage 0, ranks 3-5 stage 1.
+  for (int rank = 0; rank < 6; ++rank) {
+    const ProcessGrid grid(6, rank, 2, RankOrder::stage_major);
+    EXPECT_EQ(grid.stage(), rank / 3);
+    EXPECT_EQ(grid.replica(), rank % 3);
+    EXPECT_EQ(grid.rank_of(grid.stage(), grid.replica()), rank);
+    EXPECT_EQ(grid.data_parallel_ranks(),
+              (std::vector<int>{3 * grid.stage(), 3 * grid.stage() + 1, 3 * grid.stage() + 2}));
+    EXPECT_EQ(grid.pipeline_ranks(), (std::vector<int>{grid.replica(), 3 + grid.replica()}));
+    EXPECT_EQ(grid.previous_rank(), grid.first_stage() ? -1 : rank - 3);
+    EXPECT_EQ(grid.next_rank(), grid.last_stage() ? -1 : rank + 3);
+  }
+  EXPECT_EQ(ProcessGrid(6, 4, 2, RankOrder::stage_major).describe(),
+            "rank 4: stage 1 of 2, replica 1 of 3 (ranks stage-major)");
+}
+
 TEST(ProcessGrid, OneProcessIsOneStageOneReplica) {
   ProcessGrid grid(1, 0, 1);
   EXPECT_TRUE(grid.first_stage());

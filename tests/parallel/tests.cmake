@@ -34,3 +34,11 @@ foreach(case "fail;error: rank 3: injected failure at step 3" "exit;exiting befo
   set_tests_properties(parallel_mpi_failure_${scenario} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" TIMEOUT 60
                        LABELS parallel)
 endforeach()
+
+# MPI_Finalize under the deadline: rank 0 late at the end past VITPIPE_COMM_TIMEOUT, the others say so and the job ends.
+add_test(NAME parallel_mpi_failure_late-finalize
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/mpi/expect_job_failure.py --seconds 15
+                 --expect "MPI_Finalize: the job's end, with every rank" -- ${VITPIPE_MPIRUN} -np 2 ${VITPIPE_MPI_DRIVER}
+                 late-finalize)
+set_tests_properties(parallel_mpi_failure_late-finalize PROPERTIES
+                     ENVIRONMENT "${VITPIPE_TEST_ENV};VITPIPE_COMM_TIMEOUT=2" TIMEOUT 60 LABELS parallel)

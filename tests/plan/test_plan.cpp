@@ -176,6 +176,30 @@ TEST(PlanSearch, ShardingCutsOptimizerMemoryByTheReplicas) {
   EXPECT_DOUBLE_EQ(sharded.volume.reduce_scatter, full.volume.allreduce);
 }
 
+TEST(PlanSearch, AcrossNodesTheReductionStaysInsideANodeAndTakesItsSharedMemory) {
+  // 2 nodes x 2 processes, 2 stages x 2 replicas, a slow link between the nodes and a fast one inside them.
+  PlanInputs in = inputs(4, 16, 1e12);
+  in.processes_per_node = 2;
+  in.cores_per_node = 2;
+  in.link = parse_link("100Mbit,50us");
+  in.local_link = parse_link("100Gbit,1us");
+  Layout l;
+  l.stages = 2;
+  l.replicas = 2;
+  l.micro_batch = 2;
+  l.micro_batches = 4;
+  const ModelProfile profile = synthetic_profile(0.5);
+  const LayoutPrediction placed = predict_layout(in, profile, l);
+  // A stage's replicas share a node: only the activations cross, and the reduction costs the local link's time.
+  EXPECT_EQ(placed.layout.rank_order, RankOrder::stage_major);
+  EXPECT_GT(placed.cross_node_bytes, 0);
+  EXPECT_LT(placed.cross_node_bytes, placed.volume.wire / 10);
+  in.local_link = LinkModel{};  // unknown: every message takes the slow link
+  const LayoutPrediction everywhere = predict_layout(in, profile, l);
+  EXPECT_GT(everywhere.exposed_communication_seconds, 100 * placed.exposed_communication_seconds);
+  EXPECT_NE(placed.layout.describe().find("ranks stage-major"), std::string::npos) << placed.layout.describe();
+}
+
 TEST(PlanSearch, NothingFitsSaysWhatWould) {
   PlanInputs in = inputs(2, 8, 1.0);  // one byte per process
   const ModelProfile profile = synthetic_profile(0.5);
