@@ -181,15 +181,6 @@ class SeamBackendImpl final : public Backend {
     Call c(__func__, {&grad_out, &in, &grad_in, grad_bias});
     inner_->gelu_backward(grad_out, in, grad_in, grad_bias);
   }
-  void gelu_forward_saving_derivative(const Tensor& in, const Tensor& out, const Tensor& derivative) override {
-    Call c(__func__, {&in, &out, &derivative});
-    inner_->gelu_forward_saving_derivative(in, out, derivative);
-  }
-  void gelu_backward_from_derivative(const Tensor& grad_out, const Tensor& derivative, const Tensor& grad_in,
-                                     const Tensor* grad_bias) override {
-    Call c(__func__, {&grad_out, &derivative, &grad_in, grad_bias});
-    inner_->gelu_backward_from_derivative(grad_out, derivative, grad_in, grad_bias);
-  }
   void patchify(const Tensor& images, int64_t patch, const Tensor& patches) override {
     Call c(__func__, {&images, &patches});
     inner_->patchify(images, patch, patches);
