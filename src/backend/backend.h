@@ -84,13 +84,6 @@ class Backend {
   // column sums of grad_in, summed before rounding.
   virtual void gelu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
                              const Tensor* grad_bias) = 0;
-  // Training's pair: the forward pass writes out = GELU(in) and derivative = GELU'(in) (in's dtype; may alias in,
-  // overwriting the pre-activation, which nothing else reads), sharing the erf both need; the backward pass is then
-  // grad_in = grad_out * derivative (overwrites; all f32 or all bf16), grad_bias (optional, f32) adding the column
-  // sums of grad_in before rounding. Half the arithmetic of gelu_forward + gelu_backward: no second erf, no exp.
-  virtual void gelu_forward_saving_derivative(const Tensor& in, const Tensor& out, const Tensor& derivative) = 0;
-  virtual void gelu_backward_from_derivative(const Tensor& grad_out, const Tensor& derivative, const Tensor& grad_in,
-                                             const Tensor* grad_bias) = 0;
 
   // ---- embeddings ----
   // images [B, C, H, W] f32 -> patches [B * Np, C * P * P] (channel, ky, kx order), f32 or bf16.

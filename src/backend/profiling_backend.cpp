@@ -121,15 +121,6 @@ void ProfilingBackend::gelu_backward(const Tensor& grad_out, const Tensor& in, c
   timed("GELU backward", OpKind::gelu, 0.0, bytes_of({&grad_out, &in, &grad_in}),
         [&] { inner_.gelu_backward(grad_out, in, grad_in, grad_bias); });
 }
-void ProfilingBackend::gelu_forward_saving_derivative(const Tensor& in, const Tensor& out, const Tensor& derivative) {
-  timed("GELU forward (with derivative)", OpKind::gelu, 0.0, bytes_of({&in, &out, &derivative}),
-        [&] { inner_.gelu_forward_saving_derivative(in, out, derivative); });
-}
-void ProfilingBackend::gelu_backward_from_derivative(const Tensor& grad_out, const Tensor& derivative,
-                                                     const Tensor& grad_in, const Tensor* grad_bias) {
-  timed("GELU backward (from derivative)", OpKind::gelu, 0.0, bytes_of({&grad_out, &derivative, &grad_in}),
-        [&] { inner_.gelu_backward_from_derivative(grad_out, derivative, grad_in, grad_bias); });
-}
 void ProfilingBackend::patchify(const Tensor& images, int64_t patch, const Tensor& patches) {
   timed("patchify", OpKind::embedding, 0.0, bytes_of({&images, &patches}),
         [&] { inner_.patchify(images, patch, patches); });

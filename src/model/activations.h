@@ -24,8 +24,7 @@ struct BlockActivations {
   Tensor attn_out;                 // [rows, D] act: the projection's output before LayerScale (LayerScale only)
   Tensor mid;                      // [rows, D] f32: residual stream after attention
   Tensor ln2, mean2, rstd2;        // [rows, D] act
-  Tensor pre_gelu;                 // [rows, fc1_out] act (fc1 output, before the activation; in training with
-                                   // GELU, replaced by GELU' of it once the activation is computed)
+  Tensor pre_gelu;                 // [rows, fc1_out] act (fc1 output, before the activation)
   Tensor gelu;                     // [rows, I] act: GELU or SwiGLU output
   Tensor mlp_out;                  // [rows, D] act: fc2's output before LayerScale (LayerScale only)
   Tensor cls_input;                // [b, D] f32: token 0 of the block input (classifier-token blocks only)

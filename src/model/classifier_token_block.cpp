@@ -57,7 +57,7 @@ void classifier_token_block_backward(const LayerContext& ctx, const BlockParamet
   if (c.swiglu) {
     be.swiglu_backward(act_grad, a.pre_gelu, mlp, optional(g.fc1_bias));
   } else {
-    be.gelu_backward_from_derivative(mlp, a.pre_gelu, mlp, optional(g.fc1_bias));
+    be.gelu_backward(mlp, a.pre_gelu, mlp, optional(g.fc1_bias));
   }
   if (weights && g.fc1_weight.numel()) be.linear_backward_weight(mlp, a.ln2, g.fc1_weight);
   be.linear_backward_input(mlp, gw.fc1_weight, ln_cls);

@@ -60,11 +60,8 @@ void fc1_activation_forward(const LayerContext& ctx, const BlockParameters& w, c
   lora_forward_at(ctx, gw, LinearSite::fc1, a.ln2, a, a.pre_gelu);
   if (ctx.config.swiglu) {
     be.swiglu_forward(a.pre_gelu, a.gelu);
-  } else if (ctx.inference) {
-    be.gelu_forward(a.pre_gelu, a.gelu);
   } else {
-    // The backward pass needs only GELU'(pre-activation): it replaces the pre-activation in place.
-    be.gelu_forward_saving_derivative(a.pre_gelu, a.gelu, a.pre_gelu);
+    be.gelu_forward(a.pre_gelu, a.gelu);
   }
 }
 
@@ -126,7 +123,7 @@ void encoder_block_backward(const LayerContext& ctx, const BlockParameters& w, c
   if (c.swiglu) {
     be.swiglu_backward(ws.gated, a.pre_gelu, mlp, optional(g.fc1_bias));
   } else {
-    be.gelu_backward_from_derivative(mlp, a.pre_gelu, mlp, optional(g.fc1_bias));
+    be.gelu_backward(mlp, a.pre_gelu, mlp, optional(g.fc1_bias));
   }
   if (weights && g.fc1_weight.numel()) be.linear_backward_weight(mlp, a.ln2, g.fc1_weight);
   be.linear_backward_input(mlp, gw.fc1_weight, ws.ln);

@@ -51,8 +51,7 @@ void encoder_block_backward(const LayerContext& ctx, const BlockParameters& weig
                             const BlockGradientFlow& flow);
 
 // Shared by both block kinds: fc1 and its activation (GELU or SwiGLU) from saved.ln2 into saved.gelu. In inference
-// without LoRA on fc1, GELU runs in the GEMM's epilogue and saved.pre_gelu is not written; in training with GELU,
-// saved.pre_gelu ends up holding GELU' of the pre-activation, which is all the backward pass needs.
+// without LoRA on fc1, GELU runs in the GEMM's epilogue and saved.pre_gelu is not written.
 void fc1_activation_forward(const LayerContext& ctx, const BlockParameters& weights,
                             const BlockParameters& gemm_weights, const BlockActivations& saved);
 // Shared by both block kinds: LoRA on linear layer `site` (no-op without it). `out` may be a wider tensor whose

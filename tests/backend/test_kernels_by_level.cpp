@@ -182,39 +182,6 @@ TEST_P(KernelsAtLevel, GeluForwardAndBackward) {
   }
 }
 
-// Training's pair: the forward writes GELU and GELU' (here in place over the input, as the model does), the
-// backward multiplies by the saved derivative and sums the bias gradient.
-TEST_P(KernelsAtLevel, GeluWithSavedDerivative) {
-  for (DType type : {DType::f32, DType::bf16}) {
-    const int64_t rows = 9, cols = 4099;
-    const Tensor in = random_tensor({rows, cols}, 30, type, 3.0);
-    const Doubles x = values(in);
-    const Tensor out = Tensor::empty({rows, cols}, type);
-    be().gelu_forward_saving_derivative(in, out, in);
-    Doubles expected(x.size()), expected_derivative(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      expected[i] = gelu(x[i]);
-      expected_derivative[i] = gelu_derivative(x[i]);
-    }
-    EXPECT_LT(relative_difference(out, expected), type == DType::f32 ? 2e-6 : 8e-3) << dtype_name(type);
-    EXPECT_LT(relative_difference(in, expected_derivative), type == DType::f32 ? 2e-6 : 8e-3) << dtype_name(type);
-
-    const Tensor grad_out = random_tensor({rows, cols}, 31, type);
-    const Doubles g = values(grad_out), d = values(in);
-    const Tensor grad_in = Tensor::empty({rows, cols}, type), grad_bias = random_tensor({cols}, 32, DType::f32);
-    Doubles expected_bias = values(grad_bias), expected_in(x.size());
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
-        const double v = g[i * cols + j] * d[i * cols + j];
-        expected_in[i * cols + j] = v;
-        expected_bias[j] += v;
-      }
-    be().gelu_backward_from_derivative(grad_out, in, grad_in, &grad_bias);
-    EXPECT_LT(relative_difference(grad_in, expected_in), type == DType::f32 ? 2e-6 : 8e-3) << dtype_name(type);
-    EXPECT_LT(relative_difference(grad_bias, expected_bias), 2e-6) << dtype_name(type);
-  }
-}
-
 TEST_P(KernelsAtLevel, LayerNormForwardAndBackward) {
   for (DType type : {DType::f32, DType::bf16}) {
     const int64_t rows = 13, d = 197;  // a row length that is not a multiple of any vector width

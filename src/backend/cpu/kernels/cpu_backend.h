@@ -43,9 +43,6 @@ class CpuBackend final : public Backend {
                               int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override;
   void gelu_forward(const Tensor& in, const Tensor& out) override;
   void gelu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in, const Tensor* grad_bias) override;
-  void gelu_forward_saving_derivative(const Tensor& in, const Tensor& out, const Tensor& derivative) override;
-  void gelu_backward_from_derivative(const Tensor& grad_out, const Tensor& derivative, const Tensor& grad_in,
-                                     const Tensor* grad_bias) override;
 
   void patchify(const Tensor& images, int64_t patch, const Tensor& patches) override;
   void embeddings_forward(const Tensor& patch_proj, const Tensor& cls, const Tensor& pos, const Tensor& x) override;
