@@ -13,17 +13,8 @@ namespace {
 
 template <class In, class Out>
 void gelu_rows(const In* in, Out* out, int64_t n) {
-#ifdef VITPIPE_AVX512
-  const int64_t vectors = (n + 15) / 16;
-#pragma omp parallel for schedule(static) if (parallel_worth_it(n))
-  for (int64_t v = 0; v < vectors; ++v) {
-    const __mmask16 m = simd::tail_mask(n - 16 * v);
-    simd::store(out + 16 * v, simd::gelu_ps(simd::load(in + 16 * v, m)), m);
-  }
-#else
 #pragma omp parallel for simd schedule(static) if (parallel_worth_it(n))
   for (int64_t i = 0; i < n; ++i) store(out + i, gelu(load(in + i)));
-#endif
 }
 
 template <class GradOut, class In, class GradIn>
@@ -38,14 +29,6 @@ void gelu_backward_rows(const GradOut* grad_out, const In* in, GradIn* grad_in, 
       const GradOut* go = grad_out + i * cols;
       const In* x = in + i * cols;
       GradIn* gi = grad_in + i * cols;
-#ifdef VITPIPE_AVX512
-      for (int64_t j = 0; j < cols; j += 16) {
-        const __mmask16 m = simd::tail_mask(cols - j);
-        const __m512 g = _mm512_mul_ps(simd::load(go + j, m), simd::gelu_derivative_ps(simd::load(x + j, m)));
-        simd::store(gi + j, g, m);
-        if (cs) _mm512_mask_storeu_ps(cs + j, m, _mm512_add_ps(simd::load(cs + j, m), g));
-      }
-#else
       if (cs) {
 #pragma omp simd
         for (int64_t j = 0; j < cols; ++j) {
@@ -57,7 +40,6 @@ void gelu_backward_rows(const GradOut* grad_out, const In* in, GradIn* grad_in, 
 #pragma omp simd
         for (int64_t j = 0; j < cols; ++j) store(gi + j, load(go + j) * gelu_derivative(load(x + j)));
       }
-#endif
     }
   }
   if (partials) partials->add_into(grad_bias, cols);

@@ -2,6 +2,7 @@
 // bf16 stores (vcvtneps2bf16 at the avx512_bf16 level), for softmax and LayerNorm. Same formulas as vector_math.h (so
 // the same accuracy); built only into the AVX-512 levels' kernels (level_target.h includes it after its target
 // pragma), the portable loops serve the avx2 level.
+// (GELU's erf was tried here too and ran slower than GCC's own vectorisation of vector_math.h, so it stays there.)
 #pragma once
 
 #if VITPIPE_LEVEL_AVX512
@@ -44,41 +45,6 @@ inline __m512 exp_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
-}
-
-// erf as vector_math.h's rational function of x^2 (same coefficients, so the same accuracy), in explicit AVX-512:
-// GCC's vectorisation of the scalar form runs at half this speed (it rounds bf16 stores by hand and splits the loop).
-inline __m512 erf_ps(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-4.0f)), _mm512_set1_ps(4.0f));
-  const __m512 x2 = _mm512_mul_ps(x, x);
-  __m512 p = _mm512_set1_ps(-2.72614225801306e-10f);
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(2.77068142495902e-08f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-2.10102402082508e-06f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-5.69250639462346e-05f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-7.34990630326855e-04f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-2.95459980854025e-03f));
-  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-1.60960333262415e-02f));
-  __m512 q = _mm512_set1_ps(-1.45660718464996e-05f);
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-2.13374055278905e-04f));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-1.68282697438203e-03f));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-7.37332916720468e-03f));
-  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-1.42647390514189e-02f));
-  return _mm512_div_ps(_mm512_mul_ps(x, p), q);
-}
-
-// Exact GELU and its derivative, as vector_math.h's gelu / gelu_derivative.
-inline __m512 gelu_ps(__m512 x) {
-  const __m512 cdf2 =
-      _mm512_add_ps(_mm512_set1_ps(1.0f), erf_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752f))));
-  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), cdf2);
-}
-inline __m512 gelu_derivative_ps(__m512 x) {
-  const __m512 cdf = _mm512_mul_ps(
-      _mm512_set1_ps(0.5f),
-      _mm512_add_ps(_mm512_set1_ps(1.0f), erf_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752f)))));
-  const __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(0.3989422804014327f),
-                                   exp_ps(_mm512_mul_ps(_mm512_set1_ps(-0.5f), _mm512_mul_ps(x, x))));
-  return _mm512_fmadd_ps(x, pdf, cdf);
 }
 
 // Masked loads and stores of f32 or bf16 (uint16_t bits) as 16 floats.
