@@ -133,7 +133,9 @@ def measure(hosts, vitpipe, model, rate, per_host, flags, steps, out, env):
         hidden_s=statistics.mean(c["collective_hidden_seconds"] for c in comm) / ranks,
         vitpipe_bytes=statistics.mean(c["wire_bytes"] for c in comm),
         interface_bytes=(link_bytes_at(times[-1]) - link_bytes_at(times[1])) / (len(times) - 2),
-        chosen=chosen and chosen["layout"], auto_predicted_s=chosen and chosen["predicted_step_seconds"])
+        chosen=chosen and chosen["layout"], auto_predicted_s=chosen and chosen["predicted_step_seconds"],
+        auto_predicted_exposed_s=chosen and chosen["predicted_exposed_communication_seconds"],
+        auto_predicted_bytes=chosen and chosen["predicted_wire_bytes"])
 
 
 def main():
@@ -176,14 +178,18 @@ def main():
                 best = predict(hosts, vitpipe, model, rate, per_host, plan_flags, cache, env)
                 got = measure(hosts, vitpipe, model, rate, per_host, flags, args.steps, os.path.join(work, "run"),
                               env)
-            predicted = got["auto_predicted_s"] if layout == "auto" else best["step_seconds"]
+            # `auto`: the prediction --layout auto made for the layout it chose (vitpipe plan's best, profiled a
+            # moment earlier, may be another layout).
+            auto = layout == "auto"
+            predicted = got["auto_predicted_s"] if auto else best["step_seconds"]
             name = layout if layout != "auto" else f"auto: {got['chosen']}"
             if got["rank_order"]:
                 name += f" ({got['rank_order']})"
             row = dict(hosts=host_count, ranks_per_host=per_host, rate=rate, layout=name,
                        variant=variant or "vitpipe's ring, its rank order", predicted_s=predicted,
-                       predicted_exposed_s=best["exposed_communication_seconds"],
-                       planner_bytes=best["bytes_per_step"]["wire"], **got)
+                       predicted_exposed_s=got["auto_predicted_exposed_s"] if auto else
+                       best["exposed_communication_seconds"],
+                       planner_bytes=got["auto_predicted_bytes"] if auto else best["bytes_per_step"]["wire"], **got)
             results.append(row)
             print(f"| {host_count} x {per_host} | {rate} | {name} | {variant or '-'} | {got['measured_s']:.2f} s | "
                   f"{predicted:.2f} s | {got['measured_s'] / predicted:.2f} | {got['exposed_s']:.2f} s "

@@ -970,6 +970,9 @@ void RankTrainer::finish() {
                                {"measured_step_seconds", measured},
                                {"measured_steps", iteration_seconds_.size()},
                                {"predicted_bubble", predicted_->bubble},
+                               {"predicted_exposed_communication_seconds",
+                                predicted_->exposed_communication_seconds},
+                               {"predicted_wire_bytes", predicted_->volume.wire},
                                {"predicted_data_seconds", predicted_->data_seconds}};
       metrics_->write(record);
     }

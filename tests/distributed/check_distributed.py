@@ -525,6 +525,13 @@ def case_layout_auto_timing(job):
           f"{measured / predicted:.2f} (allowed 1/{TIMING_FACTOR:g} .. {TIMING_FACTOR:g})")
     if not 1 / TIMING_FACTOR <= measured / predicted <= TIMING_FACTOR:
         sys.exit("FAIL: predicted and measured step times differ by more than the allowed factor")
+    # Bytes are exact: every step's count over the ranks must be the chosen layout's planned volume.
+    planned = layout[-1]["predicted_wire_bytes"]
+    counted = sorted({r["comm"]["wire_bytes"] for r in records if r.get("type") == "train" and "comm" in r})
+    print(f"wire bytes per step: planned {planned:.0f}, counted {counted}")
+    if not counted or any(abs(c - planned) > 1e-9 * planned + 1 for c in counted):
+        sys.exit(f"FAIL: the chosen layout's planned bytes per step ({planned:.0f}) differ from vitpipe's count "
+                 f"({counted})")
 
 
 def plan(job, processes, flags, expect_ok=True):
