@@ -68,3 +68,14 @@ set_tests_properties(cuda.gpu_pack PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TI
 # closed to the host between backend calls; equal to the plain run, and touched only by the probe's stage copies.
 add_test(NAME cuda.seam COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_seam.py $<TARGET_FILE:vit_gradient_probe>)
 set_tests_properties(cuda.seam PROPERTIES LABELS cuda)
+
+# The module's C boundary (backend/cuda_module_backend.h -> module_abi.h -> backend/backend_call.h) on the CPU: golden
+# cases run through the loopback table must equal the CPU backend bit for bit. Between them the cases call every op.
+foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-stages-and-accumulation bf16-stages-recompute-single
+        fp32-split-backward-stages dinov2-registers-interpolated dinov2-swiglu-recompute deit-distilled-teacher
+        lora-dinov2-all-recompute bf16-deit-teacher-lora bf16-dinov2-swiglu trajectory-lora-vit)
+  add_test(NAME cuda.module_adapter.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_module_adapter.py
+                   --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})
+  set_tests_properties(cuda.module_adapter.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+endforeach()
