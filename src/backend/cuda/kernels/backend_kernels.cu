@@ -151,7 +151,7 @@ struct LayerNormWeightGradient {
   const float *in, *mean, *rstd;
   int64_t d;
   __device__ float operator()(int64_t r, int64_t c) const {
-    return load_value(grad_out, r * d + c) * ((in[r * d + c] - mean[r]) * rstd[r]);
+    return layernorm_weight_gradient_term(load_value(grad_out, r * d + c), in[r * d + c], mean[r], rstd[r]);
   }
 };
 
@@ -159,31 +159,16 @@ struct LayerNormWeightGradient {
 template <class T>
 __global__ void patchify_kernel(const float* __restrict__ images, int64_t batch, int64_t channels, int64_t height,
                                 int64_t width, int64_t patch, T* __restrict__ patches) {
-  const int64_t gw = width / patch, gh = height / patch, np = gh * gw, k = channels * patch * patch;
-  VITPIPE_GRID_STRIDE(i, batch * np * k) {
-    const int64_t col = i % k, row = i / k;
-    const int64_t b = row / np, p = row % np, py = p / gw, px = p % gw;
-    const int64_t c = col / (patch * patch), ky = (col / patch) % patch, kx = col % patch;
-    store_value(patches, i, images[((b * channels + c) * height + py * patch + ky) * width + px * patch + kx]);
-  }
+  const int64_t count = batch * (height / patch) * (width / patch) * channels * patch * patch;
+  VITPIPE_GRID_STRIDE(i, count) { store_value(patches, i, images[patchify_source(i, channels, height, width, patch)]); }
 }
 
 template <class T>
 __global__ void token_embeddings_kernel(const T* __restrict__ patch_proj, const float* __restrict__ prefix,
                                         int64_t prefix_count, int64_t positioned, const float* __restrict__ pos,
                                         float* __restrict__ x, int64_t batch, int64_t patches, int64_t d) {
-  const int64_t tokens = prefix_count + patches;
-  VITPIPE_GRID_STRIDE(i, batch * tokens * d) {
-    const int64_t c = i % d, t = (i / d) % tokens, b = i / (d * tokens);
-    float v;
-    if (t < prefix_count) {
-      v = prefix[t * d + c];
-      if (t < positioned) v += pos[t * d + c];
-    } else {
-      const int64_t p = t - prefix_count;
-      v = load_value(patch_proj, (b * patches + p) * d + c) + pos[(positioned + p) * d + c];
-    }
-    x[i] = v;
+  VITPIPE_GRID_STRIDE(i, batch * (prefix_count + patches) * d) {
+    x[i] = token_embedding_value(i, patch_proj, prefix, prefix_count, positioned, pos, patches, d);
   }
 }
 
@@ -215,25 +200,19 @@ __global__ void scatter_tokens_kernel(const float* __restrict__ grad, int64_t ba
 
 __global__ void cls_and_mean_forward_kernel(const float* __restrict__ x, int64_t batch, int64_t tokens, int64_t d,
                                             int64_t skip, float* __restrict__ out) {
-  const float inv = 1.0f / static_cast<float>(tokens - skip);
   VITPIPE_GRID_STRIDE(i, batch * d) {
     const int64_t c = i % d, b = i / d;
     const float* xb = x + b * tokens * d;
-    float sum = 0.0f;
-    for (int64_t t = skip; t < tokens; ++t) sum += xb[t * d + c];
     out[b * 2 * d + c] = xb[c];
-    out[b * 2 * d + d + c] = sum * inv;
+    out[b * 2 * d + d + c] = token_mean(xb, tokens, d, skip, c);
   }
 }
 
 __global__ void cls_and_mean_backward_kernel(const float* __restrict__ grad, int64_t batch, int64_t tokens, int64_t d,
                                              int64_t skip, float* __restrict__ grad_x) {
-  const float inv = 1.0f / static_cast<float>(tokens - skip);
   VITPIPE_GRID_STRIDE(i, batch * tokens * d) {
     const int64_t c = i % d, t = (i / d) % tokens, b = i / (d * tokens);
-    float v = t >= skip ? grad[b * 2 * d + d + c] * inv : 0.0f;
-    if (t == 0) v = grad[b * 2 * d + c] + (skip == 0 ? v : 0.0f);
-    grad_x[i] = v;
+    grad_x[i] = cls_and_mean_gradient(grad + b * 2 * d, tokens, d, skip, t, c);
   }
 }
 

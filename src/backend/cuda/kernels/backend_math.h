@@ -67,6 +67,49 @@ VITPIPE_HOST_DEVICE float layer_scale_value(float residual, float scale, float b
   return residual + scale * branch;
 }
 
+// ---- LayerNorm's weight gradient term: g * xhat (the bias gradient's is g itself) ----
+VITPIPE_HOST_DEVICE float layernorm_weight_gradient_term(float grad_out, float x, float mean, float rstd) {
+  return grad_out * ((x - mean) * rstd);
+}
+
+// ---- embeddings and tokens: where each output element comes from ----
+// patches[i] of [B * Np, C * P * P] (channel, ky, kx order) is images[patchify_source(i)] of [B, C, H, W].
+VITPIPE_HOST_DEVICE int64_t patchify_source(int64_t i, int64_t channels, int64_t height, int64_t width, int64_t patch) {
+  const int64_t gw = width / patch, np = (height / patch) * gw, k = channels * patch * patch;
+  const int64_t col = i % k, row = i / k;
+  const int64_t b = row / np, p = row % np, py = p / gw, px = p % gw;
+  const int64_t c = col / (patch * patch), ky = (col / patch) % patch, kx = col % patch;
+  return ((b * channels + c) * height + py * patch + ky) * width + px * patch + kx;
+}
+
+// x[i] of [B, P + Np, D]: prefix[t] (+ pos[t] for t < Q) for t < P, else patch_proj[b Np + p] + pos[Q + p].
+template <class T>
+VITPIPE_HOST_DEVICE float token_embedding_value(int64_t i, const T* patch_proj, const float* prefix,
+                                                int64_t prefix_count, int64_t positioned, const float* pos,
+                                                int64_t patches, int64_t d) {
+  const int64_t tokens = prefix_count + patches;
+  const int64_t c = i % d, t = (i / d) % tokens, b = i / (d * tokens);
+  if (t < prefix_count) return t < positioned ? prefix[t * d + c] + pos[t * d + c] : prefix[t * d + c];
+  const int64_t p = t - prefix_count;
+  return load_value(patch_proj, (b * patches + p) * d + c) + pos[(positioned + p) * d + c];
+}
+
+// DINOv2's classifier input: the mean part of out[b, D + c] = (sum over t >= skip of x[b, t, c]) * 1 / (T - skip).
+VITPIPE_HOST_DEVICE float token_mean(const float* x_b, int64_t tokens, int64_t d, int64_t skip, int64_t c) {
+  const float inv = 1.0f / static_cast<float>(tokens - skip);
+  float sum = 0.0f;
+  for (int64_t t = skip; t < tokens; ++t) sum += x_b[t * d + c];
+  return sum * inv;
+}
+
+// Its gradient at grad_x[b, t, c] from grad [B, 2D].
+VITPIPE_HOST_DEVICE float cls_and_mean_gradient(const float* grad_b, int64_t tokens, int64_t d, int64_t skip, int64_t t,
+                                                int64_t c) {
+  const float inv = 1.0f / static_cast<float>(tokens - skip);
+  const float mean_part = t >= skip ? grad_b[d + c] * inv : 0.0f;
+  return t == 0 ? grad_b[c] + (skip == 0 ? mean_part : 0.0f) : mean_part;
+}
+
 // ---- losses, in double as the CPU backend's (they are tiny) ----
 // One element of BCEWithLogits (torch's pos_weight and weight); returns the loss, writes grad_scale * d/dx.
 VITPIPE_HOST_DEVICE double bce_element(double x, double y, double pos_weight, double weight, double grad_scale,
