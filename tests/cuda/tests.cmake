@@ -79,3 +79,14 @@ foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-stages-and-accumulati
                    --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})
   set_tests_properties(cuda.module_adapter.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
 endforeach()
+
+# CudaBackend on a real GPU against the CPU backend, op by op (tests/cuda/gpu): built with the module's objects and
+# linked with the CUDA libraries; every test skips where the runtime sees no GPU.
+if(VITPIPE_CUDA_MODULE_BUILT)
+  add_executable(test_cuda_gpu ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
+                 $<TARGET_OBJECTS:vitpipe_cuda_objects>)
+  target_include_directories(test_cuda_gpu PRIVATE ${VITPIPE_CUDNN_INCLUDE_DIR})
+  target_link_libraries(test_cuda_gpu PRIVATE vitpipe_cuda_calls vitpipe_library CUDA::cudart_static CUDA::cublasLt
+                        ${VITPIPE_CUDNN_LIBRARY} GTest::gtest_main)
+  gtest_discover_tests(test_cuda_gpu DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+endif()

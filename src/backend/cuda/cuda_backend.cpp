@@ -101,6 +101,10 @@ void CudaBackend::release() {
   stream_ = nullptr;
 }
 
+void CudaBackend::make_current() {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
+}
+
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
 void CudaBackend::check(cudaError_t status, const char* what) { check_cuda(status, what); }

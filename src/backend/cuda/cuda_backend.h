@@ -46,6 +46,9 @@ class CudaBackend final : public Backend {
 
   // Waits for the stream; throws the error of an earlier asynchronous failure.
   void synchronize();
+  // Makes this backend's GPU the calling thread's current device (every op through the module table does this
+  // first: pipeline stages may call from threads of their own).
+  void make_current();
 
   std::string name() const override { return "cuda"; }
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,

@@ -61,8 +61,14 @@ int backend_create(int device, int allow_tf32, void** backend, char* error, size
 void backend_destroy(void* backend) { delete static_cast<vitpipe::cuda::CudaBackend*>(backend); }
 
 int backend_call(void* backend, VitpipeBackendCall* call, char* error, size_t error_size) {
-  return vitpipe::run_backend_call_reporting(*static_cast<vitpipe::cuda::CudaBackend*>(backend), call, error,
-                                             error_size);
+  auto& b = *static_cast<vitpipe::cuda::CudaBackend*>(backend);
+  try {
+    b.make_current();
+  } catch (const std::exception& e) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
+    return 1;
+  }
+  return vitpipe::run_backend_call_reporting(b, call, error, error_size);
 }
 
 int backend_synchronize(void* backend, char* error, size_t error_size) {
