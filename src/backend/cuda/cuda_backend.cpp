@@ -155,8 +155,9 @@ void CudaBackend::linear_forward(const Tensor& in, const Tensor& weight, const T
       "shapes " + shape_string(in.shape()) + " x " + shape_string(weight.shape()) + " -> " + shape_string(out.shape()));
   if (bias != nullptr) require_f32(*bias, "linear_forward", "bias");
   if (residual != nullptr) require_f32(*residual, "linear_forward", "residual");
-  // cuBLASLt's C and D share a type: a bf16 output with a residual is computed in f32 scratch, then rounded.
-  const bool via_f32 = residual != nullptr && is_bf16(out);
+  // cuBLASLt's C and D share a type, and f32 operands need an f32 result (calls/gemm_rules.h): a bf16 output with a
+  // residual, or from f32 operands, is computed in f32 scratch, then rounded.
+  const bool via_f32 = is_bf16(out) && (residual != nullptr || !is_bf16(in));
   Tensor target = out;
   if (via_f32) target = Tensor::wrap(scratch_floats(m * n, "linear_forward's f32 result"), {m, n}, DType::f32);
   const RowMajorMatrix a = matrix(in, m, k, true, false), w = matrix(weight, n, k, true, false);
@@ -199,10 +200,18 @@ void CudaBackend::linear_backward_input(const Tensor& grad_out, const Tensor& we
   arena_.reset();
   const int64_t n = last_dim(grad_out), m = leading_rows(grad_out), k = last_dim(weight);
   require(weight.rank() == 2 && weight.dim(0) == n && grad_in.numel() == m * k, "linear_backward_input", "shapes");
+  require_float(grad_in, "linear_backward_input", "grad_in");
+  // f32 operands need an f32 result: a bf16 grad_in from them goes through f32 scratch.
+  const bool via_f32 = is_bf16(grad_in) && !is_bf16(grad_out);
+  const Tensor target =
+      via_f32 ? Tensor::wrap(scratch_floats(m * k, "linear_backward_input's f32 result"), {m, k}, DType::f32) : grad_in;
   const RowMajorMatrix g = matrix(grad_out, m, n, true, false), w = matrix(weight, n, k, true, false);
-  const RowMajorMatrix gi = matrix(grad_in, m, k, false, true);
+  const RowMajorMatrix gi = matrix(target, m, k, false, true);
   gemm_->run(linear_backward_input_gemm(g, w, gi, allow_tf32_), stream_);
   finish_staging();
+  if (via_f32) {
+    check(launch_convert(target.raw(), false, grad_in.raw(), true, m * k, stream_), "linear_backward_input: to bf16");
+  }
 }
 
 void CudaBackend::linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) {
@@ -501,7 +510,9 @@ void CudaBackend::token_embeddings_backward(const Tensor& grad_x, const Tensor* 
   const int64_t np = grad_patch_proj.numel() / std::max<int64_t>(b * d, 1), p = t - np;
   require(p >= 0 && positioned <= p && grad_patch_proj.numel() == b * np * d, op, "shapes");
   require_float(grad_patch_proj, op, "grad_patch_proj");
-  float* partials = scratch_floats(column_partials_floats(std::max(b, b * np), t * d), "token embeddings' partials");
+  // One partials buffer for the batch sums ([B] rows of up to T * D columns) and the bias sums ([B Np] rows of D).
+  float* partials = scratch_floats(std::max(column_partials_floats(b, t * d), column_partials_floats(b * np, d)),
+                                   "token embeddings' partials");
   check(launch_copy_patch_tokens(f32(grad_x), b, t, p, d, grad_patch_proj.raw(), is_bf16(grad_patch_proj), stream_),
         op);
   // Batch sums of token rows: rows b, each token block of the [B, T * D] view a column range.

@@ -11,6 +11,10 @@
 //     classifier-token variants in fp32 run the full kernels on a one-query view (other rows' log-sum-exp +inf,
 //     their output gradients 0, so they contribute nothing).
 //   Everything else: kernels/backend_kernels.h (deterministic two-pass column sums and loss sums).
+// Limits known now: LoRA with f32 operands and a bf16 output or input gradient is refused (cuBLASLt wants an f32
+// result from f32 operands; linear_forward and linear_backward_input go through f32 scratch there instead). The
+// arena's 256 MiB bound the padded copies and the bf16-attention fallback's f32 copies: at ViT-B/16, micro-batch 256,
+// that fallback needs more and says so (DeviceArena's message); the memory plan should size the arena.
 // Errors: every CUDA, cuBLASLt and cuDNN status is checked; a failure throws std::runtime_error naming the op and the
 // status. NOT YET RUN ON A GPU: compiled warning-free for sm_80, sm_90 and PTX; its kernels' arithmetic and the
 // library calls' descriptions are what the CPU suite proves.
