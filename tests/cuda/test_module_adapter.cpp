@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/backend_call.h"
+#include "backend/cuda_module.h"
 #include "backend/cuda_module_backend.h"
 #include "backend/cuda_module_loopback.h"
 #include "util/random.h"
@@ -71,4 +72,46 @@ TEST(CudaModuleAdapter, MalformedCallsAreRefusedWithTheOpsName) {
   EXPECT_NE(std::string(error).find("unknown op code 999"), std::string::npos) << error;
   m.backend_destroy(instance);
   EXPECT_NE(m.backend_create(3, 0, &instance, error, sizeof error), 0);
+}
+
+TEST(CudaModuleAdapter, AnOpsFailureReachesTheCallerWithTheOpsName) {
+  auto adapted = make_cuda_module_backend(cuda_module_loopback(), 0, false);
+  const Tensor in = Tensor::zeros({4, 8}), out = Tensor::zeros({4, 9});
+  try {
+    adapted->gelu_forward(in, out);  // the CPU backend behind the table refuses the sizes
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA backend: gelu_forward: "), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaModuleAdapter, RefusesAModuleWithoutBackend) {
+  VitpipeCudaModule without = cuda_module_loopback();
+  without.has_backend = 0;
+  without.backend_create = nullptr;
+  EXPECT_THROW(make_cuda_module_backend(without, 0, false), std::exception);
+}
+
+// The real module, where this machine has no usable GPU: backend_create fails cleanly at its first CUDA call and
+// says which; nothing crashes. (On a GPU machine it starts a backend instead.)
+TEST(CudaModuleAdapter, TheBuiltModulesBackendSaysWhyItCannotStart) {
+  const std::string path = CUDA_MODULE_PATH;
+  if (path.empty()) GTEST_SKIP() << "this build has no CUDA module";
+  const CudaModuleLoad load = open_cuda_module(path);
+  ASSERT_TRUE(load.loaded()) << load.error;
+  int count = 0;
+  char message[256] = {};
+  if (load.module->device_count(&count, message, sizeof message) == 0 && count > 0) {
+    auto backend = make_cuda_module_backend(*load.module, 0, false);
+    EXPECT_EQ(backend->name(), "cuda");
+    return;
+  }
+  try {
+    make_cuda_module_backend(*load.module, 0, false);
+    FAIL() << "a backend started without a GPU";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("the CUDA backend could not start on GPU 0: cudaSetDevice(0): CUDA error "),
+              std::string::npos)
+        << e.what();
+  }
 }
