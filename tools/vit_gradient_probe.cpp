@@ -19,6 +19,9 @@
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
 #include "seam_backend.h"
+#ifdef VITPIPE_PROBE_CUDA_FAKES
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "train/optimizer.h"
 #include "util/error.h"
 #include "util/random.h"
@@ -183,6 +186,10 @@ int main(int argc, char** argv) {
       // VITPIPE_PROBE_SEAM=1: every tensor handed to the backend is closed to the host between calls (seam_backend.h).
       std::unique_ptr<Backend> backend =
           loopback ? make_cuda_module_backend(cuda_module_loopback(), 0, false) : make_cpu_backend();
+#ifdef VITPIPE_PROBE_CUDA_FAKES
+      // This build (vit_gradient_probe_cuda_fakes): the CUDA backend on host-memory fakes of the CUDA libraries.
+      backend = std::make_unique<cuda::CudaBackend>(0, false);
+#endif
       backends.push_back(seam ? make_seam_backend(std::move(backend)) : std::move(backend));
       pipeline.push_back(std::make_unique<ViTStage>(layout, *backends.back(), o));
       ViTStage& stage = *pipeline.back();

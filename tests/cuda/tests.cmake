@@ -90,3 +90,51 @@ if(VITPIPE_CUDA_MODULE_BUILT)
                         ${VITPIPE_CUDNN_LIBRARY} GTest::gtest_main)
   gtest_discover_tests(test_cuda_gpu DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
 endif()
+
+# The same op-by-op comparison without a GPU: CudaBackend (its C++ only) on fakes of the CUDA runtime, cuBLASLt and
+# cuDNN that work in host memory, with the kernels' launchers as host loops over the kernels' own arithmetic
+# (tests/cuda/fakes). Proves CudaBackend's plumbing (shapes, pointers, scratch, padded staging, the library calls as
+# the executors issue them) and test_cuda_gpu itself; the kernels' indexing on the device is left to the GPU.
+if(VITPIPE_CUDA_MODULE_BUILT)
+  add_executable(test_cuda_backend_fakes ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp)
+  target_include_directories(test_cuda_backend_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR})
+  target_compile_definitions(test_cuda_backend_fakes PRIVATE VITPIPE_ON_FAKES=1)
+  target_link_libraries(test_cuda_backend_fakes PRIVATE vitpipe_cuda_calls vitpipe_library GTest::gtest_main)
+  gtest_discover_tests(test_cuda_backend_fakes DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}"
+                       LABELS cuda)
+endif()
+
+# Whole models through CudaBackend on the same fakes: the probe built with them, held by the golden references to
+# float64 PyTorch like the CPU backend (forward, loss, every gradient; fp32 and bf16; ViT and the families).
+if(VITPIPE_CUDA_MODULE_BUILT)
+  add_executable(vit_gradient_probe_cuda_fakes ${PROJECT_SOURCE_DIR}/tools/vit_gradient_probe.cpp
+                 ${PROJECT_SOURCE_DIR}/tools/seam_backend.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp)
+  target_include_directories(vit_gradient_probe_cuda_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS}
+                             ${VITPIPE_CUDNN_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
+  target_compile_definitions(vit_gradient_probe_cuda_fakes PRIVATE VITPIPE_PROBE_CUDA_FAKES=1)
+  target_link_libraries(vit_gradient_probe_cuda_fakes PRIVATE vitpipe_cuda_calls vitpipe_library CLI11::CLI11)
+  set_target_properties(vit_gradient_probe_cuda_fakes PROPERTIES ENABLE_EXPORTS ON)
+  foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-stages-and-accumulation bf16-basic
+          bf16-stages-recompute-single)
+    add_test(NAME cuda.fakes.golden_vit.${case}
+             COMMAND ${VITPIPE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/model/reference_vit.py
+                     --probe $<TARGET_FILE:vit_gradient_probe_cuda_fakes> --case ${case})
+    set_tests_properties(cuda.fakes.golden_vit.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+  endforeach()
+  foreach(case dinov2-registers-interpolated dinov2-swiglu-recompute deit-distilled-teacher lora-dinov2-all-recompute
+          bf16-deit-teacher-lora bf16-dinov2-swiglu)
+    add_test(NAME cuda.fakes.golden_families.${case}
+             COMMAND ${VITPIPE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/model/reference_families.py
+                     --probe $<TARGET_FILE:vit_gradient_probe_cuda_fakes> --case ${case})
+    set_tests_properties(cuda.fakes.golden_families.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+  endforeach()
+endif()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -117,7 +118,9 @@ RowMajorMatrix CudaBackend::matrix(const Tensor& t, int64_t rows, int64_t cols, 
       t.numel() == rows * cols, "GEMM",
       "a " + shape_string(t.shape()) + " tensor is not [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
   const RowMajorMatrix plain{t.raw(), rows, cols, type, cols};
-  if (row_stride_fits_the_library(cols, type)) return plain;
+  // A view (the DeiT heads' slices of one weight) may start off the library's 16-byte alignment: staged too.
+  const bool aligned = reinterpret_cast<uintptr_t>(t.raw()) % kLibraryAlignmentBytes == 0;
+  if (aligned && row_stride_fits_the_library(cols, type)) return plain;
   const int64_t stride = padded_row_stride(cols, type);
   const size_t elem = static_cast<size_t>(element_bytes(type));
   void* padded = arena_.take(static_cast<size_t>(rows * stride) * elem, "a padded GEMM operand");
@@ -130,6 +133,13 @@ RowMajorMatrix CudaBackend::matrix(const Tensor& t, int64_t rows, int64_t cols, 
   const RowMajorMatrix m{padded, rows, cols, type, stride};
   if (write) staged_.push_back({t.raw(), m});
   return m;
+}
+
+const void* CudaBackend::aligned_vector(const Tensor& v, const char* what) {
+  if (reinterpret_cast<uintptr_t>(v.raw()) % kLibraryAlignmentBytes == 0) return v.raw();
+  void* copy = arena_.take(v.nbytes(), what);
+  check(cudaMemcpyAsync(copy, v.raw(), v.nbytes(), cudaMemcpyDeviceToDevice, stream_), what);
+  return copy;
 }
 
 void CudaBackend::finish_staging() {
@@ -170,7 +180,7 @@ void CudaBackend::linear_forward(const Tensor& in, const Tensor& weight, const T
       check(launch_convert(bias->raw(), false, copy, true, n, stream_), "linear_forward: bias to bf16");
       b.data = copy;
     } else {
-      b.data = bias->raw();
+      b.data = aligned_vector(*bias, "linear_forward's aligned bias");
     }
   }
   RowMajorMatrix r;
@@ -191,7 +201,8 @@ void CudaBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, co
   const Tensor pre = Tensor::wrap(scratch_floats(m * n, "linear_gelu_forward's pre-activation"), {m, n}, DType::f32);
   const RowMajorMatrix a = matrix(in, m, k, true, false), w = matrix(weight, n, k, true, false);
   const RowMajorMatrix o = matrix(pre, m, n, false, true);
-  gemm_->run(linear_forward_gemm(a, w, BiasVector{bias.raw(), ElementType::f32}, nullptr, o, allow_tf32_), stream_);
+  const BiasVector b{aligned_vector(bias, "linear_gelu_forward's aligned bias"), ElementType::f32};
+  gemm_->run(linear_forward_gemm(a, w, b, nullptr, o, allow_tf32_), stream_);
   finish_staging();
   check(launch_gelu_forward_any(pre.raw(), false, out.raw(), is_bf16(out), m * n, stream_), "linear_gelu_forward");
 }

@@ -2,7 +2,8 @@
 // never reads one on the host. One stream; one cuBLASLt workspace (32 MiB, Hopper's size), one cuDNN workspace and
 // one scratch arena (device_arena.h) taken at construction and never again; no allocation inside an op.
 //   GEMMs: the call builders of calls/ (linear_gemm_calls.h, lora_gemm_calls.h) through GemmExecutor; TF32 only when
-//     asked. A matrix whose rows are not whole 16-byte units (14 f32 logits, LoRA's rank 4 in bf16) is staged into a
+//     asked. A matrix whose rows are not whole 16-byte units (14 f32 logits, LoRA's rank 4 in bf16) or that starts
+//     off 16-byte alignment (a slice of a larger weight, as DeiT's two heads) is staged into a
 //     padded copy in the arena (cudaMemcpy2DAsync) and back, as cuBLASLt's rules want (calls/padded_rows.h).
 //   linear_gelu_forward: the GEMM with its bias into f32 scratch, then vitpipe's exact-erf GELU kernel
 //     (cuBLASLt's GELU epilogue is the tanh approximation).
@@ -119,6 +120,8 @@ class CudaBackend final : public Backend {
   };
   RowMajorMatrix matrix(const Tensor& t, int64_t rows, int64_t cols, bool read, bool write);
   void finish_staging();
+  // `v`'s device pointer, or a copy in the arena where it is not 16-byte aligned (cuBLASLt's rule for the bias).
+  const void* aligned_vector(const Tensor& v, const char* what);
   void release();
   float* scratch_floats(int64_t count, const char* what);
   void check(cudaError_t status, const char* what);

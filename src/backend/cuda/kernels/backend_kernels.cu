@@ -75,8 +75,7 @@ __global__ void gelu_forward_kernel(const S* __restrict__ in, D* __restrict__ ou
 }
 
 template <class T>
-__global__ void gelu_backward_kernel(const T* __restrict__ grad_out, const T* __restrict__ in, T* __restrict__ grad_in,
-                                     int64_t count) {
+__global__ void gelu_backward_kernel(const T* grad_out, const T* in, T* grad_in, int64_t count) {  // may alias
   VITPIPE_GRID_STRIDE(i, count) {
     store_value(grad_in, i, load_value(grad_out, i) * gelu_derivative(load_value(in, i)));
   }
@@ -248,8 +247,8 @@ __global__ void layer_scale_forward_kernel(const B* branch, const float* scale, 
 }
 
 template <class G>
-__global__ void layer_scale_backward_kernel(const float* __restrict__ grad, const float* __restrict__ scale,
-                                            G* __restrict__ branch_grad, int64_t rows, int64_t d) {
+__global__ void layer_scale_backward_kernel(const float* grad, const float* scale, G* branch_grad, int64_t rows,
+                                            int64_t d) {  // branch_grad may alias grad
   VITPIPE_GRID_STRIDE(i, rows * d) { store_value(branch_grad, i, scale[i % d] * grad[i]); }
 }
 
@@ -426,24 +425,23 @@ cudaError_t launch_gelu_forward_any(const void* in, bool in_bf16, void* out, boo
 
 cudaError_t launch_gelu_backward_any(const void* grad_out, const void* in, void* grad_in, bool bf16, int64_t rows,
                                      int64_t cols, float* grad_bias, float* partials, cudaStream_t stream) {
-  const int64_t count = rows * cols;
-  if (count > 0) {
-    if (bf16) {
-      gelu_backward_kernel<<<grid_for(count), kBlock, 0, stream>>>(bits(grad_out), bits(in), bits(grad_in), count);
-    } else {
-      gelu_backward_kernel<<<grid_for(count), kBlock, 0, stream>>>(floats(grad_out), floats(in), floats(grad_in),
-                                                                   count);
-    }
-    const cudaError_t e = cudaGetLastError();
+  // The column sums first: grad_in may be grad_out itself (the model's in-place backward), and the sums are of the
+  // unrounded gradient.
+  if (grad_bias != nullptr) {
+    const cudaError_t e = bf16 ? column_sums(GeluGradientValue<uint16_t>{bits(grad_out), bits(in), cols}, rows, cols,
+                                             grad_bias, partials, stream)
+                               : column_sums(GeluGradientValue<float>{floats(grad_out), floats(in), cols}, rows, cols,
+                                             grad_bias, partials, stream);
     if (e != cudaSuccess) return e;
   }
-  if (grad_bias == nullptr) return cudaSuccess;
+  const int64_t count = rows * cols;
+  if (count == 0) return cudaSuccess;
   if (bf16) {
-    return column_sums(GeluGradientValue<uint16_t>{bits(grad_out), bits(in), cols}, rows, cols, grad_bias, partials,
-                       stream);
+    gelu_backward_kernel<<<grid_for(count), kBlock, 0, stream>>>(bits(grad_out), bits(in), bits(grad_in), count);
+  } else {
+    gelu_backward_kernel<<<grid_for(count), kBlock, 0, stream>>>(floats(grad_out), floats(in), floats(grad_in), count);
   }
-  return column_sums(GeluGradientValue<float>{floats(grad_out), floats(in), cols}, rows, cols, grad_bias, partials,
-                     stream);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_layernorm_forward_any(const float* in, const float* weight, const float* bias, float eps, void* out,
@@ -473,6 +471,13 @@ void layernorm_backward_rows(const LayerNormBackwardLaunch& a, const G* g, C* co
 template <class G>
 cudaError_t layernorm_backward_typed(const LayerNormBackwardLaunch& a, const G* g, float* partials,
                                      cudaStream_t stream) {
+  // The weight and bias sums first (grad_in may be grad_out itself); they run one after another on the stream, so
+  // they share the partials.
+  cudaError_t e = column_sums(LayerNormWeightGradient<G>{g, a.in, a.mean, a.rstd, a.d}, a.rows, a.d, a.grad_weight,
+                              partials, stream);
+  if (e != cudaSuccess) return e;
+  e = column_sums(StridedValue<G>{g, a.d, a.rows > 0 ? a.rows : 1, 0}, a.rows, a.d, a.grad_bias, partials, stream);
+  if (e != cudaSuccess) return e;
   if (a.rows > 0) {
     if (a.grad_in_copy == nullptr) {
       layernorm_backward_rows(a, g, static_cast<float*>(nullptr), stream);
@@ -481,15 +486,10 @@ cudaError_t layernorm_backward_typed(const LayerNormBackwardLaunch& a, const G* 
     } else {
       layernorm_backward_rows(a, g, floats(a.grad_in_copy), stream);
     }
-    const cudaError_t e = cudaGetLastError();
+    e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
-  // The column sums run one after another on the stream, so they share the partials.
-  cudaError_t e = column_sums(LayerNormWeightGradient<G>{g, a.in, a.mean, a.rstd, a.d}, a.rows, a.d, a.grad_weight,
-                              partials, stream);
-  if (e != cudaSuccess) return e;
-  e = column_sums(StridedValue<G>{g, a.d, a.rows > 0 ? a.rows : 1, 0}, a.rows, a.d, a.grad_bias, partials, stream);
-  if (e != cudaSuccess || a.grad_in_colsum == nullptr) return e;
+  if (a.grad_in_colsum == nullptr) return cudaSuccess;
   return column_sums(StridedValue<float>{a.grad_in, a.d, a.rows > 0 ? a.rows : 1, 0}, a.rows, a.d, a.grad_in_colsum,
                      partials, stream);
 }
@@ -610,15 +610,7 @@ cudaError_t launch_layer_scale_forward(const void* branch, bool branch_bf16, con
 cudaError_t launch_layer_scale_backward(const float* grad, const void* branch, bool branch_bf16, const float* scale,
                                         void* branch_grad, bool branch_grad_bf16, float* grad_scale, float* grad_bias,
                                         int64_t rows, int64_t d, float* partials, cudaStream_t stream) {
-  if (rows * d > 0) {
-    if (branch_grad_bf16) {
-      layer_scale_backward_kernel<<<grid_for(rows * d), kBlock, 0, stream>>>(grad, scale, bits(branch_grad), rows, d);
-    } else {
-      layer_scale_backward_kernel<<<grid_for(rows * d), kBlock, 0, stream>>>(grad, scale, floats(branch_grad), rows, d);
-    }
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-  }
+  // The column sums first: branch_grad may be grad itself.
   if (grad_scale != nullptr) {
     const cudaError_t e = branch_bf16 ? column_sums(LayerScaleScaleGradient<uint16_t>{grad, bits(branch), d}, rows, d,
                                                     grad_scale, partials, stream)
@@ -626,8 +618,17 @@ cudaError_t launch_layer_scale_backward(const float* grad, const void* branch, b
                                                     grad_scale, partials, stream);
     if (e != cudaSuccess) return e;
   }
-  if (grad_bias == nullptr) return cudaSuccess;
-  return column_sums(LayerScaleBiasGradient{grad, scale, d}, rows, d, grad_bias, partials, stream);
+  if (grad_bias != nullptr) {
+    const cudaError_t e = column_sums(LayerScaleBiasGradient{grad, scale, d}, rows, d, grad_bias, partials, stream);
+    if (e != cudaSuccess) return e;
+  }
+  if (rows * d == 0) return cudaSuccess;
+  if (branch_grad_bf16) {
+    layer_scale_backward_kernel<<<grid_for(rows * d), kBlock, 0, stream>>>(grad, scale, bits(branch_grad), rows, d);
+  } else {
+    layer_scale_backward_kernel<<<grid_for(rows * d), kBlock, 0, stream>>>(grad, scale, floats(branch_grad), rows, d);
+  }
+  return cudaGetLastError();
 }
 
 cudaError_t launch_swiglu_forward(const void* in, bool in_bf16, void* out, bool out_bf16, int64_t rows, int64_t h,

@@ -30,7 +30,8 @@ cudaError_t launch_convert(const void* src, bool src_bf16, void* dst, bool dst_b
                            cudaStream_t stream);
 cudaError_t launch_scale(const void* in, void* out, bool bf16, float factor, int64_t count, cudaStream_t stream);
 
-// GELU (exact erf). Backward: all f32 or all bf16; grad_bias (nullable) += column sums of the unrounded gradient.
+// GELU (exact erf). Backward: all f32 or all bf16, grad_in may be grad_out (in place); grad_bias (nullable) +=
+// column sums of the unrounded gradient, taken before grad_in is written.
 cudaError_t launch_gelu_forward_any(const void* in, bool in_bf16, void* out, bool out_bf16, int64_t count,
                                     cudaStream_t stream);
 cudaError_t launch_gelu_backward_any(const void* grad_out, const void* in, void* grad_in, bool bf16, int64_t rows,
