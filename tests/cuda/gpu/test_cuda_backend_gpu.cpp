@@ -281,6 +281,13 @@ TEST_F(CudaBackendOnGpu, ElementwiseAndActivations) {
         },
         tol);
     compare(
+        "gelu_backward in place", {g, x, random_tensor({n}, rng_)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.gelu_backward(t[0], t[1], t[0], &t[2]);
+          return 0.0;
+        },
+        tol);
+    compare(
         "scale in place", {x},
         [](Backend& b, std::vector<Tensor>& t) {
           b.scale(t[0], 0.37, t[0]);
