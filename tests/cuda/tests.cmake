@@ -123,12 +123,20 @@ if(VITPIPE_CUDA_MODULE_BUILT)
   target_compile_definitions(vit_gradient_probe_cuda_fakes PRIVATE VITPIPE_PROBE_CUDA_FAKES=1)
   target_link_libraries(vit_gradient_probe_cuda_fakes PRIVATE vitpipe_cuda_calls vitpipe_library CLI11::CLI11)
   set_target_properties(vit_gradient_probe_cuda_fakes PROPERTIES ENABLE_EXPORTS ON)
-  foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-stages-and-accumulation bf16-basic
-          bf16-stages-recompute-single)
+  foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-stages-and-accumulation fp32-split-backward-stages
+          bf16-basic bf16-stages-recompute-single bf16-split-backward-single)
     add_test(NAME cuda.fakes.golden_vit.${case}
              COMMAND ${VITPIPE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/model/reference_vit.py
                      --probe $<TARGET_FILE:vit_gradient_probe_cuda_fakes> --case ${case})
     set_tests_properties(cuda.fakes.golden_vit.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+  endforeach()
+  # bf16 attention by the fallback (cuDNN's SDPA switched off): the fp32 flash kernels on converted copies.
+  foreach(case bf16-basic bf16-stages-recompute-single)
+    add_test(NAME cuda.fakes.golden_vit.${case}.no-sdpa
+             COMMAND ${VITPIPE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/model/reference_vit.py
+                     --probe $<TARGET_FILE:vit_gradient_probe_cuda_fakes> --case ${case})
+    set_tests_properties(cuda.fakes.golden_vit.${case}.no-sdpa PROPERTIES
+                         ENVIRONMENT "${VITPIPE_TEST_ENV};VITPIPE_CUDA_SDPA=0" LABELS cuda)
   endforeach()
   foreach(case dinov2-registers-interpolated dinov2-swiglu-recompute deit-distilled-teacher lora-dinov2-all-recompute
           bf16-deit-teacher-lora bf16-dinov2-swiglu)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -77,6 +79,11 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
     check_cuda(cudaMalloc(&arena_memory_, kArenaBytes), "cudaMalloc(scratch arena, 256 MiB)");
     arena_ = DeviceArena(arena_memory_, kArenaBytes);
     gemm_ = std::make_unique<GemmExecutor>(cublaslt_, cublas_workspace_, kCublasWorkspaceBytes);
+    // VITPIPE_CUDA_SDPA=0: no cuDNN attention (the fallback's check, or a way around a cuDNN that misbehaves).
+    if (const char* sdpa = std::getenv("VITPIPE_CUDA_SDPA"); sdpa != nullptr && std::string(sdpa) == "0") {
+      sdpa_unavailable_ = true;
+      sdpa_refusal_ = "VITPIPE_CUDA_SDPA=0";
+    }
     sdpa_ = std::make_unique<SdpaExecutor>(cudnn_, cudnn_workspace_, kCudnnWorkspaceBytes);
   } catch (...) {
     release();  // a constructor that throws runs no destructor
@@ -104,6 +111,15 @@ void CudaBackend::release() {
 
 void CudaBackend::make_current() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
+}
+
+void CudaBackend::refuse_sdpa(const std::string& why) {
+  sdpa_unavailable_ = true;  // from now on bf16 attention takes the fp32 fallback
+  sdpa_refusal_ = why;
+  std::fprintf(stderr,
+               "vitpipe CUDA backend: cuDNN's SDPA is not used (%s); bf16 attention runs the fp32 flash "
+               "kernels on converted copies\n",
+               why.c_str());
 }
 
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
@@ -330,8 +346,7 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
                  stream_);
       return;
     } catch (const std::runtime_error& e) {
-      sdpa_unavailable_ = true;  // from now on the fp32 fallback below
-      sdpa_refusal_ = e.what();
+      refuse_sdpa(e.what());
     }
   }
   // fp32 flash kernels (bf16: on f32 copies, then rounded).
@@ -385,8 +400,7 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
       }
       done = true;
     } catch (const std::runtime_error& e) {
-      sdpa_unavailable_ = true;
-      sdpa_refusal_ = e.what();
+      refuse_sdpa(e.what());
     }
   }
   if (!done) {

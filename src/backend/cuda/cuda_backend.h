@@ -8,9 +8,9 @@
 //   linear_gelu_forward: the GEMM with its bias into f32 scratch, then vitpipe's exact-erf GELU kernel
 //     (cuBLASLt's GELU epilogue is the tanh approximation).
 //   Attention: bf16 through cuDNN's SDPA (SdpaExecutor); should cuDNN have no engine for a shape, the fallback
-//     converts to f32 and runs the fp32 flash kernels (kernels/flash_attention.h), which fp32 always uses. The
-//     classifier-token variants in fp32 run the full kernels on a one-query view (other rows' log-sum-exp +inf,
-//     their output gradients 0, so they contribute nothing).
+//     (and with VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels (kernels/flash_attention.h), which
+//     fp32 always uses. The classifier-token variants in fp32 run the full kernels on a one-query view (other rows'
+//     log-sum-exp +inf, their output gradients 0, so they contribute nothing).
 //   Everything else: kernels/backend_kernels.h (deterministic two-pass column sums and loss sums).
 // Limits known now: LoRA with f32 operands and a bf16 output or input gradient is refused (cuBLASLt wants an f32
 // result from f32 operands; linear_forward and linear_backward_input go through f32 scratch there instead). The
@@ -120,6 +120,7 @@ class CudaBackend final : public Backend {
   };
   RowMajorMatrix matrix(const Tensor& t, int64_t rows, int64_t cols, bool read, bool write);
   void finish_staging();
+  void refuse_sdpa(const std::string& why);
   // `v`'s device pointer, or a copy in the arena where it is not 16-byte aligned (cuBLASLt's rule for the bias).
   const void* aligned_vector(const Tensor& v, const char* what);
   void release();
