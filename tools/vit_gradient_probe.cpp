@@ -20,7 +20,7 @@
 #include "model/vit_stage.h"
 #include "seam_backend.h"
 #ifdef VITPIPE_PROBE_CUDA_FAKES
-#include "backend/cuda/cuda_backend.h"
+extern "C" const VitpipeCudaModule* vitpipe_cuda_module(void);  // module_entry.cpp, linked into this build
 #endif
 #include "train/optimizer.h"
 #include "util/error.h"
@@ -187,8 +187,9 @@ int main(int argc, char** argv) {
       std::unique_ptr<Backend> backend =
           loopback ? make_cuda_module_backend(cuda_module_loopback(), 0, false) : make_cpu_backend();
 #ifdef VITPIPE_PROBE_CUDA_FAKES
-      // This build (vit_gradient_probe_cuda_fakes): the CUDA backend on host-memory fakes of the CUDA libraries.
-      backend = std::make_unique<cuda::CudaBackend>(0, false);
+      // This build (vit_gradient_probe_cuda_fakes): the CUDA module's own table (module_entry.cpp) and CudaBackend,
+      // on host-memory fakes of the CUDA libraries, through the host adapter: the whole path but the GPU.
+      backend = make_cuda_module_backend(*vitpipe_cuda_module(), 0, false);
 #endif
       backends.push_back(seam ? make_seam_backend(std::move(backend)) : std::move(backend));
       pipeline.push_back(std::make_unique<ViTStage>(layout, *backends.back(), o));

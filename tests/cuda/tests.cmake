@@ -102,25 +102,29 @@ if(VITPIPE_CUDA_MODULE_BUILT)
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp)
-  target_include_directories(test_cuda_backend_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR})
+  target_include_directories(test_cuda_backend_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR}
+                             ${VITPIPE_NCCL_INCLUDE_DIR})
   target_compile_definitions(test_cuda_backend_fakes PRIVATE VITPIPE_ON_FAKES=1)
   target_link_libraries(test_cuda_backend_fakes PRIVATE vitpipe_cuda_calls vitpipe_library GTest::gtest_main)
   gtest_discover_tests(test_cuda_backend_fakes DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}"
                        LABELS cuda)
 endif()
 
-# Whole models through CudaBackend on the same fakes: the probe built with them, held by the golden references to
-# float64 PyTorch like the CPU backend (forward, loss, every gradient; fp32 and bf16; ViT and the families).
+# Whole models through the module's table (module_entry.cpp), the host adapter and CudaBackend on the same fakes:
+# the probe built with them, held by the golden references to float64 PyTorch like the CPU backend (forward, loss,
+# every gradient; fp32 and bf16; ViT and the families).
 if(VITPIPE_CUDA_MODULE_BUILT)
   add_executable(vit_gradient_probe_cuda_fakes ${PROJECT_SOURCE_DIR}/tools/vit_gradient_probe.cpp
                  ${PROJECT_SOURCE_DIR}/tools/seam_backend.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
-                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp)
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/module_entry.cpp)
   target_include_directories(vit_gradient_probe_cuda_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS}
-                             ${VITPIPE_CUDNN_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
-  target_compile_definitions(vit_gradient_probe_cuda_fakes PRIVATE VITPIPE_PROBE_CUDA_FAKES=1)
+                             ${VITPIPE_CUDNN_INCLUDE_DIR} ${VITPIPE_NCCL_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
+  target_compile_definitions(vit_gradient_probe_cuda_fakes PRIVATE VITPIPE_PROBE_CUDA_FAKES=1
+                             VITPIPE_CUDA_ARCHITECTURES="fakes")
   target_link_libraries(vit_gradient_probe_cuda_fakes PRIVATE vitpipe_cuda_calls vitpipe_library CLI11::CLI11)
   set_target_properties(vit_gradient_probe_cuda_fakes PROPERTIES ENABLE_EXPORTS ON)
   foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-stages-and-accumulation fp32-split-backward-stages

@@ -5,6 +5,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+#include <nccl.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -72,3 +73,18 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
 cudnnStatus_t cudnnDestroy(cudnnHandle_t) { return CUDNN_STATUS_SUCCESS; }
 
 }  // extern "C"
+
+// What module_entry.cpp's library_versions asks (the probe on fakes goes through the module's own table).
+extern "C" {
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = 13000;
+  return cudaSuccess;
+}
+size_t cublasLtGetVersion(void) { return 130100; }
+size_t cudnnGetVersion(void) { return 91900; }
+}
+
+extern "C" ncclResult_t ncclGetVersion(int* version) {
+  *version = 22809;
+  return ncclSuccess;
+}
