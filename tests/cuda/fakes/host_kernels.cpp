@@ -170,28 +170,23 @@ cudaError_t launch_token_embeddings_forward(const void* patch_proj, bool patch_b
 
 cudaError_t launch_copy_patch_tokens(const float* grad_x, int64_t batch, int64_t tokens, int64_t prefix_count,
                                      int64_t d, void* grad_patch_proj, bool bf16, cudaStream_t) {
-  const int64_t patches = tokens - prefix_count;
-  for (int64_t i = 0; i < batch * patches * d; ++i) {
-    const int64_t c = i % d, p = (i / d) % patches, b = i / (d * patches);
-    store_any(grad_patch_proj, bf16, i, grad_x[(b * tokens + prefix_count + p) * d + c]);
+  for (int64_t i = 0; i < batch * (tokens - prefix_count) * d; ++i) {
+    store_any(grad_patch_proj, bf16, i, grad_x[patch_token_source(i, tokens, prefix_count, d)]);
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_gather_tokens(const float* x, int64_t batch, int64_t tokens, int64_t d, int64_t count, float* out,
                                  cudaStream_t) {
-  for (int64_t i = 0; i < count * batch * d; ++i) {
-    const int64_t c = i % d, b = (i / d) % batch, k = i / (d * batch);
-    out[i] = x[(b * tokens + k) * d + c];
-  }
+  for (int64_t i = 0; i < count * batch * d; ++i) out[i] = x[gathered_token_source(i, batch, tokens, d)];
   return cudaSuccess;
 }
 
 cudaError_t launch_scatter_tokens(const float* grad, int64_t batch, int64_t tokens, int64_t d, int64_t count,
                                   float* grad_x, cudaStream_t) {
   for (int64_t i = 0; i < batch * tokens * d; ++i) {
-    const int64_t c = i % d, t = (i / d) % tokens, b = i / (d * tokens);
-    grad_x[i] = t < count ? grad[(t * batch + b) * d + c] : 0.0f;
+    const int64_t source = scattered_token_source(i, batch, tokens, d, count);
+    grad_x[i] = source >= 0 ? grad[source] : 0.0f;
   }
   return cudaSuccess;
 }

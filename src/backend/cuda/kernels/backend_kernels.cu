@@ -174,26 +174,21 @@ __global__ void token_embeddings_kernel(const T* __restrict__ patch_proj, const 
 template <class T>
 __global__ void copy_patch_tokens_kernel(const float* __restrict__ grad_x, int64_t batch, int64_t tokens,
                                          int64_t prefix_count, int64_t d, T* __restrict__ out) {
-  const int64_t patches = tokens - prefix_count;
-  VITPIPE_GRID_STRIDE(i, batch * patches * d) {
-    const int64_t c = i % d, p = (i / d) % patches, b = i / (d * patches);
-    store_value(out, i, grad_x[(b * tokens + prefix_count + p) * d + c]);
+  VITPIPE_GRID_STRIDE(i, batch * (tokens - prefix_count) * d) {
+    store_value(out, i, grad_x[patch_token_source(i, tokens, prefix_count, d)]);
   }
 }
 
 __global__ void gather_tokens_kernel(const float* __restrict__ x, int64_t batch, int64_t tokens, int64_t d,
                                      int64_t count, float* __restrict__ out) {
-  VITPIPE_GRID_STRIDE(i, count * batch * d) {
-    const int64_t c = i % d, b = (i / d) % batch, k = i / (d * batch);
-    out[i] = x[(b * tokens + k) * d + c];
-  }
+  VITPIPE_GRID_STRIDE(i, count * batch * d) { out[i] = x[gathered_token_source(i, batch, tokens, d)]; }
 }
 
 __global__ void scatter_tokens_kernel(const float* __restrict__ grad, int64_t batch, int64_t tokens, int64_t d,
                                       int64_t count, float* __restrict__ grad_x) {
   VITPIPE_GRID_STRIDE(i, batch * tokens * d) {
-    const int64_t c = i % d, t = (i / d) % tokens, b = i / (d * tokens);
-    grad_x[i] = t < count ? grad[(t * batch + b) * d + c] : 0.0f;
+    const int64_t source = scattered_token_source(i, batch, tokens, d, count);
+    grad_x[i] = source >= 0 ? grad[source] : 0.0f;
   }
 }
 

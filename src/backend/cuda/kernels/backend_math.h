@@ -94,6 +94,25 @@ VITPIPE_HOST_DEVICE float token_embedding_value(int64_t i, const T* patch_proj, 
   return load_value(patch_proj, (b * patches + p) * d + c) + pos[(positioned + p) * d + c];
 }
 
+// grad_patch_proj[i] of [B, Np, D] is grad_x[patch_token_source(i)] of [B, P + Np, D].
+VITPIPE_HOST_DEVICE int64_t patch_token_source(int64_t i, int64_t tokens, int64_t prefix_count, int64_t d) {
+  const int64_t patches = tokens - prefix_count;
+  const int64_t c = i % d, p = (i / d) % patches, b = i / (d * patches);
+  return (b * tokens + prefix_count + p) * d + c;
+}
+
+// gather_tokens: out[i] of [K, B, D] is x[gathered_token_source(i)] of [B, T, D].
+VITPIPE_HOST_DEVICE int64_t gathered_token_source(int64_t i, int64_t batch, int64_t tokens, int64_t d) {
+  const int64_t c = i % d, b = (i / d) % batch, k = i / (d * batch);
+  return (b * tokens + k) * d + c;
+}
+
+// scatter_tokens: grad_x[i] of [B, T, D] is grad[scattered_token_source(i)] of [K, B, D], or 0 where that is -1.
+VITPIPE_HOST_DEVICE int64_t scattered_token_source(int64_t i, int64_t batch, int64_t tokens, int64_t d, int64_t count) {
+  const int64_t c = i % d, t = (i / d) % tokens, b = i / (d * tokens);
+  return t < count ? (t * batch + b) * d + c : -1;
+}
+
 // DINOv2's classifier input: the mean part of out[b, D + c] = (sum over t >= skip of x[b, t, c]) * 1 / (T - skip).
 VITPIPE_HOST_DEVICE float token_mean(const float* x_b, int64_t tokens, int64_t d, int64_t skip, int64_t c) {
   const float inv = 1.0f / static_cast<float>(tokens - skip);
