@@ -275,6 +275,18 @@ TEST(CudaBackendMath, LossesMatchTheCpuBackend) {
   EXPECT_LT(relative_difference(ours, grad), kF32Tolerance);
 }
 
+TEST(CudaBackendMath, CrossEntropyFindsTheFirstClassOutsideTheLogits) {
+  const int64_t targets[] = {0, 3, 4, -1};
+  EXPECT_EQ(first_invalid_target(targets, 2, 4), -1);
+  EXPECT_EQ(first_invalid_target(targets, 4, 4), 2);
+  EXPECT_EQ(first_invalid_target(targets + 3, 1, 4), 0);
+  const float row[] = {1.0f, 2.0f};
+  float grad[] = {5.0f, 5.0f};
+  EXPECT_EQ(cross_entropy_row(row, 2, 7, 1.0, grad), 0.0);  // nothing read past the row
+  EXPECT_EQ(grad[0], 0.0f);
+  EXPECT_EQ(grad[1], 0.0f);
+}
+
 TEST(CudaBackendMath, PositionResamplingMatchesTheCpuBackend) {
   auto cpu = make_cpu_backend();
   Rng rng(13);

@@ -633,16 +633,25 @@ double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, d
   require(logits.rank() == 2 && targets.numel() == logits.dim(0) && targets.dtype() == DType::i64 &&
               grad_logits.numel() == logits.numel() && logits.dtype() == DType::f32,
           op, "logits [B, L] f32 and targets [B] int64");
-  // Targets outside [0, L) are not checked on the device (the host checked them when it loaded the labels).
   const int64_t rows = logits.dim(0), classes = logits.dim(1);
   double* losses = arena_.take_array<double>(rows, "cross_entropy's row losses");
   double* sum = arena_.take_array<double>(1, "cross_entropy's sum");
+  int64_t* invalid = arena_.take_array<int64_t>(1, "cross_entropy's target check");
   check(launch_cross_entropy(f32(logits), static_cast<const int64_t*>(targets.raw()), grad_scale, f32(grad_logits),
-                             rows, classes, losses, sum, stream_),
+                             rows, classes, losses, sum, invalid, stream_),
         op);
   double host = 0.0;
+  int64_t bad = -1;
   check(cudaMemcpyAsync(&host, sum, sizeof host, cudaMemcpyDeviceToHost, stream_), op);
+  check(cudaMemcpyAsync(&bad, invalid, sizeof bad, cudaMemcpyDeviceToHost, stream_), op);
   check(cudaStreamSynchronize(stream_), op);
+  if (bad >= 0) {
+    int64_t target = 0;
+    check(cudaMemcpy(&target, static_cast<const int64_t*>(targets.raw()) + bad, sizeof target, cudaMemcpyDeviceToHost),
+          op);
+    refuse(op, "target " + std::to_string(target) + " (row " + std::to_string(bad) + ") outside [0, " +
+                   std::to_string(classes) + ")");
+  }
   return host;
 }
 

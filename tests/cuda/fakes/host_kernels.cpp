@@ -223,11 +223,13 @@ cudaError_t launch_bce_with_logits(const float* logits, const float* targets, co
 }
 
 cudaError_t launch_cross_entropy(const float* logits, const int64_t* targets, double grad_scale, float* grad,
-                                 int64_t rows, int64_t classes, double* losses, double* sum, cudaStream_t) {
+                                 int64_t rows, int64_t classes, double* losses, double* sum, int64_t* invalid,
+                                 cudaStream_t) {
   for (int64_t r = 0; r < rows; ++r) {
     losses[r] = cross_entropy_row(logits + r * classes, classes, targets[r], grad_scale, grad + r * classes);
   }
   *sum = sum_in_order(losses, rows);
+  *invalid = first_invalid_target(targets, rows, classes);
   return cudaSuccess;
 }
 

@@ -469,3 +469,18 @@ TEST_F(CudaBackendOnGpu, Lora) {
         tolerance_for(dt));
   }
 }
+
+TEST_F(CudaBackendOnGpu, CrossEntropyRefusesAClassOutsideTheLogits) {
+  const int64_t batch = 3, classes = 4;
+  Tensor targets = Tensor::empty({batch}, DType::i64);
+  for (int64_t i = 0; i < batch; ++i) targets.data<int64_t>()[i] = i == 1 ? classes : 0;
+  DeviceCopies device;
+  const Tensor logits = device.upload(random_tensor({batch, classes}, rng_)), t = device.upload(targets),
+               grad = device.upload(Tensor::zeros({batch, classes}));
+  try {
+    gpu_->cross_entropy(logits, t, 1.0, grad);
+    FAIL() << "no refusal";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("target 4 (row 1) outside [0, 4)"), std::string::npos) << e.what();
+  }
+}

@@ -229,6 +229,15 @@ __global__ void cross_entropy_kernel(const float* __restrict__ logits, const int
   }
 }
 
+__global__ void cross_entropy_sum_kernel(const double* __restrict__ losses, const int64_t* __restrict__ targets,
+                                         int64_t rows, int64_t classes, double* __restrict__ sum,
+                                         int64_t* __restrict__ invalid) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *sum = sum_in_order(losses, rows);
+    *invalid = first_invalid_target(targets, rows, classes);
+  }
+}
+
 // The second pass: one thread, index order (the losses have B x L elements: microseconds).
 __global__ void sum_in_order_kernel(const double* __restrict__ values, int64_t count, double* __restrict__ sum) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *sum = sum_in_order(values, count);
@@ -581,12 +590,13 @@ cudaError_t launch_bce_with_logits(const float* logits, const float* targets, co
 }
 
 cudaError_t launch_cross_entropy(const float* logits, const int64_t* targets, double grad_scale, float* grad,
-                                 int64_t rows, int64_t classes, double* losses, double* sum, cudaStream_t stream) {
+                                 int64_t rows, int64_t classes, double* losses, double* sum, int64_t* invalid,
+                                 cudaStream_t stream) {
   if (rows > 0) {
     cross_entropy_kernel<<<grid_for(rows), kBlock, 0, stream>>>(logits, targets, grad_scale, grad, rows, classes,
                                                                 losses);
   }
-  sum_in_order_kernel<<<1, 1, 0, stream>>>(losses, rows, sum);
+  cross_entropy_sum_kernel<<<1, 1, 0, stream>>>(losses, targets, rows, classes, sum, invalid);
   return cudaGetLastError();
 }
 

@@ -85,8 +85,10 @@ cudaError_t launch_cls_and_mean_backward(const float* grad, int64_t batch, int64
 cudaError_t launch_bce_with_logits(const float* logits, const float* targets, const float* pos_weight,
                                    const float* weight, double grad_scale, float* grad, int64_t rows, int64_t labels,
                                    double* losses, double* sum, cudaStream_t stream);
+// *invalid (device): the first row whose class id is outside [0, classes), or -1.
 cudaError_t launch_cross_entropy(const float* logits, const int64_t* targets, double grad_scale, float* grad,
-                                 int64_t rows, int64_t classes, double* losses, double* sum, cudaStream_t stream);
+                                 int64_t rows, int64_t classes, double* losses, double* sum, int64_t* invalid,
+                                 cudaStream_t stream);
 
 // LayerScale: out = residual + scale * branch (out may alias residual). Backward: branch_grad = scale grad;
 // grad_scale (nullable) += colsum(grad branch); grad_bias (nullable) += colsum(scale grad).

@@ -143,6 +143,10 @@ VITPIPE_HOST_DEVICE double bce_element(double x, double y, double pos_weight, do
 // One row of softmax cross-entropy over `classes` logits with class `target`; returns the loss, writes the gradient.
 VITPIPE_HOST_DEVICE double cross_entropy_row(const float* row, int64_t classes, int64_t target, double grad_scale,
                                              float* grad) {
+  if (target < 0 || target >= classes) {  // refused by the host afterwards (first_invalid_target); read nothing
+    for (int64_t j = 0; j < classes; ++j) grad[j] = 0.0f;
+    return 0.0;
+  }
   double max = row[0];
   for (int64_t j = 1; j < classes; ++j) max = fmax(max, static_cast<double>(row[j]));
   double sum = 0.0;
@@ -153,6 +157,15 @@ VITPIPE_HOST_DEVICE double cross_entropy_row(const float* row, int64_t classes, 
     grad[j] = static_cast<float>(grad_scale * (p - (j == target ? 1.0 : 0.0)));
   }
   return log_sum - row[target];
+}
+
+// The first row whose class id is outside [0, classes), or -1: the CPU backend refuses such a target, and so does the
+// CUDA backend once the loss's second pass has found it.
+VITPIPE_HOST_DEVICE int64_t first_invalid_target(const int64_t* targets, int64_t rows, int64_t classes) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] < 0 || targets[r] >= classes) return r;
+  }
+  return -1;
 }
 
 // The loss's second pass: the per-element (BCE) or per-row (CE) losses summed in index order, the CPU backend's.
