@@ -97,5 +97,7 @@ else
   # Loading tests name the build folder's fakes by path; vitpipe info above answered for the real module.
   "$tests/test_cuda" --gtest_filter='-CudaModule.*:CudaDriver.*:DeviceSelection.*'
   [[ -x "$tests/test_cuda_executors" ]] && "$tests/test_cuda_executors"
+  # CudaBackend on this GPU against the CPU backend, op by op (tests/cuda/gpu).
+  [[ -x "$tests/test_cuda_gpu" ]] && "$tests/test_cuda_gpu"
 fi
-echo "gpu_check: the CUDA backend's own checks (golden tests on the GPU, ViT-B/16 bf16 training vs PyTorch) are not written yet"
+echo "gpu_check: not written yet: golden model tests through the CUDA backend, ViT-B/16 bf16 training vs PyTorch"

@@ -26,7 +26,7 @@ mkdir -p "$stage"/{bin,lib,tests,openmpi,pmix,share,peers}
 # The binary and its module side by side (vitpipe looks for the module beside itself), and the CUDA tests.
 cp "$build/vitpipe" "$build/libvitpipe_cuda.so" "$stage/bin/"
 elves=("$stage/bin/vitpipe" "$stage/bin/libvitpipe_cuda.so")
-for t in test_cuda test_cuda_executors; do
+for t in test_cuda test_cuda_executors test_cuda_gpu; do
   if [[ -f "$build/tests/$t" ]]; then
     cp "$build/tests/$t" "$stage/tests/"
     elves+=("$stage/tests/$t")

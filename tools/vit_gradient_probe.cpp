@@ -11,11 +11,17 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/backend_call.h"
+#include "backend/cuda_module_backend.h"
+#include "backend/cuda_module_loopback.h"
 #include "model/initializer.h"
 #include "model/parameter_layout.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
 #include "seam_backend.h"
+#ifdef VITPIPE_PROBE_CUDA_FAKES
+extern "C" const VitpipeCudaModule* vitpipe_cuda_module(void);  // module_entry.cpp, linked into this build
+#endif
 #include "train/optimizer.h"
 #include "util/error.h"
 #include "util/random.h"
@@ -161,6 +167,9 @@ int main(int argc, char** argv) {
 
     // Even split of the segments into stages, run sequentially: exercises every stage boundary.
     const bool seam = std::getenv("VITPIPE_PROBE_SEAM") != nullptr;
+    // VITPIPE_PROBE_MODULE_LOOPBACK=1: every backend call crosses the CUDA module's C table (cuda_module_backend.h)
+    // into the CPU backend behind cuda_module_loopback.h; the dump must equal the plain run's bit for bit.
+    const bool loopback = std::getenv("VITPIPE_PROBE_MODULE_LOOPBACK") != nullptr;
     std::vector<std::unique_ptr<Backend>> backends;
     std::vector<std::unique_ptr<ViTStage>> pipeline;
     std::vector<std::unique_ptr<Optimizer>> optimizers;
@@ -175,7 +184,14 @@ int main(int argc, char** argv) {
       o.max_micro_batch = micro_batch;
       o.split = split;
       // VITPIPE_PROBE_SEAM=1: every tensor handed to the backend is closed to the host between calls (seam_backend.h).
-      backends.push_back(seam ? make_seam_backend(make_cpu_backend()) : make_cpu_backend());
+      std::unique_ptr<Backend> backend =
+          loopback ? make_cuda_module_backend(cuda_module_loopback(), 0, false) : make_cpu_backend();
+#ifdef VITPIPE_PROBE_CUDA_FAKES
+      // This build (vit_gradient_probe_cuda_fakes): the CUDA module's own table (module_entry.cpp) and CudaBackend,
+      // on host-memory fakes of the CUDA libraries, through the host adapter: the whole path but the GPU.
+      backend = make_cuda_module_backend(*vitpipe_cuda_module(), 0, false);
+#endif
+      backends.push_back(seam ? make_seam_backend(std::move(backend)) : std::move(backend));
       pipeline.push_back(std::make_unique<ViTStage>(layout, *backends.back(), o));
       ViTStage& stage = *pipeline.back();
       stage.load_values(all);
@@ -216,6 +232,14 @@ int main(int argc, char** argv) {
       }
     };
     compute_gradients();
+    if (loopback) {
+      VP_REQUIRE(cuda_module_loopback_calls() > 0, "loopback: no call crossed the module table");
+      std::fprintf(stderr, "loopback: %lld backend calls crossed the module table; ops:", cuda_module_loopback_calls());
+      for (int op = 1; op < VITPIPE_OP_COUNT_PLUS_ONE; ++op) {
+        if (cuda_module_loopback_calls(op) > 0) std::fprintf(stderr, " %s", backend_op_name(op).c_str());
+      }
+      std::fprintf(stderr, "\n");
+    }
     if (seam) {
       // What this harness and the layers under it (ViTStage, its loss and buffers) touched of the backend's tensors
       // between its calls; then the watch ends: the dump below reads them as a copy to the host would.

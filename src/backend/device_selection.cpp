@@ -49,7 +49,11 @@ std::string cuda_blocker(const CudaStatus& s) {
            cuda_version_text(s.driver.version) + ", " + device_text(s.driver.devices.front()) +
            "): its kernels are a later part of issue 24";
   }
-  return "";
+  // The module's Backend exists (cuda_module_backend.h), but no command places its tensors in device memory yet:
+  // choosing CUDA here would hand host pointers to GPU kernels.
+  return "the CUDA backend is built (module " + s.module.path + ", driver " + cuda_version_text(s.driver.version) +
+         ", " + device_text(s.driver.devices.front()) +
+         ") but no command places its tensors on the GPU yet: that wiring is a later part of issue 24";
 }
 
 }  // namespace

@@ -28,7 +28,9 @@ TEST(CudaModule, BuiltModuleAnswersThroughItsEntryPoint) {
   const CudaModuleLoad load = open_cuda_module(path);
   ASSERT_TRUE(load.loaded()) << load.error;
   EXPECT_EQ(load.module->abi_version, VITPIPE_CUDA_MODULE_ABI_VERSION);
-  EXPECT_EQ(load.module->has_backend, 0) << "a CUDA Backend now exists: --device cuda and these tests must change";
+  EXPECT_EQ(load.module->has_backend, 1);
+  EXPECT_NE(load.module->backend_create, nullptr);
+  EXPECT_NE(load.module->backend_call, nullptr);
   EXPECT_TRUE(contains(load.module->built_with, "sm_80 sm_90")) << load.module->built_with;
   // The libraries the module linked, as each reports itself: CUDA 13, cuDNN 9, NCCL 2.
   EXPECT_GE(load.libraries.cuda_runtime, 13000);
@@ -50,7 +52,7 @@ TEST(CudaModule, OtherInterfaceVersionIsRefused) {
   const CudaModuleLoad load = open_cuda_module(FAKE_MODULE_WRONG_VERSION);
   EXPECT_FALSE(load.loaded());
   EXPECT_EQ(load.path, FAKE_MODULE_WRONG_VERSION);
-  EXPECT_TRUE(contains(load.error, "has interface version 999 but this vitpipe needs version 1")) << load.error;
+  EXPECT_TRUE(contains(load.error, "has interface version 999 but this vitpipe needs version 2")) << load.error;
 }
 
 TEST(CudaModule, LibraryWithoutTheEntryPointIsRefused) {

@@ -68,3 +68,85 @@ set_tests_properties(cuda.gpu_pack PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TI
 # closed to the host between backend calls; equal to the plain run, and touched only by the probe's stage copies.
 add_test(NAME cuda.seam COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_seam.py $<TARGET_FILE:vit_gradient_probe>)
 set_tests_properties(cuda.seam PROPERTIES LABELS cuda)
+
+# The module's C boundary (backend/cuda_module_backend.h -> module_abi.h -> backend/backend_call.h) on the CPU: golden
+# cases run through the loopback table must equal the CPU backend bit for bit. Between them the cases call every op.
+foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-stages-and-accumulation bf16-stages-recompute-single
+        fp32-split-backward-stages dinov2-registers-interpolated dinov2-swiglu-recompute deit-distilled-teacher
+        lora-dinov2-all-recompute bf16-deit-teacher-lora bf16-dinov2-swiglu trajectory-lora-vit)
+  add_test(NAME cuda.module_adapter.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_module_adapter.py
+                   --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})
+  set_tests_properties(cuda.module_adapter.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+endforeach()
+
+# CudaBackend on a real GPU against the CPU backend, op by op (tests/cuda/gpu): built with the module's objects and
+# linked with the CUDA libraries; every test skips where the runtime sees no GPU.
+if(VITPIPE_CUDA_MODULE_BUILT)
+  add_executable(test_cuda_gpu ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
+                 $<TARGET_OBJECTS:vitpipe_cuda_objects>)
+  target_include_directories(test_cuda_gpu PRIVATE ${VITPIPE_CUDNN_INCLUDE_DIR})
+  target_link_libraries(test_cuda_gpu PRIVATE vitpipe_cuda_calls vitpipe_library CUDA::cudart_static CUDA::cublasLt
+                        ${VITPIPE_CUDNN_LIBRARY} GTest::gtest_main)
+  gtest_discover_tests(test_cuda_gpu DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+endif()
+
+# The same op-by-op comparison without a GPU: CudaBackend (its C++ only) on fakes of the CUDA runtime, cuBLASLt and
+# cuDNN that work in host memory, with the kernels' launchers as host loops over the kernels' own arithmetic
+# (tests/cuda/fakes). Proves CudaBackend's plumbing (shapes, pointers, scratch, padded staging, the library calls as
+# the executors issue them) and test_cuda_gpu itself; the kernels' indexing on the device is left to the GPU.
+if(VITPIPE_CUDA_MODULE_BUILT)
+  add_executable(test_cuda_backend_fakes ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp)
+  target_include_directories(test_cuda_backend_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR}
+                             ${VITPIPE_NCCL_INCLUDE_DIR})
+  target_compile_definitions(test_cuda_backend_fakes PRIVATE VITPIPE_ON_FAKES=1)
+  target_link_libraries(test_cuda_backend_fakes PRIVATE vitpipe_cuda_calls vitpipe_library GTest::gtest_main)
+  gtest_discover_tests(test_cuda_backend_fakes DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}"
+                       LABELS cuda)
+endif()
+
+# Whole models through the module's table (module_entry.cpp), the host adapter and CudaBackend on the same fakes:
+# the probe built with them, held by the golden references to float64 PyTorch like the CPU backend (forward, loss,
+# every gradient; fp32 and bf16; ViT and the families).
+if(VITPIPE_CUDA_MODULE_BUILT)
+  add_executable(vit_gradient_probe_cuda_fakes ${PROJECT_SOURCE_DIR}/tools/vit_gradient_probe.cpp
+                 ${PROJECT_SOURCE_DIR}/tools/seam_backend.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/module_entry.cpp)
+  target_include_directories(vit_gradient_probe_cuda_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS}
+                             ${VITPIPE_CUDNN_INCLUDE_DIR} ${VITPIPE_NCCL_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
+  target_compile_definitions(vit_gradient_probe_cuda_fakes PRIVATE VITPIPE_PROBE_CUDA_FAKES=1
+                             VITPIPE_CUDA_ARCHITECTURES="fakes")
+  target_link_libraries(vit_gradient_probe_cuda_fakes PRIVATE vitpipe_cuda_calls vitpipe_library CLI11::CLI11)
+  set_target_properties(vit_gradient_probe_cuda_fakes PROPERTIES ENABLE_EXPORTS ON)
+  foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-stages-and-accumulation fp32-split-backward-stages
+          bf16-basic bf16-stages-recompute-single bf16-split-backward-single)
+    add_test(NAME cuda.fakes.golden_vit.${case}
+             COMMAND ${VITPIPE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/model/reference_vit.py
+                     --probe $<TARGET_FILE:vit_gradient_probe_cuda_fakes> --case ${case})
+    set_tests_properties(cuda.fakes.golden_vit.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+  endforeach()
+  # bf16 attention by the fallback (cuDNN's SDPA switched off): the fp32 flash kernels on converted copies.
+  foreach(case bf16-basic bf16-stages-recompute-single)
+    add_test(NAME cuda.fakes.golden_vit.${case}.no-sdpa
+             COMMAND ${VITPIPE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/model/reference_vit.py
+                     --probe $<TARGET_FILE:vit_gradient_probe_cuda_fakes> --case ${case})
+    set_tests_properties(cuda.fakes.golden_vit.${case}.no-sdpa PROPERTIES
+                         ENVIRONMENT "${VITPIPE_TEST_ENV};VITPIPE_CUDA_SDPA=0" LABELS cuda)
+  endforeach()
+  foreach(case dinov2-registers-interpolated dinov2-swiglu-recompute deit-distilled-teacher lora-dinov2-all-recompute
+          bf16-deit-teacher-lora bf16-dinov2-swiglu)
+    add_test(NAME cuda.fakes.golden_families.${case}
+             COMMAND ${VITPIPE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/model/reference_families.py
+                     --probe $<TARGET_FILE:vit_gradient_probe_cuda_fakes> --case ${case})
+    set_tests_properties(cuda.fakes.golden_families.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
+  endforeach()
+endif()

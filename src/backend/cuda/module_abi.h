@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define VITPIPE_CUDA_MODULE_ABI_VERSION 1u
+#define VITPIPE_CUDA_MODULE_ABI_VERSION 2u
 #define VITPIPE_CUDA_MODULE_ENTRY "vitpipe_cuda_module"
 
 #ifdef __cplusplus
@@ -22,17 +22,115 @@ typedef struct VitpipeCudaLibraryVersions {
   int nccl;          // ncclGetVersion: 22809 = 2.28.9
 } VitpipeCudaLibraryVersions;
 
+// ---- The Backend (backend/backend.h) across the boundary ----
+// One generic entry, backend_call(instance, call), rather than one function pointer per Backend op: the 36 ops
+// become an op code and a list of tensor descriptors in the order of the op's C++ parameters, so the host adapter
+// (backend/cuda_module_backend.h) and the module unpack them with ONE shared routine (backend/backend_call.h)
+// instead of two hand-written copies of 36 signatures that could disagree; adding an op appends a code and leaves
+// the table's layout alone. The loopback test (tests/cuda) runs that same routine over the CPU backend.
+
+// Element types: the numeric values of vitpipe::DType (tensor/dtype.h), checked by static_assert in backend_call.cpp.
+enum {
+  VITPIPE_DTYPE_F32 = 0,
+  VITPIPE_DTYPE_BF16 = 1,
+  VITPIPE_DTYPE_F16 = 2,
+  VITPIPE_DTYPE_F64 = 3,
+  VITPIPE_DTYPE_I64 = 4,
+  VITPIPE_DTYPE_I32 = 5,
+  VITPIPE_DTYPE_U8 = 6,
+  VITPIPE_DTYPE_BOOL = 7,
+  VITPIPE_DTYPE_I16 = 8,
+  VITPIPE_DTYPE_I8 = 9,
+};
+
+#define VITPIPE_TENSOR_MAX_RANK 8
+// `rank` of a descriptor that stands for no tensor: a null optional pointer (const Tensor* == nullptr), or an empty
+// Tensor() member (LayerNormBackwardArgs' optional members).
+#define VITPIPE_TENSOR_ABSENT (-1)
+#define VITPIPE_TENSOR_EMPTY (-2)
+
+typedef struct VitpipeTensorDesc {
+  void* data;  // device memory for the CUDA module (host memory for the loopback test)
+  int32_t dtype;
+  int32_t rank;  // 0..VITPIPE_TENSOR_MAX_RANK, or VITPIPE_TENSOR_ABSENT / VITPIPE_TENSOR_EMPTY
+  int64_t dims[VITPIPE_TENSOR_MAX_RANK];
+} VitpipeTensorDesc;
+
+// Op codes: one per virtual of vitpipe::Backend, in backend.h's order (append only; never renumber).
+enum {
+  VITPIPE_OP_LINEAR_FORWARD = 1,
+  VITPIPE_OP_LINEAR_GELU_FORWARD,
+  VITPIPE_OP_LINEAR_BACKWARD_INPUT,
+  VITPIPE_OP_LINEAR_BACKWARD_WEIGHT,
+  VITPIPE_OP_BIAS_BACKWARD,
+  VITPIPE_OP_LAYERNORM_FORWARD,
+  VITPIPE_OP_LAYERNORM_BACKWARD,
+  VITPIPE_OP_ATTENTION_FORWARD,
+  VITPIPE_OP_ATTENTION_BACKWARD,
+  VITPIPE_OP_CLS_ATTENTION_FORWARD,
+  VITPIPE_OP_CLS_ATTENTION_BACKWARD,
+  VITPIPE_OP_GELU_FORWARD,
+  VITPIPE_OP_GELU_BACKWARD,
+  VITPIPE_OP_PATCHIFY,
+  VITPIPE_OP_EMBEDDINGS_FORWARD,
+  VITPIPE_OP_EMBEDDINGS_BACKWARD,
+  VITPIPE_OP_GATHER_CLS,
+  VITPIPE_OP_SCATTER_CLS,
+  VITPIPE_OP_BCE_WITH_LOGITS,
+  VITPIPE_OP_CROSS_ENTROPY,
+  VITPIPE_OP_CONVERT,
+  VITPIPE_OP_SCALE,
+  VITPIPE_OP_TOKEN_EMBEDDINGS_FORWARD,
+  VITPIPE_OP_TOKEN_EMBEDDINGS_BACKWARD,
+  VITPIPE_OP_RESAMPLE_POSITIONS_FORWARD,
+  VITPIPE_OP_RESAMPLE_POSITIONS_BACKWARD,
+  VITPIPE_OP_LAYER_SCALE_FORWARD,
+  VITPIPE_OP_LAYER_SCALE_BACKWARD,
+  VITPIPE_OP_SWIGLU_FORWARD,
+  VITPIPE_OP_SWIGLU_BACKWARD,
+  VITPIPE_OP_GATHER_TOKENS,
+  VITPIPE_OP_SCATTER_TOKENS,
+  VITPIPE_OP_CLS_AND_MEAN_FORWARD,
+  VITPIPE_OP_CLS_AND_MEAN_BACKWARD,
+  VITPIPE_OP_LORA_FORWARD,
+  VITPIPE_OP_LORA_BACKWARD,
+  VITPIPE_OP_COUNT_PLUS_ONE
+};
+
+#define VITPIPE_CALL_MAX_TENSORS 12
+
+// One Backend call: the tensors in the order of the C++ parameters (backend_call.cpp lists each op's order), the
+// double arguments (eps, grad_scale, factor, scale) and the int64 ones (heads, patch, positioned, kept, count, skip,
+// column) in order; `result` receives the losses' sums.
+typedef struct VitpipeBackendCall {
+  int32_t op;
+  int32_t tensor_count;
+  VitpipeTensorDesc tensors[VITPIPE_CALL_MAX_TENSORS];
+  double scalars[2];
+  int64_t ints[2];
+  double result;
+} VitpipeBackendCall;
+
 typedef struct VitpipeCudaModule {
   uint32_t abi_version;    // first, at a fixed offset: the loader reads nothing else before checking it
   uint32_t struct_size;    // sizeof(VitpipeCudaModule) as the module was compiled
   const char* built_with;  // the toolkit, library headers and GPU architectures it was compiled for
-  int has_backend;         // 0 until the CUDA Backend's kernels exist (a later part of issue 24)
+  int has_backend;         // 1: the backend_* entries below are set
   // Fills `out`; 0 on success. Needs no GPU and no driver.
   int (*library_versions)(VitpipeCudaLibraryVersions* out);
   // The number of GPUs the CUDA runtime sees; 0 on success, else writes the runtime's message into `error`. Call it
   // only after the driver answered (backend/cuda_driver.h): without one, the runtime says "CUDA driver version is
   // insufficient for CUDA runtime version", which misleads.
   int (*device_count)(int* count, char* error, size_t error_size);
+  // A Backend on GPU `device` (its own stream, cuBLASLt workspace and scratch arena, taken here once): 0 and
+  // *backend set on success, else a message in `error`. TF32 GEMMs only with allow_tf32 != 0.
+  int (*backend_create)(int device, int allow_tf32, void** backend, char* error, size_t error_size);
+  void (*backend_destroy)(void* backend);
+  // Runs one op (enqueued on the backend's stream; losses synchronise to return their sum): 0 on success, else a
+  // message in `error` that names the op and the failing CUDA / cuBLASLt / cuDNN status.
+  int (*backend_call)(void* backend, VitpipeBackendCall* call, char* error, size_t error_size);
+  // Waits for the backend's stream: 0, or the error of an earlier asynchronous failure in `error`.
+  int (*backend_synchronize)(void* backend, char* error, size_t error_size);
 } VitpipeCudaModule;
 
 typedef const VitpipeCudaModule* (*VitpipeCudaModuleEntry)(void);

@@ -7,8 +7,11 @@
 #include <nccl.h>
 
 #include <cstdio>
+#include <exception>
 #include <string>
 
+#include "backend/backend_call.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/module_abi.h"
 
 namespace {
@@ -44,12 +47,55 @@ int device_count(int* count, char* error, size_t error_size) {
   return static_cast<int>(status);
 }
 
+int backend_create(int device, int allow_tf32, void** backend, char* error, size_t error_size) {
+  *backend = nullptr;
+  try {
+    *backend = new vitpipe::cuda::CudaBackend(device, allow_tf32 != 0);
+    return 0;
+  } catch (const std::exception& e) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
+    return 1;
+  }
+}
+
+void backend_destroy(void* backend) { delete static_cast<vitpipe::cuda::CudaBackend*>(backend); }
+
+int backend_call(void* backend, VitpipeBackendCall* call, char* error, size_t error_size) {
+  auto& b = *static_cast<vitpipe::cuda::CudaBackend*>(backend);
+  try {
+    b.make_current();
+  } catch (const std::exception& e) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
+    return 1;
+  }
+  return vitpipe::run_backend_call_reporting(b, call, error, error_size);
+}
+
+int backend_synchronize(void* backend, char* error, size_t error_size) {
+  try {
+    static_cast<vitpipe::cuda::CudaBackend*>(backend)->synchronize();
+    return 0;
+  } catch (const std::exception& e) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpipe_cuda_module(void) {
   static const std::string built_with = describe_build();
   static const VitpipeCudaModule module = {
-      VITPIPE_CUDA_MODULE_ABI_VERSION, sizeof(VitpipeCudaModule), built_with.c_str(), 0, library_versions, device_count,
+      VITPIPE_CUDA_MODULE_ABI_VERSION,
+      sizeof(VitpipeCudaModule),
+      built_with.c_str(),
+      1,
+      library_versions,
+      device_count,
+      backend_create,
+      backend_destroy,
+      backend_call,
+      backend_synchronize,
   };
   return &module;
 }

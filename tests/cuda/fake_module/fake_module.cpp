@@ -25,8 +25,16 @@ int device_count(int* count, char* error, size_t error_size) {
   return 0;
 }
 
-const VitpipeCudaModule kModule = {
-    FAKE_ABI_VERSION, sizeof(VitpipeCudaModule), "fake module, sm_80 sm_90", 0, library_versions, device_count};
+const VitpipeCudaModule kModule = {FAKE_ABI_VERSION,
+                                   sizeof(VitpipeCudaModule),
+                                   "fake module, sm_80 sm_90",
+                                   0,
+                                   library_versions,
+                                   device_count,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr};
 
 }  // namespace
 

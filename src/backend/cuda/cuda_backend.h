@@ -1,0 +1,153 @@
+// CudaBackend: backend.h on one GPU. Every Tensor it is handed holds device memory (raw() is a device pointer); it
+// never reads one on the host. One stream; one cuBLASLt workspace (32 MiB, Hopper's size), one cuDNN workspace and
+// one scratch arena (device_arena.h) taken at construction and never again; no allocation inside an op.
+//   GEMMs: the call builders of calls/ (linear_gemm_calls.h, lora_gemm_calls.h) through GemmExecutor; TF32 only when
+//     asked. A matrix whose rows are not whole 16-byte units (14 f32 logits, LoRA's rank 4 in bf16) or that starts
+//     off 16-byte alignment (a slice of a larger weight, as DeiT's two heads) is staged into a
+//     padded copy in the arena (cudaMemcpy2DAsync) and back, as cuBLASLt's rules want (calls/padded_rows.h).
+//   linear_gelu_forward: the GEMM with its bias into f32 scratch, then vitpipe's exact-erf GELU kernel
+//     (cuBLASLt's GELU epilogue is the tanh approximation).
+//   Attention: bf16 through cuDNN's SDPA (SdpaExecutor); should cuDNN have no engine for a shape, the fallback
+//     (and with VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels (kernels/flash_attention.h), which
+//     fp32 always uses. The classifier-token variants in fp32 run the full kernels on a one-query view (other rows'
+//     log-sum-exp +inf, their output gradients 0, so they contribute nothing).
+//   Everything else: kernels/backend_kernels.h (deterministic two-pass column sums and loss sums).
+// Limits known now: LoRA with f32 operands and a bf16 output or input gradient is refused (cuBLASLt wants an f32
+// result from f32 operands; linear_forward and linear_backward_input go through f32 scratch there instead). The
+// arena's 256 MiB bound the padded copies and the bf16-attention fallback's f32 copies: at ViT-B/16, micro-batch 256,
+// that fallback needs more and says so (DeviceArena's message); the memory plan should size the arena.
+// Errors: every CUDA, cuBLASLt and cuDNN status is checked; a failure throws std::runtime_error naming the op and the
+// status. NOT YET RUN ON A GPU: compiled warning-free for sm_80, sm_90 and PTX; its kernels' arithmetic and the
+// library calls' descriptions are what the CPU suite proves.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/calls/row_major_matrix.h"
+#include "backend/cuda/device_arena.h"
+
+namespace vitpipe::cuda {
+
+class GemmExecutor;
+class SdpaExecutor;
+
+class CudaBackend final : public Backend {
+ public:
+  static constexpr size_t kCublasWorkspaceBytes = 32u << 20;
+  static constexpr size_t kCudnnWorkspaceBytes = 64u << 20;
+  static constexpr size_t kArenaBytes = 256u << 20;
+
+  CudaBackend(int device, bool allow_tf32);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  // Waits for the stream; throws the error of an earlier asynchronous failure.
+  void synchronize();
+  // Makes this backend's GPU the calling thread's current device (every op through the module table does this
+  // first: pipeline stages may call from threads of their own).
+  void make_current();
+
+  std::string name() const override { return "cuda"; }
+  void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
+                      const Tensor& out) override;
+  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+  void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) override;
+  void linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) override;
+  void bias_backward(const Tensor& grad, const Tensor& grad_bias) override;
+  void layernorm_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                         const Tensor& mean, const Tensor& rstd) override;
+  void layernorm_backward(const LayerNormBackwardArgs& args) override;
+  void attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override;
+  void cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) override;
+  void cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override;
+  void gelu_forward(const Tensor& in, const Tensor& out) override;
+  void gelu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in, const Tensor* grad_bias) override;
+  void patchify(const Tensor& images, int64_t patch, const Tensor& patches) override;
+  void embeddings_forward(const Tensor& patch_proj, const Tensor& cls, const Tensor& pos, const Tensor& x) override;
+  void embeddings_backward(const Tensor& grad_x, const Tensor& grad_cls, const Tensor& grad_pos,
+                           const Tensor& grad_patch_proj, const Tensor* grad_patch_bias) override;
+  void gather_cls(const Tensor& x, const Tensor& out) override;
+  void scatter_cls(const Tensor& grad, const Tensor& grad_x) override;
+  double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight, const Tensor* weight,
+                         double grad_scale, const Tensor& grad_logits) override;
+  double cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
+                       const Tensor& grad_logits) override;
+  void convert(const Tensor& src, const Tensor& dst) override;
+  void scale(const Tensor& in, double factor, const Tensor& out) override;
+  void token_embeddings_forward(const Tensor& patch_proj, const Tensor& prefix, int64_t positioned, const Tensor& pos,
+                                const Tensor& x) override;
+  void token_embeddings_backward(const Tensor& grad_x, const Tensor* grad_prefix, int64_t positioned,
+                                 const Tensor* grad_pos, const Tensor& grad_patch_proj,
+                                 const Tensor* grad_patch_bias) override;
+  void resample_positions_forward(const Tensor& pos, int64_t kept, const Tensor& wy, const Tensor& wx,
+                                  const Tensor& out) override;
+  void resample_positions_backward(const Tensor& grad_out, int64_t kept, const Tensor& wy, const Tensor& wx,
+                                   const Tensor& grad_pos) override;
+  void layer_scale_forward(const Tensor& branch, const Tensor& scale, const Tensor& residual,
+                           const Tensor& out) override;
+  void layer_scale_backward(const Tensor& grad, const Tensor& branch, const Tensor& scale, const Tensor& branch_grad,
+                            const Tensor* grad_scale, const Tensor* grad_bias) override;
+  void swiglu_forward(const Tensor& in, const Tensor& out) override;
+  void swiglu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
+                       const Tensor* grad_bias) override;
+  void gather_tokens(const Tensor& x, int64_t count, const Tensor& out) override;
+  void scatter_tokens(const Tensor& grad, const Tensor& grad_x) override;
+  void cls_and_mean_forward(const Tensor& x, int64_t skip, const Tensor& out) override;
+  void cls_and_mean_backward(const Tensor& grad, int64_t skip, const Tensor& grad_x) override;
+  void lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale, const Tensor& low,
+                    const Tensor& out, int64_t column) override;
+  void lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a, const Tensor& b,
+                     double scale, const Tensor& low, const Tensor* grad_in, const Tensor* grad_a,
+                     const Tensor* grad_b) override;
+
+ private:
+  // A matrix as cuBLASLt may take it: the tensor itself, or a padded copy in the arena (copied in when the call
+  // reads it, back after the calls when it writes it).
+  struct Staging {
+    void* original;
+    RowMajorMatrix padded;
+  };
+  RowMajorMatrix matrix(const Tensor& t, int64_t rows, int64_t cols, bool read, bool write);
+  void finish_staging();
+  void refuse_sdpa(const std::string& why);
+  // `v`'s device pointer, or a copy in the arena where it is not 16-byte aligned (cuBLASLt's rule for the bias).
+  const void* aligned_vector(const Tensor& v, const char* what);
+  void release();
+  float* scratch_floats(int64_t count, const char* what);
+  void check(cudaError_t status, const char* what);
+  void attention_f32_forward(const float* qkv, float* out, float* lse, int64_t batch, int64_t tokens, int64_t heads,
+                             int64_t head_dim);
+  void attention_f32_backward(const float* grad_out, const float* qkv, const float* out, const float* lse,
+                              float* grad_qkv, int64_t batch, int64_t tokens, int64_t heads, int64_t head_dim);
+  void attention_any(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out, bool cls_only);
+  void attention_backward_any(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias, bool cls_only);
+
+  int device_;
+  bool allow_tf32_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t cublaslt_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  void* cudnn_workspace_ = nullptr;
+  void* arena_memory_ = nullptr;
+  DeviceArena arena_;
+  std::unique_ptr<GemmExecutor> gemm_;
+  std::unique_ptr<SdpaExecutor> sdpa_;
+  bool sdpa_unavailable_ = false;  // cuDNN refused once: bf16 attention takes the fp32 fallback from then on
+  std::string sdpa_refusal_;
+  std::vector<Staging> staged_;
+};
+
+}  // namespace vitpipe::cuda

@@ -1,0 +1,270 @@
+#include "backend/cuda_module_backend.h"
+
+#include "backend/backend_call.h"
+#include "util/error.h"
+
+namespace vitpipe {
+namespace {
+
+class CudaModuleBackend final : public Backend {
+ public:
+  CudaModuleBackend(const VitpipeCudaModule& module, int device, bool allow_tf32) : module_(module) {
+    VP_REQUIRE(module.has_backend != 0 && module.backend_create != nullptr && module.backend_call != nullptr &&
+                   module.backend_destroy != nullptr,
+               "the CUDA module has no backend");
+    char error[512] = {};
+    if (module.backend_create(device, allow_tf32 ? 1 : 0, &instance_, error, sizeof error) != 0 ||
+        instance_ == nullptr) {
+      fail("the CUDA backend could not start on GPU ", device, ": ", error);
+    }
+  }
+  ~CudaModuleBackend() override { module_.backend_destroy(instance_); }
+  CudaModuleBackend(const CudaModuleBackend&) = delete;
+  CudaModuleBackend& operator=(const CudaModuleBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+
+  void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
+                      const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_LINEAR_FORWARD)
+            .tensor(in)
+            .tensor(weight)
+            .optional(bias)
+            .optional(residual)
+            .tensor(out));
+  }
+  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_LINEAR_GELU_FORWARD).tensor(in).tensor(weight).tensor(bias).tensor(out));
+  }
+  void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) override {
+    run(BackendCallBuilder(VITPIPE_OP_LINEAR_BACKWARD_INPUT).tensor(grad_out).tensor(weight).tensor(grad_in));
+  }
+  void linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) override {
+    run(BackendCallBuilder(VITPIPE_OP_LINEAR_BACKWARD_WEIGHT).tensor(grad_out).tensor(in).tensor(grad_weight));
+  }
+  void bias_backward(const Tensor& grad, const Tensor& grad_bias) override {
+    run(BackendCallBuilder(VITPIPE_OP_BIAS_BACKWARD).tensor(grad).tensor(grad_bias));
+  }
+  void layernorm_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                         const Tensor& mean, const Tensor& rstd) override {
+    run(BackendCallBuilder(VITPIPE_OP_LAYERNORM_FORWARD)
+            .tensor(in)
+            .tensor(weight)
+            .tensor(bias)
+            .tensor(out)
+            .tensor(mean)
+            .tensor(rstd)
+            .scalar(eps));
+  }
+  void layernorm_backward(const LayerNormBackwardArgs& a) override {
+    run(BackendCallBuilder(VITPIPE_OP_LAYERNORM_BACKWARD)
+            .tensor(a.grad_out)
+            .tensor(a.in)
+            .tensor(a.weight)
+            .tensor(a.mean)
+            .tensor(a.rstd)
+            .tensor(a.grad_in)
+            .tensor(a.grad_residual)
+            .tensor(a.grad_weight)
+            .tensor(a.grad_bias)
+            .tensor(a.grad_in_copy)
+            .tensor(a.grad_in_colsum));
+  }
+  void attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_ATTENTION_FORWARD).tensor(qkv).tensor(lse).tensor(out).integer(heads));
+  }
+  void attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override {
+    run(BackendCallBuilder(VITPIPE_OP_ATTENTION_BACKWARD)
+            .tensor(grad_out)
+            .tensor(qkv)
+            .tensor(out)
+            .tensor(lse)
+            .tensor(grad_qkv)
+            .optional(grad_qkv_bias)
+            .integer(heads));
+  }
+  void cls_attention_forward(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_CLS_ATTENTION_FORWARD).tensor(qkv).tensor(lse).tensor(out).integer(heads));
+  }
+  void cls_attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              int64_t heads, const Tensor& grad_qkv, const Tensor* grad_qkv_bias) override {
+    run(BackendCallBuilder(VITPIPE_OP_CLS_ATTENTION_BACKWARD)
+            .tensor(grad_out)
+            .tensor(qkv)
+            .tensor(out)
+            .tensor(lse)
+            .tensor(grad_qkv)
+            .optional(grad_qkv_bias)
+            .integer(heads));
+  }
+  void gelu_forward(const Tensor& in, const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_GELU_FORWARD).tensor(in).tensor(out));
+  }
+  void gelu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
+                     const Tensor* grad_bias) override {
+    run(BackendCallBuilder(VITPIPE_OP_GELU_BACKWARD).tensor(grad_out).tensor(in).tensor(grad_in).optional(grad_bias));
+  }
+  void patchify(const Tensor& images, int64_t patch, const Tensor& patches) override {
+    run(BackendCallBuilder(VITPIPE_OP_PATCHIFY).tensor(images).tensor(patches).integer(patch));
+  }
+  void embeddings_forward(const Tensor& patch_proj, const Tensor& cls, const Tensor& pos, const Tensor& x) override {
+    run(BackendCallBuilder(VITPIPE_OP_EMBEDDINGS_FORWARD).tensor(patch_proj).tensor(cls).tensor(pos).tensor(x));
+  }
+  void embeddings_backward(const Tensor& grad_x, const Tensor& grad_cls, const Tensor& grad_pos,
+                           const Tensor& grad_patch_proj, const Tensor* grad_patch_bias) override {
+    run(BackendCallBuilder(VITPIPE_OP_EMBEDDINGS_BACKWARD)
+            .tensor(grad_x)
+            .tensor(grad_cls)
+            .tensor(grad_pos)
+            .tensor(grad_patch_proj)
+            .optional(grad_patch_bias));
+  }
+  void gather_cls(const Tensor& x, const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_GATHER_CLS).tensor(x).tensor(out));
+  }
+  void scatter_cls(const Tensor& grad, const Tensor& grad_x) override {
+    run(BackendCallBuilder(VITPIPE_OP_SCATTER_CLS).tensor(grad).tensor(grad_x));
+  }
+  double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight, const Tensor* weight,
+                         double grad_scale, const Tensor& grad_logits) override {
+    return run(BackendCallBuilder(VITPIPE_OP_BCE_WITH_LOGITS)
+                   .tensor(logits)
+                   .tensor(targets)
+                   .optional(pos_weight)
+                   .optional(weight)
+                   .tensor(grad_logits)
+                   .scalar(grad_scale));
+  }
+  double cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
+                       const Tensor& grad_logits) override {
+    return run(BackendCallBuilder(VITPIPE_OP_CROSS_ENTROPY)
+                   .tensor(logits)
+                   .tensor(targets)
+                   .tensor(grad_logits)
+                   .scalar(grad_scale));
+  }
+  void convert(const Tensor& src, const Tensor& dst) override {
+    run(BackendCallBuilder(VITPIPE_OP_CONVERT).tensor(src).tensor(dst));
+  }
+  void scale(const Tensor& in, double factor, const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_SCALE).tensor(in).tensor(out).scalar(factor));
+  }
+  void token_embeddings_forward(const Tensor& patch_proj, const Tensor& prefix, int64_t positioned, const Tensor& pos,
+                                const Tensor& x) override {
+    run(BackendCallBuilder(VITPIPE_OP_TOKEN_EMBEDDINGS_FORWARD)
+            .tensor(patch_proj)
+            .tensor(prefix)
+            .tensor(pos)
+            .tensor(x)
+            .integer(positioned));
+  }
+  void token_embeddings_backward(const Tensor& grad_x, const Tensor* grad_prefix, int64_t positioned,
+                                 const Tensor* grad_pos, const Tensor& grad_patch_proj,
+                                 const Tensor* grad_patch_bias) override {
+    run(BackendCallBuilder(VITPIPE_OP_TOKEN_EMBEDDINGS_BACKWARD)
+            .tensor(grad_x)
+            .optional(grad_prefix)
+            .optional(grad_pos)
+            .tensor(grad_patch_proj)
+            .optional(grad_patch_bias)
+            .integer(positioned));
+  }
+  void resample_positions_forward(const Tensor& pos, int64_t kept, const Tensor& wy, const Tensor& wx,
+                                  const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_RESAMPLE_POSITIONS_FORWARD)
+            .tensor(pos)
+            .tensor(wy)
+            .tensor(wx)
+            .tensor(out)
+            .integer(kept));
+  }
+  void resample_positions_backward(const Tensor& grad_out, int64_t kept, const Tensor& wy, const Tensor& wx,
+                                   const Tensor& grad_pos) override {
+    run(BackendCallBuilder(VITPIPE_OP_RESAMPLE_POSITIONS_BACKWARD)
+            .tensor(grad_out)
+            .tensor(wy)
+            .tensor(wx)
+            .tensor(grad_pos)
+            .integer(kept));
+  }
+  void layer_scale_forward(const Tensor& branch, const Tensor& scale, const Tensor& residual,
+                           const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_LAYER_SCALE_FORWARD).tensor(branch).tensor(scale).tensor(residual).tensor(out));
+  }
+  void layer_scale_backward(const Tensor& grad, const Tensor& branch, const Tensor& scale, const Tensor& branch_grad,
+                            const Tensor* grad_scale, const Tensor* grad_bias) override {
+    run(BackendCallBuilder(VITPIPE_OP_LAYER_SCALE_BACKWARD)
+            .tensor(grad)
+            .tensor(branch)
+            .tensor(scale)
+            .tensor(branch_grad)
+            .optional(grad_scale)
+            .optional(grad_bias));
+  }
+  void swiglu_forward(const Tensor& in, const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_SWIGLU_FORWARD).tensor(in).tensor(out));
+  }
+  void swiglu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
+                       const Tensor* grad_bias) override {
+    run(BackendCallBuilder(VITPIPE_OP_SWIGLU_BACKWARD).tensor(grad_out).tensor(in).tensor(grad_in).optional(grad_bias));
+  }
+  void gather_tokens(const Tensor& x, int64_t count, const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_GATHER_TOKENS).tensor(x).tensor(out).integer(count));
+  }
+  void scatter_tokens(const Tensor& grad, const Tensor& grad_x) override {
+    run(BackendCallBuilder(VITPIPE_OP_SCATTER_TOKENS).tensor(grad).tensor(grad_x));
+  }
+  void cls_and_mean_forward(const Tensor& x, int64_t skip, const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_CLS_AND_MEAN_FORWARD).tensor(x).tensor(out).integer(skip));
+  }
+  void cls_and_mean_backward(const Tensor& grad, int64_t skip, const Tensor& grad_x) override {
+    run(BackendCallBuilder(VITPIPE_OP_CLS_AND_MEAN_BACKWARD).tensor(grad).tensor(grad_x).integer(skip));
+  }
+  void lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale, const Tensor& low,
+                    const Tensor& out, int64_t column) override {
+    run(BackendCallBuilder(VITPIPE_OP_LORA_FORWARD)
+            .tensor(in)
+            .tensor(a)
+            .tensor(b)
+            .tensor(low)
+            .tensor(out)
+            .scalar(scale)
+            .integer(column));
+  }
+  void lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a, const Tensor& b,
+                     double scale, const Tensor& low, const Tensor* grad_in, const Tensor* grad_a,
+                     const Tensor* grad_b) override {
+    run(BackendCallBuilder(VITPIPE_OP_LORA_BACKWARD)
+            .tensor(grad_out)
+            .tensor(in)
+            .tensor(a)
+            .tensor(b)
+            .tensor(low)
+            .optional(grad_in)
+            .optional(grad_a)
+            .optional(grad_b)
+            .scalar(scale)
+            .integer(column));
+  }
+
+ private:
+  double run(BackendCallBuilder& builder) {
+    VitpipeBackendCall& call = builder.call();
+    char error[1024] = {};
+    if (module_.backend_call(instance_, &call, error, sizeof error) != 0) fail("CUDA backend: ", error);
+    return call.result;
+  }
+  double run(BackendCallBuilder&& builder) { return run(builder); }
+
+  const VitpipeCudaModule& module_;
+  void* instance_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_module_backend(const VitpipeCudaModule& module, int device, bool allow_tf32) {
+  return std::make_unique<CudaModuleBackend>(module, device, allow_tf32);
+}
+
+}  // namespace vitpipe

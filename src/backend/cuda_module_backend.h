@@ -1,0 +1,18 @@
+// The CUDA module's Backend seen from vitpipe: an adapter that implements backend.h by describing each call's
+// Tensors in C (backend_call.h) and handing it to the module's table (module_abi.h: backend_create, backend_call).
+// Links no CUDA library; the Tensors' raw() pointers are whatever memory the table's backend works on (device memory
+// for libvitpipe_cuda.so, host memory for the loopback table of cuda_module_loopback.h that the CPU tests use).
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cuda/module_abi.h"
+
+namespace vitpipe {
+
+// A backend instance of `module` on GPU `device`. Throws vitpipe::Error with the module's message when the module
+// has no backend or cannot create one; each op throws with the module's message when it fails.
+std::unique_ptr<Backend> make_cuda_module_backend(const VitpipeCudaModule& module, int device, bool allow_tf32);
+
+}  // namespace vitpipe

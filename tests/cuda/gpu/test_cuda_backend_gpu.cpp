@@ -1,0 +1,486 @@
+// CudaBackend (backend/cuda/cuda_backend.h) on a real GPU against the CPU backend, op by op: the same random inputs
+// on both, every tensor compared after the op (outputs and in-place gradients; inputs must be unchanged), losses'
+// sums compared. f32 within 1e-5 relative to the largest magnitude (TF32 off), bf16 within 2e-2. Skips where the
+// CUDA runtime sees no GPU (every machine this was written on): NEVER RUN YET. Part of the GPU check.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "util/random.h"
+
+using namespace vitpipe;
+
+namespace {
+
+bool gpu_present() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+Tensor random_tensor(const Shape& shape, Rng& rng, DType dtype = DType::f32, double scale = 1.0) {
+  Tensor t = Tensor::empty(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(scale * rng.normal());
+  return dtype == DType::f32 ? t : t.to(dtype);
+}
+
+// Device copies of host tensors, freed at the end.
+class DeviceCopies {
+ public:
+  ~DeviceCopies() {
+    for (void* p : owned_) cudaFree(p);
+  }
+  Tensor upload(const Tensor& host) {
+    if (host.rank() == 0 && host.numel() == 0) return Tensor();
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(host.nbytes(), 1)), cudaSuccess);
+    owned_.push_back(p);
+    EXPECT_EQ(cudaMemcpy(p, host.raw(), host.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    return Tensor::wrap(p, host.shape(), host.dtype());
+  }
+  static Tensor download(const Tensor& device) {
+    if (device.rank() == 0 && device.numel() == 0) return Tensor();
+    Tensor host = Tensor::empty(device.shape(), device.dtype());
+    EXPECT_EQ(cudaMemcpy(host.raw(), device.raw(), device.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+
+ private:
+  std::vector<void*> owned_;
+};
+
+double relative_difference(const Tensor& actual, const Tensor& expected) {
+  if (expected.dtype() == DType::i64) {
+    return std::equal(actual.data<int64_t>(), actual.data<int64_t>() + actual.numel(), expected.data<int64_t>()) ? 0
+                                                                                                                 : 1;
+  }
+  const Tensor a = actual.to(DType::f32), e = expected.to(DType::f32);
+  double diff = 0.0, scale = 1e-3;
+  for (int64_t i = 0; i < e.numel(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a.f32()[i]) - e.f32()[i]));
+    if (std::isnan(a.f32()[i]) != std::isnan(e.f32()[i])) return INFINITY;
+    scale = std::max(scale, std::abs(static_cast<double>(e.f32()[i])));
+  }
+  return diff / scale;
+}
+
+using Op = std::function<double(Backend&, std::vector<Tensor>&)>;
+
+class CudaBackendOnGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu_present()) GTEST_SKIP() << "no GPU: the CUDA runtime sees none";
+    gpu_ = std::make_unique<cuda::CudaBackend>(0, false);
+  }
+
+  // Runs `op` on the CPU backend and on the GPU with copies of `tensors`; compares every tensor and the result.
+  void compare(const std::string& name, const std::vector<Tensor>& tensors, const Op& op, double tolerance) {
+    SCOPED_TRACE(name);
+    std::vector<Tensor> on_cpu, on_gpu;
+    for (const Tensor& t : tensors) on_cpu.push_back(t.rank() == 0 && t.numel() == 0 ? Tensor() : t.clone());
+    DeviceCopies device;
+    for (const Tensor& t : tensors) on_gpu.push_back(device.upload(t));
+    const double expected = op(*cpu_, on_cpu);
+    double actual = 0.0;
+    try {
+      actual = op(*gpu_, on_gpu);
+      gpu_->synchronize();
+    } catch (const std::exception& e) {
+      FAIL() << e.what();
+    }
+    EXPECT_NEAR(actual, expected, 1e-6 * std::max(1.0, std::abs(expected)));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (on_cpu[i].numel() == 0) continue;
+      EXPECT_LE(relative_difference(DeviceCopies::download(on_gpu[i]), on_cpu[i]), tolerance) << "tensor " << i;
+    }
+  }
+
+  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
+  std::unique_ptr<cuda::CudaBackend> gpu_;
+  Rng rng_{2024};
+};
+
+double tolerance_for(DType dtype) { return dtype == DType::f32 ? 1e-5 : 2e-2; }
+
+}  // namespace
+
+TEST_F(CudaBackendOnGpu, LinearLayers) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = tolerance_for(dt);
+    const int64_t m = 37, k = 64, n = 48;
+    const Tensor in = random_tensor({m, k}, rng_, dt), w = random_tensor({n, k}, rng_, dt);
+    const Tensor bias = random_tensor({n}, rng_), residual = random_tensor({m, n}, rng_);
+    compare(
+        "linear_forward", {in, w, bias, residual, Tensor::zeros({m, n})},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_forward(t[0], t[1], &t[2], &t[3], t[4]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "linear_forward bias only, out of the GEMM dtype", {in, w, bias, Tensor::zeros({m, n}, dt)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_forward(t[0], t[1], &t[2], nullptr, t[3]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "linear_forward residual in place", {in, w, residual},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_forward(t[0], t[1], nullptr, &t[2], t[2]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "linear_gelu_forward", {in, w, bias, Tensor::zeros({m, n}, dt)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_gelu_forward(t[0], t[1], t[2], t[3]);
+          return 0.0;
+        },
+        tol);
+    const Tensor g = random_tensor({m, n}, rng_, dt);
+    compare(
+        "linear_backward_input", {g, w, Tensor::zeros({m, k}, dt)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_backward_input(t[0], t[1], t[2]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "linear_backward_weight adds", {g, in, random_tensor({n, k}, rng_)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_backward_weight(t[0], t[1], t[2]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "bias_backward adds", {g, random_tensor({n}, rng_)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.bias_backward(t[0], t[1]);
+          return 0.0;
+        },
+        tol);
+    // 14 logits: rows of 56 bytes, staged through padded copies.
+    const Tensor head = random_tensor({14, k}, rng_, dt);
+    compare(
+        "linear_forward to 14 logits", {in, head, random_tensor({14}, rng_), Tensor::zeros({m, 14})},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_forward(t[0], t[1], &t[2], nullptr, t[3]);
+          return 0.0;
+        },
+        tol);
+  }
+}
+
+TEST_F(CudaBackendOnGpu, LayerNorm) {
+  const int64_t m = 300, d = 64;
+  const Tensor x = random_tensor({m, d}, rng_, DType::f32, 2.0), w = random_tensor({d}, rng_),
+               bias = random_tensor({d}, rng_);
+  for (DType out_type : {DType::f32, DType::bf16}) {
+    compare(
+        "layernorm_forward", {x, w, bias, Tensor::zeros({m, d}, out_type), Tensor::zeros({m}), Tensor::zeros({m})},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.layernorm_forward(t[0], t[1], t[2], 1e-6, t[3], t[4], t[5]);
+          return 0.0;
+        },
+        tolerance_for(out_type));
+  }
+  Tensor mean = Tensor::empty({m}), rstd = Tensor::empty({m}), out = Tensor::empty({m, d});
+  cpu_->layernorm_forward(x, w, bias, 1e-6, out, mean, rstd);
+  compare(
+      "layernorm_backward, every option",
+      {random_tensor({m, d}, rng_), x, w, mean, rstd, random_tensor({m, d}, rng_), random_tensor({d}, rng_),
+       random_tensor({d}, rng_), Tensor::zeros({m, d}, DType::bf16), random_tensor({d}, rng_)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        LayerNormBackwardArgs a;
+        a.grad_out = t[0];
+        a.in = t[1];
+        a.weight = t[2];
+        a.mean = t[3];
+        a.rstd = t[4];
+        a.grad_in = t[5];
+        a.grad_residual = t[5];  // in place
+        a.grad_weight = t[6];
+        a.grad_bias = t[7];
+        a.grad_in_copy = t[8];
+        a.grad_in_colsum = t[9];
+        b.layernorm_backward(a);
+        return 0.0;
+      },
+      2e-2);  // the bf16 copy
+}
+
+TEST_F(CudaBackendOnGpu, Attention) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const int64_t batch = 2, tokens = 17, hidden = 64, heads = 4;
+    const double tol = tolerance_for(dt) * (dt == DType::f32 ? 10 : 1);
+    const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, dt);
+    Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, dt);
+    compare(
+        "attention_forward", {qkv, lse, out},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.attention_forward(t[0], heads, t[1], t[2]);
+          return 0.0;
+        },
+        tol);
+    cpu_->attention_forward(qkv, heads, lse, out);
+    compare(
+        "attention_backward",
+        {random_tensor({batch, tokens, hidden}, rng_, dt), qkv, out, lse,
+         Tensor::zeros({batch, tokens, 3 * hidden}, dt), random_tensor({3 * hidden}, rng_)},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
+          return 0.0;
+        },
+        tol);
+    Tensor cls_lse = Tensor::empty({batch, heads}), cls_out = Tensor::empty({batch, hidden}, dt);
+    compare(
+        "cls_attention_forward", {qkv, cls_lse, cls_out},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.cls_attention_forward(t[0], heads, t[1], t[2]);
+          return 0.0;
+        },
+        tol);
+    cpu_->cls_attention_forward(qkv, heads, cls_lse, cls_out);
+    compare(
+        "cls_attention_backward",
+        {random_tensor({batch, hidden}, rng_, dt), qkv, cls_out, cls_lse,
+         random_tensor({batch, tokens, 3 * hidden}, rng_, dt), random_tensor({3 * hidden}, rng_)},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.cls_attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
+          return 0.0;
+        },
+        tol);
+  }
+}
+
+TEST_F(CudaBackendOnGpu, ElementwiseAndActivations) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = tolerance_for(dt);
+    const int64_t m = 200, n = 40;
+    const Tensor x = random_tensor({m, n}, rng_, dt, 2.0), g = random_tensor({m, n}, rng_, dt);
+    compare(
+        "gelu_forward", {x, Tensor::zeros({m, n}, dt)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.gelu_forward(t[0], t[1]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "gelu_backward", {g, x, Tensor::zeros({m, n}, dt), random_tensor({n}, rng_)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.gelu_backward(t[0], t[1], t[2], &t[3]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "gelu_backward in place", {g, x, random_tensor({n}, rng_)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.gelu_backward(t[0], t[1], t[0], &t[2]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "scale in place", {x},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.scale(t[0], 0.37, t[0]);
+          return 0.0;
+        },
+        tol);
+    const Tensor in2 = random_tensor({m, 2 * n}, rng_, dt, 2.0);
+    compare(
+        "swiglu_forward", {in2, Tensor::zeros({m, n}, dt)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.swiglu_forward(t[0], t[1]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "swiglu_backward", {g, in2, Tensor::zeros({m, 2 * n}, dt), random_tensor({2 * n}, rng_)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.swiglu_backward(t[0], t[1], t[2], &t[3]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "layer_scale_forward in place", {x, random_tensor({n}, rng_), random_tensor({m, n}, rng_)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.layer_scale_forward(t[0], t[1], t[2], t[2]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "layer_scale_backward",
+        {random_tensor({m, n}, rng_), x, random_tensor({n}, rng_), Tensor::zeros({m, n}, dt), random_tensor({n}, rng_),
+         random_tensor({n}, rng_)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.layer_scale_backward(t[0], t[1], t[2], t[3], &t[4], &t[5]);
+          return 0.0;
+        },
+        tol);
+  }
+  const Tensor x = random_tensor({300, 7}, rng_);
+  compare(
+      "convert to bf16", {x, Tensor::zeros({300, 7}, DType::bf16)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.convert(t[0], t[1]);
+        return 0.0;
+      },
+      0.0);
+  compare(
+      "convert to f32", {x.to(DType::bf16), Tensor::zeros({300, 7})},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.convert(t[0], t[1]);
+        return 0.0;
+      },
+      0.0);
+}
+
+TEST_F(CudaBackendOnGpu, EmbeddingsTokensAndLosses) {
+  const int64_t batch = 3, channels = 3, image = 16, patch = 4, np = 16, d = 32;
+  const Tensor images = random_tensor({batch, channels, image, image}, rng_);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    compare(
+        "patchify", {images, Tensor::zeros({batch * np, channels * patch * patch}, dt)},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.patchify(t[0], patch, t[1]);
+          return 0.0;
+        },
+        0.0);
+  }
+  const int64_t tokens = np + 1;
+  compare(
+      "embeddings_forward",
+      {random_tensor({batch * np, d}, rng_), random_tensor({d}, rng_), random_tensor({tokens, d}, rng_),
+       Tensor::zeros({batch, tokens, d})},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.embeddings_forward(t[0], t[1], t[2], t[3]);
+        return 0.0;
+      },
+      1e-6);
+  compare(
+      "embeddings_backward",
+      {random_tensor({batch, tokens, d}, rng_), random_tensor({d}, rng_), random_tensor({tokens, d}, rng_),
+       Tensor::zeros({batch * np, d}), random_tensor({d}, rng_)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.embeddings_backward(t[0], t[1], t[2], t[3], &t[4]);
+        return 0.0;
+      },
+      1e-5);
+  const int64_t prefix = 3, positioned = 1, tokens3 = prefix + np;
+  compare(
+      "token_embeddings_forward",
+      {random_tensor({batch * np, d}, rng_), random_tensor({prefix, d}, rng_),
+       random_tensor({positioned + np, d}, rng_), Tensor::zeros({batch, tokens3, d})},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.token_embeddings_forward(t[0], t[1], positioned, t[2], t[3]);
+        return 0.0;
+      },
+      1e-6);
+  compare(
+      "token_embeddings_backward",
+      {random_tensor({batch, tokens3, d}, rng_), random_tensor({prefix, d}, rng_),
+       random_tensor({positioned + np, d}, rng_), Tensor::zeros({batch * np, d}, DType::bf16),
+       random_tensor({d}, rng_)},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.token_embeddings_backward(t[0], &t[1], positioned, &t[2], t[3], &t[4]);
+        return 0.0;
+      },
+      1e-2);
+  const Tensor x = random_tensor({batch, tokens3, d}, rng_);
+  compare(
+      "gather_cls / scatter_cls", {x, Tensor::zeros({batch, d}), random_tensor({batch, d}, rng_), x.clone()},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.gather_cls(t[0], t[1]);
+        b.scatter_cls(t[2], t[3]);
+        return 0.0;
+      },
+      0.0);
+  compare(
+      "gather_tokens / scatter_tokens",
+      {x, Tensor::zeros({2, batch, d}), random_tensor({2, batch, d}, rng_), x.clone()},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.gather_tokens(t[0], 2, t[1]);
+        b.scatter_tokens(t[2], t[3]);
+        return 0.0;
+      },
+      0.0);
+  compare(
+      "cls_and_mean", {x, Tensor::zeros({batch, 2 * d}), random_tensor({batch, 2 * d}, rng_), x.clone()},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.cls_and_mean_forward(t[0], prefix, t[1]);
+        b.cls_and_mean_backward(t[2], prefix, t[3]);
+        return 0.0;
+      },
+      1e-5);
+  compare(
+      "resample_positions",
+      {random_tensor({1 + 16, d}, rng_), random_tensor({6, 4}, rng_), random_tensor({5, 4}, rng_),
+       Tensor::zeros({1 + 30, d}), random_tensor({1 + 30, d}, rng_), random_tensor({1 + 16, d}, rng_)},
+      [](Backend& b, std::vector<Tensor>& t) {
+        b.resample_positions_forward(t[0], 1, t[1], t[2], t[3]);
+        b.resample_positions_backward(t[4], 1, t[1], t[2], t[5]);
+        return 0.0;
+      },
+      1e-5);
+  // Losses: the sums compared by compare() itself.
+  const int64_t labels = 14;
+  Tensor targets = Tensor::empty({batch, labels});
+  for (int64_t i = 0; i < targets.numel(); ++i) targets.f32()[i] = rng_.uniform() < 0.3 ? 1.0f : 0.0f;
+  compare(
+      "bce_with_logits",
+      {random_tensor({batch, labels}, rng_, DType::f32, 3.0), targets, random_tensor({labels}, rng_),
+       random_tensor({batch, labels}, rng_), Tensor::zeros({batch, labels})},
+      [](Backend& b, std::vector<Tensor>& t) { return b.bce_with_logits(t[0], t[1], &t[2], &t[3], 0.5, t[4]); }, 1e-5);
+  Tensor classes = Tensor::empty({batch}, DType::i64);
+  for (int64_t i = 0; i < batch; ++i) classes.data<int64_t>()[i] = static_cast<int64_t>(rng_.below(labels));
+  compare(
+      "cross_entropy", {random_tensor({batch, labels}, rng_), classes, Tensor::zeros({batch, labels})},
+      [](Backend& b, std::vector<Tensor>& t) { return b.cross_entropy(t[0], t[1], 0.25, t[2]); }, 1e-5);
+}
+
+TEST_F(CudaBackendOnGpu, Lora) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const int64_t m = 40, k = 64, r = 4, n = 32, ld = 96, column = 32;
+    const Tensor in = random_tensor({m, k}, rng_, dt), a = random_tensor({r, k}, rng_, dt),
+                 bm = random_tensor({n, r}, rng_, dt);
+    compare(
+        "lora_forward", {in, a, bm, Tensor::zeros({m, r}, dt), random_tensor({m, ld}, rng_, dt)},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.lora_forward(t[0], t[1], t[2], 0.5, t[3], t[4], column);
+          return 0.0;
+        },
+        tolerance_for(dt));
+    compare(
+        "lora_backward",
+        {random_tensor({m, ld}, rng_, dt), in, a, bm, random_tensor({m, r}, rng_, dt), random_tensor({m, k}, rng_),
+         random_tensor({r, k}, rng_), random_tensor({n, r}, rng_)},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.lora_backward(t[0], column, t[1], t[2], t[3], 0.5, t[4], &t[5], &t[6], &t[7]);
+          return 0.0;
+        },
+        tolerance_for(dt));
+  }
+}
+
+TEST_F(CudaBackendOnGpu, CrossEntropyRefusesAClassOutsideTheLogits) {
+  const int64_t batch = 3, classes = 4;
+  Tensor targets = Tensor::empty({batch}, DType::i64);
+  for (int64_t i = 0; i < batch; ++i) targets.data<int64_t>()[i] = i == 1 ? classes : 0;
+  DeviceCopies device;
+  const Tensor logits = device.upload(random_tensor({batch, classes}, rng_)), t = device.upload(targets),
+               grad = device.upload(Tensor::zeros({batch, classes}));
+  try {
+    gpu_->cross_entropy(logits, t, 1.0, grad);
+    FAIL() << "no refusal";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("target 4 (row 1) outside [0, 4)"), std::string::npos) << e.what();
+  }
+}
