@@ -288,6 +288,42 @@ class SeamBackendImpl final : public Backend {
     inner_->lora_backward(grad_out, column, in, a, b, scale, low, grad_in, grad_a, grad_b);
   }
 
+  // The training state: parameters, gradients and moments are device tensors; `squares` and `bounds` are host arrays
+  // (the results and run tables the contracts put on the host).
+  void adamw_update(const OptimizerStep& step, const OptimizerScalars& s) override {
+    Call c(__func__, {&step.params, &step.grads, &step.exp_avg, &step.exp_avg_sq});
+    inner_->adamw_update(step, s);
+  }
+  void lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) override {
+    Call c(__func__, {&step.params, &step.grads, &step.exp_avg, &step.exp_avg_sq});
+    inner_->lamb_moments(step, s, squares);
+  }
+  void lamb_update(const OptimizerStep& step, const OptimizerScalars& s) override {
+    Call c(__func__, {&step.params, &step.grads, &step.exp_avg, &step.exp_avg_sq});
+    inner_->lamb_update(step, s);
+  }
+  void sgd_update(const OptimizerStep& step, const OptimizerScalars& s) override {
+    Call c(__func__, {&step.params, &step.grads, &step.exp_avg});
+    inner_->sgd_update(step, s);
+  }
+  double sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) override {
+    Call c(__func__, {&x});
+    return inner_->sum_of_squares(x, bounds);
+  }
+  void zero(const Tensor& t) override {
+    Call c(__func__, {&t});
+    inner_->zero(t);
+  }
+  // Only the device side is watched: the host side is the caller's memory, which it reads or filled.
+  void copy_to_host(const Tensor& device, const Tensor& host) override {
+    Call c(__func__, {&device});
+    inner_->copy_to_host(device, host);
+  }
+  void copy_from_host(const Tensor& host, const Tensor& device) override {
+    Call c(__func__, {&device});
+    inner_->copy_from_host(host, device);
+  }
+
  private:
   std::unique_ptr<Backend> inner_;
 };

@@ -59,7 +59,7 @@ class ViTStage {
   const FlatParameters& parameters() const { return parameters_; }
   const FlatParameters& frozen_parameters() const { return frozen_; }
   FlatParameters& gradients() { return gradients_; }
-  void zero_gradients() { gradients_.flat().fill_zero(); }
+  void zero_gradients() { backend_.zero(gradients_.flat()); }  // through the backend: gradients are device memory
   // Refreshes the bf16 copy of the trainable weights; call after they change (no-op in fp32).
   void parameters_changed();
   void parameters_changed(int first_segment, int last_segment);  // the same for part of the range

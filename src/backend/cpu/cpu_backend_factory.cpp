@@ -42,4 +42,9 @@ std::unique_ptr<Backend> make_cpu_backend_at(CpuLevel level) {
 
 namespace vitpipe {
 std::unique_ptr<Backend> make_cpu_backend() { return cpu::make_cpu_backend_at(cpu::selected_cpu_level()); }
+
+Backend& host_backend() {
+  static const std::unique_ptr<Backend> backend = make_cpu_backend();  // never destroyed before exit
+  return *backend;
+}
 }  // namespace vitpipe
