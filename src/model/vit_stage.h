@@ -55,6 +55,9 @@ class ViTStage {
   int num_blocks() const { return num_blocks_; }
 
   // The trainable parameters (what optimizers step and checkpoints hold), in the trainable layout.
+  // The backend holding this stage's parameters, gradients and activations (device memory on a GPU): the host reads
+  // or writes them only through its copy_to_host / copy_from_host.
+  Backend& backend() const { return backend_; }
   FlatParameters& parameters() { return parameters_; }
   const FlatParameters& parameters() const { return parameters_; }
   const FlatParameters& frozen_parameters() const { return frozen_; }
