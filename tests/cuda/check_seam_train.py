@@ -8,7 +8,7 @@ closes the training state (parameters, gradients, optimizer moments) to the host
 - no host access touched them: the trainer, the pipeline executor, evaluation, checkpointing and export reach the
   training state only through backend calls (optimizer steps, norms, zeroing, copies to and from the host).
 
-Usage: check_seam_train.py PROBE CASE   (CASE: one-stage, two-stages)"""
+Usage: check_seam_train.py PROBE CASE   (CASE: one-stage, two-stages, resume, lora)"""
 import hashlib
 import os
 import re
@@ -20,9 +20,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import e2e_common as e2e  # noqa: E402
 
 probe, case = sys.argv[1], sys.argv[2]
+# Each case: the flags of one or more runs into the same output directory (later ones resume).
 CASES = {
-    "one-stage": ["--optimizer", "lamb", "--weight-decay", "0.05"],
-    "two-stages": ["--pipeline-stages", "2", "--optimizer", "adamw", "--clip-grad-norm", "0.05"],
+    "one-stage": [["--epochs", "1", "--optimizer", "lamb", "--weight-decay", "0.05"]],
+    "two-stages": [["--epochs", "1", "--pipeline-stages", "2", "--optimizer", "adamw", "--clip-grad-norm", "0.05"]],
+    # A checkpoint resumed (parameters and SGD momentum loaded through the backend), as 2 stages.
+    "resume": [["--optimizer", "sgd", "--momentum", "0.9", "--max-steps", "2"],
+               ["--optimizer", "sgd", "--momentum", "0.9", "--max-steps", "3", "--pipeline-stages", "2", "--resume"]],
+    # LoRA: frozen base weights beside the trained adapters; the adapter export.
+    "lora": [["--epochs", "1", "--lora", "4", "--lora-alpha", "8", "--lora-targets", "query,value", "--export-adapter"]],
 }
 failures = []
 
@@ -47,31 +53,38 @@ with tempfile.TemporaryDirectory() as tmp:
     csv = e2e.make_blob_dataset(os.path.join(tmp, "data"), {"train": 40, "val": 16}, seed=3)
     init = os.path.join(tmp, "init")
     e2e.run("init", "--preset", "vit-micro", "--labels", ",".join(e2e.BLOB_LABELS), "--seed", "1", "--out", init)
-    args = ["--model", init, "--data", "csv:" + csv, "--loader-threads", "1", "--threads", "2", "--epochs", "1",
-            "--batch-size", "16", "--micro-batch-size", "4", "--lr", "1e-3", "--checkpoint-every", "1",
-            "--eval-every", "1", *CASES[case]]
+    common = ["--model", init, "--data", "csv:" + csv, "--loader-threads", "1", "--threads", "2", "--batch-size", "16", "--micro-batch-size", "4", "--lr", "1e-3", "--checkpoint-every", "1",
+              "--eval-every", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    plain = subprocess.run([probe, *args, "--output-dir", f"{tmp}/plain"], env=env, capture_output=True, text=True,
-                           timeout=300)
-    seam = subprocess.run([probe, *args, "--output-dir", f"{tmp}/seam"], env={**env, "VITPIPE_PROBE_SEAM": "1"},
-                          capture_output=True, text=True, timeout=300)
-    summary_lines = [line for line in seam.stderr.splitlines() if line.startswith("seam")]
-    print("\n".join(summary_lines[:200]))
-    check(plain.returncode == 0, "the plain run succeeds" + ("" if plain.returncode == 0 else ": " + plain.stderr[-2000:]))
-    check(seam.returncode == 0, "the seam run succeeds" + ("" if seam.returncode == 0 else ": " + seam.stderr[-2000:]))
-    a, b = digests(f"{tmp}/plain"), digests(f"{tmp}/seam")
-    check(len(a) > 0 and a == b, f"the seam run's checkpoints and exported weights equal the plain run's bit for bit "
-                                 f"({len(a)} safetensors files)")
-    summary = re.search(r"seam: (\d+) page ranges closed between calls, (\d+) of (\d+) handed bytes; (\d+) host touches",
-                        seam.stderr)
-    check(summary is not None and int(summary.group(1)) > 0, "pages of the training state were closed between calls")
-    if summary:
-        watched, handed = int(summary.group(2)), int(summary.group(3))
-        check(watched > handed // 2, f"most of the training state's bytes were watched ({watched} of {handed})")
-        touches = int(summary.group(4))
-        check(touches == 0, f"nothing above the backend touched the training state ({touches} host touches)")
-    if seam.returncode != 0 or (summary and int(summary.group(4)) > 0):
-        print(seam.stderr[-6000:])
+    for number, flags in enumerate(CASES[case], 1):
+        what = f"run {number}: " if len(CASES[case]) > 1 else ""
+        args = [*common, *flags]
+        plain = subprocess.run([probe, *args, "--output-dir", f"{tmp}/plain"], env=env, capture_output=True,
+                               text=True, timeout=300)
+        seam = subprocess.run([probe, *args, "--output-dir", f"{tmp}/seam"], env={**env, "VITPIPE_PROBE_SEAM": "1"},
+                              capture_output=True, text=True, timeout=300)
+        check(plain.returncode == 0,
+              what + "the plain run succeeds" + ("" if plain.returncode == 0 else ": " + plain.stderr[-2000:]))
+        check(seam.returncode == 0,
+              what + "the seam run succeeds" + ("" if seam.returncode == 0 else ": " + seam.stderr[-2000:]))
+        a, b = digests(f"{tmp}/plain"), digests(f"{tmp}/seam")
+        check(len(a) > 0 and a == b, what + "the seam run's checkpoints and exported weights equal the plain run's "
+                                            f"bit for bit ({len(a)} safetensors files)")
+        summary = re.search(
+            r"seam: (\d+) page ranges closed between calls, (\d+) of (\d+) handed bytes; (\d+) host touches",
+            seam.stderr)
+        check(summary is not None and int(summary.group(1)) > 0,
+              what + "pages of the training state were closed between calls")
+        if summary:
+            print(summary.group(0))
+            watched, handed = int(summary.group(2)), int(summary.group(3))
+            check(watched > handed // 2, what + f"most of the training state's bytes were watched ({watched} of "
+                                                f"{handed})")
+            touches = int(summary.group(4))
+            check(touches == 0, what + f"nothing above the backend touched the training state ({touches} host "
+                                       "touches)")
+        if seam.returncode != 0 or (summary and int(summary.group(4)) > 0):
+            print(seam.stderr[-6000:])
 
 if failures:
     print(f"{len(failures)} failed")
