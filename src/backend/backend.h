@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -245,6 +246,11 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// A test hook (proof 3 of issue 24: tools/train_seam_probe.cpp): when set, make_cpu_backend() passes every backend it
+// makes through `wrap` (e.g. into tools/seam_backend.h's SeamBackend) before any tensor reaches it; host_backend() is
+// never wrapped. Empty: none. Set it before any backend is made, from one thread.
+using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+void set_backend_wrapper(BackendWrapper wrap);
 // One process-wide CPU backend for HOST-resident buffers where no stage backend is at hand (an optimizer or a
 // gradient clip over host FlatParameters, as the tests and the layout profiler use them). Only its stateless ops
 // (optimizer updates, sums of squares, zero, copies, scale) may be called from several threads at once.

@@ -54,16 +54,6 @@ namespace vitpipe {
 namespace fs = std::filesystem;
 namespace {
 
-TrainingBackendWrapper& backend_wrapper() {
-  static TrainingBackendWrapper wrap;
-  return wrap;
-}
-
-std::unique_ptr<Backend> make_stage_backend() {
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  return backend_wrapper() ? backend_wrapper()(std::move(backend)) : std::move(backend);
-}
-
 constexpr int kMaxTracedSteps = 50;  // a trace of every step of a long run would not fit in memory
 
 ScheduleKind schedule_of(const TrainOptions& o) { return parse_schedule_kind(o.pipeline_schedule); }
@@ -414,7 +404,7 @@ void RankTrainer::build_pipeline() {
     so.max_micro_batch = micro_batch_;
     so.slots = activation_slots_needed(pc.schedule, pc.stages, micro_batches_, grid_->stage(), pc.virtual_stages);
     so.split = split_;
-    backends_.push_back(make_stage_backend());
+    backends_.push_back(make_cpu_backend());
     chunks_.push_back(std::make_unique<ViTStage>(layout_, *backends_.back(), so));
     ViTStage& stage = *chunks_.back();
     activation_bytes += stage.activation_bytes();
@@ -1073,8 +1063,6 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports) {
 }
 
 }  // namespace
-
-void set_training_backend_wrapper(TrainingBackendWrapper wrap) { backend_wrapper() = std::move(wrap); }
 
 void run_training(const TrainOptions& options) {
   TrainOptions o = options;

@@ -8,7 +8,11 @@ closes the training state (parameters, gradients, optimizer moments) to the host
 - no host access touched them: the trainer, the pipeline executor, evaluation, checkpointing and export reach the
   training state only through backend calls (optimizer steps, norms, zeroing, copies to and from the host).
 
-Usage: check_seam_train.py PROBE CASE   (CASE: one-stage, two-stages, resume, lora)"""
+predict-explain: `vitpipe predict` (with --heatmap) and `vitpipe explain` (rollout and Grad-CAM) of a model, through the
+seam the same way: the same output, the parameters closed and never touched.
+
+Usage: check_seam_train.py PROBE CASE   (CASE: one-stage, two-stages, resume, lora, predict-explain)"""
+import glob
 import hashlib
 import os
 import re
@@ -28,6 +32,7 @@ CASES = {
     "resume": [["--optimizer", "sgd", "--momentum", "0.9", "--max-steps", "2"],
                ["--optimizer", "sgd", "--momentum", "0.9", "--max-steps", "3", "--pipeline-stages", "2", "--resume"]],
     # LoRA: frozen base weights beside the trained adapters; the adapter export.
+    "predict-explain": [],
     "lora": [["--epochs", "1", "--lora", "4", "--lora-alpha", "8", "--lora-targets", "query,value", "--export-adapter"]],
 }
 failures = []
@@ -39,11 +44,11 @@ def check(condition, what):
         failures.append(what)
 
 
-def digests(out):
+def digests(out, suffixes=(".safetensors",)):
     found = {}
     for base, _, files in os.walk(out):
         for name in files:
-            if name.endswith(".safetensors"):
+            if name.endswith(suffixes):
                 path = os.path.join(base, name)
                 found[os.path.relpath(path, out)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
     return found
@@ -85,6 +90,38 @@ with tempfile.TemporaryDirectory() as tmp:
                                        "touches)")
         if seam.returncode != 0 or (summary and int(summary.group(4)) > 0):
             print(seam.stderr[-6000:])
+
+    if case == "predict-explain":
+        images = sorted(glob.glob(os.path.join(tmp, "data", "**", "*.png"), recursive=True))[:5]
+        commands = {
+            "predict": lambda out: ["predict", "--model", init, "--threads", "2", "--batch-size", "2", "--heatmap", out,
+                                    *images],
+            "explain": lambda out: ["explain", "--model", init, "--threads", "2", "--method", "rollout", "--method",
+                                    "gradcam", "--top", "2", "--out", out, *images],
+        }
+        for name, command in commands.items():
+            plain = subprocess.run([probe, *command(f"{tmp}/{name}-plain")], env=env, capture_output=True, text=True,
+                                   timeout=300)
+            seam = subprocess.run([probe, *command(f"{tmp}/{name}-seam")], env={**env, "VITPIPE_PROBE_SEAM": "1"},
+                                  capture_output=True, text=True, timeout=300)
+            check(plain.returncode == 0 and seam.returncode == 0,
+                  f"{name}: both runs succeed" + ("" if seam.returncode == 0 and plain.returncode == 0
+                                                   else ": " + plain.stderr[-1000:] + seam.stderr[-2000:]))
+            a = digests(f"{tmp}/{name}-plain", (".png", ".npy", ".json", ".csv"))
+            b = digests(f"{tmp}/{name}-seam", (".png", ".npy", ".json", ".csv"))
+            same_stdout = plain.stdout.replace(f"{name}-plain", "OUT") == seam.stdout.replace(f"{name}-seam", "OUT")
+            check(same_stdout and a == b and len(a) > 0,
+                  f"{name}: the seam run's output and {len(a)} files equal the plain run's")
+            summary = re.search(
+                r"seam: (\d+) page ranges closed between calls, (\d+) of (\d+) handed bytes; (\d+) host touches",
+                seam.stderr)
+            check(summary is not None and int(summary.group(1)) > 0, f"{name}: the parameters' pages were closed")
+            if summary:
+                print(summary.group(0))
+                check(int(summary.group(4)) == 0,
+                      f"{name}: nothing above the backend touched the parameters ({summary.group(4)} host touches)")
+                if int(summary.group(4)) > 0:
+                    print(seam.stderr[-6000:])
 
 if failures:
     print(f"{len(failures)} failed")
