@@ -39,6 +39,7 @@ int g_region_count = 0;
 Touch g_touches[kMaxTouches];
 volatile sig_atomic_t g_touch_count = 0;
 bool g_released = false;
+bool g_state_only = false;  // SeamWatch::training_state
 bool g_installed = false;
 int64_t g_watched_bytes = 0, g_handed_bytes = 0;
 std::set<std::pair<uintptr_t, uintptr_t>> g_known_regions, g_known_tensors;
@@ -97,9 +98,12 @@ void watch(const Tensor& t, const char* call, int argument) {
 // One backend call: the watched pages open for its length; the tensors it was handed are watched from its end on.
 class Call {
  public:
-  Call(const char* call, std::initializer_list<const Tensor*> tensors) : lock_(g_mutex), call_(call) {
+  // `state`: the call's tensors are training state (watched in either mode).
+  Call(const char* call, std::initializer_list<const Tensor*> tensors, bool state = false)
+      : lock_(g_mutex), call_(call) {
     if (g_released) return;
     set_all(PROT_READ | PROT_WRITE);
+    if (g_state_only && !state) return;
     int argument = 0;
     for (const Tensor* t : tensors) {
       ++argument;
@@ -288,13 +292,53 @@ class SeamBackendImpl final : public Backend {
     inner_->lora_backward(grad_out, column, in, a, b, scale, low, grad_in, grad_a, grad_b);
   }
 
+  // The training state: parameters, gradients and moments are device tensors; `squares` and `bounds` are host arrays
+  // (the results and run tables the contracts put on the host).
+  void adamw_update(const OptimizerStep& step, const OptimizerScalars& s) override {
+    Call c(__func__, {&step.params, &step.grads, &step.exp_avg, &step.exp_avg_sq}, true);
+    inner_->adamw_update(step, s);
+  }
+  void lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) override {
+    Call c(__func__, {&step.params, &step.grads, &step.exp_avg, &step.exp_avg_sq}, true);
+    inner_->lamb_moments(step, s, squares);
+  }
+  void lamb_update(const OptimizerStep& step, const OptimizerScalars& s) override {
+    Call c(__func__, {&step.params, &step.grads, &step.exp_avg, &step.exp_avg_sq}, true);
+    inner_->lamb_update(step, s);
+  }
+  void sgd_update(const OptimizerStep& step, const OptimizerScalars& s) override {
+    Call c(__func__, {&step.params, &step.grads, &step.exp_avg}, true);
+    inner_->sgd_update(step, s);
+  }
+  double sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) override {
+    Call c(__func__, {&x}, true);
+    return inner_->sum_of_squares(x, bounds);
+  }
+  void zero(const Tensor& t) override {
+    Call c(__func__, {&t}, true);
+    inner_->zero(t);
+  }
+  // Only the device side is watched: the host side is the caller's memory, which it reads or filled.
+  void copy_to_host(const Tensor& device, const Tensor& host) override {
+    Call c(__func__, {&device}, true);
+    inner_->copy_to_host(device, host);
+  }
+  void copy_from_host(const Tensor& host, const Tensor& device) override {
+    Call c(__func__, {&device}, true);
+    inner_->copy_from_host(host, device);
+  }
+
  private:
   std::unique_ptr<Backend> inner_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_seam_backend(std::unique_ptr<Backend> inner) {
+std::unique_ptr<Backend> make_seam_backend(std::unique_ptr<Backend> inner, SeamWatch watch) {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!g_installed) g_state_only = watch == SeamWatch::training_state;
+  }
   return std::make_unique<SeamBackendImpl>(std::move(inner));
 }
 

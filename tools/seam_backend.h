@@ -25,7 +25,13 @@ struct SeamReport {
   int64_t touches = 0;        // host accesses between calls (each counted once per reopening)
 };
 
-std::unique_ptr<Backend> make_seam_backend(std::unique_ptr<Backend> inner);
+// What is closed between calls: every tensor handed to the backend, or only the training state (the tensors handed
+// to the optimizer, gradient-norm, zeroing and host-copy ops: parameters, gradients, moment buffers), which leaves
+// the activations, images and labels a trainer exchanges with the host open. The mode is the process's (the first
+// SeamBackend made sets it).
+enum class SeamWatch { all, training_state };
+
+std::unique_ptr<Backend> make_seam_backend(std::unique_ptr<Backend> inner, SeamWatch watch = SeamWatch::all);
 // Stops watching: every page opened, nothing closed again (the dump after the step reads device memory as a copy
 // to the host would).
 void seam_release();

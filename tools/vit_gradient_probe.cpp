@@ -196,7 +196,8 @@ int main(int argc, char** argv) {
       ViTStage& stage = *pipeline.back();
       stage.load_values(all);
       stage.zero_gradients();
-      optimizers.push_back(make_optimizer(optimizer_config_named("adamw"), stage.parameters()));
+      optimizers.push_back(
+          make_optimizer(optimizer_config_named("adamw"), stage.parameters(), {}, backends.back().get()));
     }
     const int64_t global_elements = c.problem_type == ProblemType::multi_label ? batch * labels : batch;
     double loss_sum = 0.0;

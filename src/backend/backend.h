@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "tensor/tensor.h"
@@ -28,6 +30,52 @@ struct LayerNormBackwardArgs {
   Tensor grad_in_copy;    // optional [M, D] f32 or bf16: a second copy of grad_in (bf16 GEMM input)
   Tensor grad_in_colsum;  // optional [D] f32, adds the column sums of grad_in (the bias gradient of the linear layer
                           // whose output joined the residual stream here)
+};
+
+// ---- optimizer updates (train/optimizer.h states the update rules, optimizer_plan.h the run structure) ----
+// One optimizer step covers one flat f32 range of n elements: a stage's (or an optimizer shard's) parameters, their
+// gradients and the moment buffers, each a 1-D f32 tensor of n elements. The range is cut into RUNS: contiguous
+// element ranges inside one parameter tensor that share the per-run scalars below (a run never spans two
+// parameters; runs are ordered, disjoint, and together cover [0, n) or part of it: elements outside every run are
+// left untouched). The caller computes every per-step scalar in double and rounds it to float once, as the
+// optimizers always did; the kernels do only the per-element fp32 arithmetic written at each op, in that order.
+// The CPU backend's bits are the reference (its build, GCC -O3 for x86-64-v3, may contract a * b + c into fused
+// multiply-adds); another backend may differ from it in the last place where its compiler contracts differently,
+// but must itself be deterministic: the same inputs give the same bits on every run.
+struct OptimizerRun {
+  int64_t begin = 0;  // element offsets into the range's tensors
+  int64_t end = 0;
+  float decay = 0.0f;  // adamw: 1 - lr_run * wd_run (1 where the parameter does not decay); lamb and sgd: wd_run
+                       // (0 where the parameter does not decay)
+  float step = 0.0f;   // adamw: lr_run / bias_correction1; lamb (update): lr_run * trust_ratio; sgd: lr_run;
+                       // lamb (moments): unused
+};
+
+// The tensors and runs of one step. `work_items` (optional, may be empty) groups runs for a CPU's threads: runs
+// [work_items[k], work_items[k + 1]) are one item (the optimizers' fixed 8192-element chunks on the model's offset
+// grid, optimizer_plan.h), the last entry is runs.size(). It only decides who computes what (elementwise updates
+// give the same bits under any split); an implementation may ignore it.
+struct OptimizerStep {
+  Tensor params;      // [n] f32, updated in place
+  Tensor grads;       // [n] f32, read only
+  Tensor exp_avg;     // [n] f32, updated in place: adamw/lamb m; sgd with momentum: the momentum buffer
+  Tensor exp_avg_sq;  // [n] f32, updated in place: adamw/lamb v; undefined for sgd
+  std::span<const OptimizerRun> runs;
+  std::span<const int64_t> work_items;
+};
+
+// Scalars shared by every run of a step, each computed in double by the caller and rounded to float once.
+struct OptimizerScalars {
+  float beta1 = 0.0f, one_minus_beta1 = 0.0f;  // adamw, lamb
+  float beta2 = 0.0f, one_minus_beta2 = 0.0f;
+  float bias_correction1 = 1.0f;       // lamb: 1 - beta1^t (1 without bias correction)
+  float bias_correction2 = 1.0f;       // lamb: 1 - beta2^t
+  float bias_correction2_sqrt = 1.0f;  // adamw: sqrt(1 - beta2^t) computed in double
+  float eps = 0.0f;
+  float momentum = 0.0f;  // sgd
+  float one_minus_dampening = 1.0f;
+  bool first_step = false;  // sgd: the momentum buffer is set to d (not blended) on step 1
+  bool nesterov = false;
 };
 
 class Backend {
@@ -114,6 +162,36 @@ class Backend {
   // out = factor * in (overwrites; in and out f32 or bf16, same element count; may alias).
   virtual void scale(const Tensor& in, double factor, const Tensor& out) = 0;
 
+  // ---- optimizer steps, gradient norms, zeroing, host copies (the training state stays on the device) ----
+  // AdamW, per element i of every run (fp32; s = scalars, r = the run):
+  //   p' = p * r.decay;  m = s.beta1 * m + g * s.one_minus_beta1;  v = s.beta2 * v + s.one_minus_beta2 * g * g;
+  //   p = p' - r.step * (m / (sqrt(v) / s.bias_correction2_sqrt + s.eps)).  Writes p, m, v; grads read only.
+  virtual void adamw_update(const OptimizerStep& step, const OptimizerScalars& s) = 0;
+  // LAMB pass 1 (moments, and the squares for the trust ratios), per element i of run r:
+  //   m = s.beta1 * m + s.one_minus_beta1 * g;  v = s.beta2 * v + s.one_minus_beta2 * g * g;
+  //   u = (m / s.bias_correction1) / (sqrt(v / s.bias_correction2) + s.eps) + r.decay * p   (fp32);
+  // writes m and v (p is only read). squares [2 * runs.size()] is HOST memory, overwritten: squares[2r] = sum of
+  // double(p)^2 and squares[2r + 1] = sum of double(u)^2 over run r, each in double with 16 fixed lanes relative to
+  // the run's first element (lane k adds elements k, k + 16, ... in order; then lanes[k] += lanes[k + w] for
+  // w = 8, 4, 2, 1; the result is lanes[0]): deterministic and independent of the implementation's parallelism.
+  virtual void lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) = 0;
+  // LAMB pass 2: p = p - r.step * u, u recomputed from p, the new m, v as in pass 1 (the same fp32 operations).
+  virtual void lamb_update(const OptimizerStep& step, const OptimizerScalars& s) = 0;
+  // SGD, per element of run r: d = r.decay != 0 ? g + r.decay * p : g. Without momentum (exp_avg undefined):
+  // p = p - r.step * d. With it: b = s.first_step ? d : exp_avg * s.momentum + s.one_minus_dampening * d;
+  // exp_avg = b; p = p - r.step * (s.nesterov ? d + s.momentum * b : b).
+  virtual void sgd_update(const OptimizerStep& step, const OptimizerScalars& s) = 0;
+  // The sum of x^2 over x [n] f32, returned to the host in double. `bounds` (host; ascending, first 0, last n) cuts x
+  // into parts; each part is summed with the 16 fixed lanes of lamb_moments (relative to the part's first element)
+  // and the parts are added in order starting from 0.0. Deterministic: the bits depend only on x and bounds.
+  virtual double sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) = 0;
+  // Every byte of t set to zero (any dtype; gradient zeroing between steps).
+  virtual void zero(const Tensor& t) = 0;
+  // Synchronous copies between a backend tensor (device memory on a GPU) and host memory: same dtype and element
+  // count; on return the destination holds the data. Tensors may be views (slices) of larger ones.
+  virtual void copy_to_host(const Tensor& device, const Tensor& host) = 0;
+  virtual void copy_from_host(const Tensor& host, const Tensor& device) = 0;
+
   // ---- model families (DeiT, DINOv2): prefix tokens, position resampling, LayerScale, SwiGLU, pooling ----
   // Embeddings with P prefix tokens (CLS, then distillation or register tokens) of which the first Q have position
   // embeddings: x[b, t] = prefix[t] (+ pos[t] for t < Q) for t < P; x[b, P + p] = patch_proj[b * Np + p] +
@@ -168,5 +246,14 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// A test hook (proof 3 of issue 24: tools/train_seam_probe.cpp): when set, make_cpu_backend() passes every backend it
+// makes through `wrap` (e.g. into tools/seam_backend.h's SeamBackend) before any tensor reaches it; host_backend() is
+// never wrapped. Empty: none. Set it before any backend is made, from one thread.
+using BackendWrapper = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+void set_backend_wrapper(BackendWrapper wrap);
+// One process-wide CPU backend for HOST-resident buffers where no stage backend is at hand (an optimizer or a
+// gradient clip over host FlatParameters, as the tests and the layout profiler use them). Only its stateless ops
+// (optimizer updates, sums of squares, zero, copies, scale) may be called from several threads at once.
+Backend& host_backend();
 
 }  // namespace vitpipe

@@ -92,6 +92,15 @@ class ProfilingBackend final : public Backend {
   void lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a, const Tensor& b,
                      double scale, const Tensor& low, const Tensor* grad_in, const Tensor* grad_a,
                      const Tensor* grad_b) override;
+  // Optimizer steps, norms, zeroing, host copies: kind "other", bytes only (profiling_backend_families.cpp).
+  void adamw_update(const OptimizerStep& step, const OptimizerScalars& s) override;
+  void lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) override;
+  void lamb_update(const OptimizerStep& step, const OptimizerScalars& s) override;
+  void sgd_update(const OptimizerStep& step, const OptimizerScalars& s) override;
+  double sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) override;
+  void zero(const Tensor& t) override;
+  void copy_to_host(const Tensor& device, const Tensor& host) override;
+  void copy_from_host(const Tensor& host, const Tensor& device) override;
 
  private:
   template <class F>

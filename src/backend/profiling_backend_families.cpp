@@ -80,4 +80,33 @@ void ProfilingBackend::lora_backward(const Tensor& grad_out, int64_t column, con
         [&] { inner_.lora_backward(grad_out, column, in, a, b, scale, low, grad_in, grad_a, grad_b); });
 }
 
+void ProfilingBackend::adamw_update(const OptimizerStep& step, const OptimizerScalars& s) {
+  timed("adamw update", OpKind::other, 0.0, bytes_of({&step.params, &step.grads, &step.exp_avg, &step.exp_avg_sq}),
+        [&] { inner_.adamw_update(step, s); });
+}
+void ProfilingBackend::lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) {
+  timed("lamb moments", OpKind::other, 0.0, bytes_of({&step.params, &step.grads, &step.exp_avg, &step.exp_avg_sq}),
+        [&] { inner_.lamb_moments(step, s, squares); });
+}
+void ProfilingBackend::lamb_update(const OptimizerStep& step, const OptimizerScalars& s) {
+  timed("lamb update", OpKind::other, 0.0, bytes_of({&step.params, &step.exp_avg, &step.exp_avg_sq}),
+        [&] { inner_.lamb_update(step, s); });
+}
+void ProfilingBackend::sgd_update(const OptimizerStep& step, const OptimizerScalars& s) {
+  timed("sgd update", OpKind::other, 0.0, bytes_of({&step.params, &step.grads, &step.exp_avg}),
+        [&] { inner_.sgd_update(step, s); });
+}
+double ProfilingBackend::sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) {
+  return timed("sum of squares", OpKind::other, 0.0, bytes_of({&x}), [&] { return inner_.sum_of_squares(x, bounds); });
+}
+void ProfilingBackend::zero(const Tensor& t) {
+  timed("zero", OpKind::other, 0.0, bytes_of({&t}), [&] { inner_.zero(t); });
+}
+void ProfilingBackend::copy_to_host(const Tensor& device, const Tensor& host) {
+  timed("copy to host", OpKind::other, 0.0, bytes_of({&device, &host}), [&] { inner_.copy_to_host(device, host); });
+}
+void ProfilingBackend::copy_from_host(const Tensor& host, const Tensor& device) {
+  timed("copy from host", OpKind::other, 0.0, bytes_of({&host, &device}), [&] { inner_.copy_from_host(host, device); });
+}
+
 }  // namespace vitpipe

@@ -157,9 +157,24 @@ void ViTStage::parameters_changed(int first_segment, int last_segment) {
   if (end > begin) backend_.convert(parameters_.flat().slice(begin, end), gemm_copy_.slice(begin, end));
 }
 
+namespace {
+
+// copy_parameters(whole, held) where `held` is the backend's memory: through a host copy of it, so that elements
+// `whole` does not name keep their values.
+void copy_parameters_to_backend(Backend& backend, const FlatParameters& whole, const FlatParameters& held) {
+  if (held.numel() == 0) return;
+  FlatParameters staging(held.layout_ptr(), held.first_segment(), held.last_segment(), held.begin(),
+                         held.begin() + held.numel());
+  backend.copy_to_host(held.flat(), staging.flat());
+  copy_parameters(whole, staging);
+  backend.copy_from_host(staging.flat(), held.flat());
+}
+
+}  // namespace
+
 void ViTStage::load_values(const FlatParameters& whole) {
-  copy_parameters(whole, parameters_);
-  copy_parameters(whole, frozen_);
+  copy_parameters_to_backend(backend_, whole, parameters_);
+  copy_parameters_to_backend(backend_, whole, frozen_);
   parameters_changed();
   if (frozen_gemm_copy_.numel() > 0) backend_.convert(frozen_.flat(), frozen_gemm_copy_);
 }

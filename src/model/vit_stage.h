@@ -55,11 +55,14 @@ class ViTStage {
   int num_blocks() const { return num_blocks_; }
 
   // The trainable parameters (what optimizers step and checkpoints hold), in the trainable layout.
+  // The backend holding this stage's parameters, gradients and activations (device memory on a GPU): the host reads
+  // or writes them only through its copy_to_host / copy_from_host.
+  Backend& backend() const { return backend_; }
   FlatParameters& parameters() { return parameters_; }
   const FlatParameters& parameters() const { return parameters_; }
   const FlatParameters& frozen_parameters() const { return frozen_; }
   FlatParameters& gradients() { return gradients_; }
-  void zero_gradients() { gradients_.flat().fill_zero(); }
+  void zero_gradients() { backend_.zero(gradients_.flat()); }  // through the backend: gradients are device memory
   // Refreshes the bf16 copy of the trainable weights; call after they change (no-op in fp32).
   void parameters_changed();
   void parameters_changed(int first_segment, int last_segment);  // the same for part of the range

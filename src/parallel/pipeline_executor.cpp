@@ -59,6 +59,9 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
   }
   pipeline_group_ = world_.split(grid_.replica(), grid_.stage());
   data_parallel_group_ = split_data_parallel_group(world_, grid_);
+  // Data-parallel gradient all-reduce / reduce-scatter and the sharded optimizer's parameter all-gather still read
+  // and write these host buffers directly (MPI over host memory; issue 24's NCCL path on device memory is not built
+  // yet): with one replica nothing touches them, which is what tests/cuda/check_seam_train.py proves.
   std::vector<FlatParameters> grads, params;
   for (ViTStage* chunk : chunks_) {
     grads.push_back(chunk->gradients());

@@ -16,6 +16,12 @@ std::vector<std::byte> pack(const std::vector<ViTStage*>& chunks, const std::vec
     const auto* p = static_cast<const std::byte*>(data);
     bytes.insert(bytes.end(), p, p + size);
   };
+  // Parameters and optimizer moments are the backend's memory (a GPU's): copied out through it.
+  auto append_from = [&](Backend& backend, const Tensor& t) {
+    const size_t at = bytes.size();
+    bytes.resize(at + t.nbytes());
+    if (t.nbytes() > 0) backend.copy_to_host(t, Tensor::wrap(bytes.data() + at, t.shape(), t.dtype()));
+  };
   const int64_t count = static_cast<int64_t>(chunks.size());
   append(&count, sizeof(count));
   for (size_t c = 0; c < chunks.size(); ++c) {
@@ -23,14 +29,14 @@ std::vector<std::byte> pack(const std::vector<ViTStage*>& chunks, const std::vec
     const int64_t begin = params.begin(), numel = send_parameters ? params.numel() : 0;
     append(&begin, sizeof(begin));
     append(&numel, sizeof(numel));
-    append(params.data(), static_cast<size_t>(numel) * sizeof(float));
+    if (numel > 0) append_from(chunks[c]->backend(), params.flat());
     const Optimizer* optimizer = send_optimizer && !optimizers.empty() ? optimizers[c] : nullptr;
     const int64_t state_begin = optimizer ? optimizer->range_begin() : 0;
     const int64_t state_numel = optimizer ? optimizer->range_end() - optimizer->range_begin() : 0;
     append(&state_begin, sizeof(state_begin));
     append(&state_numel, sizeof(state_numel));
     if (optimizer) {
-      for (const auto& [name, tensor] : optimizer->state_tensors()) append(tensor.raw(), tensor.nbytes());
+      for (const auto& [name, tensor] : optimizer->state_tensors()) append_from(optimizer->backend(), tensor);
     }
   }
   return bytes;
@@ -107,7 +113,8 @@ void load_chunk_state(ViTStage& chunk, Optimizer* optimizer, const FlatParameter
   FlatParameters& params = chunk.parameters();
   VP_REQUIRE(whole.numel() == params.layout().numel(), source, ": the checkpoint holds ", whole.numel(),
              " parameters, the model ", params.layout().numel());
-  std::memcpy(params.data(), whole.at(params.begin()), static_cast<size_t>(params.numel()) * sizeof(float));
+  const int64_t from = params.begin() - whole.begin();
+  chunk.backend().copy_from_host(whole.flat().slice(from, from + params.numel()), params.flat());
   chunk.parameters_changed();
   if (optimizer == nullptr) return;
   VP_REQUIRE(!state.empty(), source, ": no optimizer state to resume from");

@@ -15,34 +15,28 @@ double sum_of_squares(const FlatParameters& grads) {
 void scale(FlatParameters& grads, double factor) { scale(grads, factor, grads.begin(), grads.begin() + grads.numel()); }
 
 double sum_of_squares(const FlatParameters& grads, int64_t begin, int64_t end) {
-  VP_REQUIRE(grads.begin() <= begin && begin <= end && end <= grads.begin() + grads.numel(), "sum_of_squares: [", begin,
-             ", ", end, ") is outside the gradients' range");
-  const std::vector<int64_t> bounds = update_chunk_bounds(begin, end - begin);
-  const int64_t chunks = static_cast<int64_t>(bounds.size()) - 1;
-  std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(chunks, 0)), 0.0);
-  const float* g = grads.at(begin);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    partial[static_cast<size_t>(c)] = sum_of_squares_lanes(g + bounds[c], bounds[c + 1] - bounds[c]);
-  }
-  double total = 0.0;
-  for (double p : partial) total += p;
-  return total;
+  return sum_of_squares(host_backend(), grads, begin, end);
 }
 
 void scale(FlatParameters& grads, double factor, int64_t begin, int64_t end) {
+  scale(host_backend(), grads, factor, begin, end);
+}
+
+double sum_of_squares(Backend& backend, const FlatParameters& grads, int64_t begin, int64_t end) {
+  VP_REQUIRE(grads.begin() <= begin && begin <= end && end <= grads.begin() + grads.numel(), "sum_of_squares: [", begin,
+             ", ", end, ") is outside the gradients' range");
+  // Fixed chunks on the whole model's offset grid: the sum does not depend on the pipeline split.
+  const std::vector<int64_t> bounds = update_chunk_bounds(begin, end - begin);
+  if (end == begin) return 0.0;
+  return backend.sum_of_squares(grads.flat().slice(begin - grads.begin(), end - grads.begin()), bounds);
+}
+
+void scale(Backend& backend, const FlatParameters& grads, double factor, int64_t begin, int64_t end) {
   VP_REQUIRE(grads.begin() <= begin && begin <= end && end <= grads.begin() + grads.numel(), "scale: [", begin, ", ",
              end, ") is outside the gradients' range");
-  const std::vector<int64_t> bounds = update_chunk_bounds(begin, end - begin);
-  const int64_t chunks = static_cast<int64_t>(bounds.size()) - 1;
-  const float f = static_cast<float>(factor);
-  float* g = grads.at(begin);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    float* __restrict x = g + bounds[c];
-    const int64_t n = bounds[c + 1] - bounds[c];
-    for (int64_t i = 0; i < n; ++i) x[i] *= f;
-  }
+  if (end == begin) return;
+  const Tensor g = grads.flat().slice(begin - grads.begin(), end - grads.begin());
+  backend.scale(g, factor, g);
 }
 
 double clip_factor(double total_norm, double max_norm) {

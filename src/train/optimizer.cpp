@@ -143,7 +143,20 @@ void Optimizer::step(FlatParameters& params, const FlatParameters& grads, double
   }
   VP_REQUIRE(std::isfinite(lr) && lr >= 0.0, "optimizer step: learning rate must be finite and >= 0 (got ", lr, ")");
   ++step_count_;
-  update(params.at(range_begin_), grads.at(range_begin_), lr);
+  const int64_t p = range_begin_ - params.begin(), g = range_begin_ - grads.begin();
+  update(params.flat().slice(p, p + plan_.numel()), grads.flat().slice(g, g + plan_.numel()), lr);
+}
+
+OptimizerStep Optimizer::step_args(const Tensor& params, const Tensor& grads, const FlatParameters* exp_avg,
+                                   const FlatParameters* exp_avg_sq) const {
+  OptimizerStep step;
+  step.params = params;
+  step.grads = grads;
+  if (exp_avg != nullptr) step.exp_avg = exp_avg->flat();
+  if (exp_avg_sq != nullptr) step.exp_avg_sq = exp_avg_sq->flat();
+  step.runs = runs_;
+  step.work_items = plan_.chunk_first_piece();
+  return step;
 }
 
 TensorMap Optimizer::state_tensors() const {
@@ -186,30 +199,34 @@ void Optimizer::load_state(const TensorMap& tensors, const StringMap& metadata, 
                ": optimizer tensor \"", key, "\" is ", dtype_name(it->second.dtype()), " ",
                shape_string(it->second.shape()), ", expected F32 [", plan_.numel(), "]");
   }
-  for (const auto& [key, buffer] : buffers()) {
-    Tensor target = buffer->flat();
-    target.copy_from(tensors.at(key));
-  }
+  for (const auto& [key, buffer] : buffers()) backend_->copy_from_host(tensors.at(key), buffer->flat());
   step_count_ = step;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                          int first_segment, int last_segment, OptimizerShard shard) {
+                                          int first_segment, int last_segment, OptimizerShard shard, Backend* backend) {
   VP_REQUIRE(layout != nullptr, "optimizer: no parameter layout");
+  std::unique_ptr<Optimizer> optimizer;
   switch (config.kind) {
     case OptimizerKind::adamw:
-      return make_adamw(config, std::move(layout), first_segment, last_segment, std::move(shard));
+      optimizer = make_adamw(config, std::move(layout), first_segment, last_segment, std::move(shard));
+      break;
     case OptimizerKind::lamb:
-      return make_lamb(config, std::move(layout), first_segment, last_segment, std::move(shard));
+      optimizer = make_lamb(config, std::move(layout), first_segment, last_segment, std::move(shard));
+      break;
     case OptimizerKind::sgd:
-      return make_sgd(config, std::move(layout), first_segment, last_segment, std::move(shard));
+      optimizer = make_sgd(config, std::move(layout), first_segment, last_segment, std::move(shard));
+      break;
   }
-  fail("optimizer: unknown kind");
+  VP_REQUIRE(optimizer != nullptr, "optimizer: unknown kind");
+  optimizer->backend_ = backend != nullptr ? backend : &host_backend();
+  return optimizer;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const FlatParameters& like,
-                                          OptimizerShard shard) {
-  return make_optimizer(config, like.layout_ptr(), like.first_segment(), like.last_segment(), std::move(shard));
+                                          OptimizerShard shard, Backend* backend) {
+  return make_optimizer(config, like.layout_ptr(), like.first_segment(), like.last_segment(), std::move(shard),
+                        backend);
 }
 
 }  // namespace vitpipe

@@ -21,6 +21,12 @@
 //   sgd (torch.optim.SGD):      d = g + wd*p;  buf = d on the first step, else buf = mu*buf + (1-dampening)*d;
 //                               d = nesterov ? d + mu*buf : buf (when mu != 0);  p -= lr*d.
 // Arithmetic is fp32 per element with per-step scalars computed in double, as torch does.
+//
+// The elementwise work runs behind the Backend (backend.h: adamw_update, lamb_moments, lamb_update, sgd_update), so
+// parameters, gradients and the moment buffers may be device memory: the optimizer itself only computes the per-step
+// scalars and the per-run table (one run per UpdatePlan piece) on the host, and LAMB's per-tensor norms come back as
+// doubles. The moment buffers are still allocated (zeroed) on the host (FlatParameters); a GPU backend needs an
+// allocation op before they can live on the device from the start.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "io/named_tensors.h"
 #include "model/parameter_layout.h"
 #include "train/optimizer_plan.h"
@@ -92,6 +99,9 @@ class Optimizer {
   int64_t range_end() const { return range_end_; }
   size_t state_bytes() const;  // bytes of its moment buffers
 
+  // The backend that runs the updates (a stage's; host_backend() unless make_optimizer was given one).
+  Backend& backend() const { return *backend_; }
+
   // Checkpointing. The tensors are views of the live buffers (no copy), each f32 [range numel]: "exp_avg",
   // "exp_avg_sq" (adamw, lamb), "momentum_buffer" (sgd with momentum). The metadata says what they cover:
   // "optimizer", "step", "first_segment", "last_segment", "begin", "numel", "model_numel".
@@ -105,7 +115,22 @@ class Optimizer {
   Optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first_segment,
             int last_segment, OptimizerShard shard = {});
   // Called by step() after step_count() was incremented (so it is t = 1 on the first update).
-  virtual void update(float* params, const float* grads, double lr) = 0;
+  // `params` and `grads` are f32 [plan_.numel()]: the optimizer's elements.
+  virtual void update(const Tensor& params, const Tensor& grads, double lr) = 0;
+  // The backend arguments of one step over `params`, `grads` and up to two moment buffers, with runs_ as runs
+  // and the plan's chunks as work items.
+  OptimizerStep step_args(const Tensor& params, const Tensor& grads, const FlatParameters* exp_avg,
+                          const FlatParameters* exp_avg_sq) const;
+  // runs_ refilled: one run per plan piece, its decay and step from fn(param) -> std::pair<float, float>.
+  template <class Fn>
+  void fill_runs(Fn&& fn) {
+    runs_.resize(plan_.pieces().size());
+    for (size_t i = 0; i < runs_.size(); ++i) {
+      const UpdatePiece& piece = plan_.pieces()[i];
+      const auto [decay, step] = fn(plan_.params()[static_cast<size_t>(piece.param)]);
+      runs_[i] = {piece.begin, piece.end, decay, step};
+    }
+  }
   // The named moment buffers (the state; FlatParameters is a handle, so const still lets load_state fill them).
   virtual std::vector<std::pair<std::string, const FlatParameters*>> buffers() const = 0;
   FlatParameters make_buffer() const { return FlatParameters(layout_, first_, last_, range_begin_, range_end_); }
@@ -121,12 +146,20 @@ class Optimizer {
   int64_t range_end_ = 0;
   int64_t step_count_ = 0;
   UpdatePlan plan_;
+  Backend* backend_ = nullptr;
+  std::vector<OptimizerRun> runs_;
+
+  friend std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig&, std::shared_ptr<const ParameterLayout>, int,
+                                                   int, OptimizerShard, Backend*);
 };
 
+// `backend` runs the updates (and holds the parameters, gradients and moments: a stage's backend); null: the
+// host_backend(), for host FlatParameters.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                          int first_segment, int last_segment, OptimizerShard shard = {});
+                                          int first_segment, int last_segment, OptimizerShard shard = {},
+                                          Backend* backend = nullptr);
 // For the range `like` holds.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const FlatParameters& like,
-                                          OptimizerShard shard = {});
+                                          OptimizerShard shard = {}, Backend* backend = nullptr);
 
 }  // namespace vitpipe

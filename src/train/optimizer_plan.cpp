@@ -47,24 +47,4 @@ UpdatePlan::UpdatePlan(const ParameterLayout& layout, int first_segment, int las
   chunk_first_piece_.push_back(static_cast<int64_t>(pieces_.size()));
 }
 
-double sum_of_squares_lanes(const float* x, int64_t n) {
-  constexpr int kLanes = 16;
-  double lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      const double v = x[i + k];
-      lanes[k] += v * v;
-    }
-  }
-  for (int k = 0; i + k < n; ++k) {
-    const double v = x[i + k];
-    lanes[k] += v * v;
-  }
-  for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int k = 0; k < width; ++k) lanes[k] += lanes[k + width];
-  }
-  return lanes[0];
-}
-
 }  // namespace vitpipe

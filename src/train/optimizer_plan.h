@@ -39,6 +39,8 @@ class UpdatePlan {
   const std::vector<UpdateParam>& params() const { return params_; }
   const std::vector<UpdatePiece>& pieces() const { return pieces_; }
   int64_t num_chunks() const { return static_cast<int64_t>(chunk_first_piece_.size()) - 1; }
+  // The first piece of each chunk, then the piece count (num_chunks + 1 entries): the backend's work items.
+  const std::vector<int64_t>& chunk_first_piece() const { return chunk_first_piece_; }
   int64_t numel() const { return numel_; }
 
   // fn(piece_index, piece) for every piece; chunks are spread over the OpenMP threads.
@@ -61,8 +63,5 @@ class UpdatePlan {
 // Chunk boundaries of a range that starts at `model_begin` and holds `numel` elements: local offsets, first 0,
 // last numel (the grid of UpdatePlan without the parameter cuts).
 std::vector<int64_t> update_chunk_bounds(int64_t model_begin, int64_t numel);
-
-// sum of x[i]^2 in double, with fixed lanes relative to x[0], so the bits do not depend on x's alignment.
-double sum_of_squares_lanes(const float* x, int64_t n);
 
 }  // namespace vitpipe

@@ -421,7 +421,7 @@ void RankTrainer::build_pipeline() {
         executor_->data_parallel_group().allreduce(sums.data(), sums.size(), ReduceOp::sum);
       };
     }
-    optimizers_.push_back(make_optimizer(o_.optimizer_config(), stage.parameters(), shard));
+    optimizers_.push_back(make_optimizer(o_.optimizer_config(), stage.parameters(), shard, backends_.back().get()));
     optimizer_bytes += optimizers_.back()->state_bytes();
     unsharded_optimizer_bytes +=
         optimizers_.back()->state_tensors().size() * static_cast<size_t>(stage.parameters().numel()) * sizeof(float);
@@ -647,8 +647,9 @@ void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* recor
   double squares = 0;
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const Optimizer& opt = *optimizers_[c];
-    squares += sharded ? sum_of_squares(chunks_[c]->gradients(), opt.range_begin(), opt.range_end())
-                       : sum_of_squares(chunks_[c]->gradients());
+    const FlatParameters& g = chunks_[c]->gradients();
+    squares += sharded ? sum_of_squares(*backends_[c], g, opt.range_begin(), opt.range_end())
+                       : sum_of_squares(*backends_[c], g, g.begin(), g.begin() + g.numel());
   }
   squares = sharded ? world_.allreduce(squares) : executor_->pipeline_group().allreduce(squares);
   const double norm = std::sqrt(squares);
@@ -656,7 +657,8 @@ void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* recor
     const double factor = clip_factor(norm, o_.clip_grad_norm);
     if (factor != 1.0) {
       for (size_t c = 0; c < chunks_.size(); ++c) {
-        scale(chunks_[c]->gradients(), factor, optimizers_[c]->range_begin(), optimizers_[c]->range_end());
+        scale(*backends_[c], chunks_[c]->gradients(), factor, optimizers_[c]->range_begin(),
+              optimizers_[c]->range_end());
       }
     }
   }

@@ -4,6 +4,11 @@ add_executable(vit_gradient_probe ${PROJECT_SOURCE_DIR}/tools/vit_gradient_probe
 target_link_libraries(vit_gradient_probe PRIVATE vitpipe_library CLI11::CLI11)
 # Exported symbols name the frames of the seam's call stacks (tools/seam_backend.h).
 set_target_properties(vit_gradient_probe PROPERTIES ENABLE_EXPORTS ON)
+# The trainer through the same seam (tests/cuda/check_seam_train.py).
+add_executable(train_seam_probe ${PROJECT_SOURCE_DIR}/tools/train_seam_probe.cpp ${PROJECT_SOURCE_DIR}/tools/seam_backend.cpp
+               ${PROJECT_SOURCE_DIR}/src/cli/cmd_predict.cpp ${PROJECT_SOURCE_DIR}/src/cli/cmd_explain.cpp)
+target_link_libraries(train_seam_probe PRIVATE vitpipe_library CLI11::CLI11)
+set_target_properties(train_seam_probe PROPERTIES ENABLE_EXPORTS ON)
 foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-one-channel-big-patch fp32-stages-and-accumulation
         fp32-recompute-head-only-stage fp32-vit-micro-shape bf16-basic bf16-stages-recompute-single
         fp32-split-backward-stages bf16-split-backward-single)

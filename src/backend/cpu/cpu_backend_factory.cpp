@@ -41,5 +41,23 @@ std::unique_ptr<Backend> make_cpu_backend_at(CpuLevel level) {
 }  // namespace vitpipe::cpu
 
 namespace vitpipe {
-std::unique_ptr<Backend> make_cpu_backend() { return cpu::make_cpu_backend_at(cpu::selected_cpu_level()); }
+namespace {
+BackendWrapper& backend_wrapper() {
+  static BackendWrapper wrap;
+  return wrap;
+}
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() {
+  std::unique_ptr<Backend> backend = cpu::make_cpu_backend_at(cpu::selected_cpu_level());
+  return backend_wrapper() ? backend_wrapper()(std::move(backend)) : std::move(backend);
+}
+
+void set_backend_wrapper(BackendWrapper wrap) { backend_wrapper() = std::move(wrap); }
+
+Backend& host_backend() {
+  static const std::unique_ptr<Backend> backend =  // never wrapped, never destroyed before exit
+      cpu::make_cpu_backend_at(cpu::selected_cpu_level());
+  return *backend;
+}
 }  // namespace vitpipe

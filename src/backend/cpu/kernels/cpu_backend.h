@@ -60,6 +60,17 @@ class CpuBackend final : public Backend {
   void convert(const Tensor& src, const Tensor& dst) override;
   void scale(const Tensor& in, double factor, const Tensor& out) override;
 
+  // Optimizer steps, norms, zeroing, host copies (kernels/optimizer.cpp: the baseline loops of
+  // backend/cpu/optimizer_kernels.h).
+  void adamw_update(const OptimizerStep& step, const OptimizerScalars& s) override;
+  void lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) override;
+  void lamb_update(const OptimizerStep& step, const OptimizerScalars& s) override;
+  void sgd_update(const OptimizerStep& step, const OptimizerScalars& s) override;
+  double sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) override;
+  void zero(const Tensor& t) override;
+  void copy_to_host(const Tensor& device, const Tensor& host) override;
+  void copy_from_host(const Tensor& host, const Tensor& device) override;
+
   void token_embeddings_forward(const Tensor& patch_proj, const Tensor& prefix, int64_t positioned, const Tensor& pos,
                                 const Tensor& x) override;
   void token_embeddings_backward(const Tensor& grad_x, const Tensor* grad_prefix, int64_t positioned,
