@@ -6,6 +6,11 @@
 // calls, so any host access to it from the trainer, the pipeline executor, evaluation, checkpointing or export is
 // recorded with its call stack. The summary line and the touches go to stderr (tests/cuda/check_seam_train.py reads
 // them); the run's files are the plain run's.
+// Built as train_probe_cuda_fakes (tests/cuda/tests.cmake, VITPIPE_PROBE_CUDA_FAKES): with VITPIPE_PROBE_CUDA=1 every
+// backend make_cpu_backend() makes is instead the CUDA module's own table (module_entry.cpp) with CudaBackend behind
+// the host adapter, on the host-memory fakes of the CUDA libraries (tests/cuda/fakes): the trainer's whole step,
+// optimizer included, through the module's path but the GPU. The calls per op go to stderr at the end.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -13,15 +18,42 @@
 #include <vector>
 
 #include "cli/commands.h"
+#ifdef VITPIPE_PROBE_CUDA_FAKES
+#include "backend/backend_call.h"
+#include "backend/cuda_module_backend.h"
+extern "C" const VitpipeCudaModule* vitpipe_cuda_module(void);  // module_entry.cpp, linked into this build
+#endif
 #include "seam_backend.h"
 #include "train/train_options.h"
 #include "train/trainer.h"
+
+#ifdef VITPIPE_PROBE_CUDA_FAKES
+namespace {
+
+std::atomic<long long> op_calls[VITPIPE_OP_COUNT_PLUS_ONE];
+VitpipeCudaModule counting_module;
+
+int counting_call(void* backend, VitpipeBackendCall* call, char* error, size_t error_size) {
+  if (call != nullptr && call->op > 0 && call->op < VITPIPE_OP_COUNT_PLUS_ONE) ++op_calls[call->op];
+  return vitpipe_cuda_module()->backend_call(backend, call, error, error_size);
+}
+
+}  // namespace
+#endif
 
 int main(int argc, char** argv) {
   using namespace vitpipe;
   try {
     const std::vector<std::string> args(argv + 1, argv + argc);
     const bool seam = std::getenv("VITPIPE_PROBE_SEAM") != nullptr;
+#ifdef VITPIPE_PROBE_CUDA_FAKES
+    const bool on_fakes = std::getenv("VITPIPE_PROBE_CUDA") != nullptr;
+    if (on_fakes) {
+      counting_module = *vitpipe_cuda_module();
+      counting_module.backend_call = counting_call;
+      set_backend_wrapper([](std::unique_ptr<Backend>) { return make_cuda_module_backend(counting_module, 0, false); });
+    }
+#endif
     if (seam) {
       set_backend_wrapper([](std::unique_ptr<Backend> inner) {
         return make_seam_backend(std::move(inner), SeamWatch::training_state);
@@ -49,6 +81,15 @@ int main(int argc, char** argv) {
       seam_print_touches(stderr);
       seam_release();
     }
+#ifdef VITPIPE_PROBE_CUDA_FAKES
+    if (on_fakes) {
+      std::fprintf(stderr, "cuda fakes calls:");
+      for (int op = 1; op < VITPIPE_OP_COUNT_PLUS_ONE; ++op) {
+        if (op_calls[op] > 0) std::fprintf(stderr, " %s=%lld", backend_op_name(op).c_str(), op_calls[op].load());
+      }
+      std::fprintf(stderr, "\n");
+    }
+#endif
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_seam_probe: %s\n", e.what());

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <vector>
 
 #include "util/error.h"
 
@@ -14,9 +15,11 @@ static_assert(
         static_cast<int>(DType::u8) == VITPIPE_DTYPE_U8 && static_cast<int>(DType::boolean) == VITPIPE_DTYPE_BOOL &&
         static_cast<int>(DType::i16) == VITPIPE_DTYPE_I16 && static_cast<int>(DType::i8) == VITPIPE_DTYPE_I8,
     "module_abi.h's dtype codes are DType's values");
+static_assert(sizeof(VitpipeOptimizerRun) == sizeof(OptimizerRun), "module_abi.h's run is backend.h's");
 
-VitpipeTensorDesc describe_tensor(const Tensor& tensor) {
+VitpipeTensorDesc describe_tensor(const Tensor& tensor, int32_t memory) {
   VitpipeTensorDesc d{};
+  d.memory = memory;
   d.data = tensor.raw();
   d.dtype = static_cast<int32_t>(tensor.dtype());
   if (tensor.rank() == 0 && tensor.numel() == 0) {
@@ -42,6 +45,73 @@ BackendCallBuilder::BackendCallBuilder(int op) { call_.op = op; }
 BackendCallBuilder& BackendCallBuilder::tensor(const Tensor& t) {
   VP_REQUIRE(call_.tensor_count < VITPIPE_CALL_MAX_TENSORS, "CUDA module: too many tensors for one call");
   call_.tensors[call_.tensor_count++] = describe_tensor(t);
+  return *this;
+}
+
+BackendCallBuilder& BackendCallBuilder::host_tensor(const Tensor& t) {
+  VP_REQUIRE(call_.tensor_count < VITPIPE_CALL_MAX_TENSORS, "CUDA module: too many tensors for one call");
+  call_.tensors[call_.tensor_count++] = describe_tensor(t, VITPIPE_MEMORY_HOST);
+  return *this;
+}
+
+VitpipeOptimizerRun to_c(const OptimizerRun& run) { return {run.begin, run.end, run.decay, run.step}; }
+
+VitpipeOptimizerScalars to_c(const OptimizerScalars& s) {
+  VitpipeOptimizerScalars c{};
+  c.beta1 = s.beta1;
+  c.one_minus_beta1 = s.one_minus_beta1;
+  c.beta2 = s.beta2;
+  c.one_minus_beta2 = s.one_minus_beta2;
+  c.bias_correction1 = s.bias_correction1;
+  c.bias_correction2 = s.bias_correction2;
+  c.bias_correction2_sqrt = s.bias_correction2_sqrt;
+  c.eps = s.eps;
+  c.momentum = s.momentum;
+  c.one_minus_dampening = s.one_minus_dampening;
+  c.first_step = s.first_step ? 1 : 0;
+  c.nesterov = s.nesterov ? 1 : 0;
+  return c;
+}
+
+OptimizerScalars from_c(const VitpipeOptimizerScalars& c) {
+  OptimizerScalars s;
+  s.beta1 = c.beta1;
+  s.one_minus_beta1 = c.one_minus_beta1;
+  s.beta2 = c.beta2;
+  s.one_minus_beta2 = c.one_minus_beta2;
+  s.bias_correction1 = c.bias_correction1;
+  s.bias_correction2 = c.bias_correction2;
+  s.bias_correction2_sqrt = c.bias_correction2_sqrt;
+  s.eps = c.eps;
+  s.momentum = c.momentum;
+  s.one_minus_dampening = c.one_minus_dampening;
+  s.first_step = c.first_step != 0;
+  s.nesterov = c.nesterov != 0;
+  return s;
+}
+
+BackendCallBuilder& BackendCallBuilder::optimizer_step(const OptimizerStep& step, const OptimizerScalars& s) {
+  tensor(step.params).tensor(step.grads).tensor(step.exp_avg).tensor(step.exp_avg_sq);
+  runs_.clear();
+  runs_.reserve(step.runs.size());
+  for (const OptimizerRun& r : step.runs) runs_.push_back(to_c(r));
+  call_.runs = runs_.empty() ? nullptr : runs_.data();
+  call_.run_count = static_cast<int64_t>(runs_.size());
+  call_.work_items = step.work_items.empty() ? nullptr : step.work_items.data();
+  call_.work_item_count = static_cast<int64_t>(step.work_items.size());
+  call_.optimizer = to_c(s);
+  return *this;
+}
+
+BackendCallBuilder& BackendCallBuilder::squares(std::span<double> out) {
+  call_.squares = out.empty() ? nullptr : out.data();
+  call_.square_count = static_cast<int64_t>(out.size());
+  return *this;
+}
+
+BackendCallBuilder& BackendCallBuilder::bounds(std::span<const int64_t> bounds) {
+  call_.bounds = bounds.empty() ? nullptr : bounds.data();
+  call_.bound_count = static_cast<int64_t>(bounds.size());
   return *this;
 }
 
@@ -100,7 +170,15 @@ std::string backend_op_name(int op) {
                                       "cls_and_mean_forward",
                                       "cls_and_mean_backward",
                                       "lora_forward",
-                                      "lora_backward"};
+                                      "lora_backward",
+                                      "adamw_update",
+                                      "lamb_moments",
+                                      "lamb_update",
+                                      "sgd_update",
+                                      "sum_of_squares",
+                                      "zero",
+                                      "copy_to_host",
+                                      "copy_from_host"};
   static_assert(sizeof names / sizeof names[0] == VITPIPE_OP_COUNT_PLUS_ONE, "one name per op code");
   if (op > 0 && op < VITPIPE_OP_COUNT_PLUS_ONE) return names[op];
   return "op " + std::to_string(op);
@@ -111,10 +189,15 @@ namespace {
 // The call's tensors as Tensors over the same memory; absent ones have no Tensor (pointer() is null).
 class Unpacked {
  public:
-  Unpacked(const VitpipeBackendCall& call, int expected) : call_(call) {
+  // `host_index`: the one tensor that must be host memory (copy_to_host / copy_from_host), -1 for none; every other
+  // tensor must say device memory.
+  Unpacked(const VitpipeBackendCall& call, int expected, int host_index = -1) : call_(call) {
     VP_REQUIRE(call.tensor_count == expected, "expects ", expected, " tensors, the call has ", call.tensor_count);
     for (int i = 0; i < expected; ++i) {
       const VitpipeTensorDesc& d = call.tensors[i];
+      const int32_t memory = i == host_index ? VITPIPE_MEMORY_HOST : VITPIPE_MEMORY_DEVICE;
+      VP_REQUIRE(d.memory == memory, "tensor ", i, " must be ", memory == VITPIPE_MEMORY_HOST ? "host" : "device",
+                 " memory, its descriptor says memory ", d.memory);
       if (d.rank == VITPIPE_TENSOR_ABSENT) {
         present_[i] = false;
         continue;
@@ -140,6 +223,33 @@ class Unpacked {
   Tensor tensors_[VITPIPE_CALL_MAX_TENSORS];
   bool present_[VITPIPE_CALL_MAX_TENSORS] = {};
 };
+
+template <class T>
+std::span<T> host_array(T* data, int64_t count, const char* what) {
+  VP_REQUIRE(count >= 0 && (count == 0 || data != nullptr), what, ": ", count, " entries at a null pointer");
+  return count == 0 ? std::span<T>() : std::span<T>(data, static_cast<size_t>(count));
+}
+
+// An optimizer call's step: tensors 0..3 and the host arrays (runs converted into `runs`, which must outlive it).
+OptimizerStep unpack_step(const VitpipeBackendCall& call, const Unpacked& t, std::vector<OptimizerRun>& runs) {
+  runs.clear();
+  for (const VitpipeOptimizerRun& r : host_array(call.runs, call.run_count, "runs")) {
+    OptimizerRun run;
+    run.begin = r.begin;
+    run.end = r.end;
+    run.decay = r.decay;
+    run.step = r.step;
+    runs.push_back(run);
+  }
+  OptimizerStep step;
+  step.params = t[0];
+  step.grads = t[1];
+  step.exp_avg = t[2];
+  step.exp_avg_sq = t[3];
+  step.runs = runs;
+  step.work_items = host_array(call.work_items, call.work_item_count, "work_items");
+  return step;
+}
 
 }  // namespace
 
@@ -337,6 +447,45 @@ void run_backend_call(Backend& backend, VitpipeBackendCall& call) {
       Unpacked t(call, 8);
       b.lora_backward(t[0], t.integer(0), t[1], t[2], t[3], t.scalar(0), t[4], t.pointer(5), t.pointer(6),
                       t.pointer(7));
+      return;
+    }
+    case VITPIPE_OP_ADAMW_UPDATE:
+    case VITPIPE_OP_LAMB_UPDATE:
+    case VITPIPE_OP_SGD_UPDATE:
+    case VITPIPE_OP_LAMB_MOMENTS: {
+      Unpacked t(call, 4);
+      std::vector<OptimizerRun> runs;
+      const OptimizerStep step = unpack_step(call, t, runs);
+      const OptimizerScalars s = from_c(call.optimizer);
+      if (call.op == VITPIPE_OP_ADAMW_UPDATE) {
+        b.adamw_update(step, s);
+      } else if (call.op == VITPIPE_OP_LAMB_UPDATE) {
+        b.lamb_update(step, s);
+      } else if (call.op == VITPIPE_OP_SGD_UPDATE) {
+        b.sgd_update(step, s);
+      } else {
+        b.lamb_moments(step, s, host_array(call.squares, call.square_count, "squares"));
+      }
+      return;
+    }
+    case VITPIPE_OP_SUM_OF_SQUARES: {
+      Unpacked t(call, 1);
+      call.result = b.sum_of_squares(t[0], host_array(call.bounds, call.bound_count, "bounds"));
+      return;
+    }
+    case VITPIPE_OP_ZERO: {
+      Unpacked t(call, 1);
+      b.zero(t[0]);
+      return;
+    }
+    case VITPIPE_OP_COPY_TO_HOST: {
+      Unpacked t(call, 2, 1);  // (device, host)
+      b.copy_to_host(t[0], t[1]);
+      return;
+    }
+    case VITPIPE_OP_COPY_FROM_HOST: {
+      Unpacked t(call, 2, 0);  // (host, device)
+      b.copy_from_host(t[0], t[1]);
       return;
     }
     default:

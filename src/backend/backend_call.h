@@ -6,15 +6,18 @@
 // CPU test proves the packing and unpacking of every op. Plain C++: no CUDA header.
 #pragma once
 
+#include <span>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/module_abi.h"
 
 namespace vitpipe {
 
-// A present tensor (VITPIPE_TENSOR_EMPTY for a default-constructed Tensor(): no data, no shape).
-VitpipeTensorDesc describe_tensor(const Tensor& tensor);
+// A present tensor (VITPIPE_TENSOR_EMPTY for a default-constructed Tensor(): no data, no shape), in device memory
+// (VITPIPE_MEMORY_DEVICE) unless `memory` says VITPIPE_MEMORY_HOST (only the host end of copy_to_host/from_host).
+VitpipeTensorDesc describe_tensor(const Tensor& tensor, int32_t memory = VITPIPE_MEMORY_DEVICE);
 // An optional `const Tensor*`: VITPIPE_TENSOR_ABSENT for null.
 VitpipeTensorDesc describe_optional(const Tensor* tensor);
 
@@ -23,15 +26,28 @@ class BackendCallBuilder {
  public:
   explicit BackendCallBuilder(int op);
   BackendCallBuilder& tensor(const Tensor& t);
+  // The host end of copy_to_host / copy_from_host (described as VITPIPE_MEMORY_HOST).
+  BackendCallBuilder& host_tensor(const Tensor& t);
   BackendCallBuilder& optional(const Tensor* t);
   BackendCallBuilder& scalar(double value);
   BackendCallBuilder& integer(int64_t value);
+  // An optimizer step: its four tensors (params, grads, exp_avg, exp_avg_sq; undefined ones as EMPTY), its runs
+  // (converted into a copy the builder keeps) and work items (host memory, referenced), and the scalars.
+  BackendCallBuilder& optimizer_step(const OptimizerStep& step, const OptimizerScalars& s);
+  BackendCallBuilder& squares(std::span<double> out);           // lamb_moments' host output
+  BackendCallBuilder& bounds(std::span<const int64_t> bounds);  // sum_of_squares' host bounds
   VitpipeBackendCall& call() { return call_; }
 
  private:
   VitpipeBackendCall call_{};
   int scalars_ = 0, integers_ = 0;
+  std::vector<VitpipeOptimizerRun> runs_;
 };
+
+// backend.h's structs as C data and back (bit for bit: floats copied, booleans as 0 / 1).
+VitpipeOptimizerRun to_c(const OptimizerRun& run);
+VitpipeOptimizerScalars to_c(const OptimizerScalars& s);
+OptimizerScalars from_c(const VitpipeOptimizerScalars& s);
 
 // The op's name as backend.h spells it ("linear_forward"), or "op N" for an unknown code.
 std::string backend_op_name(int op);

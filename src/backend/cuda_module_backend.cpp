@@ -247,6 +247,29 @@ class CudaModuleBackend final : public Backend {
             .scalar(scale)
             .integer(column));
   }
+  void adamw_update(const OptimizerStep& step, const OptimizerScalars& s) override {
+    run(BackendCallBuilder(VITPIPE_OP_ADAMW_UPDATE).optimizer_step(step, s));
+  }
+  void lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) override {
+    run(BackendCallBuilder(VITPIPE_OP_LAMB_MOMENTS).optimizer_step(step, s).squares(squares));
+  }
+  void lamb_update(const OptimizerStep& step, const OptimizerScalars& s) override {
+    run(BackendCallBuilder(VITPIPE_OP_LAMB_UPDATE).optimizer_step(step, s));
+  }
+  void sgd_update(const OptimizerStep& step, const OptimizerScalars& s) override {
+    run(BackendCallBuilder(VITPIPE_OP_SGD_UPDATE).optimizer_step(step, s));
+  }
+  double sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) override {
+    return run(BackendCallBuilder(VITPIPE_OP_SUM_OF_SQUARES).tensor(x).bounds(bounds));
+  }
+  void zero(const Tensor& t) override { run(BackendCallBuilder(VITPIPE_OP_ZERO).tensor(t)); }
+  // The host end is described as host memory (module_abi.h): the module copies to or from it and nothing else.
+  void copy_to_host(const Tensor& device, const Tensor& host) override {
+    run(BackendCallBuilder(VITPIPE_OP_COPY_TO_HOST).tensor(device).host_tensor(host));
+  }
+  void copy_from_host(const Tensor& host, const Tensor& device) override {
+    run(BackendCallBuilder(VITPIPE_OP_COPY_FROM_HOST).host_tensor(host).tensor(device));
+  }
 
  private:
   double run(BackendCallBuilder& builder) {

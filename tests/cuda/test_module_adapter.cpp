@@ -1,15 +1,18 @@
 // The adapter of backend/cuda_module_backend.h over the loopback table (backend/cuda_module_loopback.h): the op the
 // golden cases of check_module_adapter.py never call (linear_gelu_forward, inference only), and the refusals of
-// malformed calls. The other 35 ops are proven bit for bit by tests cuda.module_adapter.*.
+// malformed calls, and the optimizer ops of ABI version 3 (each carried bit for bit, host arrays and host-memory
+// descriptors included). The other 35 ops are proven bit for bit by tests cuda.module_adapter.*.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/backend_call.h"
 #include "backend/cuda_module.h"
 #include "backend/cuda_module_backend.h"
 #include "backend/cuda_module_loopback.h"
+#include "optimizer_cases.h"
 #include "util/random.h"
 
 using namespace vitpipe;
@@ -114,4 +117,151 @@ TEST(CudaModuleAdapter, TheBuiltModulesBackendSaysWhyItCannotStart) {
               std::string::npos)
         << e.what();
   }
+}
+
+namespace {
+
+namespace oc = optimizer_cases;
+
+std::vector<Tensor> clones(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(t.clone());
+  return out;
+}
+
+// `op` on the CPU backend and through the adapter into the loopback table (one call of `code`): the same bytes in
+// every tensor.
+template <class Op>
+void expect_carried(int code, const std::vector<Tensor>& inputs, Op op) {
+  SCOPED_TRACE(backend_op_name(code));
+  auto cpu = make_cpu_backend();
+  auto adapted = make_cuda_module_backend(cuda_module_loopback(), 0, false);
+  std::vector<Tensor> expected = clones(inputs), actual = clones(inputs);
+  op(*cpu, expected);
+  const long long before = cuda_module_loopback_calls(code);
+  op(*adapted, actual);
+  EXPECT_EQ(cuda_module_loopback_calls(code), before + 1);
+  for (size_t i = 0; i < inputs.size(); ++i) EXPECT_TRUE(same_bytes(expected[i], actual[i])) << "tensor " << i;
+}
+
+}  // namespace
+
+TEST(CudaModuleAdapter, OptimizerUpdatesAreCarriedBitForBit) {
+  const std::vector<Tensor> st = oc::state(11);
+  const std::vector<OptimizerRun> adamw_runs = oc::adamw_runs(), runs = oc::runs(true);
+  const std::vector<int64_t> items = oc::work_items(runs.size());
+  const OptimizerScalars s = oc::scalars(4);
+  expect_carried(VITPIPE_OP_ADAMW_UPDATE, st, [&](Backend& b, std::vector<Tensor>& x) {
+    b.adamw_update(oc::step(x[0], x[1], x[2], x[3], adamw_runs, items), s);
+  });
+  expect_carried(VITPIPE_OP_LAMB_UPDATE, st, [&](Backend& b, std::vector<Tensor>& x) {
+    b.lamb_update(oc::step(x[0], x[1], x[2], x[3], runs, {}), s);
+  });
+  for (bool first : {true, false}) {
+    for (bool nesterov : {false, true}) {
+      const OptimizerScalars sgd = oc::scalars(2, first, nesterov);
+      expect_carried(VITPIPE_OP_SGD_UPDATE, {st[0], st[1], st[2]}, [&](Backend& b, std::vector<Tensor>& x) {
+        b.sgd_update(oc::step(x[0], x[1], x[2], Tensor(), runs, items), sgd);
+      });
+    }
+  }
+  expect_carried(VITPIPE_OP_SGD_UPDATE, {st[0], st[1]}, [&](Backend& b, std::vector<Tensor>& x) {
+    b.sgd_update(oc::step(x[0], x[1], Tensor(), Tensor(), runs, items), s);
+  });
+}
+
+TEST(CudaModuleAdapter, LambMomentsReturnTheSquaresToTheHost) {
+  const std::vector<Tensor> st = oc::state(12);
+  const std::vector<OptimizerRun> runs = oc::runs(true);
+  std::vector<std::vector<double>> squares;
+  expect_carried(VITPIPE_OP_LAMB_MOMENTS, st, [&](Backend& b, std::vector<Tensor>& x) {
+    squares.emplace_back(2 * runs.size(), -1.0);
+    b.lamb_moments(oc::step(x[0], x[1], x[2], x[3], runs, oc::work_items(runs.size())), oc::scalars(3), squares.back());
+  });
+  ASSERT_EQ(squares.size(), 2u);
+  EXPECT_EQ(std::memcmp(squares[0].data(), squares[1].data(), squares[0].size() * sizeof(double)), 0);
+  EXPECT_GT(squares[1][0], 0.0);
+}
+
+TEST(CudaModuleAdapter, SumsOfSquaresZeroingAndHostCopiesAreCarried) {
+  const std::vector<Tensor> st = oc::state(13);
+  const std::vector<int64_t> bounds = oc::bounds(oc::kElements - 3);
+  std::vector<double> sums;
+  expect_carried(VITPIPE_OP_SUM_OF_SQUARES, {st[0]}, [&](Backend& b, std::vector<Tensor>& x) {
+    sums.push_back(b.sum_of_squares(x[0].slice(3, oc::kElements), bounds));
+  });
+  ASSERT_EQ(sums.size(), 2u);
+  EXPECT_EQ(std::memcmp(&sums[0], &sums[1], sizeof(double)), 0);
+  expect_carried(VITPIPE_OP_ZERO, {st[1]}, [](Backend& b, std::vector<Tensor>& x) { b.zero(x[0].slice(10, 500)); });
+  expect_carried(VITPIPE_OP_COPY_TO_HOST, {st[0], Tensor::zeros({100})},
+                 [](Backend& b, std::vector<Tensor>& x) { b.copy_to_host(x[0].slice(17, 117), x[1]); });
+  expect_carried(VITPIPE_OP_COPY_FROM_HOST, {st[2], st[3]},
+                 [](Backend& b, std::vector<Tensor>& x) { b.copy_from_host(x[1].slice(0, 64), x[0].slice(64, 128)); });
+}
+
+TEST(CudaModuleAdapter, HostCopiesDescribeTheirHostEndAsHostMemory) {
+  const Tensor device = Tensor::zeros({4}), host = Tensor::zeros({4});
+  BackendCallBuilder to_host(VITPIPE_OP_COPY_TO_HOST);
+  to_host.tensor(device).host_tensor(host);
+  EXPECT_EQ(to_host.call().tensors[0].memory, VITPIPE_MEMORY_DEVICE);
+  EXPECT_EQ(to_host.call().tensors[1].memory, VITPIPE_MEMORY_HOST);
+  // A copy whose host end is described as device memory (or the reverse), or any other op with a host tensor, is
+  // refused before the backend sees it.
+  const VitpipeCudaModule& m = cuda_module_loopback();
+  void* instance = nullptr;
+  char error[256] = {};
+  ASSERT_EQ(m.backend_create(0, 0, &instance, error, sizeof error), 0) << error;
+  BackendCallBuilder wrong(VITPIPE_OP_COPY_TO_HOST);
+  wrong.tensor(device).tensor(host);
+  EXPECT_NE(m.backend_call(instance, &wrong.call(), error, sizeof error), 0);
+  EXPECT_NE(std::string(error).find("copy_to_host: tensor 1 must be host memory"), std::string::npos) << error;
+  BackendCallBuilder reversed(VITPIPE_OP_COPY_FROM_HOST);
+  reversed.tensor(host).host_tensor(device);
+  EXPECT_NE(m.backend_call(instance, &reversed.call(), error, sizeof error), 0);
+  EXPECT_NE(std::string(error).find("copy_from_host: tensor 0 must be host memory"), std::string::npos) << error;
+  BackendCallBuilder zero(VITPIPE_OP_ZERO);
+  zero.host_tensor(host);
+  EXPECT_NE(m.backend_call(instance, &zero.call(), error, sizeof error), 0);
+  EXPECT_NE(std::string(error).find("zero: tensor 0 must be device memory"), std::string::npos) << error;
+  // A host array with a count but no pointer.
+  BackendCallBuilder sums(VITPIPE_OP_SUM_OF_SQUARES);
+  sums.tensor(device);
+  sums.call().bound_count = 2;
+  EXPECT_NE(m.backend_call(instance, &sums.call(), error, sizeof error), 0);
+  EXPECT_NE(std::string(error).find("bounds: 2 entries at a null pointer"), std::string::npos) << error;
+  m.backend_destroy(instance);
+}
+
+TEST(CudaModuleAdapter, OptimizerStructsCrossAsCData) {
+  OptimizerScalars s = oc::scalars(5, true, false);
+  s.one_minus_dampening = 0.5f;
+  const OptimizerScalars back = from_c(to_c(s));
+  const float want[] = {s.beta1,
+                        s.one_minus_beta1,
+                        s.beta2,
+                        s.one_minus_beta2,
+                        s.bias_correction1,
+                        s.bias_correction2,
+                        s.bias_correction2_sqrt,
+                        s.eps,
+                        s.momentum,
+                        s.one_minus_dampening};
+  const float got[] = {back.beta1,
+                       back.one_minus_beta1,
+                       back.beta2,
+                       back.one_minus_beta2,
+                       back.bias_correction1,
+                       back.bias_correction2,
+                       back.bias_correction2_sqrt,
+                       back.eps,
+                       back.momentum,
+                       back.one_minus_dampening};
+  EXPECT_EQ(std::memcmp(want, got, sizeof want), 0);
+  EXPECT_TRUE(back.first_step);
+  EXPECT_FALSE(back.nesterov);
+  const VitpipeOptimizerRun r = to_c(OptimizerRun{3, 9, 0.25f, 0.125f});
+  EXPECT_EQ(r.begin, 3);
+  EXPECT_EQ(r.end, 9);
+  EXPECT_EQ(r.decay, 0.25f);
+  EXPECT_EQ(r.step, 0.125f);
 }

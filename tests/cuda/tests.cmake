@@ -91,6 +91,10 @@ if(VITPIPE_CUDA_MODULE_BUILT)
   gtest_discover_tests(test_cuda_gpu DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
 endif()
 
+# The optimizer kernels' host launchers round every operation once, as the kernels' _rn intrinsics do on the device.
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kernels.cpp PROPERTIES COMPILE_OPTIONS
+                            -ffp-contract=off)
+
 # The same op-by-op comparison without a GPU: CudaBackend (its C++ only) on fakes of the CUDA runtime, cuBLASLt and
 # cuDNN that work in host memory, with the kernels' launchers as host loops over the kernels' own arithmetic
 # (tests/cuda/fakes). Proves CudaBackend's plumbing (shapes, pointers, scratch, padded staging, the library calls as
@@ -98,6 +102,7 @@ endif()
 if(VITPIPE_CUDA_MODULE_BUILT)
   add_executable(test_cuda_backend_fakes ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kernels.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
@@ -116,7 +121,8 @@ endif()
 if(VITPIPE_CUDA_MODULE_BUILT)
   add_executable(vit_gradient_probe_cuda_fakes ${PROJECT_SOURCE_DIR}/tools/vit_gradient_probe.cpp
                  ${PROJECT_SOURCE_DIR}/tools/seam_backend.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp
-                 ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kernels.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
@@ -161,3 +167,31 @@ foreach(case one-stage two-stages resume lora predict-explain)
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_seam_train.py $<TARGET_FILE:train_seam_probe> ${case})
   set_tests_properties(cuda.seam.train-${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda TIMEOUT 600)
 endforeach()
+
+# Training end to end through the CUDA module on the fakes: tools/train_seam_probe built with the module's table
+# (module_entry.cpp), CudaBackend and the host-memory fakes; with VITPIPE_PROBE_CUDA=1 every stage backend is the
+# module's. A short `vitpipe train` (the optimizers' steps, gradient norms, zeroing and host copies through
+# backend_call) must end where the plain CPU run ends, within the forward and backward passes' rounding.
+if(VITPIPE_CUDA_MODULE_BUILT)
+  add_executable(train_probe_cuda_fakes ${PROJECT_SOURCE_DIR}/tools/train_seam_probe.cpp
+                 ${PROJECT_SOURCE_DIR}/tools/seam_backend.cpp ${PROJECT_SOURCE_DIR}/src/cli/cmd_predict.cpp
+                 ${PROJECT_SOURCE_DIR}/src/cli/cmd_explain.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kernels.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/module_entry.cpp)
+  target_include_directories(train_probe_cuda_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR}
+                             ${VITPIPE_NCCL_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
+  target_compile_definitions(train_probe_cuda_fakes PRIVATE VITPIPE_PROBE_CUDA_FAKES=1
+                             VITPIPE_CUDA_ARCHITECTURES="fakes")
+  target_link_libraries(train_probe_cuda_fakes PRIVATE vitpipe_cuda_calls vitpipe_library CLI11::CLI11)
+  set_target_properties(train_probe_cuda_fakes PROPERTIES ENABLE_EXPORTS ON)
+  foreach(case lamb adamw-two-stages-clip sgd-momentum)
+    add_test(NAME cuda.fakes.train.${case}
+             COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_train_fakes.py
+                     $<TARGET_FILE:train_probe_cuda_fakes> ${case})
+    set_tests_properties(cuda.fakes.train.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda TIMEOUT 900)
+  endforeach()
+endif()

@@ -15,6 +15,7 @@
 #include "backend/cuda/gemm_executor.h"
 #include "backend/cuda/kernels/backend_kernels.h"
 #include "backend/cuda/kernels/flash_attention.h"
+#include "backend/cuda/kernels/optimizer_kernels.h"
 #include "backend/cuda/sdpa_executor.h"
 
 namespace vitpipe::cuda {
@@ -784,6 +785,188 @@ void CudaBackend::lora_backward(const Tensor& grad_out, int64_t column, const Te
     gemm_->run(call, stream_);
   }
   finish_staging();
+}
+
+}  // namespace vitpipe::cuda
+
+// ---- optimizer steps, sums of squares, zeroing, host copies ----
+
+namespace vitpipe::cuda {
+namespace {
+
+// backend.h's checks, as the CPU backend makes them: f32 tensors of one length, runs in order inside it, work items
+// over the runs.
+void check_step(const OptimizerStep& step, const char* op, bool needs_m, bool needs_v) {
+  const int64_t n = step.params.numel();
+  auto check_tensor = [&](const Tensor& t, const char* name) {
+    require(t.defined() && t.dtype() == DType::f32 && t.numel() == n, op,
+            std::string(name) + " must be f32 [" + std::to_string(n) + "]");
+  };
+  check_tensor(step.params, "params");
+  check_tensor(step.grads, "grads");
+  if (needs_m) check_tensor(step.exp_avg, "exp_avg");
+  if (needs_v) check_tensor(step.exp_avg_sq, "exp_avg_sq");
+  int64_t at = 0;
+  for (const OptimizerRun& r : step.runs) {
+    require(at <= r.begin && r.begin <= r.end && r.end <= n, op,
+            "run [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ") is out of order or outside [0, " +
+                std::to_string(n) + ")");
+    at = r.end;
+  }
+  if (!step.work_items.empty()) {
+    require(step.work_items.front() == 0 && step.work_items.back() == static_cast<int64_t>(step.runs.size()), op,
+            "work items must start at run 0 and end at the run count");
+  }
+}
+
+OptimizerStepScalars step_scalars(const OptimizerScalars& s) {
+  OptimizerStepScalars k{};
+  k.beta1 = s.beta1;
+  k.one_minus_beta1 = s.one_minus_beta1;
+  k.beta2 = s.beta2;
+  k.one_minus_beta2 = s.one_minus_beta2;
+  k.bias_correction1 = s.bias_correction1;
+  k.bias_correction2 = s.bias_correction2;
+  k.bias_correction2_sqrt = s.bias_correction2_sqrt;
+  k.eps = s.eps;
+  k.momentum = s.momentum;
+  k.one_minus_dampening = s.one_minus_dampening;
+  k.first_step = s.first_step;
+  k.nesterov = s.nesterov;
+  return k;
+}
+
+}  // namespace
+
+OptimizerRunTable CudaBackend::upload_runs(std::span<const OptimizerRun> runs, bool tiles, const char* op) {
+  OptimizerRunTable table;
+  table.run_count = static_cast<int64_t>(runs.size());
+  if (runs.empty()) return table;
+  const size_t run_bytes = runs.size() * sizeof(OptimizerRunView);  // a multiple of 8: the tile table follows
+  const size_t tile_bytes = tiles ? (runs.size() + 1) * sizeof(int64_t) : 0;
+  host_table_.resize(run_bytes + tile_bytes);
+  auto* host_runs = reinterpret_cast<OptimizerRunView*>(host_table_.data());
+  auto* host_tiles = reinterpret_cast<int64_t*>(host_table_.data() + run_bytes);
+  int64_t tile = 0;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    host_runs[r] = OptimizerRunView{runs[r].begin, runs[r].end, runs[r].decay, runs[r].step};
+    if (tiles) {
+      host_tiles[r] = tile;
+      tile += optimizer_tiles(runs[r].end - runs[r].begin);
+    }
+  }
+  if (tiles) host_tiles[runs.size()] = tile;
+  table.tiles = tile;
+  char* device = static_cast<char*>(arena_.take(run_bytes + tile_bytes, op));
+  // From pageable host memory: the runtime has taken the bytes when the call returns, so host_table_ may be refilled
+  // by the next op while this copy is still queued on the stream.
+  check(cudaMemcpyAsync(device, host_table_.data(), run_bytes + tile_bytes, cudaMemcpyHostToDevice, stream_), op);
+  table.runs = reinterpret_cast<const OptimizerRunView*>(device);
+  table.tile_starts = tiles ? reinterpret_cast<const int64_t*>(device + run_bytes) : nullptr;
+  return table;
+}
+
+void CudaBackend::adamw_update(const OptimizerStep& step, const OptimizerScalars& s) {
+  const char* op = "adamw_update";
+  arena_.reset();
+  check_step(step, op, true, true);
+  const OptimizerRunTable table = upload_runs(step.runs, true, op);
+  check(launch_adamw_update(f32(step.params), f32(step.grads), f32(step.exp_avg), f32(step.exp_avg_sq), table,
+                            step_scalars(s), stream_),
+        op);
+}
+
+void CudaBackend::lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) {
+  const char* op = "lamb_moments";
+  arena_.reset();
+  check_step(step, op, true, true);
+  require(squares.size() == 2 * step.runs.size(), op,
+          std::to_string(squares.size()) + " squares for " + std::to_string(step.runs.size()) + " runs (2 per run)");
+  if (step.runs.empty()) return;
+  const OptimizerRunTable table = upload_runs(step.runs, false, op);
+  double* sums = arena_.take_array<double>(2 * table.run_count, "lamb_moments' sums of squares");
+  check(launch_lamb_moments(f32(step.params), f32(step.grads), f32(step.exp_avg), f32(step.exp_avg_sq), table.runs,
+                            table.run_count, step_scalars(s), sums, stream_),
+        op);
+  check(cudaMemcpyAsync(squares.data(), sums, squares.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_), op);
+  check(cudaStreamSynchronize(stream_), op);
+}
+
+void CudaBackend::lamb_update(const OptimizerStep& step, const OptimizerScalars& s) {
+  const char* op = "lamb_update";
+  arena_.reset();
+  check_step(step, op, true, true);
+  const OptimizerRunTable table = upload_runs(step.runs, true, op);
+  check(launch_lamb_update(f32(step.params), f32(step.exp_avg), f32(step.exp_avg_sq), table, step_scalars(s), stream_),
+        op);
+}
+
+void CudaBackend::sgd_update(const OptimizerStep& step, const OptimizerScalars& s) {
+  const char* op = "sgd_update";
+  arena_.reset();
+  const bool momentum = step.exp_avg.raw() != nullptr;
+  check_step(step, op, momentum, false);
+  const OptimizerRunTable table = upload_runs(step.runs, true, op);
+  check(launch_sgd_update(f32(step.params), f32(step.grads), momentum ? f32(step.exp_avg) : nullptr, table,
+                          step_scalars(s), stream_),
+        op);
+}
+
+double CudaBackend::sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) {
+  const char* op = "sum_of_squares";
+  arena_.reset();
+  require_f32(x, op, "x");
+  const int64_t n = x.numel();
+  if (bounds.empty()) {
+    require(n == 0, op, "no bounds for " + std::to_string(n) + " elements");
+    return 0.0;
+  }
+  require(bounds.front() == 0 && bounds.back() == n, op, "bounds must run from 0 to " + std::to_string(n));
+  for (size_t k = 1; k < bounds.size(); ++k) require(bounds[k - 1] <= bounds[k], op, "bounds must ascend");
+  const auto parts = static_cast<int64_t>(bounds.size()) - 1;
+  if (parts == 0) return 0.0;
+  auto* device_bounds = arena_.take_array<int64_t>(parts + 1, "sum_of_squares' bounds");
+  double* sums = arena_.take_array<double>(parts, "sum_of_squares' parts");
+  check(cudaMemcpyAsync(device_bounds, bounds.data(), bounds.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream_),
+        op);
+  check(launch_sum_of_squares_parts(f32(x), device_bounds, parts, sums, stream_), op);
+  host_sums_.resize(static_cast<size_t>(parts));
+  check(cudaMemcpyAsync(host_sums_.data(), sums, host_sums_.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+        op);
+  check(cudaStreamSynchronize(stream_), op);
+  double total = 0.0;  // the parts in order from 0.0, as backend.h says
+  for (double part : host_sums_) total += part;
+  return total;
+}
+
+void CudaBackend::zero(const Tensor& t) {
+  if (t.nbytes() > 0) check(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_), "zero");
+}
+
+namespace {
+
+void require_same_layout(const Tensor& from, const Tensor& to, const char* op) {
+  require(from.dtype() == to.dtype() && from.numel() == to.numel(), op,
+          std::string(dtype_name(from.dtype())) + " " + shape_string(from.shape()) + " to " + dtype_name(to.dtype()) +
+              " " + shape_string(to.shape()) + " (the dtype and element count must match)");
+}
+
+}  // namespace
+
+void CudaBackend::copy_to_host(const Tensor& device, const Tensor& host) {
+  const char* op = "copy_to_host";
+  require_same_layout(device, host, op);
+  if (device.nbytes() == 0) return;
+  check(cudaMemcpyAsync(host.raw(), device.raw(), device.nbytes(), cudaMemcpyDeviceToHost, stream_), op);
+  check(cudaStreamSynchronize(stream_), op);
+}
+
+void CudaBackend::copy_from_host(const Tensor& host, const Tensor& device) {
+  const char* op = "copy_from_host";
+  require_same_layout(host, device, op);
+  if (host.nbytes() == 0) return;
+  check(cudaMemcpyAsync(device.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_), op);
+  check(cudaStreamSynchronize(stream_), op);
 }
 
 }  // namespace vitpipe::cuda

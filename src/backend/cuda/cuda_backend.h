@@ -26,6 +26,7 @@
 #include <cudnn.h>
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ namespace vitpipe::cuda {
 
 class GemmExecutor;
 class SdpaExecutor;
+struct OptimizerRunTable;  // kernels/optimizer_kernels.h
 
 class CudaBackend final : public Backend {
  public:
@@ -110,6 +112,18 @@ class CudaBackend final : public Backend {
   void lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a, const Tensor& b,
                      double scale, const Tensor& low, const Tensor* grad_in, const Tensor* grad_a,
                      const Tensor* grad_b) override;
+  // Optimizer steps (kernels/optimizer_kernels.h): the step's runs are copied into the arena (one table, one
+  // cudaMemcpyAsync) and one launch covers them; work items are ignored (backend.h allows it). lamb_moments and
+  // sum_of_squares copy their sums back and synchronise. zero is cudaMemsetAsync; the host copies are
+  // cudaMemcpyAsync then a stream synchronisation.
+  void adamw_update(const OptimizerStep& step, const OptimizerScalars& s) override;
+  void lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) override;
+  void lamb_update(const OptimizerStep& step, const OptimizerScalars& s) override;
+  void sgd_update(const OptimizerStep& step, const OptimizerScalars& s) override;
+  double sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) override;
+  void zero(const Tensor& t) override;
+  void copy_to_host(const Tensor& device, const Tensor& host) override;
+  void copy_from_host(const Tensor& host, const Tensor& device) override;
 
  private:
   // A matrix as cuBLASLt may take it: the tensor itself, or a padded copy in the arena (copied in when the call
@@ -124,6 +138,8 @@ class CudaBackend final : public Backend {
   // `v`'s device pointer, or a copy in the arena where it is not 16-byte aligned (cuBLASLt's rule for the bias).
   const void* aligned_vector(const Tensor& v, const char* what);
   void release();
+  // The step's runs (and their tile table) in the arena, copied from the host in one cudaMemcpyAsync.
+  OptimizerRunTable upload_runs(std::span<const OptimizerRun> runs, bool tiles, const char* op);
   float* scratch_floats(int64_t count, const char* what);
   void check(cudaError_t status, const char* what);
   void attention_f32_forward(const float* qkv, float* out, float* lse, int64_t batch, int64_t tokens, int64_t heads,
@@ -148,6 +164,8 @@ class CudaBackend final : public Backend {
   bool sdpa_unavailable_ = false;  // cuDNN refused once: bf16 attention takes the fp32 fallback from then on
   std::string sdpa_refusal_;
   std::vector<Staging> staged_;
+  std::vector<unsigned char> host_table_;  // the host side of upload_runs' copy (kept: no allocation per step)
+  std::vector<double> host_sums_;          // sum_of_squares' parts on their way back
 };
 
 }  // namespace vitpipe::cuda

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define VITPIPE_CUDA_MODULE_ABI_VERSION 2u
+#define VITPIPE_CUDA_MODULE_ABI_VERSION 3u
 #define VITPIPE_CUDA_MODULE_ENTRY "vitpipe_cuda_module"
 
 #ifdef __cplusplus
@@ -23,7 +23,7 @@ typedef struct VitpipeCudaLibraryVersions {
 } VitpipeCudaLibraryVersions;
 
 // ---- The Backend (backend/backend.h) across the boundary ----
-// One generic entry, backend_call(instance, call), rather than one function pointer per Backend op: the 36 ops
+// One generic entry, backend_call(instance, call), rather than one function pointer per Backend op: the 44 ops
 // become an op code and a list of tensor descriptors in the order of the op's C++ parameters, so the host adapter
 // (backend/cuda_module_backend.h) and the module unpack them with ONE shared routine (backend/backend_call.h)
 // instead of two hand-written copies of 36 signatures that could disagree; adding an op appends a code and leaves
@@ -49,14 +49,27 @@ enum {
 #define VITPIPE_TENSOR_ABSENT (-1)
 #define VITPIPE_TENSOR_EMPTY (-2)
 
+// Where a descriptor's `data` lives. Every tensor of every op is DEVICE memory (the module hands it to kernels and
+// libraries as a device pointer) except exactly one: the host side of copy_to_host (its second tensor) and of
+// copy_from_host (its first), which is HOST memory, says so here, and is only ever the host end of a host<->device
+// copy. The unpacking (backend_call.cpp) refuses a call whose tensors say otherwise, so the module never treats host
+// memory as device memory or the reverse. (In the loopback test both are host memory; the flags are checked all the
+// same.) Since ABI version 3.
+enum {
+  VITPIPE_MEMORY_DEVICE = 0,
+  VITPIPE_MEMORY_HOST = 1,
+};
+
 typedef struct VitpipeTensorDesc {
-  void* data;  // device memory for the CUDA module (host memory for the loopback test)
+  void* data;  // device memory for the CUDA module (host memory for the loopback test), unless `memory` says host
   int32_t dtype;
   int32_t rank;  // 0..VITPIPE_TENSOR_MAX_RANK, or VITPIPE_TENSOR_ABSENT / VITPIPE_TENSOR_EMPTY
   int64_t dims[VITPIPE_TENSOR_MAX_RANK];
+  int32_t memory;  // VITPIPE_MEMORY_DEVICE (0, what a zeroed descriptor says) or VITPIPE_MEMORY_HOST
+  int32_t reserved;
 } VitpipeTensorDesc;
 
-// Op codes: one per virtual of vitpipe::Backend, in backend.h's order (append only; never renumber).
+// Op codes: one per virtual of vitpipe::Backend (append only; never renumber).
 enum {
   VITPIPE_OP_LINEAR_FORWARD = 1,
   VITPIPE_OP_LINEAR_GELU_FORWARD,
@@ -94,14 +107,43 @@ enum {
   VITPIPE_OP_CLS_AND_MEAN_BACKWARD,
   VITPIPE_OP_LORA_FORWARD,
   VITPIPE_OP_LORA_BACKWARD,
+  // ABI version 3: the optimizer steps, gradient norms, zeroing and host copies (appended after LoRA although
+  // backend.h declares them before the model families).
+  VITPIPE_OP_ADAMW_UPDATE,
+  VITPIPE_OP_LAMB_MOMENTS,
+  VITPIPE_OP_LAMB_UPDATE,
+  VITPIPE_OP_SGD_UPDATE,
+  VITPIPE_OP_SUM_OF_SQUARES,
+  VITPIPE_OP_ZERO,
+  VITPIPE_OP_COPY_TO_HOST,
+  VITPIPE_OP_COPY_FROM_HOST,
   VITPIPE_OP_COUNT_PLUS_ONE
 };
 
 #define VITPIPE_CALL_MAX_TENSORS 12
 
+// backend.h's OptimizerRun and OptimizerScalars as C data (the same fields in the same order; booleans as 0 / 1).
+typedef struct VitpipeOptimizerRun {
+  int64_t begin, end;
+  float decay, step;
+} VitpipeOptimizerRun;
+
+typedef struct VitpipeOptimizerScalars {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float bias_correction1, bias_correction2, bias_correction2_sqrt;
+  float eps;
+  float momentum, one_minus_dampening;
+  int32_t first_step, nesterov;
+} VitpipeOptimizerScalars;
+
 // One Backend call: the tensors in the order of the C++ parameters (backend_call.cpp lists each op's order), the
 // double arguments (eps, grad_scale, factor, scale) and the int64 ones (heads, patch, positioned, kept, count, skip,
-// column) in order; `result` receives the losses' sums.
+// column) in order; `result` receives the losses' sums and sum_of_squares' sum.
+// The optimizer ops (ABI version 3): tensors params, grads, exp_avg, exp_avg_sq (VITPIPE_TENSOR_EMPTY for an
+// undefined one: SGD's exp_avg_sq, SGD without momentum's exp_avg), and the arrays below, which are all HOST memory
+// owned by the caller for the duration of the call (the module copies what the device needs): `runs` and
+// `work_items` (adamw_update, lamb_moments, lamb_update, sgd_update), `squares` (lamb_moments' output, written
+// before the call returns), `bounds` (sum_of_squares; its one tensor is x). A count of 0 goes with a null pointer.
 typedef struct VitpipeBackendCall {
   int32_t op;
   int32_t tensor_count;
@@ -109,6 +151,15 @@ typedef struct VitpipeBackendCall {
   double scalars[2];
   int64_t ints[2];
   double result;
+  const VitpipeOptimizerRun* runs;  // host
+  int64_t run_count;
+  const int64_t* work_items;  // host
+  int64_t work_item_count;
+  double* squares;  // host, written
+  int64_t square_count;
+  const int64_t* bounds;  // host
+  int64_t bound_count;
+  VitpipeOptimizerScalars optimizer;
 } VitpipeBackendCall;
 
 typedef struct VitpipeCudaModule {

@@ -3,6 +3,7 @@
 // flash_attention_math.h functions the kernel calls, in the kernel's summation order (the column sums' chunks, the
 // warp butterflies as emulated there). What this cannot prove is the kernels' own indexing and launch
 // configuration: only a GPU does (test_cuda_gpu).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>

@@ -1,17 +1,21 @@
 // CudaBackend (backend/cuda/cuda_backend.h) on a real GPU against the CPU backend, op by op: the same random inputs
 // on both, every tensor compared after the op (outputs and in-place gradients; inputs must be unchanged), losses'
-// sums compared. f32 within 1e-5 relative to the largest magnitude (TF32 off), bf16 within 2e-2. Skips where the
+// sums compared. f32 within 1e-5 relative to the largest magnitude (TF32 off), bf16 within 2e-2; the optimizer updates
+// within 1e-6 (the kernels round every operation once, the CPU backend's compiled loops fuse some multiply-adds:
+// optimizer_math.h) and their 16-lane sums of squares bit for bit. Skips where the
 // CUDA runtime sees no GPU (every machine this was written on): NEVER RUN YET. Part of the GPU check.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../optimizer_cases.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "util/random.h"
@@ -483,4 +487,118 @@ TEST_F(CudaBackendOnGpu, CrossEntropyRefusesAClassOutsideTheLogits) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("target 4 (row 1) outside [0, 4)"), std::string::npos) << e.what();
   }
+}
+
+// The optimizer ops (kernels/optimizer_kernels.h) against the CPU backend: updates and moments within 1e-6 (a fused
+// multiply-add on the CPU's side moves a last bit), the 16-lane sums of squares of p and x bit for bit (those of u
+// follow u: 1e-6), zeroing and host copies of slices exact.
+TEST_F(CudaBackendOnGpu, OptimizerStepsAgreeWithTheCpuBackend) {
+  constexpr double kUpdates = 1e-6;
+  namespace oc = optimizer_cases;
+  const std::vector<Tensor> st = oc::state(7);
+  const std::vector<OptimizerRun> adamw_runs = oc::adamw_runs(), runs = oc::runs(true), plain = oc::runs(false);
+  const std::vector<int64_t> items = oc::work_items(runs.size());
+  for (int64_t t : {1, 10}) {
+    const OptimizerScalars s = oc::scalars(t);
+    compare(
+        "adamw_update t=" + std::to_string(t), st,
+        [&](Backend& b, std::vector<Tensor>& x) {
+          b.adamw_update(oc::step(x[0], x[1], x[2], x[3], adamw_runs, items), s);
+          return 0.0;
+        },
+        kUpdates);
+    std::vector<std::vector<double>> squares;
+    compare(
+        "lamb_moments then lamb_update t=" + std::to_string(t), st,
+        [&](Backend& b, std::vector<Tensor>& x) {
+          std::vector<OptimizerRun> update = runs;
+          squares.emplace_back(2 * runs.size(), -1.0);
+          b.lamb_moments(oc::step(x[0], x[1], x[2], x[3], runs, items), s, squares.back());
+          for (size_t r = 0; r < update.size(); ++r) update[r].step = 1e-3f * static_cast<float>(r + 1);
+          b.lamb_update(oc::step(x[0], x[1], x[2], x[3], update, {}), s);
+          return 0.0;
+        },
+        kUpdates);
+    ASSERT_EQ(squares.size(), 2u);
+    for (size_t i = 0; i < squares[0].size(); i += 2) EXPECT_EQ(squares[1][i], squares[0][i]) << "p square " << i;
+    for (size_t i = 1; i < squares[0].size(); i += 2) {
+      EXPECT_NEAR(squares[1][i], squares[0][i], 1e-6 * squares[0][i]) << "u square " << i;
+    }
+  }
+  for (bool first : {true, false}) {
+    for (bool nesterov : {false, true}) {
+      const OptimizerScalars s = oc::scalars(3, first, nesterov);
+      compare(
+          "sgd_update momentum first=" + std::to_string(first) + " nesterov=" + std::to_string(nesterov),
+          {st[0], st[1], st[2], Tensor()},
+          [&](Backend& b, std::vector<Tensor>& x) {
+            b.sgd_update(oc::step(x[0], x[1], x[2], Tensor(), runs, items), s);
+            return 0.0;
+          },
+          kUpdates);
+    }
+  }
+  for (const auto* r : {&runs, &plain}) {
+    compare(
+        "sgd_update without momentum", {st[0], st[1]},
+        [&](Backend& b, std::vector<Tensor>& x) {
+          b.sgd_update(oc::step(x[0], x[1], Tensor(), Tensor(), *r, {}), oc::scalars(1));
+          return 0.0;
+        },
+        kUpdates);
+  }
+  // Sums of squares: exact, on the whole tensor and on a slice that starts off the 16-element grid.
+  for (int64_t offset : {0, 5}) {
+    const int64_t n = oc::kElements - offset;
+    const std::vector<int64_t> bounds = oc::bounds(n);
+    std::vector<double> sums;
+    compare(
+        "sum_of_squares offset " + std::to_string(offset), {st[0]},
+        [&](Backend& b, std::vector<Tensor>& x) {
+          sums.push_back(b.sum_of_squares(x[0].slice(offset, oc::kElements), bounds));
+          return 0.0;
+        },
+        0.0);
+    ASSERT_EQ(sums.size(), 2u);
+    EXPECT_EQ(sums[1], sums[0]) << "offset " << offset;
+  }
+  compare(
+      "zero a slice", {st[0], Tensor::zeros({6, 7}, DType::bf16)},
+      [](Backend& b, std::vector<Tensor>& x) {
+        b.zero(x[0].slice(3, 1003));
+        b.zero(x[1]);
+        return 0.0;
+      },
+      0.0);
+}
+
+TEST_F(CudaBackendOnGpu, HostCopiesOfSlices) {
+  const Tensor x = random_tensor({40, 3}, rng_);
+  DeviceCopies device;
+  const Tensor on_device = device.upload(x);
+  Tensor host = Tensor::zeros({10, 3});
+  gpu_->copy_to_host(on_device.slice(7, 17), host);
+  EXPECT_EQ(std::memcmp(host.raw(), x.slice(7, 17).raw(), host.nbytes()), 0);
+  const Tensor source = random_tensor({5, 3}, rng_);
+  gpu_->copy_from_host(source, on_device.slice(30, 35));
+  const Tensor back = DeviceCopies::download(on_device);
+  EXPECT_EQ(std::memcmp(back.slice(30, 35).raw(), source.raw(), source.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(back.raw(), x.raw(), 30 * 3 * sizeof(float)), 0);  // the rest untouched
+  EXPECT_EQ(std::memcmp(back.slice(35, 40).raw(), x.slice(35, 40).raw(), 5 * 3 * sizeof(float)), 0);
+  EXPECT_THROW(gpu_->copy_to_host(on_device.slice(0, 2), Tensor::zeros({3, 3})), std::exception);
+  EXPECT_THROW(gpu_->copy_from_host(Tensor::zeros({2, 3}, DType::bf16), on_device.slice(0, 2)), std::exception);
+}
+
+TEST_F(CudaBackendOnGpu, OptimizerStepsRefuseWhatTheContractsRefuse) {
+  namespace oc = optimizer_cases;
+  DeviceCopies device;
+  std::vector<Tensor> x;
+  for (const Tensor& t : oc::state(3)) x.push_back(device.upload(t));
+  std::vector<OptimizerRun> backwards = {{10, 20, 0.0f, 0.0f}, {0, 5, 0.0f, 0.0f}};
+  EXPECT_THROW(gpu_->adamw_update(oc::step(x[0], x[1], x[2], x[3], backwards, {}), oc::scalars(1)), std::exception);
+  const std::vector<OptimizerRun> runs = oc::runs(true);
+  std::vector<double> too_few(runs.size());
+  EXPECT_THROW(gpu_->lamb_moments(oc::step(x[0], x[1], x[2], x[3], runs, {}), oc::scalars(1), too_few), std::exception);
+  const std::vector<int64_t> bad_bounds = {0, 10};
+  EXPECT_THROW(gpu_->sum_of_squares(x[0], bad_bounds), std::exception);
 }
