@@ -30,8 +30,8 @@ CASES = {
 }
 # The stages' forward and backward passes differ from the CPU backend's by rounding (1e-6 relative); a few optimizer
 # steps carry that into the parameters (Adam-type steps can turn a rounding-sized gradient into a step of lr).
-LOSS_TOLERANCE = 1e-3
-TENSOR_TOLERANCE = 5e-2
+LOSS_TOLERANCE = 1e-5
+TENSOR_TOLERANCE = 1e-3
 failures = []
 
 
