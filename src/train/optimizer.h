@@ -103,7 +103,9 @@ class Optimizer {
   Backend& backend() const { return *backend_; }
 
   // Checkpointing. The tensors are views of the live buffers (no copy), each f32 [range numel]: "exp_avg",
-  // "exp_avg_sq" (adamw, lamb), "momentum_buffer" (sgd with momentum). The metadata says what they cover:
+  // "exp_avg_sq" (adamw, lamb), "momentum_buffer" (sgd with momentum); they are backend() memory, which the host
+  // reads only through backend().copy_to_host (train/distributed_state.cpp). load_state copies in through
+  // backend().copy_from_host. The metadata says what they cover:
   // "optimizer", "step", "first_segment", "last_segment", "begin", "numel", "model_numel".
   TensorMap state_tensors() const;
   StringMap state_metadata() const;
