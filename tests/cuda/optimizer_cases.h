@@ -4,6 +4,7 @@
 // start off a 16-element boundary), per-run decays and steps, work items, and the scalars of each optimizer.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -23,6 +24,18 @@ inline std::vector<OptimizerRun> runs(bool decays) {
     out.push_back({cuts[k], cuts[k + 1], decays && k % 3 != 1 ? 1e-2f * scale : 0.0f, 1e-3f * scale});
   }
   out.push_back({24600, kElements, decays ? 0.05f : 0.0f, 2e-3f});  // [24576, 24600) lies in no run
+  return out;
+}
+
+// Many short runs (more than one block of the kernels' 16 runs per block; lengths 0 to 250 in turn).
+inline std::vector<OptimizerRun> many_runs() {
+  std::vector<OptimizerRun> out;
+  int64_t at = 0;
+  for (int k = 0; at < kElements; ++k) {
+    const int64_t end = std::min<int64_t>(kElements, at + (k * 37) % 251);
+    out.push_back({at, end, k % 2 == 0 ? 1e-2f : 0.0f, 1e-3f});
+    at = end;
+  }
   return out;
 }
 

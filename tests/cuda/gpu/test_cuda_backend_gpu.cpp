@@ -547,6 +547,27 @@ TEST_F(CudaBackendOnGpu, OptimizerStepsAgreeWithTheCpuBackend) {
         },
         kUpdates);
   }
+  // Many runs and parts: several blocks of (run, lane) threads.
+  const std::vector<OptimizerRun> many = oc::many_runs();
+  std::vector<std::vector<double>> many_squares;
+  compare(
+      "lamb_moments, " + std::to_string(many.size()) + " runs", st,
+      [&](Backend& b, std::vector<Tensor>& x) {
+        many_squares.emplace_back(2 * many.size(), -1.0);
+        b.lamb_moments(oc::step(x[0], x[1], x[2], x[3], many, {}), oc::scalars(2), many_squares.back());
+        b.adamw_update(oc::step(x[0], x[1], x[2], x[3], many, {}), oc::scalars(2));
+        return b.sum_of_squares(x[1], [] {
+          std::vector<int64_t> bounds;
+          for (int64_t at = 0; at < oc::kElements; at += 97) bounds.push_back(at);
+          bounds.push_back(oc::kElements);
+          return bounds;
+        }());
+      },
+      kUpdates);
+  ASSERT_EQ(many_squares.size(), 2u);
+  for (size_t i = 0; i < many_squares[0].size(); i += 2) {
+    EXPECT_EQ(many_squares[1][i], many_squares[0][i]) << "p square " << i;
+  }
   // Sums of squares: exact, on the whole tensor and on a slice that starts off the 16-element grid.
   for (int64_t offset : {0, 5}) {
     const int64_t n = oc::kElements - offset;
