@@ -11,6 +11,9 @@
 //     (and with VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels (kernels/flash_attention.h), which
 //     fp32 always uses. The classifier-token variants in fp32 run the full kernels on a one-query view (other rows'
 //     log-sum-exp +inf, their output gradients 0, so they contribute nothing).
+//   Optimizer steps and sums of squares: kernels/optimizer_kernels.h (a step's runs copied into the arena, one launch
+//     over all of them; the 16-lane sums of squares in backend.h's fixed order, bit for bit the CPU backend's).
+//     zero: cudaMemsetAsync; copy_to_host / copy_from_host: cudaMemcpyAsync and a stream synchronisation.
 //   Everything else: kernels/backend_kernels.h (deterministic two-pass column sums and loss sums).
 // Limits known now: LoRA with f32 operands and a bf16 output or input gradient is refused (cuBLASLt wants an f32
 // result from f32 operands; linear_forward and linear_backward_input go through f32 scratch there instead). The
