@@ -35,19 +35,6 @@ float strided(const T* data, const StridedRows& m, int64_t r, int64_t c) {
 
 }  // namespace
 
-int64_t column_partials_floats(int64_t rows, int64_t cols) { return column_chunks(rows) * cols; }
-
-StridedRows plain_rows(const void* data, bool bf16, int64_t rows, int64_t cols) {
-  StridedRows m;
-  m.data = data;
-  m.bf16 = bf16;
-  m.rows = rows;
-  m.cols = cols;
-  m.row_stride = cols;
-  m.group = rows > 0 ? rows : 1;
-  return m;
-}
-
 cudaError_t launch_column_sums(const StridedRows& m, float* out, float* partials, cudaStream_t) {
   if (m.bf16) {
     column_sums([&](int64_t r, int64_t c) { return strided(bits(m.data), m, r, c); }, m.rows, m.cols, out, partials);

@@ -364,20 +364,6 @@ float* floats(void* p) { return static_cast<float*>(p); }
 
 }  // namespace
 
-int64_t column_partials_floats(int64_t rows, int64_t cols) { return column_chunks(rows) * cols; }
-
-StridedRows plain_rows(const void* data, bool bf16, int64_t rows, int64_t cols) {
-  StridedRows m;
-  m.data = data;
-  m.bf16 = bf16;
-  m.rows = rows;
-  m.cols = cols;
-  m.row_stride = cols;
-  m.group = rows > 0 ? rows : 1;
-  m.group_stride = 0;
-  return m;
-}
-
 cudaError_t launch_column_sums(const StridedRows& m, float* out, float* partials, cudaStream_t stream) {
   if (m.bf16) {
     return column_sums(StridedValue<uint16_t>{bits(m.data), m.row_stride, m.group, m.group_stride}, m.rows, m.cols, out,

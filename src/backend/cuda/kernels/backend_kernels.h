@@ -10,9 +10,13 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/backend_math.h"
+
 namespace vitpipe::cuda {
 
-int64_t column_partials_floats(int64_t rows, int64_t cols);
+// Host code shared by the kernels' launchers and the CPU tests' host launchers (tests/cuda/fakes): inline here, so
+// both use one definition.
+inline int64_t column_partials_floats(int64_t rows, int64_t cols) { return column_chunks(rows) * cols; }
 
 // A matrix of `rows` rows of `cols` elements read with an address in two levels: row r sits at
 // data + (r / group) * group_stride + (r % group) * row_stride (elements). A plain matrix has group = rows.
@@ -21,7 +25,17 @@ struct StridedRows {
   bool bf16 = false;
   int64_t rows = 0, cols = 0, row_stride = 0, group = 1, group_stride = 0;
 };
-StridedRows plain_rows(const void* data, bool bf16, int64_t rows, int64_t cols);
+inline StridedRows plain_rows(const void* data, bool bf16, int64_t rows, int64_t cols) {
+  StridedRows m;
+  m.data = data;
+  m.bf16 = bf16;
+  m.rows = rows;
+  m.cols = cols;
+  m.row_stride = cols;
+  m.group = rows > 0 ? rows : 1;
+  m.group_stride = 0;
+  return m;
+}
 
 // out[c] += sum over rows of m[r, c].
 cudaError_t launch_column_sums(const StridedRows& m, float* out, float* partials, cudaStream_t stream);
