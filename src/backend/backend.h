@@ -85,7 +85,7 @@ class Backend {
 
   // ---- linear layers, weights [out, in] as torch.nn.Linear (matmul) ----
   // out[M,N] = in[M,K] . weight[N,K]^T (+ bias[N]) (+ residual[M,N]). in/weight both f32 or both bf16;
-  // out f32 or bf16; bias and residual f32.
+  // out f32 or bf16; bias and residual f32; residual is not out (no in-place add).
   virtual void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                               const Tensor& out) = 0;
   // Inference only (the pre-activation is not kept): out[M,N] = GELU(in . weight^T + bias), exact erf GELU fused

@@ -136,13 +136,6 @@ TEST_F(CudaBackendOnGpu, LinearLayers) {
         },
         tol);
     compare(
-        "linear_forward residual in place", {in, w, residual},
-        [](Backend& b, std::vector<Tensor>& t) {
-          b.linear_forward(t[0], t[1], nullptr, &t[2], t[2]);
-          return 0.0;
-        },
-        tol);
-    compare(
         "linear_gelu_forward", {in, w, bias, Tensor::zeros({m, n}, dt)},
         [](Backend& b, std::vector<Tensor>& t) {
           b.linear_gelu_forward(t[0], t[1], t[2], t[3]);

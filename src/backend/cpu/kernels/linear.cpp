@@ -36,6 +36,9 @@ void CpuBackend::linear_forward(const Tensor& in, const Tensor& weight, const Te
   if (residual) {
     VP_REQUIRE(residual->numel() == m * n && residual->dtype() == DType::f32, "linear_forward: residual must be [", m,
                ", ", n, "] f32");
+    // oneDNN's binary post-op reads the residual while the kernel writes out: aliased, some levels' kernels
+    // (avx2, avx512) read rows they already wrote.
+    VP_REQUIRE(residual->raw() != out.raw(), "linear_forward: the residual must not be the output (in place)");
   }
   matmuls_.run(s, in.raw(), weight.raw(), out.raw(), bias ? bias->f32() : nullptr,
                residual ? residual->f32() : nullptr);
