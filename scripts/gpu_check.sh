@@ -1,19 +1,70 @@
 #!/usr/bin/env bash
-# The GPU check of issue 24, as far as it exists. On a machine with an NVIDIA GPU: prints the driver, the GPUs and the
-# CUDA libraries the module loads (vitpipe info), then runs the CUDA tests. Without a GPU it prints one line and exits
-# 77 (skipped). Not yet here (later parts of issue 24, because the CUDA Backend's kernels do not exist yet): the
-# golden tests on the GPU, ViT-B/16 bf16 training beside ../shared/peers/torch_vit_bench.py, the JSON summary.
-#   scripts/gpu_check.sh            in a checkout: expects build/ (scripts/setup.sh --tests), or VITPIPE=path/to/vitpipe
-#   scripts/gpu_check.sh --pack DIR gathers what travels to a GPU machine into DIR (scripts/gpu_pack.sh)
-#   DIR/gpu_check.sh                on the GPU machine: unpacks DIR/payload/ into DIR/root/ once, finds CUDA 13's pip wheels
-#                                   (nvidia-*-cu13) through python3, and runs the check from the pack
-#   DIR/gpu_check.sh --unpack       only unpacks, and prints the folder the pack unpacked into
+# The GPU check of issue 24, for a machine with an NVIDIA GPU, CUDA 13 (the nvidia-*-cu13 pip wheels) and Python with
+# PyTorch, at most 8 minutes on one H200. It has not yet run on a GPU. In order:
+#   1. one line: the driver's version and the cuBLASLt, cuDNN and NCCL versions the CUDA module loaded (vitpipe info
+#      --json; it reports cuBLASLt, not the plain cuBLAS), then `vitpipe info`;
+#   2. the CUDA tests: `ctest -L cuda` in a checkout (without cuda.gpu_pack, which would pack and run this check
+#      again), test_cuda, test_cuda_executors and test_cuda_gpu from a pack;
+#   3. ViT-B/16 at 224 px, bf16, training on random data: `vitpipe bench --device cuda --preset vit-base --precision
+#      bf16 --mode train --batch B --steps S --json`, then the PyTorch peer with the same model, batch, steps and
+#      precision (bf16 autocast), `--device cuda` eager and with `--compile`;
+#   4. a JSON summary (scripts/gpu_check_summary.py): versions, the GPU, each test part's status and counts, the three
+#      images/s figures, vitpipe/eager and vitpipe/compile, and issue 24's 4,500 images/s target and 7,500 bound.
+# Every part runs under `timeout` (caps below, and all of them within 460 s of the start); a part that fails or times
+# out is recorded as failed and the check goes on. The summary is rewritten (whole, by rename) after every part, so a
+# check stopped from outside leaves the parts it finished. Each part's output is kept in SUMMARY's folder as
+# <summary>.logs/<part>.log; the last 30 lines are printed. Exit 0 when every test part and vitpipe's benchmark passed,
+# 1 otherwise (the peer's parts are recorded, never the verdict); without a GPU: one line, exit 77 (skipped), before
+# anything else runs.
+#   scripts/gpu_check.sh [OPTIONS]   in a checkout: expects build/ (scripts/setup.sh --tests), or VITPIPE=path/to/vitpipe
+#   scripts/gpu_check.sh --pack DIR  gathers what travels to a GPU machine into DIR (scripts/gpu_pack.sh); the peer
+#                                    does not travel
+#   DIR/gpu_check.sh [OPTIONS]       on the GPU machine: unpacks DIR/payload/ into DIR/root/ once, finds CUDA 13's pip
+#                                    wheels (nvidia-*-cu13) through python3, and runs the check from the pack
+#   DIR/gpu_check.sh --unpack        only unpacks, and prints the folder the pack unpacked into
+# Options:
+#   --peer PATH       the PyTorch peer, torch_vit_bench.py (default: ../shared/peers/ or shared/peers/, from the
+#                     checkout's root, or from the current folder when run from a pack); where it is absent the
+#                     peer's parts are recorded as skipped, with the reason
+#   --python PATH     the Python that runs the peer (default python3), with this machine's library path, not the pack's
+#   --summary FILE    the JSON summary (default gpu_check_summary.json in the current folder)
+#   --batch N         images per step for all three benchmarks (default 128)
+#   --steps N         timed steps after one warm-up step, for all three (default 30)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 if [[ "${1:-}" == "--pack" ]]; then
   exec "$here/gpu_pack.sh" "${@:2}"
 fi
+
+usage() { sed -n 's/^#   //p' "$here/gpu_check.sh" >&2; }
+peer='' peer_python=python3 summary=gpu_check_summary.json batch=128 steps=30 unpack=''
+while (($#)); do
+  case "$1" in
+    --unpack) unpack=1 ;;
+    --peer | --python | --summary | --batch | --steps)
+      (($# >= 2)) || { echo "gpu_check: $1 needs a value" >&2; exit 2; }
+      case "$1" in
+        --peer) peer=$2 ;; --python) peer_python=$2 ;; --summary) summary=$2 ;;
+        --batch) batch=$2 ;; --steps) steps=$2 ;;
+      esac
+      shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "gpu_check: unknown option $1" >&2; usage; exit 2 ;;
+  esac
+  shift
+done
+if ! [[ "$batch" =~ ^[1-9][0-9]*$ && "$steps" =~ ^[1-9][0-9]*$ ]]; then
+  echo "gpu_check: --batch and --steps take positive whole numbers" >&2
+  exit 2
+fi
+# Paths given are the caller's, resolved before the checkout's cd below.
+summary=$(realpath -m "$summary")
+[[ -z "$peer" ]] || peer=$(realpath -m "$peer")
+# This machine's own library path, for the Python processes (the peer with its PyTorch, the summary writer): the
+# pack's libraries (Debian's libstdc++, OpenSSL, zlib, ...) are vitpipe's, not theirs.
+host_env=(env -u LD_LIBRARY_PATH)
+[[ -z "${LD_LIBRARY_PATH+set}" ]] || host_env=(env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH")
 
 if [[ -d "$here/payload" ]]; then
   # Running from a pack: its own libraries first, then the CUDA libraries of the Python wheels.
@@ -33,7 +84,7 @@ if [[ -d "$here/payload" ]]; then
     chmod +x "$root.part"/bin/* "$root.part"/tests/*
     mv "$root.part" "$root"
   fi
-  if [[ "${1:-}" == "--unpack" ]]; then
+  if [[ -n "$unpack" ]]; then
     echo "$root"
     exit 0
   fi
@@ -81,23 +132,153 @@ if [[ ! -x "$vitpipe" ]]; then
   exit 1
 fi
 
-# What vitpipe itself finds: the driver through libcuda.so.1, the GPUs, the module and its libraries.
-status=$("$vitpipe" info --json | python3 -c '
-import json, sys
-cuda = json.load(sys.stdin)["cuda"]
-print("gpus" if cuda["devices"] else "none", cuda["error"] or "")')
-if [[ "$status" == none* ]]; then
-  echo "gpu_check: skipped: no NVIDIA GPU here (${status#none })"
+helper=$here/gpu_check_summary.py
+if [[ -z "$peer" ]]; then
+  for candidate in ../shared/peers/torch_vit_bench.py shared/peers/torch_vit_bench.py; do
+    if [[ -f "$candidate" ]]; then peer=$(realpath "$candidate"); break; fi
+  done
+fi
+
+# 1. What vitpipe itself finds: the driver through libcuda.so.1, the GPUs, the module and its libraries. No GPU: the
+# one line, exit 77, nothing else run.
+info=$("$vitpipe" info --json)
+facts=$("${host_env[@]}" python3 "$helper" info <<<"$info")
+"${host_env[@]}" python3 "$helper" headline <<<"$info"
+if grep -qx 'device.count:=0' <<<"$facts"; then
   exit 77
 fi
 "$vitpipe" info
+
+# 8 minutes from the script's start, less 10 s for a part that ignores timeout's TERM (KILL follows) and 10 s for the
+# summary. GPU_CHECK_DEADLINE stands for the 460 in tests (tests/cuda/check_gpu_check_summary.py).
+deadline=${GPU_CHECK_DEADLINE:-460}
+logs=${summary%.json}.logs
+mkdir -p "$(dirname "$summary")" "$logs"  # each part's log is rewritten, an earlier run's others stay
+lines=$logs/summary_lines
+{
+  echo "check=scripts/gpu_check.sh"
+  echo "from=$([[ -n "${root:-}" ]] && echo "pack $here" || echo "checkout $PWD")"
+  echo "logs=$logs"
+  echo "deadline_s:=$deadline"
+  printf '%s\n' "$facts"
+} >"$lines"
+record() { printf '%s\n' "$@" >>"$lines"; }
+write_summary() {
+  "${host_env[@]}" python3 "$helper" write "$summary" <"$lines" || echo "gpu_check: the summary could not be written" >&2
+}
+write_summary
+
+# run_part KEY CAP_S COMMAND...: runs COMMAND under timeout (CAP_S, or less where the deadline is nearer) into
+# $logs/<name>.log; sets part_rc (124: timed out), part_seconds, part_log, part_reason (for a failure) and records
+# KEY.{status,exit,seconds,limit_s,log,reason}.
+run_part() {
+  local key=$1 cap=$2 left
+  shift 2
+  part_log=$logs/${key#*.}.log part_reason=''
+  left=$((deadline - SECONDS))
+  local limit=$((cap < left ? cap : left))
+  if ((limit < 10)); then
+    echo "no time left before the check's 8 minutes" >"$part_log"
+    part_rc=124 part_seconds=0 part_reason="not run: no time left before the check's 8 minutes"
+  else
+    echo "gpu_check: ${key#*.} (at most $limit s): $*"
+    local start=$SECONDS
+    part_rc=0
+    timeout -k 10 "$limit" "$@" >"$part_log" 2>&1 || part_rc=$?
+    part_seconds=$((SECONDS - start))
+    tail -n 30 "$part_log" | sed 's/^/  | /'
+    if ((part_rc == 124 || part_rc == 137)); then
+      part_reason="timed out after $limit s"
+    elif ((part_rc != 0)); then
+      part_reason="exit $part_rc: $(grep -v '^[[:space:]]*$' "$part_log" | tail -n 1 | cut -c1-300)"
+    fi
+  fi
+  record "$key.exit:=$part_rc" "$key.seconds:=$part_seconds" "$key.limit_s:=$limit" "$key.log=$part_log"
+}
+
+finish_test_part() {  # finish_test_part KEY gtest|ctest: the counts, and the status
+  local key=$1 kind=$2 counted failed
+  counted=$("${host_env[@]}" python3 "$helper" counts "$kind" "$part_log" || true)
+  while IFS='=' read -r name value; do [[ -n "$name" ]] && record "$key.$name:=$value"; done <<<"$counted"
+  failed=$(sed -n 's/^failed=//p' <<<"$counted")
+  if ((part_rc == 0 && ${failed:-0} > 0)); then part_reason="exit 0, but $failed tests failed"; fi
+  if [[ -z "$part_reason" ]]; then
+    record "$key.status=passed"
+  else
+    record "$key.status=failed" "$key.reason=$part_reason"
+  fi
+  echo "gpu_check: ${key#*.}: $([[ -z "$part_reason" ]] && echo passed || echo "FAILED ($part_reason)");" \
+    "$(tr '\n' ' ' <<<"$counted")"
+  write_summary
+}
+
+# 2. The CUDA tests.
 if [[ -z "${root:-}" && -d build ]]; then
-  ctest --test-dir build --output-on-failure -L cuda
+  # cuda.gpu_pack would pack this build and run the packed check, this check, again.
+  run_part tests.ctest_cuda 240 ctest --test-dir build --output-on-failure -L cuda -E '^cuda\.gpu_pack$'
+  finish_test_part tests.ctest_cuda ctest
 else
   # Loading tests name the build folder's fakes by path; vitpipe info above answered for the real module.
-  "$tests/test_cuda" --gtest_filter='-CudaModule.*:CudaDriver.*:DeviceSelection.*'
-  [[ -x "$tests/test_cuda_executors" ]] && "$tests/test_cuda_executors"
+  run_part tests.test_cuda 90 "$tests/test_cuda" --gtest_filter='-CudaModule.*:CudaDriver.*:DeviceSelection.*'
+  finish_test_part tests.test_cuda gtest
+  if [[ -x "$tests/test_cuda_executors" ]]; then
+    run_part tests.test_cuda_executors 60 "$tests/test_cuda_executors"
+    finish_test_part tests.test_cuda_executors gtest
+  fi
   # CudaBackend on this GPU against the CPU backend, op by op (tests/cuda/gpu).
-  [[ -x "$tests/test_cuda_gpu" ]] && "$tests/test_cuda_gpu"
+  if [[ -x "$tests/test_cuda_gpu" ]]; then
+    run_part tests.test_cuda_gpu 120 "$tests/test_cuda_gpu"
+    finish_test_part tests.test_cuda_gpu gtest
+  fi
 fi
-echo "gpu_check: not written yet: golden model tests through the CUDA backend, ViT-B/16 bf16 training vs PyTorch"
+
+# 3. ViT-B/16 (vit-base: 224 px, patch 16), bf16, training, the same batch and steps on each side; each side warms up
+# one step first. The peer's bf16 is autocast over fp32 weights, AdamW with weight decay 0.05 as vitpipe bench's.
+record "bench.config.model=vit-base (ViT-B/16, 224 px)" "bench.config.precision=bf16" "bench.config.mode=train" \
+  "bench.config.batch:=$batch" "bench.config.steps:=$steps"
+finish_bench_part() {  # finish_bench_part KEY: the figure and the status
+  local key=$1 figure
+  if [[ -z "$part_reason" ]] && ! figure=$("${host_env[@]}" python3 "$helper" images-per-s "$part_log" 2>&1); then
+    part_reason="exit 0 but no figure: ${figure#gpu_check_summary: }"
+  fi
+  if [[ -z "$part_reason" ]]; then
+    record "$key.status=passed" "$key.images_per_s:=$figure"
+    echo "gpu_check: ${key#*.}: $figure images/s"
+  else
+    record "$key.status=failed" "$key.reason=$part_reason"
+    echo "gpu_check: ${key#*.}: FAILED ($part_reason)"
+  fi
+  write_summary
+}
+run_part bench.vitpipe 90 "$vitpipe" bench --device cuda --preset vit-base --precision bf16 --mode train \
+  --batch "$batch" --steps "$steps" --json
+finish_bench_part bench.vitpipe
+
+peer_args=(--preset vit-base --precision bf16 --mode train --batch "$batch" --steps "$steps" --device cuda)
+record "bench.peer=${peer:-none found}"
+for variant in eager compile; do
+  key=bench.torch_$variant
+  if [[ -z "$peer" || ! -f "$peer" ]]; then
+    record "$key.status=skipped" "$key.reason=no peer at ${peer:-../shared/peers/ or shared/peers/} (--peer PATH)"
+    echo "gpu_check: torch_$variant: skipped (no peer: --peer PATH)"
+    continue
+  fi
+  extra=()
+  [[ "$variant" == compile ]] && extra=(--compile)
+  # torch.compile compiles the forward and backward graphs in its warm-up step: its cap is the largest.
+  run_part "$key" "$([[ "$variant" == compile ]] && echo 200 || echo 90)" \
+    "${host_env[@]}" "$peer_python" "$peer" "${peer_args[@]}" "${extra[@]}"
+  finish_bench_part "$key"
+  if [[ "$variant" == eager ]] && torch=$("${host_env[@]}" python3 "$helper" field "$part_log" torch 2>/dev/null); then
+    record "versions.torch=$torch"
+  fi
+done
+
+# 4. The summary, written whole once more (it was after every part), and its line.
+record "seconds:=$SECONDS"
+write_summary
+echo "gpu_check: $("${host_env[@]}" python3 "$helper" digest "$summary") -> $summary"
+echo "gpu_check: not written yet: golden model tests through the CUDA backend (logits, loss, every gradient against" \
+  "the float64 reference on the GPU), 2 pipeline stages on one GPU against one stage"
+passed=$("${host_env[@]}" python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["passed"])' "$summary")
+[[ "$passed" == True ]]

@@ -2,7 +2,9 @@
 # scripts/gpu_check.sh --pack DIR: gathers into DIR what must travel to a GPU machine that has CUDA 13 (pip wheels
 # nvidia-*-cu13) and Python with PyTorch but none of Debian's packages: vitpipe and its CUDA module, the CUDA test
 # binaries, every library ldd names outside glibc and CUDA, and the plugins ldd does not name (Open MPI's and PMIx's
-# components, with their help texts). The CUDA libraries do not travel: the target has its own.
+# components, with their help texts), beside gpu_check.sh and its summary writer gpu_check_summary.py. The CUDA
+# libraries do not travel: the target has its own. Nor does the PyTorch peer (../shared/peers/torch_vit_bench.py): the
+# check takes it as --peer PATH on the target and records the peer's parts as skipped where it is absent.
 #
 # Debian's oneDNN alone is 39.6 MB, so even a build without DICOM, Hub, MPI, serve and ONNX could not fit 48 MiB
 # uncompressed; the files therefore travel xz-compressed (DIR/payload/**.xz) beside a copy of gpu_check.sh, which
@@ -21,7 +23,7 @@ done
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage" "$stage.cache"' EXIT
-mkdir -p "$stage"/{bin,lib,tests,openmpi,pmix,share,peers}
+mkdir -p "$stage"/{bin,lib,tests,openmpi,pmix,share}
 
 # The binary and its module side by side (vitpipe looks for the module beside itself), and the CUDA tests.
 cp "$build/vitpipe" "$build/libvitpipe_cuda.so" "$stage/bin/"
@@ -67,11 +69,6 @@ if ((${#missing[@]})); then
   exit 1
 fi
 
-# The PyTorch peer the benchmark compares against, when the shared folder has it.
-for peer in ../shared/peers/torch_vit_bench.py shared/peers/torch_vit_bench.py; do
-  [[ -f "$peer" ]] && { cp "$peer" "$stage/peers/"; break; }
-done
-
 # The newest glibc symbol version the packed files ask for: the target's glibc must be at least this. Debian 12's
 # libstdc++ asks for 2.36 (arc4random), newer than vitpipe's own files, so those are reported apart.
 newest_glibc() { objdump -T "$@" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' |
@@ -89,7 +86,7 @@ cache=${PACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vitpipe/gpu_pack}
 mkdir -p "$dest"
 mkdir -p "$cache" 2>/dev/null || cache=$stage.cache  # an unwritable home: no reuse, still a pack
 mkdir -p "$cache"
-rm -rf "$dest/payload" "$dest/root" "$dest/root.part" "$dest/gpu_check.sh"
+rm -rf "$dest/payload" "$dest/root" "$dest/root.part" "$dest/gpu_check.sh" "$dest/gpu_check_summary.py"
 (cd "$stage" && find . -mindepth 1 -type d -printf '%P\0' | (mkdir -p "$dest/payload" && cd "$dest/payload" && xargs -0 mkdir -p))
 while read -r sum rel; do
   if [[ ! -f "$cache/$sum.xz" ]]; then
@@ -99,7 +96,7 @@ while read -r sum rel; do
   fi
   cp "$cache/$sum.xz" "$dest/payload/$rel.xz"
 done < <(cd "$stage" && find . -type f -printf '%P\0' | xargs -0 sha1sum)
-cp scripts/gpu_check.sh "$dest/gpu_check.sh"
+cp scripts/gpu_check.sh scripts/gpu_check_summary.py "$dest/"
 
 packed_bytes=$(find "$dest" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }

@@ -64,6 +64,13 @@ add_test(NAME cuda.gpu_pack
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_gpu_pack.py ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
 set_tests_properties(cuda.gpu_pack PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 600)
 
+# scripts/gpu_check.sh's summary writer (scripts/gpu_check_summary.py) on made-up part results, and the script's
+# plumbing from a made-up pack of fakes (a vitpipe, a test binary and a PyTorch peer that only pretend): no GPU, no
+# build needed. About 35 s, most of it a fake peer held past a deadline shortened to 30 s.
+add_test(NAME cuda.gpu_check_summary
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_gpu_check_summary.py ${PROJECT_SOURCE_DIR})
+set_tests_properties(cuda.gpu_check_summary PROPERTIES LABELS cuda TIMEOUT 120)
+
 # Proof 3 (the host/device seam), as far as it goes: a 2-stage step through tools/seam_backend.h, whose tensors are
 # closed to the host between backend calls; equal to the plain run, and touched only by the probe's stage copies.
 add_test(NAME cuda.seam COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_seam.py $<TARGET_FILE:vit_gradient_probe>)
