@@ -6,10 +6,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <mutex>
+#include <new>
 #include <set>
 #include <utility>
 #include <vector>
@@ -85,10 +87,12 @@ void install() {
   g_installed = true;
 }
 
-void watch(const Tensor& t, const char* call, int argument) {
+// `span`: the bytes the watch may close (whole pages inside them): the tensor's own by default, or the mapping an
+// allocate() made for it (which covers a small tensor's page too).
+void watch(const Tensor& t, const char* call, int argument, size_t span = 0) {
   const uintptr_t data = reinterpret_cast<uintptr_t>(t.raw()), page = static_cast<uintptr_t>(::getpagesize());
   if (g_known_tensors.insert({data, t.nbytes()}).second) g_handed_bytes += static_cast<int64_t>(t.nbytes());
-  const uintptr_t begin = (data + page - 1) / page * page, end = (data + t.nbytes()) / page * page;
+  const uintptr_t begin = (data + page - 1) / page * page, end = (data + std::max(span, t.nbytes())) / page * page;
   if (end <= begin || !g_known_regions.insert({begin, end}).second || g_region_count == kMaxRegions) return;
   g_regions[g_region_count++] = {begin, end, call, argument};
   g_watched_bytes += static_cast<int64_t>(end - begin);
@@ -126,6 +130,26 @@ class SeamBackendImpl final : public Backend {
  public:
   explicit SeamBackendImpl(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) { install(); }
   std::string name() const override { return "seam(" + inner_->name() + ")"; }
+
+  // Device memory as a GPU backend gives it: whole pages of their own (so every byte can be closed), never the
+  // host's to touch. In `all` mode the pages close at once, before any op has written them: a host write of a
+  // freshly allocated tensor is a touch too.
+  Tensor allocate(const Shape& shape, DType dtype) override {
+    const size_t page = static_cast<size_t>(::getpagesize());
+    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+    const size_t length = std::max(page, (bytes + page - 1) / page * page);
+    void* memory = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::bad_alloc();
+    auto owner = std::shared_ptr<void>(memory, [length](void* p) { ::munmap(p, length); });
+    Tensor t = Tensor::wrap(memory, shape, dtype, owner);
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!g_released && !g_state_only && t.nbytes() > 0) {
+      watch(t, "allocate", 0, length);
+      set_all(PROT_NONE);
+    }
+    return t;
+  }
+  bool host_accessible() const override { return false; }
 
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                       const Tensor& out) override {

@@ -208,13 +208,17 @@ int main(int argc, char** argv) {
       for (int64_t start = 0, k = 0; start < batch; start += micro_batch, ++k) {
         const int64_t b = micro_batch;
         const int slot = split_backward ? static_cast<int>(k % 2) : 0;
-        pipeline.front()->input(slot, b).copy_from(images.slice(start, start + b));
+        // Stage tensors are their backend's memory: the harness moves them through host copies, as an executor does.
+        pipeline.front()->backend().copy_from_host(images.slice(start, start + b), pipeline.front()->input(slot, b));
         for (int s = 0; s < stages; ++s) {
           pipeline[s]->forward(slot, b);
-          if (s + 1 < stages) pipeline[s + 1]->input(slot, b).copy_from(pipeline[s]->output(slot, b));
+          if (s + 1 < stages) {
+            pipeline[s + 1]->backend().copy_from_host(to_host(pipeline[s]->backend(), pipeline[s]->output(slot, b)),
+                                                      pipeline[s + 1]->input(slot, b));
+          }
         }
         ViTStage& last = *pipeline.back();
-        logits.slice(start, start + b).copy_from(last.output(slot, b));
+        logits.slice(start, start + b).copy_from(to_host(last.backend(), last.output(slot, b)));
         loss_sum += last.loss(slot, b, targets.slice(start, start + b), 1.0 / static_cast<double>(global_elements));
         for (int s = stages - 1; s >= 0; --s) {
           if (split_backward) {
@@ -222,7 +226,10 @@ int main(int argc, char** argv) {
           } else {
             pipeline[s]->backward(slot, b);
           }
-          if (s > 0) pipeline[s - 1]->grad(slot, b).copy_from(pipeline[s]->grad(slot, b));
+          if (s > 0) {
+            pipeline[s - 1]->backend().copy_from_host(to_host(pipeline[s]->backend(), pipeline[s]->grad(slot, b)),
+                                                      pipeline[s - 1]->grad(slot, b));
+          }
         }
         if (split_backward && k > 0) {
           for (auto& stage : pipeline) stage->backward_weight(1 - slot, b);  // the previous micro-batch's W
@@ -241,6 +248,12 @@ int main(int argc, char** argv) {
       }
       std::fprintf(stderr, "\n");
     }
+    if (seam && std::getenv("VITPIPE_PROBE_SEAM_TOUCH") != nullptr) {
+      // tests/cuda/check_seam.py: one host read of a stage's output that should have been a copy, which the watch
+      // must report.
+      volatile const unsigned char first = *static_cast<const unsigned char*>(pipeline.back()->output(0, 1).raw());
+      (void)first;
+    }
     if (seam) {
       // What this harness and the layers under it (ViTStage, its loss and buffers) touched of the backend's tensors
       // between its calls; then the watch ends: the dump below reads them as a copy to the host would.
@@ -258,7 +271,7 @@ int main(int argc, char** argv) {
     for (const ParamSpec& spec : layout->specs()) dump.add("param." + spec.name, all.tensor(spec));
     for (auto& stage : pipeline) {
       for (const ParamSpec* spec : stage->gradients().held_specs()) {
-        dump.add("grad." + spec->name, stage->gradients().tensor(*spec));
+        dump.add("grad." + spec->name, to_host(stage->backend(), stage->gradients().tensor(*spec)));
       }
     }
     dump.add("images", images);
@@ -286,7 +299,9 @@ int main(int argc, char** argv) {
       for (auto& stage : pipeline) {
         const ViTStage& held = *stage;
         for (const FlatParameters* values : {&held.parameters(), &held.frozen_parameters()}) {
-          for (const ParamSpec* spec : values->held_specs()) dump.add("final." + spec->name, values->tensor(*spec));
+          for (const ParamSpec* spec : values->held_specs()) {
+            dump.add("final." + spec->name, to_host(held.backend(), values->tensor(*spec)));
+          }
         }
       }
     }

@@ -83,6 +83,16 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
+  // ---- memory ----
+  // Fresh, uninitialised memory that this backend's ops work on: device memory on a GPU (a Device::cuda tensor that
+  // the host reaches only through copy_to_host / copy_from_host), host memory on the CPU. Taken when a stage, an
+  // optimizer or an executor is built, never inside a step; freed when the last view goes. The backend must outlive
+  // its tensors.
+  virtual Tensor allocate(const Shape& shape, DType dtype) = 0;
+  // Whether the host may read and write allocate()'s tensors directly (the CPU backend's memory): callers then hand
+  // them to MPI and memcpy without staging through host buffers.
+  virtual bool host_accessible() const = 0;
+
   // ---- linear layers, weights [out, in] as torch.nn.Linear (matmul) ----
   // out[M,N] = in[M,K] . weight[N,K]^T (+ bias[N]) (+ residual[M,N]). in/weight both f32 or both bf16;
   // out f32 or bf16; bias and residual f32; residual is not out (no in-place add).
@@ -255,5 +265,11 @@ void set_backend_wrapper(BackendWrapper wrap);
 // gradient clip over host FlatParameters, as the tests and the layout profiler use them). Only its stateless ops
 // (optimizer updates, sums of squares, zero, copies, scale) may be called from several threads at once.
 Backend& host_backend();
+
+// allocate() followed by zero(): zeroed backend memory.
+Tensor allocate_zeros(Backend& backend, const Shape& shape, DType dtype = DType::f32);
+// The host's copy of a backend tensor (a fresh host tensor), and a backend tensor holding a host tensor's values.
+Tensor to_host(Backend& backend, const Tensor& device);
+Tensor to_backend(Backend& backend, const Tensor& host);
 
 }  // namespace vitpipe

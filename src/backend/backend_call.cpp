@@ -44,8 +44,13 @@ BackendCallBuilder::BackendCallBuilder(int op) { call_.op = op; }
 
 BackendCallBuilder& BackendCallBuilder::tensor(const Tensor& t) {
   VP_REQUIRE(call_.tensor_count < VITPIPE_CALL_MAX_TENSORS, "CUDA module: too many tensors for one call");
+  note_device_side(t);
   call_.tensors[call_.tensor_count++] = describe_tensor(t);
   return *this;
+}
+
+void BackendCallBuilder::note_device_side(const Tensor& t) {
+  if (first_host_tensor_ < 0 && t.numel() > 0 && t.device() == Device::cpu) first_host_tensor_ = call_.tensor_count;
 }
 
 BackendCallBuilder& BackendCallBuilder::host_tensor(const Tensor& t) {
@@ -117,6 +122,7 @@ BackendCallBuilder& BackendCallBuilder::bounds(std::span<const int64_t> bounds) 
 
 BackendCallBuilder& BackendCallBuilder::optional(const Tensor* t) {
   VP_REQUIRE(call_.tensor_count < VITPIPE_CALL_MAX_TENSORS, "CUDA module: too many tensors for one call");
+  if (t != nullptr) note_device_side(*t);
   call_.tensors[call_.tensor_count++] = describe_optional(t);
   return *this;
 }

@@ -37,9 +37,15 @@ class BackendCallBuilder {
   BackendCallBuilder& squares(std::span<double> out);           // lamb_moments' host output
   BackendCallBuilder& bounds(std::span<const int64_t> bounds);  // sum_of_squares' host bounds
   VitpipeBackendCall& call() { return call_; }
+  // The position of the first tensor described as device memory whose Tensor says it is host memory (Device::cpu),
+  // or -1: the host adapter refuses such a call before the module could hand a host pointer to a GPU kernel.
+  int first_host_tensor() const { return first_host_tensor_; }
 
  private:
+  void note_device_side(const Tensor& t);
+
   VitpipeBackendCall call_{};
+  int first_host_tensor_ = -1;
   int scalars_ = 0, integers_ = 0;
   std::vector<VitpipeOptimizerRun> runs_;
 };

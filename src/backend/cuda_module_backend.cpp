@@ -12,17 +12,35 @@ class CudaModuleBackend final : public Backend {
     VP_REQUIRE(module.has_backend != 0 && module.backend_create != nullptr && module.backend_call != nullptr &&
                    module.backend_destroy != nullptr,
                "the CUDA module has no backend");
+    VP_REQUIRE(module.backend_allocate != nullptr && module.backend_free != nullptr,
+               "the CUDA module has no device memory entries");
     char error[512] = {};
-    if (module.backend_create(device, allow_tf32 ? 1 : 0, &instance_, error, sizeof error) != 0 ||
-        instance_ == nullptr) {
+    void* instance = nullptr;
+    if (module.backend_create(device, allow_tf32 ? 1 : 0, &instance, error, sizeof error) != 0 || instance == nullptr) {
       fail("the CUDA backend could not start on GPU ", device, ": ", error);
     }
+    // Shared with every tensor allocate() hands out: the module's backend lives until the last of them is freed.
+    const VitpipeCudaModule* m = &module;
+    instance_ = std::shared_ptr<void>(instance, [m](void* p) { m->backend_destroy(p); });
   }
-  ~CudaModuleBackend() override { module_.backend_destroy(instance_); }
   CudaModuleBackend(const CudaModuleBackend&) = delete;
   CudaModuleBackend& operator=(const CudaModuleBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+
+  Tensor allocate(const Shape& shape, DType dtype) override {
+    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+    void* memory = nullptr;
+    char error[512] = {};
+    if (module_.backend_allocate(instance_.get(), bytes, &memory, error, sizeof error) != 0) {
+      fail("CUDA backend: cannot allocate ", bytes, " bytes for a tensor of shape ", shape_string(shape), ": ", error);
+    }
+    const VitpipeCudaModule* m = &module_;
+    std::shared_ptr<void> instance = instance_;
+    auto owner = std::shared_ptr<void>(memory, [m, instance](void* p) { m->backend_free(instance.get(), p); });
+    return Tensor::wrap_device(memory, shape, dtype, Device::cuda, std::move(owner));
+  }
+  bool host_accessible() const override { return false; }
 
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                       const Tensor& out) override {
@@ -274,14 +292,18 @@ class CudaModuleBackend final : public Backend {
  private:
   double run(BackendCallBuilder& builder) {
     VitpipeBackendCall& call = builder.call();
+    if (builder.first_host_tensor() >= 0) {
+      fail("internal: CUDA backend: ", backend_op_name(call.op), "'s tensor ", builder.first_host_tensor() + 1,
+           " is host memory where the GPU needs device memory (allocate it through the backend)");
+    }
     char error[1024] = {};
-    if (module_.backend_call(instance_, &call, error, sizeof error) != 0) fail("CUDA backend: ", error);
+    if (module_.backend_call(instance_.get(), &call, error, sizeof error) != 0) fail("CUDA backend: ", error);
     return call.result;
   }
   double run(BackendCallBuilder&& builder) { return run(builder); }
 
   const VitpipeCudaModule& module_;
-  void* instance_ = nullptr;
+  std::shared_ptr<void> instance_;
 };
 
 }  // namespace

@@ -2,10 +2,12 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 
 #include "backend/backend_call.h"
+#include "backend/cpu/cpu_backend_factory.h"
 
 namespace vitpipe {
 namespace {
@@ -29,7 +31,8 @@ int backend_create(int device, int, void** backend, char* error, size_t error_si
     return 1;
   }
   try {
-    *backend = make_cpu_backend().release();
+    // Never the test wrapper's (set_backend_wrapper): a wrapper that makes loopback backends would recurse here.
+    *backend = cpu::make_cpu_backend_at(cpu::selected_cpu_level()).release();
     return 0;
   } catch (const std::exception& e) {
     std::snprintf(error, error_size, "%s", e.what());
@@ -47,6 +50,18 @@ int backend_call(void* backend, VitpipeBackendCall* call, char* error, size_t er
 
 int backend_synchronize(void*, char*, size_t) { return 0; }
 
+// "Device memory" of the loopback is host memory the CPU backend behind the table works on.
+int backend_allocate(void*, size_t bytes, void** memory, char* error, size_t error_size) {
+  *memory = nullptr;
+  if (bytes == 0) return 0;
+  *memory = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (*memory != nullptr) return 0;
+  std::snprintf(error, error_size, "out of memory allocating %zu bytes", bytes);
+  return 1;
+}
+
+void backend_free(void*, void* memory) { std::free(memory); }
+
 }  // namespace
 
 const VitpipeCudaModule& cuda_module_loopback() {
@@ -59,7 +74,9 @@ const VitpipeCudaModule& cuda_module_loopback() {
                                            backend_create,
                                            backend_destroy,
                                            backend_call,
-                                           backend_synchronize};
+                                           backend_synchronize,
+                                           backend_allocate,
+                                           backend_free};
   return module;
 }
 

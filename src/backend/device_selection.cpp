@@ -1,5 +1,9 @@
 #include "backend/device_selection.h"
 
+#include <algorithm>
+#include <cstdlib>
+
+#include "backend/cuda_module_backend.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -45,15 +49,10 @@ std::string cuda_blocker(const CudaStatus& s) {
            (s.runtime_error.empty() ? std::string("it counts 0") : s.runtime_error) + ")";
   }
   if (s.module.module->has_backend == 0) {
-    return "the CUDA backend is not built yet (module " + s.module.path + " loaded, driver " +
-           cuda_version_text(s.driver.version) + ", " + device_text(s.driver.devices.front()) +
-           "): its kernels are a later part of issue 24";
+    return "the CUDA backend is not built into the module " + s.module.path + " (driver " +
+           cuda_version_text(s.driver.version) + ", " + device_text(s.driver.devices.front()) + ")";
   }
-  // The module's Backend exists (cuda_module_backend.h), but no command places its tensors in device memory yet:
-  // choosing CUDA here would hand host pointers to GPU kernels.
-  return "the CUDA backend is built (module " + s.module.path + ", driver " + cuda_version_text(s.driver.version) +
-         ", " + device_text(s.driver.devices.front()) +
-         ") but no command places its tensors on the GPU yet: that wiring is a later part of issue 24";
+  return "";
 }
 
 }  // namespace
@@ -121,6 +120,20 @@ Device select_device(DeviceChoice choice) {
   if (choice == DeviceChoice::cuda) fail("--device cuda cannot run: ", status.error, "; use --device cpu");
   info("--device auto: running on the CPU (", status.error, ")");
   return Device::cpu;
+}
+
+int local_gpu_index() {
+  int local_rank = 0;
+  if (const char* text = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); text != nullptr) local_rank = std::atoi(text);
+  const int gpus = std::max(cuda_status().runtime_devices, 1);
+  return std::max(local_rank, 0) % gpus;
+}
+
+std::unique_ptr<Backend> make_backend(Device device, bool allow_tf32) {
+  if (device == Device::cpu) return make_cpu_backend();
+  const CudaStatus& status = cuda_status();
+  if (!status.usable()) fail("--device cuda cannot run: ", status.error, "; use --device cpu");
+  return make_cuda_module_backend(*status.module.module, local_gpu_index(), allow_tf32);
 }
 
 }  // namespace vitpipe

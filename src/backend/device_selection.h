@@ -1,12 +1,14 @@
 // --device cpu|cuda|auto: which backend a command runs on. cpu never touches CUDA. cuda and auto ask the driver
 // first (backend/cuda_driver.h), then open the CUDA module (backend/cuda_module.h) and ask it for GPUs. cuda
-// refuses with one sentence naming what is missing (the module, the driver, a GPU, or the CUDA backend itself, whose
-// kernels are a later part of issue 24); auto falls back to the CPU and says why at info level.
+// refuses with one sentence naming what is missing (the module, the driver, a GPU, or the CUDA backend itself);
+// auto falls back to the CPU and says why at info level.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backend/backend.h"
 #include "backend/cuda_driver.h"
 #include "backend/cuda_module.h"
 #include "tensor/tensor.h"  // Device
@@ -40,5 +42,12 @@ const CudaStatus& cuda_status();
 
 // The device to run on; --device cuda without a usable CUDA backend is a vitpipe::Error of one sentence.
 Device select_device(DeviceChoice choice);
+
+// A backend for `device`: the CPU's (make_cpu_backend), or the CUDA module's on this process's GPU: the node-local
+// rank's (OMPI_COMM_WORLD_LOCAL_RANK, modulo the GPUs the runtime sees; GPU 0 outside mpirun). TF32 GEMMs only with
+// allow_tf32 (fp32 runs keep full fp32 products by default).
+std::unique_ptr<Backend> make_backend(Device device, bool allow_tf32 = false);
+// The GPU make_backend(Device::cuda) takes in this process.
+int local_gpu_index();
 
 }  // namespace vitpipe

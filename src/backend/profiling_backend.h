@@ -29,6 +29,8 @@ class ProfilingBackend final : public Backend {
  public:
   explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
   std::string name() const override { return inner_.name(); }
+  Tensor allocate(const Shape& shape, DType dtype) override { return inner_.allocate(shape, dtype); }
+  bool host_accessible() const override { return inner_.host_accessible(); }
   double seconds(OpKind kind) const { return seconds_[static_cast<size_t>(kind)]; }
   // By operation name ("linear forward", "attention backward", ...).
   const std::map<std::string, OperationRecord>& operations() const { return operations_; }

@@ -31,6 +31,7 @@ namespace {
 
 struct BenchOptions {
   std::string device = "cpu";  // --device cpu|cuda|auto
+  bool allow_tf32 = false;
   std::string preset = "vit-tiny";
   std::string config_path;
   int64_t batch = 32;
@@ -145,8 +146,12 @@ void run_bench(const BenchOptions& o) {
   const bool train = o.mode == "train";
 
   auto layout = std::make_shared<const ParameterLayout>(config, training_mode.lora);
-  auto cpu = make_cpu_backend();
-  ProfilingBackend backend(*cpu);
+  const Device device = resolve_device(o.device);
+  const bool on_gpu = device == Device::cuda;
+  auto compute = make_backend(device, o.allow_tf32);
+  // On a GPU the ops are enqueued, not finished, when they return: the per-op times below would be launch times, so
+  // a GPU run reports the step rate only (synchronised at the end of the timed steps).
+  ProfilingBackend backend(*compute);
   StageOptions stage_options;
   stage_options.precision = precision;
   stage_options.training = train;
@@ -159,15 +164,19 @@ void run_bench(const BenchOptions& o) {
     for (int64_t i = 0; i < values.numel(); ++i) values.data()[i] = 0.02f * rng.normal();
     model.load_values(values);
   }
-  Tensor images = model.input(0, o.batch);
-  for (int64_t i = 0; i < images.numel(); ++i) images.f32()[i] = static_cast<float>(rng.normal());
+  {
+    const Tensor images = model.input(0, o.batch);
+    Tensor host_images = Tensor::empty(images.shape());
+    for (int64_t i = 0; i < host_images.numel(); ++i) host_images.f32()[i] = static_cast<float>(rng.normal());
+    backend.copy_from_host(host_images, images);
+  }
   Tensor targets = Tensor::empty({o.batch, config.num_labels()});
   for (int64_t i = 0; i < targets.numel(); ++i) targets.f32()[i] = rng.uniform() < 0.2 ? 1.0f : 0.0f;
   const double scale = 1.0 / static_cast<double>(targets.numel());
   // The peer's optimizer: AdamW, weight decay 0.05.
   OptimizerConfig adamw = optimizer_config_named("adamw");
   adamw.weight_decay = 0.05;
-  auto optimizer = make_optimizer(adamw, model.parameters());
+  auto optimizer = make_optimizer(adamw, model.parameters(), {}, compute.get());  // timed apart from the ops
   double optimizer_seconds = 0;
 
   auto step = [&] {
@@ -186,13 +195,15 @@ void run_bench(const BenchOptions& o) {
   };
   // The GEMM peak is measured before and after the timed steps and the higher taken: a neighbour's burst on a
   // shared machine lowers one measurement, and a peak measured low would overstate the fraction reached.
-  const double peak_before = cpu::measure_gemm_peak_gflops(compute_dtype(precision));
-  const double bandwidth_before = cpu::measure_memory_bandwidth_bytes_per_s(threads);
+  const double peak_before = on_gpu ? 0.0 : cpu::measure_gemm_peak_gflops(compute_dtype(precision));
+  const double bandwidth_before = on_gpu ? 0.0 : cpu::measure_memory_bandwidth_bytes_per_s(threads);
   step();  // warm-up: JIT kernels, first-touch memory
   backend.reset();
   optimizer_seconds = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) step();
+  to_host(*compute, model.parameters().numel() > 0 ? model.parameters().flat().slice(0, 1)
+                                                   : model.output(0, 1).view({model.output(0, 1).numel()}).slice(0, 1));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const double images_per_s = static_cast<double>(o.batch) * o.steps / seconds;
@@ -205,9 +216,10 @@ void run_bench(const BenchOptions& o) {
   // What eager PyTorch computes for the same images (every token through the final block): comparable across engines.
   const double full_model_gflops =
       full_model_forward_flops_per_image(config, layout->lora()).total() * (train ? 3.0 : 1.0) * images_per_s / 1e9;
-  const double peak_after = cpu::measure_gemm_peak_gflops(compute_dtype(precision));
+  const double peak_after = on_gpu ? 0.0 : cpu::measure_gemm_peak_gflops(compute_dtype(precision));
   const double peak = std::max(peak_before, peak_after);
-  const double bandwidth = std::max(bandwidth_before, cpu::measure_memory_bandwidth_bytes_per_s(threads));
+  const double bandwidth =
+      on_gpu ? 0.0 : std::max(bandwidth_before, cpu::measure_memory_bandwidth_bytes_per_s(threads));
   const nlohmann::json operations = operation_bounds(
       backend, optimizer_seconds, train ? 7.0 * sizeof(float) * static_cast<double>(model.parameters().numel()) : 0.0,
       o.steps, peak, bandwidth);
@@ -246,7 +258,9 @@ void run_bench(const BenchOptions& o) {
       {"full_model_gflops_per_s", full_model_gflops},
       {"gemm_peak_gflops_per_s", peak},
       {"gemm_peak_gflops_per_s_before_and_after", {peak_before, peak_after}},
-      {"fraction_of_gemm_peak", gflops / peak},
+      {"fraction_of_gemm_peak", peak > 0 ? nlohmann::json(gflops / peak) : nlohmann::json(nullptr)},
+      {"device", on_gpu ? "cuda" : "cpu"},
+      {"gpu", on_gpu ? nlohmann::json(local_gpu_index()) : nlohmann::json(nullptr)},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"activation_bytes", model.activation_bytes()},
       {"activation_bytes_per_image", static_cast<double>(model.activation_bytes()) / static_cast<double>(o.batch)},
@@ -276,10 +290,16 @@ void run_bench(const BenchOptions& o) {
               precision == Precision::bf16 && !cpu::has_native_bf16(cpu::selected_cpu_level())
                   ? " (no bf16 instructions: bf16 runs as fp32 GEMMs on bf16-rounded operands)"
                   : "");
+  if (on_gpu) std::printf("  device: cuda, GPU %d (the CPU lines below describe the host)\n", local_gpu_index());
   std::printf("  %.2f images/s  (%.3f s per step)\n", images_per_s, seconds / o.steps);
   if (train) {
     std::printf("  training: %s, %lld trainable parameters\n", training_mode.describe().c_str(),
                 static_cast<long long>(model.parameters().numel()));
+  }
+  if (on_gpu) {
+    std::printf("  %.1f GFLOP/s executed; %.1f GFLOP/s counting every token through the final block\n", gflops,
+                full_model_gflops);
+    return;  // the per-operation times of an asynchronous device are launch times: not reported
   }
   std::printf(
       "  %.1f GFLOP/s executed = %.0f%% of the measured GEMM peak (%.1f GFLOP/s, the higher of %.1f before and\n"
@@ -323,10 +343,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--lora-alpha", options->lora_alpha, "LoRA alpha (default: the rank)");
   cmd->add_option("--lora-targets", options->lora_targets, "layers LoRA adapts (default query,value)");
   add_device_flag(cmd, &options->device);
-  cmd->callback([options] {
-    require_cpu_device(options->device, "bench");
-    run_bench(*options);
-  });
+  add_allow_tf32_flag(cmd, &options->allow_tf32);
+  cmd->callback([options] { run_bench(*options); });
 }
 
 }  // namespace vitpipe::cli

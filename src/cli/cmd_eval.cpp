@@ -35,6 +35,7 @@ struct EvalOptions {
   int64_t batch_size = 32;
   int threads = 0;
   std::string device = "cpu";  // --device cpu|cuda|auto
+  bool allow_tf32 = false;
   int loader_threads = 2;
   int64_t image_size = 0;
   std::string save_predictions;
@@ -76,7 +77,7 @@ void run_eval(const EvalOptions& o) {
   auto layout = model.parameters.layout_ptr();
   EvaluationReport report;
   run_on_world(1, o.threads, [&](Communicator& world) {
-    auto backend = make_cpu_backend();
+    auto backend = make_backend(resolve_device(o.device), o.allow_tf32);
     StageOptions so;
     so.training = false;
     so.max_micro_batch = o.batch_size;
@@ -137,8 +138,9 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
   cmd->add_option("--loader-threads", o->loader_threads, "Image decoding threads")->capture_default_str();
   add_device_flag(cmd, &o->device);
+  add_allow_tf32_flag(cmd, &o->allow_tf32);
   cmd->callback([o] {
-    require_cpu_device(o->device, "eval");
+    resolve_device(o->device);
     run_eval(*o);
   });
 }

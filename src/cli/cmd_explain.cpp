@@ -27,6 +27,7 @@ struct ExplainOptions {
   ImageReadFlags read;
   int threads = 0;
   std::string device = "cpu";  // --device cpu|cuda|auto
+  bool allow_tf32 = false;
 };
 
 void run_explain(const ExplainOptions& o) {
@@ -44,6 +45,8 @@ void run_explain(const ExplainOptions& o) {
   request.top = o.top;
   request.out_dir = o.out;
   request.reading = resolve_image_read(o.read, model.preprocessor, model.directory.string());
+  request.device = resolve_device(o.device);
+  request.allow_tf32 = o.allow_tf32;
   const std::vector<ExplainedMap> maps = explain_images(model, o.model, o.images, request);
   for (const ExplainedMap& m : maps) {
     std::printf("%s  %s  p=%.4f  %s  -> %s/%s\n", m.image.c_str(), m.finding.c_str(), m.probability, m.method.c_str(),
@@ -82,8 +85,9 @@ void add_explain_command(CLI::App& app) {
   add_image_read_flags(cmd, &o->read);
   cmd->add_option("images", o->images, "Image files (PNG, JPEG or DICOM)")->required();
   add_device_flag(cmd, &o->device);
+  add_allow_tf32_flag(cmd, &o->allow_tf32);
   cmd->callback([o] {
-    require_cpu_device(o->device, "explain");
+    resolve_device(o->device);  // a --device cuda that cannot run says so before the model loads
     run_explain(*o);
   });
 }

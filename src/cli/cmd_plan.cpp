@@ -31,7 +31,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--json", flags->json, "Print the plan as JSON");
   cmd->callback([parser, flags] {
     const TrainOptions options = parser->resolve(false);
-    require_cpu_device(options.device, "plan");  // plan profiles the device it plans for
+    require_cpu_device(options.device, "plan",  // plan profiles the device it plans for
+                       "profiles segments on the CPU only; GPU segment profiles are not built yet");
     run_plan_command(options, flags->processes, flags->nodes, flags->top, flags->json);
   });
 }

@@ -30,6 +30,7 @@ struct PredictOptions {
   int64_t image_size = 0;
   int threads = 0;
   std::string device = "cpu";  // --device cpu|cuda|auto
+  bool allow_tf32 = false;
   std::string format = "json";
   int64_t batch_size = 16;
   std::string labels;       // NAME,NAME,...: an adapter's classifier labels that nothing else names
@@ -41,7 +42,8 @@ void run_predict(const PredictOptions& o) {
   VP_REQUIRE(o.batch_size >= 1 && o.batch_size <= 1024, "--batch-size: expected 1..1024, got ", o.batch_size);
   configure_threads(o.threads);
   const int64_t batch = std::min<int64_t>(o.batch_size, static_cast<int64_t>(o.images.size()));
-  ImageClassifier classifier = load_image_classifier(o.model, o.revision, o.image_size, o.labels, o.read, batch);
+  ImageClassifier classifier = load_image_classifier(o.model, o.revision, o.image_size, o.labels, o.read, batch,
+                                                     resolve_device(o.device), o.allow_tf32);
   const ImageReadOptions& reading = classifier.reading();
   const LoadedModel& model = classifier.model();
   const std::vector<std::string>& labels = classifier.labels();
@@ -75,6 +77,8 @@ void run_predict(const PredictOptions& o) {
     ExplainRequest request;
     request.out_dir = o.heatmap_dir;
     request.reading = reading;
+    request.device = resolve_device(o.device);
+    request.allow_tf32 = o.allow_tf32;
     const auto maps = explain_images(model, o.model, o.images, request);
     std::fprintf(stderr, "heatmaps: %zu in %s (vitpipe explain for other methods and findings)\n", maps.size(),
                  o.heatmap_dir.c_str());
@@ -100,8 +104,9 @@ void add_predict_command(CLI::App& app) {
   add_image_read_flags(cmd, &o->read);
   cmd->add_option("images", o->images, "Image files (PNG, JPEG or DICOM)")->required();
   add_device_flag(cmd, &o->device);
+  add_allow_tf32_flag(cmd, &o->allow_tf32);
   cmd->callback([o] {
-    require_cpu_device(o->device, "predict");
+    resolve_device(o->device);  // a --device cuda that cannot run says so before the model loads
     run_predict(*o);
   });
 }

@@ -14,7 +14,7 @@ void add_train_command(CLI::App& app) {
   auto parser = add_train_options(cmd);
   cmd->callback([parser] {
     const TrainOptions options = parser->resolve();
-    require_cpu_device(options.device, "train");
+    resolve_device(options.device);  // a --device cuda that cannot run says so before any work
     run_training(options);
   });
 }

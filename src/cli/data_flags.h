@@ -163,14 +163,15 @@ inline void add_loader_flags(CLI::App* cmd, LoaderOptions* o) {
 // What predict and serve run: the model (a directory, Hub repo or peft adapter; --labels names an adapter's
 // labels) with the image reading its preprocessor config records, overridden by the flags given.
 inline ImageClassifier load_image_classifier(const std::string& model, const std::string& revision, int64_t image_size,
-                                             const std::string& labels, const ImageReadFlags& read, int64_t max_batch) {
+                                             const std::string& labels, const ImageReadFlags& read, int64_t max_batch,
+                                             Device device = Device::cpu, bool allow_tf32 = false) {
   LoadOptions load;
   load.image_size = image_size;
   load.reference.revision = revision;
   load.labels = parse_label_list(labels);
   LoadedModel loaded = load_model(model, load);
   const ImageReadOptions reading = resolve_image_read(read, loaded.preprocessor, loaded.directory.string());
-  return ImageClassifier(std::move(loaded), model, reading, max_batch);
+  return ImageClassifier(std::move(loaded), model, reading, max_batch, device, allow_tf32);
 }
 
 }  // namespace vitpipe::cli

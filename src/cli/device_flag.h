@@ -1,8 +1,7 @@
-// --device cpu|cuda|auto on the commands that compute (train, plan, eval, predict, explain, bench).
+// --device cpu|cuda|auto and --allow-tf32 on the commands that compute (train, plan, eval, predict, explain, bench).
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <memory>
 #include <string>
 
 #include "backend/device_selection.h"
@@ -17,12 +16,19 @@ inline void add_device_flag(CLI::App* cmd, std::string* device) {
   cmd->add_option("--device", *device, kDeviceHelp)->type_name("DEVICE");
 }
 
-// Checks --device before any work: cpu passes, cuda refuses with the sentence of select_device() until the CUDA
-// Backend exists, auto falls back to the CPU. The commands run on the CPU backend only, so a "cuda" answer (a module
-// that offers a backend these commands do not use yet) is refused too, never run on the CPU in its place.
-inline void require_cpu_device(const std::string& device, const char* command) {
-  if (select_device(parse_device_choice(device)) == Device::cuda) {
-    fail("--device cuda cannot run: `vitpipe ", command, "` does not use the CUDA backend yet; use --device cpu");
+inline void add_allow_tf32_flag(CLI::App* cmd, bool* allow_tf32) {
+  cmd->add_flag("--allow-tf32", *allow_tf32,
+                "on a GPU, let fp32 GEMMs use TF32 tensor cores (10-bit mantissa products; off by default)");
+}
+
+// --device resolved before any work: cpu passes, cuda refuses with the sentence of select_device() where no CUDA
+// backend can run, auto falls back to the CPU.
+inline Device resolve_device(const std::string& device) { return select_device(parse_device_choice(device)); }
+
+// For the commands that run on the CPU backend only: a "cuda" answer is refused, never run on the CPU in its place.
+inline void require_cpu_device(const std::string& device, const char* command, const char* why) {
+  if (resolve_device(device) == Device::cuda) {
+    fail("--device cuda cannot run: `vitpipe ", command, "` ", why, "; use --device cpu");
   }
 }
 

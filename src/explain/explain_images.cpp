@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "backend/backend.h"
+#include "backend/device_selection.h"
 #include "data/image.h"
 #include "data/image_processor.h"
 #include "data/png_encoder.h"
@@ -60,7 +61,7 @@ std::vector<ExplainedMap> explain_images(const LoadedModel& model, const std::st
   check_rollout_options(request.rollout);
   labels_to_explain(c, model_name, request.findings, 1, std::vector<double>(static_cast<size_t>(c.num_labels())));
   const ImageProcessor processor(model.preprocessor);
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(request.device, request.allow_tf32);
   ModelExplainer explainer(model, *backend);
   std::filesystem::create_directories(request.out_dir);
 

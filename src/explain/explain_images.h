@@ -20,6 +20,8 @@ struct ExplainRequest {
   int64_t top = 1;
   std::filesystem::path out_dir;
   ImageReadOptions reading;
+  Device device = Device::cpu;  // where the forward and backward passes run (backend/device_selection.h)
+  bool allow_tf32 = false;
 };
 
 struct ExplainedMap {

@@ -66,14 +66,26 @@ ModelExplainer::ModelExplainer(const LoadedModel& model, Backend& backend) : mod
   options.slots = 1;
   stage_ = std::make_unique<ViTStage>(model.parameters.layout_ptr(), backend, options);
   stage_->load_values(model.parameters);
+  pixels_ = Tensor::zeros(stage_->input(0, 1).shape());
 }
 
-float* ModelExplainer::pixels() { return stage_->input(0, 1).f32(); }
+float* ModelExplainer::pixels() { return pixels_.f32(); }
+
+Tensor ModelExplainer::on_host(const Tensor& t) const {
+  Backend& backend = stage_->backend();
+  return backend.host_accessible() ? t : to_host(backend, t);
+}
+
+void ModelExplainer::forward() {
+  stage_->backend().copy_from_host(pixels_, stage_->input(0, 1));
+  stage_->forward(0, 1);
+}
 
 std::vector<double> ModelExplainer::probabilities() {
-  stage_->forward(0, 1);
+  forward();
   const ViTConfig& c = model_.config;
-  const float* z = stage_->output(0, 1).f32();
+  const Tensor logits = on_host(stage_->output(0, 1));
+  const float* z = logits.f32();
   const int64_t labels = c.num_labels();
   std::vector<double> p(static_cast<size_t>(labels));
   if (c.problem_type == ProblemType::multi_label || labels == 1) {
@@ -99,16 +111,18 @@ PatchMap ModelExplainer::explain(int64_t label, ExplainMethod method, const Roll
     b.heads = heads;
     b.tokens = t;
     b.rows = g.classifier_token_only ? 1 : t;
-    b.probs = attention_probabilities(g.saved->qkv.view({1, t, 3 * d}), g.saved->lse, heads, b.rows);
+    // The saved activations are the backend's memory: host copies of what the maps read.
+    const Tensor qkv = on_host(g.saved->qkv).view({1, t, 3 * d});
+    b.probs = attention_probabilities(qkv, on_host(g.saved->lse), heads, b.rows);
     if (method == ExplainMethod::grad_rollout) {
-      b.grad = attention_probability_gradient(g.grad_attention, g.saved->qkv.view({1, t, 3 * d}), heads, b.rows);
+      b.grad = attention_probability_gradient(on_host(g.grad_attention), qkv, heads, b.rows);
     }
     if (method == ExplainMethod::gradcam && g.block == last_block) {
-      cam_activations = to_double(g.saved->ln1);
-      cam_gradients = to_double(g.grad_ln1);
+      cam_activations = to_double(on_host(g.saved->ln1));
+      cam_gradients = to_double(on_host(g.grad_ln1));
     }
   });
-  stage_->forward(0, 1);
+  forward();
   Tensor grad = Tensor::zeros({1, c.num_labels()});
   grad.f32()[label] = 1.0f;  // d(logit_label)
   stage_->zero_gradients();

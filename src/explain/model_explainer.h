@@ -33,8 +33,12 @@ class ModelExplainer {
   PatchMap explain(int64_t label, ExplainMethod method, const RolloutOptions& rollout = {});
 
  private:
+  void forward();                         // pixels() into the stage, then its forward pass
+  Tensor on_host(const Tensor& t) const;  // a stage tensor as the host can read it (a copy where it must)
+
   const LoadedModel& model_;
   std::unique_ptr<ViTStage> stage_;
+  Tensor pixels_;  // host memory: the image is preprocessed here and copied into the stage
 };
 
 }  // namespace vitpipe

@@ -2,12 +2,13 @@
 
 #include <cmath>
 
+#include "backend/device_selection.h"
 #include "util/error.h"
 
 namespace vitpipe {
 
 ImageClassifier::ImageClassifier(LoadedModel model, std::string model_name, const ImageReadOptions& reading,
-                                 int64_t max_batch)
+                                 int64_t max_batch, Device device, bool allow_tf32)
     : model_(std::move(model)),
       model_name_(std::move(model_name)),
       reading_(reading),
@@ -20,7 +21,7 @@ ImageClassifier::ImageClassifier(LoadedModel model, std::string model_name, cons
   VP_REQUIRE(fixed_w == 0 || (fixed_w == c.input_size() && fixed_h == c.input_size()), model_name_,
              ": preprocessor_config.json produces ", fixed_w, "x", fixed_h, " images (", model_.preprocessor.geometry(),
              ") but the model takes ", c.input_size(), "x", c.input_size(), " images");
-  backend_ = make_cpu_backend();
+  backend_ = make_backend(device, allow_tf32);
   StageOptions options;
   options.training = false;
   options.max_micro_batch = max_batch_;
@@ -55,10 +56,10 @@ void ImageClassifier::preprocess(const DecodedImage& image, const std::string& n
 
 std::vector<ImagePrediction> ImageClassifier::classify(const float* inputs, int64_t count) {
   VP_REQUIRE(count >= 1 && count <= max_batch_, "classify: expected 1..", max_batch_, " images, got ", count);
-  Tensor input = stage_->input(0, count);
-  std::copy(inputs, inputs + count * input_floats(), input.f32());
+  const Tensor input = stage_->input(0, count);
+  backend_->copy_from_host(Tensor::wrap(const_cast<float*>(inputs), input.shape(), DType::f32), input);
   stage_->forward(0, count);
-  const Tensor logits = stage_->output(0, count);
+  const Tensor logits = to_host(*backend_, stage_->output(0, count));
   const int64_t labels = model_.config.num_labels();
   const bool multi = multi_label();
   std::vector<ImagePrediction> out(static_cast<size_t>(count));

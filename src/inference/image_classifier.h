@@ -26,7 +26,9 @@ class ImageClassifier {
  public:
   // `model_name` is for messages. Throws vitpipe::Error when the model has no classifier or its preprocessor does
   // not produce the size the model takes.
-  ImageClassifier(LoadedModel model, std::string model_name, const ImageReadOptions& reading, int64_t max_batch);
+  // `device`: where the forward pass runs (backend/device_selection.h's make_backend).
+  ImageClassifier(LoadedModel model, std::string model_name, const ImageReadOptions& reading, int64_t max_batch,
+                  Device device = Device::cpu, bool allow_tf32 = false);
 
   const LoadedModel& model() const { return model_; }
   const std::string& model_name() const { return model_name_; }

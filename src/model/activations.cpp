@@ -23,26 +23,27 @@ bool is_qkv(LinearSite site) {
 
 }  // namespace
 
-BlockActivations BlockActivations::allocate(const ViTConfig& c, const LoraSettings& lora, int64_t b, DType act) {
+BlockActivations BlockActivations::allocate(Backend& backend, const ViTConfig& c, const LoraSettings& lora, int64_t b,
+                                            DType act) {
   const int64_t rows = b * c.tokens(), d = c.hidden_size, t = c.tokens();
   BlockActivations a;
-  a.ln1 = Tensor::empty({rows, d}, act);
-  a.mean1 = Tensor::empty({rows});
-  a.rstd1 = Tensor::empty({rows});
-  a.qkv = Tensor::empty({b, t, 3 * d}, act);
-  a.lse = Tensor::empty({b, c.num_attention_heads, t});
-  a.attention = Tensor::empty({rows, d}, act);
-  if (c.layer_scale) a.attn_out = Tensor::empty({rows, d}, act);
-  a.mid = Tensor::empty({rows, d});
-  a.ln2 = Tensor::empty({rows, d}, act);
-  a.mean2 = Tensor::empty({rows});
-  a.rstd2 = Tensor::empty({rows});
-  a.pre_gelu = Tensor::empty({rows, c.fc1_out()}, act);
-  a.gelu = Tensor::empty({rows, c.intermediate_size}, act);
-  if (c.layer_scale) a.mlp_out = Tensor::empty({rows, d}, act);
-  a.cls_input = Tensor::empty({b, d});
+  a.ln1 = backend.allocate({rows, d}, act);
+  a.mean1 = backend.allocate({rows}, DType::f32);
+  a.rstd1 = backend.allocate({rows}, DType::f32);
+  a.qkv = backend.allocate({b, t, 3 * d}, act);
+  a.lse = backend.allocate({b, c.num_attention_heads, t}, DType::f32);
+  a.attention = backend.allocate({rows, d}, act);
+  if (c.layer_scale) a.attn_out = backend.allocate({rows, d}, act);
+  a.mid = backend.allocate({rows, d}, DType::f32);
+  a.ln2 = backend.allocate({rows, d}, act);
+  a.mean2 = backend.allocate({rows}, DType::f32);
+  a.rstd2 = backend.allocate({rows}, DType::f32);
+  a.pre_gelu = backend.allocate({rows, c.fc1_out()}, act);
+  a.gelu = backend.allocate({rows, c.intermediate_size}, act);
+  if (c.layer_scale) a.mlp_out = backend.allocate({rows, d}, act);
+  a.cls_input = backend.allocate({b, d}, DType::f32);
   for (LinearSite site : all_linear_sites()) {
-    if (lora.targets_site(site)) a.lora_low[static_cast<size_t>(site)] = Tensor::empty({rows, lora.rank}, act);
+    if (lora.targets_site(site)) a.lora_low[static_cast<size_t>(site)] = backend.allocate({rows, lora.rank}, act);
   }
   return a;
 }
@@ -98,11 +99,12 @@ size_t BlockActivations::bytes() const {
   return total;
 }
 
-EmbeddingActivations EmbeddingActivations::allocate(const ViTConfig& c, int64_t b, DType act) {
+EmbeddingActivations EmbeddingActivations::allocate(Backend& backend, const ViTConfig& c, int64_t b, DType act) {
   EmbeddingActivations a;
-  a.patches = Tensor::empty({b * c.num_patches(), c.patch_dim()}, act);
-  a.projection = Tensor::empty({b * c.num_patches(), c.hidden_size});
-  if (c.resamples_positions()) a.positions = Tensor::empty({c.positioned_prefix() + c.num_patches(), c.hidden_size});
+  a.patches = backend.allocate({b * c.num_patches(), c.patch_dim()}, act);
+  a.projection = backend.allocate({b * c.num_patches(), c.hidden_size}, DType::f32);
+  if (c.resamples_positions())
+    a.positions = backend.allocate({c.positioned_prefix() + c.num_patches(), c.hidden_size}, DType::f32);
   return a;
 }
 
@@ -133,24 +135,24 @@ int64_t head_rows(const ViTConfig& c, int64_t b) {
 
 }  // namespace
 
-HeadActivations HeadActivations::allocate(const ViTConfig& c, int64_t b) {
+HeadActivations HeadActivations::allocate(Backend& backend, const ViTConfig& c, int64_t b) {
   const int64_t d = c.hidden_size, l = c.num_labels(), rows = head_rows(c, b);
   HeadActivations a;
   if (c.head != HeadKind::cls_and_patch_mean) {
-    a.tokens = Tensor::empty({rows, d});
-    a.grad_tokens = Tensor::empty({rows, d});
+    a.tokens = backend.allocate({rows, d}, DType::f32);
+    a.grad_tokens = backend.allocate({rows, d}, DType::f32);
   }
-  a.normed = Tensor::empty({rows, d});
-  a.mean = Tensor::empty({rows});
-  a.rstd = Tensor::empty({rows});
+  a.normed = backend.allocate({rows, d}, DType::f32);
+  a.mean = backend.allocate({rows}, DType::f32);
+  a.rstd = backend.allocate({rows}, DType::f32);
   if (c.head == HeadKind::cls_and_patch_mean) {
-    a.features = Tensor::empty({b, 2 * d});
-    a.grad_features = Tensor::empty({b, 2 * d});
+    a.features = backend.allocate({b, 2 * d}, DType::f32);
+    a.grad_features = backend.allocate({b, 2 * d}, DType::f32);
   }
-  a.logits = Tensor::empty({b, l});
-  if (c.head == HeadKind::cls_and_distillation) a.half_logits = Tensor::empty({b, l});
-  a.grad_logits = Tensor::empty({b, l});
-  a.grad_normed = Tensor::empty({rows, d});
+  a.logits = backend.allocate({b, l}, DType::f32);
+  if (c.head == HeadKind::cls_and_distillation) a.half_logits = backend.allocate({b, l}, DType::f32);
+  a.grad_logits = backend.allocate({b, l}, DType::f32);
+  a.grad_normed = backend.allocate({rows, d}, DType::f32);
   return a;
 }
 
@@ -176,21 +178,22 @@ size_t HeadActivations::bytes() const {
                     &grad_normed, &grad_tokens});
 }
 
-GradientWorkspace GradientWorkspace::allocate(const ViTConfig& c, int64_t b, DType act, bool embeddings) {
+GradientWorkspace GradientWorkspace::allocate(Backend& backend, const ViTConfig& c, int64_t b, DType act,
+                                              bool embeddings) {
   const int64_t rows = b * c.tokens(), d = c.hidden_size;
   GradientWorkspace w;
-  if (act != DType::f32) w.residual_low = Tensor::empty({rows, d}, act);
-  w.ln = Tensor::empty({rows, d}, act);
-  w.attention = Tensor::empty({rows, d}, act);
-  w.qkv = Tensor::empty({b, c.tokens(), 3 * d}, act);
-  w.mlp = Tensor::empty({rows, c.fc1_out()}, act);
-  if (c.swiglu) w.gated = Tensor::empty({rows, c.intermediate_size}, act);
-  if (c.layer_scale) w.branch = Tensor::empty({rows, d}, act);
-  if (embeddings) w.patches = Tensor::empty({b * c.num_patches(), d}, act);
+  if (act != DType::f32) w.residual_low = backend.allocate({rows, d}, act);
+  w.ln = backend.allocate({rows, d}, act);
+  w.attention = backend.allocate({rows, d}, act);
+  w.qkv = backend.allocate({b, c.tokens(), 3 * d}, act);
+  w.mlp = backend.allocate({rows, c.fc1_out()}, act);
+  if (c.swiglu) w.gated = backend.allocate({rows, c.intermediate_size}, act);
+  if (c.layer_scale) w.branch = backend.allocate({rows, d}, act);
+  if (embeddings) w.patches = backend.allocate({b * c.num_patches(), d}, act);
   if (embeddings && c.resamples_positions()) {
-    w.positions = Tensor::empty({c.positioned_prefix() + c.num_patches(), d});
+    w.positions = backend.allocate({c.positioned_prefix() + c.num_patches(), d}, DType::f32);
   }
-  w.scratch = Tensor::empty({std::max<int64_t>(3 * d, c.fc1_out())});
+  w.scratch = backend.allocate({std::max<int64_t>(3 * d, c.fc1_out())}, DType::f32);
   return w;
 }
 

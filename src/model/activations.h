@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/parameter_layout.h"
 #include "model/precision.h"
 #include "model/vit_config.h"
@@ -30,7 +31,8 @@ struct BlockActivations {
   Tensor cls_input;                // [b, D] f32: token 0 of the block input (classifier-token blocks only)
   std::array<Tensor, 6> lora_low;  // by LinearSite: [rows, r] act, scale * x A^T (LoRA only)
 
-  static BlockActivations allocate(const ViTConfig& config, const LoraSettings& lora, int64_t batch, DType act);
+  static BlockActivations allocate(Backend& backend, const ViTConfig& config, const LoraSettings& lora, int64_t batch,
+                                   DType act);
   BlockActivations rows_for(const ViTConfig& config, int64_t batch) const;  // views for a smaller micro-batch
   // Views for a classifier-token block (model/classifier_token_block.h): ln1, qkv and the q/k/v LoRA keep every
   // token; lse is [b, H]; everything after the attention holds token 0 only ([b, D] / [b, I]).
@@ -43,7 +45,7 @@ struct EmbeddingActivations {
   Tensor projection;  // [b * Np, D] f32 (temporary)
   Tensor positions;   // [Q + Np, D] f32: position embeddings resampled to the input's grid (DINOv2 off its grid)
 
-  static EmbeddingActivations allocate(const ViTConfig& config, int64_t batch, DType act);
+  static EmbeddingActivations allocate(Backend& backend, const ViTConfig& config, int64_t batch, DType act);
   EmbeddingActivations rows_for(const ViTConfig& config, int64_t batch) const;
   size_t bytes() const;
 };
@@ -61,7 +63,7 @@ struct HeadActivations {
   Tensor grad_normed;         // like normed
   Tensor grad_tokens;         // like tokens
 
-  static HeadActivations allocate(const ViTConfig& config, int64_t batch);
+  static HeadActivations allocate(Backend& backend, const ViTConfig& config, int64_t batch);
   HeadActivations rows_for(const ViTConfig& config, int64_t batch) const;
   size_t bytes() const;
 };
@@ -79,7 +81,8 @@ struct GradientWorkspace {
   Tensor positions;     // [Q + Np, D] f32: gradient at the resampled positions (stage 0, DINOv2 off its grid)
   Tensor scratch;       // [3D] f32: where gradients of frozen LayerNorms go (the kernel always writes some)
 
-  static GradientWorkspace allocate(const ViTConfig& config, int64_t batch, DType act, bool embeddings);
+  static GradientWorkspace allocate(Backend& backend, const ViTConfig& config, int64_t batch, DType act,
+                                    bool embeddings);
   GradientWorkspace rows_for(const ViTConfig& config, int64_t batch) const;
   size_t bytes() const;
 };

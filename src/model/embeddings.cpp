@@ -17,6 +17,15 @@ bool single_cls(const ViTConfig& c) { return c.prefix_tokens() == 1 && c.positio
 
 }  // namespace
 
+PositionResampling PositionResampling::placed_on(Backend& backend) const {
+  PositionResampling placed;
+  if (active()) {
+    placed.wy = to_backend(backend, wy);
+    placed.wx = to_backend(backend, wx);
+  }
+  return placed;
+}
+
 PositionResampling PositionResampling::for_config(const ViTConfig& c) {
   PositionResampling r;
   if (!c.resamples_positions()) return r;
@@ -58,7 +67,7 @@ void embeddings_backward(const LayerContext& ctx, const EmbeddingParameters& g, 
   const Tensor grad_patches = deferred_grad_patches ? *deferred_grad_patches : ws.patches;
   Tensor positions = g.position;
   if (resampling.active()) {
-    ws.positions.fill_zero();  // gradient at the resampled table, mapped back below
+    be.zero(ws.positions);  // gradient at the resampled table, mapped back below
     positions = ws.positions;
   }
   if (single_cls(c)) {

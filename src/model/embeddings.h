@@ -13,7 +13,8 @@ namespace vitpipe {
 struct PositionResampling {
   Tensor wy, wx;  // [Hd, Hs], [Wd, Ws]
   bool active() const { return wy.numel() > 0; }
-  static PositionResampling for_config(const ViTConfig& config);
+  static PositionResampling for_config(const ViTConfig& config);  // host memory
+  PositionResampling placed_on(Backend& backend) const;           // the same weights in the backend's memory
 };
 
 // images [b, C, S, S] f32 -> output [b, T, D] f32.

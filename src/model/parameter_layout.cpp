@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/backend.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -180,23 +181,25 @@ std::vector<std::string> ParameterLayout::state_dict_order() const {
   return names;
 }
 
-FlatParameters::FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment)
+FlatParameters::FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment,
+                               Backend* backend)
     : layout_(std::move(layout)), first_(first_segment), last_(last_segment) {
   VP_REQUIRE(0 <= first_ && first_ <= last_ && last_ < layout_->num_segments(), "segment range [", first_, ", ", last_,
              "] is outside the model's ", layout_->num_segments(), " segments");
   begin_ = layout_->segment_begin(first_);
-  flat_ = Tensor::zeros({layout_->segment_end(last_) - begin_});
+  const Shape shape{layout_->segment_end(last_) - begin_};
+  flat_ = backend != nullptr ? allocate_zeros(*backend, shape) : Tensor::zeros(shape);
 }
 
 FlatParameters::FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment,
-                               int64_t begin, int64_t end)
+                               int64_t begin, int64_t end, Backend* backend)
     : layout_(std::move(layout)), first_(first_segment), last_(last_segment) {
   VP_REQUIRE(0 <= first_ && first_ <= last_ && last_ < layout_->num_segments(), "segment range [", first_, ", ", last_,
              "] is outside the model's ", layout_->num_segments(), " segments");
   VP_REQUIRE(layout_->segment_begin(first_) <= begin && begin <= end && end <= layout_->segment_end(last_),
              "elements [", begin, ", ", end, ") are outside segments [", first_, ", ", last_, "]");
   begin_ = begin;
-  flat_ = Tensor::zeros({end - begin});
+  flat_ = backend != nullptr ? allocate_zeros(*backend, {end - begin}) : Tensor::zeros({end - begin});
 }
 
 FlatParameters FlatParameters::whole_model(std::shared_ptr<const ParameterLayout> layout) {

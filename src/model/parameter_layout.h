@@ -26,6 +26,8 @@
 
 namespace vitpipe {
 
+class Backend;
+
 enum class ParamKind { linear_weight, bias, norm_weight, norm_bias, token, layer_scale, lora_a, lora_b };
 
 struct ParamSpec {
@@ -89,11 +91,14 @@ class ParameterLayout {
 class FlatParameters {
  public:
   FlatParameters() = default;
-  FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment);
+  // Zeroed. `backend` (optional): in that backend's memory (a GPU's for a CUDA stage; the host then reaches it only
+  // through the backend's copies, and data() / at() refuse it); none: host memory.
+  FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment,
+                 Backend* backend = nullptr);
   // Elements [begin, end) (model offsets) of that range only: an optimizer shard's moments (ZeRO-1). Parameters
   // that straddle its ends are not held (tensor() refuses them); data() and at() address the slice.
   FlatParameters(std::shared_ptr<const ParameterLayout> layout, int first_segment, int last_segment, int64_t begin,
-                 int64_t end);
+                 int64_t end, Backend* backend = nullptr);
   static FlatParameters whole_model(std::shared_ptr<const ParameterLayout> layout);
 
   const ParameterLayout& layout() const { return *layout_; }

@@ -37,20 +37,21 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
   embeddings_train_ = options_.training && has_embeddings() && trained == 0;
   input_grad_needed_ = options_.training && trained < options_.first_segment;
 
-  parameters_ = FlatParameters(split_->trainable, options_.first_segment, options_.last_segment);
-  frozen_ = FlatParameters(split_->frozen, options_.first_segment, options_.last_segment);
+  // Parameters, gradients and the bf16 copies in the backend's memory (the GPU's for a CUDA stage).
+  parameters_ = FlatParameters(split_->trainable, options_.first_segment, options_.last_segment, &backend_);
+  frozen_ = FlatParameters(split_->frozen, options_.first_segment, options_.last_segment, &backend_);
   // Inference stages too: the executor's gradient buckets are laid out over every stage's gradient ranges.
-  gradients_ = FlatParameters(split_->trainable, options_.first_segment, options_.last_segment);
+  gradients_ = FlatParameters(split_->trainable, options_.first_segment, options_.last_segment, &backend_);
   if (options_.precision != Precision::fp32) {
-    gemm_copy_ = Tensor::zeros({parameters_.numel()}, compute_dtype(options_.precision));
-    frozen_gemm_copy_ = Tensor::zeros({frozen_.numel()}, compute_dtype(options_.precision));
+    gemm_copy_ = allocate_zeros(backend_, {parameters_.numel()}, compute_dtype(options_.precision));
+    frozen_gemm_copy_ = allocate_zeros(backend_, {frozen_.numel()}, compute_dtype(options_.precision));
   }
-  if (has_embeddings()) resampling_ = PositionResampling::for_config(c);
+  if (has_embeddings()) resampling_ = PositionResampling::for_config(c).placed_on(backend_);
 
   const int64_t b = options_.max_micro_batch;
   const DType act = compute_dtype(options_.precision);
   auto hidden = [&] {
-    Tensor t = Tensor::empty({b * c.tokens(), c.hidden_size});
+    Tensor t = backend_.allocate({b * c.tokens(), c.hidden_size}, DType::f32);
     activation_bytes_ += t.nbytes();
     return t;
   };
@@ -69,8 +70,8 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
   slots_.resize(static_cast<size_t>(options_.slots));
   for (Slot& slot : slots_) {
     if (has_embeddings()) {
-      slot.images = Tensor::empty({b, c.num_channels, c.input_size(), c.input_size()});
-      slot.embeddings = EmbeddingActivations::allocate(c, b, act);
+      slot.images = backend_.allocate({b, c.num_channels, c.input_size(), c.input_size()}, DType::f32);
+      slot.embeddings = EmbeddingActivations::allocate(backend_, c, b, act);
       activation_bytes_ += slot.images.nbytes() + slot.embeddings.bytes();
     }
     for (int i = 0; i <= num_blocks_; ++i) {
@@ -83,35 +84,42 @@ ViTStage::ViTStage(std::shared_ptr<const ParameterLayout> layout, Backend& backe
     slot.blocks.resize(static_cast<size_t>(num_blocks_));
     for (int i = 0; i < num_blocks_; ++i) {
       if (!saves(i)) continue;
-      slot.blocks[static_cast<size_t>(i)] = BlockActivations::allocate(c, layout_->lora(), b, act);
+      slot.blocks[static_cast<size_t>(i)] = BlockActivations::allocate(backend_, c, layout_->lora(), b, act);
       activation_bytes_ += slot.blocks[static_cast<size_t>(i)].bytes();
     }
     if (has_head()) {
-      slot.head = HeadActivations::allocate(c, b);
+      slot.head = HeadActivations::allocate(backend_, c, b);
       activation_bytes_ += slot.head.bytes();
     }
     if (options_.training) {
-      slot.grad = Tensor::empty({b * c.tokens(), c.hidden_size});
+      slot.grad = backend_.allocate({b * c.tokens(), c.hidden_size}, DType::f32);
       activation_bytes_ += slot.grad.nbytes();
     }
     if (options_.split_backward) {  // W's inputs, for what trains only
       slot.deferred.blocks.resize(static_cast<size_t>(num_blocks_));
       for (int i = first_backward_block_; i < num_blocks_; ++i) {
         slot.deferred.blocks[static_cast<size_t>(i)] =
-            BlockWeightGradientInputs::allocate(c, b, act, is_classifier_token_block(i));
+            BlockWeightGradientInputs::allocate(backend_, c, b, act, is_classifier_token_block(i));
       }
-      if (embeddings_train_) slot.deferred.patches = Tensor::empty({b * c.num_patches(), c.hidden_size}, act);
+      if (embeddings_train_) slot.deferred.patches = backend_.allocate({b * c.num_patches(), c.hidden_size}, act);
       activation_bytes_ += slot.deferred.bytes();
     }
   }
   bool shared_workspace = false;
   for (int i = 0; i < num_blocks_; ++i) shared_workspace |= !saves(i);
   if (shared_workspace) {
-    workspace_ = BlockActivations::allocate(c, layout_->lora(), b, act);
+    workspace_ = BlockActivations::allocate(backend_, c, layout_->lora(), b, act);
     activation_bytes_ += workspace_.bytes();
   }
+  if (options_.training && has_head() && !backend_.host_accessible()) {
+    const int64_t labels = c.num_labels();
+    label_values_ = backend_.allocate({b, labels}, DType::f32);
+    label_ids_ = backend_.allocate({b}, DType::i64);
+    label_weights_ = backend_.allocate({b, labels}, DType::f32);
+    pos_weight_ = backend_.allocate({labels}, DType::f32);
+  }
   if (options_.training) {
-    grad_workspace_ = GradientWorkspace::allocate(c, b, act, embeddings_train_);
+    grad_workspace_ = GradientWorkspace::allocate(backend_, c, b, act, embeddings_train_);
     activation_bytes_ += grad_workspace_.bytes();
   }
 }
@@ -249,15 +257,33 @@ void ViTStage::forward(int slot, int64_t batch, const std::function<void(int seg
 double ViTStage::loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight,
                       const Tensor* weights) {
   VP_REQUIRE(has_head(), "loss() is computed by the stage holding the head");
-  return head_loss(context(), slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch), targets, grad_scale,
-                   pos_weight, weights);
+  if (backend_.host_accessible()) {
+    return head_loss(context(), slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch), targets,
+                     grad_scale, pos_weight, weights);
+  }
+  // The labels arrive in host memory: into the backend's buffers (taken at construction) for the loss kernels.
+  auto placed = [&](const Tensor& host, const Tensor& buffer) {
+    VP_REQUIRE(host.dtype() == buffer.dtype() && host.numel() <= buffer.numel(), "loss: labels of shape ",
+               shape_string(host.shape()), " (", dtype_name(host.dtype()), ") do not fit the stage's ",
+               shape_string(buffer.shape()), " (", dtype_name(buffer.dtype()), ")");
+    const Tensor view = buffer.view({buffer.numel()}).slice(0, host.numel()).view(host.shape());
+    backend_.copy_from_host(host, view);
+    return view;
+  };
+  const Tensor device_targets = placed(targets, targets.dtype() == DType::i64 ? label_ids_ : label_values_);
+  Tensor device_pos_weight, device_weights;
+  if (pos_weight != nullptr) device_pos_weight = placed(*pos_weight, pos_weight_);
+  if (weights != nullptr) device_weights = placed(*weights, label_weights_);
+  return head_loss(context(), slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch), device_targets,
+                   grad_scale, pos_weight != nullptr ? &device_pos_weight : nullptr,
+                   weights != nullptr ? &device_weights : nullptr);
 }
 
 void ViTStage::set_output_gradient(int slot, int64_t batch, const Tensor& grad_logits) {
   VP_REQUIRE(has_head() && options_.training, "set_output_gradient() needs the training stage holding the head");
   const Tensor target = slots_.at(static_cast<size_t>(slot)).head.rows_for(config(), batch).grad_logits;
   VP_REQUIRE(grad_logits.shape() == target.shape(), "output gradient shape mismatch");
-  target.copy_from(grad_logits);
+  backend_.copy_from_host(grad_logits, target);
 }
 
 void ViTStage::backward(int slot, int64_t batch, const std::function<void(int segment)>& segment_done) {

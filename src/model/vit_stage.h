@@ -70,6 +70,8 @@ class ViTStage {
   // loaded model's) and refreshes the bf16 copies.
   void load_values(const FlatParameters& whole);
 
+  // These three are the backend's memory: the host fills and reads them through backend().copy_from_host /
+  // copy_to_host (or directly where backend().host_accessible()).
   Tensor input(int slot, int64_t batch) const;   // images [b, C, S, S] or hidden [b, T, D]
   Tensor output(int slot, int64_t batch) const;  // logits [b, L] (last stage) or hidden [b, T, D]
   Tensor grad(int slot, int64_t batch) const;    // [b, T, D] f32, see above
@@ -77,6 +79,7 @@ class ViTStage {
   // `before_segment` (optional) is called before each segment is computed, first segment first: the executor waits
   // there for a sharded optimizer's gathered parameters (parallel/parameter_gather.h).
   void forward(int slot, int64_t batch, const std::function<void(int segment)>& before_segment = {});
+  // targets, pos_weight and weights in host memory.
   double loss(int slot, int64_t batch, const Tensor& targets, double grad_scale, const Tensor* pos_weight = nullptr,
               const Tensor* weights = nullptr);
   // `segment_done` (optional) is called as each segment's parameter gradients for this micro-batch are complete,
@@ -144,6 +147,9 @@ class ViTStage {
   FlatParameters frozen_;
   FlatParameters gradients_;
   Tensor gemm_copy_, frozen_gemm_copy_;  // bf16 copies of the two value buffers (bf16 only)
+  // loss()'s labels in the backend's memory (a head stage on a backend the host cannot reach): multi-label targets
+  // [b, L] f32, class ids [b] i64, per-label weights [b, L], pos_weight [L].
+  Tensor label_values_, label_ids_, label_weights_, pos_weight_;
   PositionResampling resampling_;
   std::vector<Slot> slots_;
   BlockActivations workspace_;  // inference, frozen blocks and recomputation

@@ -12,14 +12,14 @@ Tensor prefix(const Tensor& t, const Shape& shape) {
 
 }  // namespace
 
-BlockWeightGradientInputs BlockWeightGradientInputs::allocate(const ViTConfig& c, int64_t b, DType act,
-                                                              bool classifier_token) {
+BlockWeightGradientInputs BlockWeightGradientInputs::allocate(Backend& backend, const ViTConfig& c, int64_t b,
+                                                              DType act, bool classifier_token) {
   const int64_t rows = classifier_token ? b : b * c.tokens(), d = c.hidden_size;
   BlockWeightGradientInputs w;
-  w.fc2_out = Tensor::empty({rows, d}, act);
-  w.fc1_out = Tensor::empty({rows, c.fc1_out()}, act);
-  w.out_proj = Tensor::empty({rows, d}, act);
-  w.qkv = Tensor::empty({b, c.tokens(), 3 * d}, act);
+  w.fc2_out = backend.allocate({rows, d}, act);
+  w.fc1_out = backend.allocate({rows, c.fc1_out()}, act);
+  w.out_proj = backend.allocate({rows, d}, act);
+  w.qkv = backend.allocate({b, c.tokens(), 3 * d}, act);
   return w;
 }
 

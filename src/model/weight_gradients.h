@@ -11,6 +11,7 @@
 
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/activations.h"
 #include "model/block_parameters.h"
 #include "model/layer_context.h"
@@ -26,7 +27,7 @@ struct BlockWeightGradientInputs {
   Tensor qkv;       // [b, T, 3D]: gradient at the q/k/v projection's output
 
   // `classifier_token`: token 0's rows only after the attention (the final block of a stage holding the head).
-  static BlockWeightGradientInputs allocate(const ViTConfig& config, int64_t batch, DType act,
+  static BlockWeightGradientInputs allocate(Backend& backend, const ViTConfig& config, int64_t batch, DType act,
                                             bool classifier_token = false);
   BlockWeightGradientInputs rows_for(const ViTConfig& config, int64_t batch) const;
   BlockWeightGradientInputs classifier_token_rows(const ViTConfig& config, int64_t batch) const;

@@ -87,6 +87,19 @@ GradientBuckets::GradientBuckets(std::vector<FlatParameters> gradients, Communic
     ready_.emplace_back(static_cast<size_t>(g.last_segment() - g.first_segment() + 1), false);
   }
   flights_.resize(buckets_.size());
+  VP_REQUIRE(options_.backends.empty() || options_.backends.size() == gradients_.size(),
+             "gradient buckets: ", options_.backends.size(), " backends for ", gradients_.size(), " gradient ranges");
+  host_.resize(gradients_.size());
+  for (size_t c = 0; c < options_.backends.size(); ++c) {
+    Backend* backend = options_.backends[c];
+    if (backend != nullptr && !backend->host_accessible() && group_ && group_->size() > 1) {
+      host_[c].resize(static_cast<size_t>(gradients_[c].numel()));  // taken once, reused every step
+    }
+  }
+}
+
+float* GradientBuckets::host_data(int chunk) {
+  return mirrored(chunk) ? host_[static_cast<size_t>(chunk)].data() : gradients_[static_cast<size_t>(chunk)].data();
 }
 
 GradientBuckets::~GradientBuckets() = default;
@@ -120,8 +133,13 @@ void GradientBuckets::launch(size_t b) {
   flight.launch_ns = wall_ns();
   if (first_launch_ns_ < 0) first_launch_ns_ = flight.launch_ns;
   const GradientBucket& bucket = buckets_[b];
-  float* data = gradients_[static_cast<size_t>(bucket.chunk)].data() + bucket.begin;
   if (group_ && group_->size() > 1) {
+    if (mirrored(bucket.chunk)) {
+      options_.backends[static_cast<size_t>(bucket.chunk)]->copy_to_host(
+          gradients_[static_cast<size_t>(bucket.chunk)].flat().slice(bucket.begin, bucket.end),
+          Tensor::wrap(host_data(bucket.chunk) + bucket.begin, {bucket.end - bucket.begin}, DType::f32));
+    }
+    float* data = host_data(bucket.chunk) + bucket.begin;
     const auto count = static_cast<size_t>(bucket.end - bucket.begin);
     flight.request =
         bucket.owner < 0 ? group_->iallreduce_sum(data, count) : group_->ireduce_sum(data, count, bucket.owner);
@@ -197,10 +215,21 @@ void GradientBuckets::finish() {
     last_completion = std::max(last_completion, flight.completion_ns);
     stats_.bytes += buckets_[b].bytes();
     const int me = group_ ? group_->rank() : 0;
-    if (options_.scale != 1.0f && (buckets_[b].owner < 0 || buckets_[b].owner == me)) {
-      const GradientBucket& bucket = buckets_[b];
-      float* data = gradients_[static_cast<size_t>(bucket.chunk)].data();
+    const GradientBucket& bucket = buckets_[b];
+    const bool scaled = options_.scale != 1.0f && (bucket.owner < 0 || bucket.owner == me);
+    Backend* device = options_.backends.empty() ? nullptr : options_.backends[static_cast<size_t>(bucket.chunk)];
+    const Tensor on_device = gradients_[static_cast<size_t>(bucket.chunk)].flat().slice(bucket.begin, bucket.end);
+    if (device != nullptr && !device->host_accessible() && !mirrored(bucket.chunk)) {
+      if (scaled) device->scale(on_device, options_.scale, on_device);  // nothing was reduced: scale where it lies
+      continue;
+    }
+    if (scaled) {
+      float* data = host_data(bucket.chunk);
       for (int64_t i = bucket.begin; i < bucket.end; ++i) data[i] *= options_.scale;
+    }
+    if (mirrored(bucket.chunk)) {
+      device->copy_from_host(
+          Tensor::wrap(host_data(bucket.chunk) + bucket.begin, {bucket.end - bucket.begin}, DType::f32), on_device);
     }
   }
   const int64_t end = wall_ns();

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/parameter_layout.h"
 #include "parallel/communicator.h"
 #include "parallel/optimizer_shards.h"
@@ -31,6 +32,10 @@ struct GradientBucketOptions {
   // data-parallel group. Buckets are then also cut at shard boundaries, and each is summed into its owner only (the
   // reduce-scatter, bucket by bucket); the other replicas' copies of it are left unreduced. Empty: all-reduce.
   std::vector<std::vector<ElementRange>> shards = {};
+  // Per gradient range (chunk), the backend holding it, or empty: host memory. Where a backend's memory is not the
+  // host's (a GPU), each bucket goes device -> host mirror before its reduction and back after it (MPI only ever
+  // sees host memory), and a step without a reduction scales on the device.
+  std::vector<Backend*> backends = {};
 };
 
 struct GradientBucket {
@@ -92,7 +97,11 @@ class GradientBuckets {
   void launch(size_t bucket);
   void complete(size_t bucket, int64_t now_ns);
 
+  bool mirrored(int chunk) const { return !host_[static_cast<size_t>(chunk)].empty(); }
+  float* host_data(int chunk);  // the chunk's gradients as the host reduces them: the mirror, or the buffer itself
+
   std::vector<FlatParameters> gradients_;
+  std::vector<std::vector<float>> host_;  // per chunk: the host mirror of device gradients (empty: none needed)
   Communicator* group_;
   GradientBucketOptions options_;
   TraceRecorder* trace_;

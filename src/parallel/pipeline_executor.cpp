@@ -25,6 +25,9 @@ struct PipelineExecutor::Pending {
     int owner = -1;  // micro-batch using the slot, -1 when free
     CommRequest recv_activation, recv_grad;
     bool backward_done = false;
+    // A stage whose memory the host cannot reach (a GPU's) receives into these host buffers; the copy into the
+    // stage follows the wait (MPI only ever sees host memory: Debian's Open MPI is not CUDA-aware).
+    std::vector<float> activation_host, grad_host;
   };
   // Outgoing activations and gradients travel from buffers of their own, not from the slots. A send completes only
   // once the receiver posts its receive (MPI's rendezvous protocol for all but small messages), and the receiver
@@ -59,16 +62,22 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
   }
   pipeline_group_ = world_.split(grid_.replica(), grid_.stage());
   data_parallel_group_ = split_data_parallel_group(world_, grid_);
-  // Data-parallel gradient all-reduce / reduce-scatter and the sharded optimizer's parameter all-gather still read
-  // and write these host buffers directly (MPI over host memory; issue 24's NCCL path on device memory is not built
-  // yet): with one replica nothing touches them, which is what tests/cuda/check_seam_train.py proves.
+  // The data-parallel gradient reduction runs over MPI on host memory: device gradients go through host mirrors
+  // (gradient_buckets.h). The sharded optimizer's parameter all-gather reads the parameters directly, so it needs
+  // a backend whose memory the host reaches (NCCL on device memory is not built yet).
   std::vector<FlatParameters> grads, params;
+  GradientBucketOptions bucket_options = options_.buckets;
   for (ViTStage* chunk : chunks_) {
     grads.push_back(chunk->gradients());
     params.push_back(chunk->parameters());
+    bucket_options.backends.push_back(&chunk->backend());
   }
-  GradientBucketOptions bucket_options = options_.buckets;
   if (sharded()) {
+    for (ViTStage* chunk : chunks_) {
+      VP_REQUIRE(chunk->backend().host_accessible(), "--shard-optimizer is not supported on the ",
+                 chunk->backend().name(),
+                 " backend yet: its parameter all-gather runs over host memory; train without --shard-optimizer");
+    }
     VP_REQUIRE(options_.shards.size() == chunks_.size(), "executor: ", options_.shards.size(), " shard lists for ",
                chunks_.size(), " chunks");
     for (const auto& shards : options_.shards) {
@@ -227,7 +236,18 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
   };
 
   // Copies `data` into a staged buffer whose previous send has completed (a new one if none has) and sends it.
-  auto send_staged = [&](const Tensor& data, int peer, int tag) {
+  // Host memory for a receive into `target` (a stage's tensor): the tensor itself where the host can reach it, else
+  // `buffer`, copied into the stage by upload_received after the wait.
+  auto receive_buffer = [&](ViTStage& stage, const Tensor& target, std::vector<float>& buffer) {
+    if (stage.backend().host_accessible()) return std::span<float>(target.f32(), static_cast<size_t>(target.numel()));
+    buffer.resize(static_cast<size_t>(target.numel()));
+    return std::span<float>(buffer);
+  };
+  auto upload_received = [&](ViTStage& stage, const Tensor& target, std::vector<float>& buffer) {
+    if (stage.backend().host_accessible()) return;
+    stage.backend().copy_from_host(Tensor::wrap(buffer.data(), target.shape(), DType::f32), target);
+  };
+  auto send_staged = [&](Backend& backend, const Tensor& data, int peer, int tag) {
     Pending::StagedSend* free = nullptr;
     for (auto& send : st.staged_sends) {
       if (send.request.test()) {
@@ -236,8 +256,13 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
       }
     }
     if (!free) free = &st.staged_sends.emplace_back();
-    const float* values = data.f32();
-    free->data.assign(values, values + data.numel());
+    if (backend.host_accessible()) {
+      const float* values = data.f32();
+      free->data.assign(values, values + data.numel());
+    } else {
+      free->data.resize(static_cast<size_t>(data.numel()));
+      backend.copy_to_host(data, Tensor::wrap(free->data.data(), data.shape(), DType::f32));
+    }
     free->request = world_.isend(std::span<const float>(free->data), peer, tag);
   };
 
@@ -276,7 +301,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
           VP_REQUIRE(data.images.dim(0) == b, "executor: micro-batch ", mb, " has ", data.images.dim(0),
                      " images, the step said ", b);
           const int slot = slot_for(chunk, mb);
-          stage->input(slot, b).copy_from(data.images);
+          stage->backend().copy_from_host(data.images, stage->input(slot, b));
           VP_REQUIRE(!weighted || data.weights.numel() == b * labels, "executor: micro-batch ", mb,
                      " has no label weights, the step said it would");
           if (last_virtual == 0) {
@@ -315,8 +340,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const Tensor input = stage->input(slot, size_of(mb));
         state.recv_activation =
-            world_.irecv(std::span<float>(input.f32(), static_cast<size_t>(input.numel())),
-                         grid_.rank_of_virtual_stage(vs - 1), p2p_tag(MessageKind::activation, mb, chunk, v));
+            world_.irecv(receive_buffer(*stage, input, state.activation_host), grid_.rank_of_virtual_stage(vs - 1),
+                         p2p_tag(MessageKind::activation, mb, chunk, v));
         break;
       }
       case Op::forward: {
@@ -325,7 +350,10 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int64_t b = size_of(mb);
         int64_t t0 = now();
         timed_wait(state.recv_activation);
-        if (vs > 0) record("recv activation", kTraceP2p, t0, 1, mb);
+        if (vs > 0) {
+          upload_received(*stage, stage->input(slot, b), state.activation_host);
+          record("recv activation", kTraceP2p, t0, 1, mb);
+        }
         t0 = now();
         const auto compute_start = std::chrono::steady_clock::now();
         if (gather_ && gather_->in_flight()) {
@@ -367,7 +395,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
               result->loss_elements += multi_label ? b * labels : b;
             }
           } else {
-            (*sink)(stage->output(slot, b), targets, weights, st.items[static_cast<size_t>(mb)]);
+            const Tensor logits = stage->output(slot, b);
+            (*sink)(stage->backend().host_accessible() ? logits : to_host(stage->backend(), logits), targets, weights,
+                    st.items[static_cast<size_t>(mb)]);
           }
         }
         if (training) result->compute_seconds += seconds_since(compute_start);
@@ -379,7 +409,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         const Tensor output = stage->output(slot, size_of(mb));
         const int64_t t0 = now();
-        send_staged(output, grid_.rank_of_virtual_stage(vs + 1),
+        send_staged(stage->backend(), output, grid_.rank_of_virtual_stage(vs + 1),
                     p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
         // Non-blocking: the event is the copy and the posting (value: bytes).
         record("send activation", kTraceP2p, t0, 1, mb, static_cast<int64_t>(output.nbytes()),
@@ -392,8 +422,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const Tensor grad = stage->grad(slot, size_of(mb));
         state.recv_grad =
-            world_.irecv(std::span<float>(grad.f32(), static_cast<size_t>(grad.numel())),
-                         grid_.rank_of_virtual_stage(vs + 1), p2p_tag(MessageKind::gradient, mb, chunk, v));
+            world_.irecv(receive_buffer(*stage, grad, state.grad_host), grid_.rank_of_virtual_stage(vs + 1),
+                         p2p_tag(MessageKind::gradient, mb, chunk, v));
         break;
       }
       case Op::backward:
@@ -402,7 +432,10 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         int64_t t0 = now();
         timed_wait(state.recv_grad);
-        if (vs < last_virtual) record("recv grad", kTraceP2p, t0, 1, mb);
+        if (vs < last_virtual) {
+          upload_received(*stage, stage->grad(slot, size_of(mb)), state.grad_host);
+          record("recv grad", kTraceP2p, t0, 1, mb);
+        }
         t0 = now();
         const auto compute_start = std::chrono::steady_clock::now();
         if (in.op == Op::backward_input) {
@@ -445,7 +478,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         const Tensor grad = stage->grad(slot, size_of(mb));
         const int64_t t0 = now();
-        send_staged(grad, grid_.rank_of_virtual_stage(vs - 1),
+        send_staged(stage->backend(), grad, grid_.rank_of_virtual_stage(vs - 1),
                     p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
         record("send grad", kTraceP2p, t0, 1, mb, static_cast<int64_t>(grad.nbytes()),
                static_cast<int64_t>(grad.nbytes()));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/backend.h"
 #include "model/activations.h"
 #include "model/weight_gradients.h"
 
@@ -27,21 +28,24 @@ size_t planned_activation_bytes(const ViTConfig& c, int first, int last, Precisi
     per_slot += static_cast<size_t>(b * c.num_channels * c.input_size() * c.input_size()) * sizeof(float);
   }
   per_slot += hidden * static_cast<size_t>(blocks + 1 - (classifier_token ? 1 : 0));  // the residual stream
-  if (!recompute) per_slot += static_cast<size_t>(blocks) * BlockActivations::allocate(c, no_lora, b, act).bytes();
-  if (has_head) per_slot += HeadActivations::allocate(c, b).bytes();
+  if (!recompute)
+    per_slot += static_cast<size_t>(blocks) * BlockActivations::allocate(host_backend(), c, no_lora, b, act).bytes();
+  if (has_head) per_slot += HeadActivations::allocate(host_backend(), c, b).bytes();
   per_slot += hidden;  // the gradient w.r.t. the input (or received from the next stage)
   if (split) {
     for (int i = 0; i < blocks; ++i) {
-      per_slot += BlockWeightGradientInputs::allocate(c, b, act, classifier_token && i == blocks - 1).bytes();
+      per_slot +=
+          BlockWeightGradientInputs::allocate(host_backend(), c, b, act, classifier_token && i == blocks - 1).bytes();
     }
     if (has_embeddings) per_slot += static_cast<size_t>(b * c.num_patches() * c.hidden_size) * dtype_size(act);
   }
   size_t shared = 0;
-  if (blocks > 0 && recompute) shared += BlockActivations::allocate(c, no_lora, b, act).bytes();
+  if (blocks > 0 && recompute) shared += BlockActivations::allocate(host_backend(), c, no_lora, b, act).bytes();
   // Not linear in the micro-batch: the gradient workspace (scratch, resampled positions), at its real size.
-  const size_t workspace = GradientWorkspace::allocate(c, micro_batch, act, has_embeddings).bytes();
+  const size_t workspace = GradientWorkspace::allocate(host_backend(), c, micro_batch, act, has_embeddings).bytes();
   // Nor are the embeddings' activations (a resampled position table).
-  const size_t embeddings = has_embeddings ? EmbeddingActivations::allocate(c, micro_batch, act).bytes() : 0;
+  const size_t embeddings =
+      has_embeddings ? EmbeddingActivations::allocate(host_backend(), c, micro_batch, act).bytes() : 0;
   return (per_slot * static_cast<size_t>(slots) + shared) * static_cast<size_t>(micro_batch) + workspace +
          embeddings * static_cast<size_t>(slots);
 }

@@ -35,10 +35,13 @@ double seconds_of(const std::function<void()>& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void fill_random(const Tensor& t, Rng& rng, double stddev) {
+// Random values into `t`, a tensor of `backend` (written on the host, then copied in).
+void fill_random(Backend& backend, const Tensor& t, Rng& rng, double stddev) {
   if (t.dtype() != DType::f32) return;
-  float* x = t.f32();
+  Tensor host = Tensor::empty(t.shape());
+  float* x = host.f32();
   for (int64_t i = 0; i < t.numel(); ++i) x[i] = static_cast<float>(rng.normal(0.0, stddev));
+  backend.copy_from_host(host, t);
 }
 
 // The passes of a stage holding segments [first, last], at micro-batch b: the median of kRepeats samples.
@@ -56,26 +59,26 @@ PassTimes measure_stage(const std::shared_ptr<const TrainableSplit>& split, Prec
   o.split = split;
   ViTStage stage(layout, *backend, o);
   Rng rng(7);
-  fill_random(stage.parameters().flat(), rng, 0.02);
+  fill_random(*backend, stage.parameters().flat(), rng, 0.02);
   stage.parameters_changed();
   Tensor targets =
       c.problem_type == ProblemType::multi_label ? Tensor::zeros({b, c.num_labels()}) : Tensor::zeros({b}, DType::i64);
   auto prepare = [&] {
-    fill_random(stage.input(0, b), rng, 1.0);
+    fill_random(*backend, stage.input(0, b), rng, 1.0);
     stage.forward(0, b);
     if (stage.has_head()) {
       stage.loss(0, b, targets, 1.0 / static_cast<double>(b));
     } else {
-      fill_random(stage.grad(0, b), rng, 1e-3);
+      fill_random(*backend, stage.grad(0, b), rng, 1e-3);
     }
   };
   auto run_once = [&](PassTimes& sum) {
-    fill_random(stage.input(0, b), rng, 1.0);
+    fill_random(*backend, stage.input(0, b), rng, 1.0);
     sum.forward += seconds_of([&] { stage.forward(0, b); });
     if (stage.has_head()) {
       stage.loss(0, b, targets, 1.0 / static_cast<double>(b));
     } else {
-      fill_random(stage.grad(0, b), rng, 1e-3);
+      fill_random(*backend, stage.grad(0, b), rng, 1e-3);
     }
     sum.backward += seconds_of([&] { stage.backward(0, b); });
     prepare();

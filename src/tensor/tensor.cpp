@@ -66,6 +66,18 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr
   return t;
 }
 
+Tensor Tensor::wrap_device(void* data, const Shape& shape, DType dtype, Device device,
+                           std::shared_ptr<const void> keep_alive) {
+  Tensor t = wrap(data, shape, dtype, std::move(keep_alive));
+  t.device_ = device;
+  return t;
+}
+
+void Tensor::require_host(const char* what) const {
+  VP_REQUIRE(device_ == Device::cpu, "internal: ", what, " of a tensor in device memory (shape ", shape_string(shape_),
+             "): the host reads and writes it only through its backend's copy_to_host / copy_from_host");
+}
+
 int64_t Tensor::dim(int64_t axis) const {
   int64_t r = rank();
   if (axis < 0) axis += r;
@@ -75,11 +87,13 @@ int64_t Tensor::dim(int64_t axis) const {
 
 float* Tensor::f32() const {
   VP_REQUIRE(dtype_ == DType::f32, "expected an F32 tensor, got ", dtype_name(dtype_));
+  require_host("f32()");
   return static_cast<float*>(data_);
 }
 
 uint16_t* Tensor::u16() const {
   VP_REQUIRE(dtype_ == DType::bf16 || dtype_ == DType::f16, "expected a BF16 or F16 tensor, got ", dtype_name(dtype_));
+  require_host("u16()");
   return static_cast<uint16_t*>(data_);
 }
 
@@ -103,6 +117,7 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
 }
 
 Tensor Tensor::clone() const {
+  require_host("clone()");
   Tensor t = empty(shape_, dtype_);
   if (nbytes() > 0) std::memcpy(t.data_, data_, nbytes());
   return t;
@@ -112,14 +127,18 @@ void Tensor::copy_from(const Tensor& other) const {
   VP_REQUIRE(other.numel_ == numel_ && other.dtype_ == dtype_, "copy: shape/dtype mismatch ",
              shape_string(other.shape_), " ", dtype_name(other.dtype_), " -> ", shape_string(shape_), " ",
              dtype_name(dtype_));
+  require_host("copy_from()");
+  other.require_host("copy_from()");
   if (nbytes() > 0 && other.data_ != data_) std::memmove(data_, other.data_, nbytes());
 }
 
 void Tensor::fill_zero() const {
+  require_host("fill_zero()");
   if (nbytes() > 0) std::memset(data_, 0, nbytes());
 }
 
 Tensor Tensor::to(DType dtype) const {
+  require_host("to()");
   if (dtype == dtype_) return clone();
   Tensor out = empty(shape_, dtype);
   size_t n = static_cast<size_t>(numel_);

@@ -31,6 +31,11 @@ class Tensor {
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32);
   // A view of memory someone else owns; `keep_alive` (e.g. a MappedFile) lives as long as any view.
   static Tensor wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<const void> keep_alive = nullptr);
+  // Memory of another device (a GPU backend's allocate()): only that backend's ops and its host copies may touch it.
+  // The host accessors below (f32, u16, clone, copy_from, fill_zero, to) refuse such a tensor, so a host read of
+  // device memory fails with a message instead of faulting or reading garbage.
+  static Tensor wrap_device(void* data, const Shape& shape, DType dtype, Device device,
+                            std::shared_ptr<const void> keep_alive);
 
   bool defined() const { return data_ != nullptr || numel() == 0; }
   const Shape& shape() const { return shape_; }
@@ -46,8 +51,8 @@ class Tensor {
   T* data() const {
     return static_cast<T*>(data_);
   }
-  float* f32() const;     // checks dtype
-  uint16_t* u16() const;  // bf16 or f16 bits; checks dtype
+  float* f32() const;     // checks dtype (and that the memory is the host's)
+  uint16_t* u16() const;  // bf16 or f16 bits; checks dtype (and that the memory is the host's)
 
   Tensor view(const Shape& shape) const;           // same elements, new shape
   Tensor slice(int64_t begin, int64_t end) const;  // rows [begin, end) of the first dimension
@@ -59,6 +64,8 @@ class Tensor {
   Tensor to(DType dtype) const;
 
  private:
+  void require_host(const char* what) const;
+
   std::shared_ptr<const void> storage_;
   void* data_ = nullptr;
   Shape shape_;

@@ -24,8 +24,9 @@ int64_t parse_int(const StringMap& metadata, const std::string& key, const std::
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first_segment,
-                     int last_segment, OptimizerShard shard)
-    : config_(config),
+                     int last_segment, OptimizerShard shard, Backend* backend)
+    : backend_(backend != nullptr ? backend : &host_backend()),
+      config_(config),
       layout_(std::move(layout)),
       first_(first_segment),
       last_(last_segment),
@@ -144,17 +145,16 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::sh
   std::unique_ptr<Optimizer> optimizer;
   switch (config.kind) {
     case OptimizerKind::adamw:
-      optimizer = make_adamw(config, std::move(layout), first_segment, last_segment, std::move(shard));
+      optimizer = make_adamw(config, std::move(layout), first_segment, last_segment, std::move(shard), backend);
       break;
     case OptimizerKind::lamb:
-      optimizer = make_lamb(config, std::move(layout), first_segment, last_segment, std::move(shard));
+      optimizer = make_lamb(config, std::move(layout), first_segment, last_segment, std::move(shard), backend);
       break;
     case OptimizerKind::sgd:
-      optimizer = make_sgd(config, std::move(layout), first_segment, last_segment, std::move(shard));
+      optimizer = make_sgd(config, std::move(layout), first_segment, last_segment, std::move(shard), backend);
       break;
   }
   VP_REQUIRE(optimizer != nullptr, "optimizer: unknown kind");
-  optimizer->backend_ = backend != nullptr ? backend : &host_backend();
   return optimizer;
 }
 

@@ -25,8 +25,7 @@
 // The elementwise work runs behind the Backend (backend.h: adamw_update, lamb_moments, lamb_update, sgd_update), so
 // parameters, gradients and the moment buffers may be device memory: the optimizer itself only computes the per-step
 // scalars and the per-run table (one run per UpdatePlan piece) on the host, and LAMB's per-tensor norms come back as
-// doubles. The moment buffers are still allocated (zeroed) on the host (FlatParameters); a GPU backend needs an
-// allocation op before they can live on the device from the start.
+// doubles. The moment buffers are allocated (zeroed) in the backend's memory from the start (Backend::allocate).
 #pragma once
 
 #include <cstdint>
@@ -115,7 +114,7 @@ class Optimizer {
 
  protected:
   Optimizer(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first_segment,
-            int last_segment, OptimizerShard shard = {});
+            int last_segment, OptimizerShard shard, Backend* backend);
   // Called by step() after step_count() was incremented (so it is t = 1 on the first update).
   // `params` and `grads` are f32 [plan_.numel()]: the optimizer's elements.
   virtual void update(const Tensor& params, const Tensor& grads, double lr) = 0;
@@ -135,10 +134,14 @@ class Optimizer {
   }
   // The named moment buffers (the state; FlatParameters is a handle, so const still lets load_state fill them).
   virtual std::vector<std::pair<std::string, const FlatParameters*>> buffers() const = 0;
-  FlatParameters make_buffer() const { return FlatParameters(layout_, first_, last_, range_begin_, range_end_); }
+  // A zeroed moment buffer in backend() memory.
+  FlatParameters make_buffer() const {
+    return FlatParameters(layout_, first_, last_, range_begin_, range_end_, backend_);
+  }
   // Sharded: completes per-tensor partial sums (indexed like plan_.params()) over every shard; else nothing.
   void sum_across_shards(std::vector<double>& a, std::vector<double>& b) const;
 
+  Backend* backend_ = nullptr;  // first: the subclasses' make_buffer() reads it while they are built
   OptimizerConfig config_;
   std::shared_ptr<const ParameterLayout> layout_;
   int first_;
@@ -148,7 +151,6 @@ class Optimizer {
   int64_t range_end_ = 0;
   int64_t step_count_ = 0;
   UpdatePlan plan_;
-  Backend* backend_ = nullptr;
   std::vector<OptimizerRun> runs_;
 
   friend std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig&, std::shared_ptr<const ParameterLayout>, int,

@@ -8,10 +8,10 @@
 namespace vitpipe {
 
 std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                      int first_segment, int last_segment, OptimizerShard shard);
+                                      int first_segment, int last_segment, OptimizerShard shard, Backend* backend);
 std::unique_ptr<Optimizer> make_lamb(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                     int first_segment, int last_segment, OptimizerShard shard);
+                                     int first_segment, int last_segment, OptimizerShard shard, Backend* backend);
 std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                    int first_segment, int last_segment, OptimizerShard shard);
+                                    int first_segment, int last_segment, OptimizerShard shard, Backend* backend);
 
 }  // namespace vitpipe

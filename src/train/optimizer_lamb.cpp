@@ -14,8 +14,8 @@ namespace {
 class Lamb final : public Optimizer {
  public:
   Lamb(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first, int last,
-       OptimizerShard shard)
-      : Optimizer(config, std::move(layout), first, last, std::move(shard)),
+       OptimizerShard shard, Backend* backend)
+      : Optimizer(config, std::move(layout), first, last, std::move(shard), backend),
         exp_avg_(make_buffer()),
         exp_avg_sq_(make_buffer()) {
     squares_.resize(2 * plan_.pieces().size());
@@ -71,8 +71,8 @@ class Lamb final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_lamb(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                     int first_segment, int last_segment, OptimizerShard shard) {
-  return std::make_unique<Lamb>(config, std::move(layout), first_segment, last_segment, std::move(shard));
+                                     int first_segment, int last_segment, OptimizerShard shard, Backend* backend) {
+  return std::make_unique<Lamb>(config, std::move(layout), first_segment, last_segment, std::move(shard), backend);
 }
 
 }  // namespace vitpipe

@@ -11,8 +11,8 @@ namespace {
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout, int first, int last,
-      OptimizerShard shard)
-      : Optimizer(config, std::move(layout), first, last, std::move(shard)) {
+      OptimizerShard shard, Backend* backend)
+      : Optimizer(config, std::move(layout), first, last, std::move(shard), backend) {
     if (config_.momentum != 0.0) momentum_buffer_ = make_buffer();
   }
 
@@ -41,8 +41,8 @@ class Sgd final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                                    int first_segment, int last_segment, OptimizerShard shard) {
-  return std::make_unique<Sgd>(config, std::move(layout), first_segment, last_segment, std::move(shard));
+                                    int first_segment, int last_segment, OptimizerShard shard, Backend* backend) {
+  return std::make_unique<Sgd>(config, std::move(layout), first_segment, last_segment, std::move(shard), backend);
 }
 
 }  // namespace vitpipe

@@ -176,6 +176,8 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) {
          o.device = v.null ? defaults().device : v.choice({"cpu", "cuda", "auto"});
        }},
+      {"allow-tf32", nullptr, "On a GPU, let fp32 GEMMs use TF32 tensor cores (off by default)",
+       [](O& o, const V& v) { o.allow_tf32 = v.null ? false : v.boolean(); }},
       {"threads", "N", "CPU threads; 0 = all cores this process may use (default 0)",
        [](O& o, const V& v) {
          o.threads = v.null ? defaults().threads : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
@@ -648,6 +650,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["seed"] = seed;
   j["threads"] = threads;
   j["device"] = device;
+  j["allow_tf32"] = allow_tf32;
   j["eval_every"] = eval_every;
   j["log_every"] = log_every;
   j["val_fraction"] = val_fraction;

@@ -79,6 +79,7 @@ struct TrainOptions {
   uint64_t seed = 42;
   int threads = 0;             // 0 = every core this process may use
   std::string device = "cpu";  // --device cpu|cuda|auto (backend/device_selection.h)
+  bool allow_tf32 = false;     // --allow-tf32: TF32 GEMMs for fp32 on a GPU
 
   // Evaluation and logging.
   int64_t eval_every = 0;        // steps; 0 = at the end of each epoch

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/device_selection.h"
 #include "data/data_spec.h"
 #include "data/label_checks.h"
 #include "data/loader.h"
@@ -165,6 +166,8 @@ class RankTrainer {
   uint64_t frozen_fingerprint_ = 0;
   ParallelPlan plan_;
   std::unique_ptr<ProcessGrid> grid_;
+  // --device, resolved once: every chunk's backend (parameters, gradients, moments, activations) is on it.
+  Device device_ = select_device(parse_device_choice(o_.device));
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<std::unique_ptr<ViTStage>> chunks_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
@@ -404,7 +407,7 @@ void RankTrainer::build_pipeline() {
     so.max_micro_batch = micro_batch_;
     so.slots = activation_slots_needed(pc.schedule, pc.stages, micro_batches_, grid_->stage(), pc.virtual_stages);
     so.split = split_;
-    backends_.push_back(make_cpu_backend());
+    backends_.push_back(make_backend(device_, o_.allow_tf32));
     chunks_.push_back(std::make_unique<ViTStage>(layout_, *backends_.back(), so));
     ViTStage& stage = *chunks_.back();
     activation_bytes += stage.activation_bytes();
@@ -972,8 +975,7 @@ void RankTrainer::finish() {
                                {"measured_step_seconds", measured},
                                {"measured_steps", iteration_seconds_.size()},
                                {"predicted_bubble", predicted_->bubble},
-                               {"predicted_exposed_communication_seconds",
-                                predicted_->exposed_communication_seconds},
+                               {"predicted_exposed_communication_seconds", predicted_->exposed_communication_seconds},
                                {"predicted_wire_bytes", predicted_->volume.wire},
                                {"predicted_data_seconds", predicted_->data_seconds}};
       metrics_->write(record);

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Proof 3 of issue 24 (the host/device seam) for the trainer: a short `vitpipe train` run in tools/train_seam_probe,
-once on the plain CPU backend and once with every stage backend wrapped in tools/seam_backend.h's SeamBackend, which
-closes the training state (parameters, gradients, optimizer moments) to the host between backend calls. Checks:
-- both runs succeed, and every safetensors file they write (checkpoints with optimizer state, the exported model) is
-  the same bit for bit: the seam changes nothing;
-- pages of the training state were closed;
-- no host access touched them: the trainer, the pipeline executor, evaluation, checkpointing and export reach the
-  training state only through backend calls (optimizer steps, norms, zeroing, copies to and from the host).
+once on the plain CPU backend, once with every stage backend wrapped in tools/seam_backend.h's SeamBackend, which
+closes every tensor the backend allocates or is handed (parameters, gradients, optimizer moments, activations, images,
+labels) to the host between backend calls, and once on the CUDA module's host adapter over the loopback table, whose
+tensors are device memory to vitpipe (Device::cuda: a host access throws, and so does a host tensor handed to it).
+Checks:
+- the runs succeed, and every safetensors file they write (checkpoints with optimizer state, the exported model) is
+  the same bit for bit: the seam and the module boundary change nothing;
+- pages were closed, and no host access touched them: the trainer, the pipeline executor, evaluation, checkpointing
+  and export reach the backend's memory only through backend calls (copies to and from the host included).
 
 predict-explain: `vitpipe predict` (with --heatmap) and `vitpipe explain` (rollout and Grad-CAM) of a model, through the
 seam the same way: the same output, the parameters closed and never touched.
@@ -68,8 +70,14 @@ with tempfile.TemporaryDirectory() as tmp:
                                text=True, timeout=300)
         seam = subprocess.run([probe, *args, "--output-dir", f"{tmp}/seam"], env={**env, "VITPIPE_PROBE_SEAM": "1"},
                               capture_output=True, text=True, timeout=300)
+        loop = subprocess.run([probe, *args, "--output-dir", f"{tmp}/loopback"],
+                              env={**env, "VITPIPE_PROBE_LOOPBACK": "1"}, capture_output=True, text=True, timeout=300)
         check(plain.returncode == 0,
               what + "the plain run succeeds" + ("" if plain.returncode == 0 else ": " + plain.stderr[-2000:]))
+        check(loop.returncode == 0, what + "the run on device-flagged tensors (module adapter, loopback) succeeds" +
+              ("" if loop.returncode == 0 else ": " + loop.stderr[-2000:]))
+        check(digests(f"{tmp}/plain") == digests(f"{tmp}/loopback"),
+              what + "the loopback run's checkpoints and exported weights equal the plain run's bit for bit")
         check(seam.returncode == 0,
               what + "the seam run succeeds" + ("" if seam.returncode == 0 else ": " + seam.stderr[-2000:]))
         a, b = digests(f"{tmp}/plain"), digests(f"{tmp}/seam")
@@ -79,15 +87,14 @@ with tempfile.TemporaryDirectory() as tmp:
             r"seam: (\d+) page ranges closed between calls, (\d+) of (\d+) handed bytes; (\d+) host touches",
             seam.stderr)
         check(summary is not None and int(summary.group(1)) > 0,
-              what + "pages of the training state were closed between calls")
+              what + "pages of the backend's memory were closed between calls")
         if summary:
             print(summary.group(0))
             watched, handed = int(summary.group(2)), int(summary.group(3))
             check(watched > handed // 2, what + f"most of the training state's bytes were watched ({watched} of "
                                                 f"{handed})")
             touches = int(summary.group(4))
-            check(touches == 0, what + f"nothing above the backend touched the training state ({touches} host "
-                                       "touches)")
+            check(touches == 0, what + f"nothing above the backend touched its memory ({touches} host touches)")
         if seam.returncode != 0 or (summary and int(summary.group(4)) > 0):
             print(seam.stderr[-6000:])
 
@@ -102,6 +109,15 @@ with tempfile.TemporaryDirectory() as tmp:
         for name, command in commands.items():
             plain = subprocess.run([probe, *command(f"{tmp}/{name}-plain")], env=env, capture_output=True, text=True,
                                    timeout=300)
+            loop = subprocess.run([probe, *command(f"{tmp}/{name}-loopback")],
+                                  env={**env, "VITPIPE_PROBE_LOOPBACK": "1"}, capture_output=True, text=True,
+                                  timeout=300)
+            same_loop = (loop.returncode == 0 and
+                         plain.stdout.replace(f"{name}-plain", "OUT") == loop.stdout.replace(f"{name}-loopback", "OUT")
+                         and digests(f"{tmp}/{name}-plain", (".png", ".npy", ".json", ".csv")) ==
+                         digests(f"{tmp}/{name}-loopback", (".png", ".npy", ".json", ".csv")))
+            check(same_loop, f"{name}: on device-flagged tensors (module adapter, loopback): the same output" +
+                  ("" if loop.returncode == 0 else ": " + loop.stderr[-2000:]))
             seam = subprocess.run([probe, *command(f"{tmp}/{name}-seam")], env={**env, "VITPIPE_PROBE_SEAM": "1"},
                                   capture_output=True, text=True, timeout=300)
             check(plain.returncode == 0 and seam.returncode == 0,

@@ -52,7 +52,7 @@ TEST(CudaModule, OtherInterfaceVersionIsRefused) {
   const CudaModuleLoad load = open_cuda_module(FAKE_MODULE_WRONG_VERSION);
   EXPECT_FALSE(load.loaded());
   EXPECT_EQ(load.path, FAKE_MODULE_WRONG_VERSION);
-  EXPECT_TRUE(contains(load.error, "has interface version 999 but this vitpipe needs version 3")) << load.error;
+  EXPECT_TRUE(contains(load.error, "has interface version 999 but this vitpipe needs version 4")) << load.error;
 }
 
 TEST(CudaModule, LibraryWithoutTheEntryPointIsRefused) {
@@ -154,9 +154,8 @@ TEST(DeviceSelection, EverythingPresentStillSaysTheBackendIsNotBuiltYet) {
   EXPECT_EQ(status.driver.devices[0].name, "Fake GPU");
   EXPECT_EQ(status.runtime_devices, 1);
   EXPECT_FALSE(status.usable());
-  EXPECT_EQ(status.error, std::string("the CUDA backend is not built yet (module ") + FAKE_MODULE_ONE_GPU +
-                              " loaded, driver 13.0, GPU 0: Fake GPU (sm_90, 80 GiB)): its kernels are a later part "
-                              "of issue 24");
+  EXPECT_EQ(status.error, std::string("the CUDA backend is not built into the module ") + FAKE_MODULE_ONE_GPU +
+                              " (driver 13.0, GPU 0: Fake GPU (sm_90, 80 GiB))");
   const nlohmann::json j = status.to_json();
   EXPECT_EQ(j["driver"], "13.0");
   EXPECT_EQ(j["devices"][0]["compute_capability"], "9.0");

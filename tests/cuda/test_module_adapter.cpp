@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,12 @@
 using namespace vitpipe;
 
 namespace {
+
+// The loopback table's "device memory" is host memory: the same bytes, flagged as the module's (Device::cuda), as the
+// adapter requires of every tensor it hands over as device memory.
+Tensor on_loopback(const Tensor& host) {
+  return Tensor::wrap_device(host.raw(), host.shape(), host.dtype(), Device::cuda, std::make_shared<Tensor>(host));
+}
 
 Tensor random_tensor(const Shape& shape, Rng& rng, DType dtype = DType::f32) {
   Tensor t = Tensor::empty(shape);
@@ -42,7 +49,7 @@ TEST(CudaModuleAdapter, LinearGeluForwardEqualsTheCpuBackend) {
     Tensor expected = Tensor::zeros({7, 16}, dtype), actual = Tensor::zeros({7, 16}, dtype);
     cpu->linear_gelu_forward(in, weight, bias, expected);
     const long long before = cuda_module_loopback_calls(VITPIPE_OP_LINEAR_GELU_FORWARD);
-    adapted->linear_gelu_forward(in, weight, bias, actual);
+    adapted->linear_gelu_forward(on_loopback(in), on_loopback(weight), on_loopback(bias), on_loopback(actual));
     EXPECT_EQ(cuda_module_loopback_calls(VITPIPE_OP_LINEAR_GELU_FORWARD), before + 1);
     EXPECT_TRUE(same_bytes(expected, actual)) << dtype_name(dtype);
   }
@@ -81,7 +88,7 @@ TEST(CudaModuleAdapter, AnOpsFailureReachesTheCallerWithTheOpsName) {
   auto adapted = make_cuda_module_backend(cuda_module_loopback(), 0, false);
   const Tensor in = Tensor::zeros({4, 8}), out = Tensor::zeros({4, 9});
   try {
-    adapted->gelu_forward(in, out);  // the CPU backend behind the table refuses the sizes
+    adapted->gelu_forward(on_loopback(in), on_loopback(out));  // the CPU backend behind the table refuses the sizes
     FAIL() << "no error";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("CUDA backend: gelu_forward: "), std::string::npos) << e.what();
@@ -139,7 +146,9 @@ void expect_carried(int code, const std::vector<Tensor>& inputs, Op op) {
   std::vector<Tensor> expected = clones(inputs), actual = clones(inputs);
   op(*cpu, expected);
   const long long before = cuda_module_loopback_calls(code);
-  op(*adapted, actual);
+  std::vector<Tensor> on_device;
+  for (const Tensor& t : actual) on_device.push_back(on_loopback(t));
+  op(*adapted, on_device);
   EXPECT_EQ(cuda_module_loopback_calls(code), before + 1);
   for (size_t i = 0; i < inputs.size(); ++i) EXPECT_TRUE(same_bytes(expected[i], actual[i])) << "tensor " << i;
 }
@@ -230,6 +239,26 @@ TEST(CudaModuleAdapter, HostCopiesDescribeTheirHostEndAsHostMemory) {
   EXPECT_NE(m.backend_call(instance, &sums.call(), error, sizeof error), 0);
   EXPECT_NE(std::string(error).find("bounds: 2 entries at a null pointer"), std::string::npos) << error;
   m.backend_destroy(instance);
+}
+
+TEST(CudaModuleAdapter, AHostTensorHandedAsDeviceMemoryIsRefused) {
+  auto adapted = make_cuda_module_backend(cuda_module_loopback(), 0, false);
+  const Tensor host = Tensor::zeros({4, 8});
+  const Tensor device = adapted->allocate({4, 8}, DType::f32);
+  EXPECT_EQ(device.device(), Device::cuda);
+  EXPECT_FALSE(adapted->host_accessible());
+  const long long before = cuda_module_loopback_calls(VITPIPE_OP_GELU_FORWARD);
+  try {
+    adapted->gelu_forward(host, device);
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("gelu_forward's tensor 1 is host memory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cuda_module_loopback_calls(VITPIPE_OP_GELU_FORWARD), before);  // refused before the table
+  // And the host cannot read the device tensor except through a copy.
+  EXPECT_THROW(device.f32(), std::exception);
+  adapted->copy_from_host(Tensor::zeros({4, 8}), device);
+  EXPECT_EQ(to_host(*adapted, device).f32()[5], 0.0f);
 }
 
 TEST(CudaModuleAdapter, OptimizerStructsCrossAsCData) {

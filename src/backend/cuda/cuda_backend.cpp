@@ -94,6 +94,41 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
 
 CudaBackend::~CudaBackend() { release(); }
 
+void* CudaBackend::allocate_bytes(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  make_current();
+  void* memory = nullptr;
+  check_cuda(cudaMalloc(&memory, bytes), "cudaMalloc(" + std::to_string(bytes) + " bytes of device memory)");
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  allocated_bytes_ += bytes;
+  memory_sizes_[memory] = bytes;
+  return memory;
+}
+
+void CudaBackend::free_bytes(void* memory) {
+  if (memory == nullptr) return;
+  make_current();
+  cudaFree(memory);  // waits for the GPU: no kernel still reads it
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  auto it = memory_sizes_.find(memory);
+  if (it != memory_sizes_.end()) {
+    allocated_bytes_ -= it->second;
+    memory_sizes_.erase(it);
+  }
+}
+
+size_t CudaBackend::allocated_bytes() {
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  return allocated_bytes_;
+}
+
+Tensor CudaBackend::allocate(const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* memory = allocate_bytes(bytes);
+  auto owner = std::shared_ptr<void>(memory, [this](void* p) { free_bytes(p); });
+  return Tensor::wrap_device(memory, shape, dtype, Device::cuda, std::move(owner));
+}
+
 void CudaBackend::release() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   gemm_.reset();

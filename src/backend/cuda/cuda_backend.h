@@ -29,8 +29,10 @@
 #include <cudnn.h>
 
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -61,6 +63,12 @@ class CudaBackend final : public Backend {
   void make_current();
 
   std::string name() const override { return "cuda"; }
+  // Device memory on this backend's GPU (cudaMalloc: taken when stages and optimizers are built, not in a step).
+  void* allocate_bytes(size_t bytes);
+  void free_bytes(void* memory);
+  size_t allocated_bytes();  // held by allocate_bytes now (the memory model)
+  Tensor allocate(const Shape& shape, DType dtype) override;
+  bool host_accessible() const override { return false; }
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                       const Tensor& out) override;
   void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
@@ -169,6 +177,9 @@ class CudaBackend final : public Backend {
   std::vector<Staging> staged_;
   std::vector<unsigned char> host_table_;  // the host side of upload_runs' copy (kept: no allocation per step)
   std::vector<double> host_sums_;          // sum_of_squares' parts on their way back
+  std::mutex memory_mutex_;                // stages of one process may build (allocate) from threads of their own
+  std::unordered_map<void*, size_t> memory_sizes_;
+  size_t allocated_bytes_ = 0;
 };
 
 }  // namespace vitpipe::cuda

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define VITPIPE_CUDA_MODULE_ABI_VERSION 3u
+#define VITPIPE_CUDA_MODULE_ABI_VERSION 4u
 #define VITPIPE_CUDA_MODULE_ENTRY "vitpipe_cuda_module"
 
 #ifdef __cplusplus
@@ -182,6 +182,11 @@ typedef struct VitpipeCudaModule {
   int (*backend_call)(void* backend, VitpipeBackendCall* call, char* error, size_t error_size);
   // Waits for the backend's stream: 0, or the error of an earlier asynchronous failure in `error`.
   int (*backend_synchronize)(void* backend, char* error, size_t error_size);
+  // Since ABI version 4: `bytes` of the backend's device memory (cudaMalloc on its GPU; 256-byte aligned), for
+  // Backend::allocate: 0 and *memory set (null for 0 bytes), else a message in `error`. Taken when stages and
+  // optimizers are built, never inside a step. backend_free returns it (null is ignored).
+  int (*backend_allocate)(void* backend, size_t bytes, void** memory, char* error, size_t error_size);
+  void (*backend_free)(void* backend, void* memory);
 } VitpipeCudaModule;
 
 typedef const VitpipeCudaModule* (*VitpipeCudaModuleEntry)(void);

@@ -81,6 +81,21 @@ int backend_synchronize(void* backend, char* error, size_t error_size) {
   }
 }
 
+int backend_allocate(void* backend, size_t bytes, void** memory, char* error, size_t error_size) {
+  *memory = nullptr;
+  try {
+    *memory = static_cast<vitpipe::cuda::CudaBackend*>(backend)->allocate_bytes(bytes);
+    return 0;
+  } catch (const std::exception& e) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
+    return 1;
+  }
+}
+
+void backend_free(void* backend, void* memory) {
+  static_cast<vitpipe::cuda::CudaBackend*>(backend)->free_bytes(memory);
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpipe_cuda_module(void) {
@@ -96,6 +111,8 @@ extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpi
       backend_destroy,
       backend_call,
       backend_synchronize,
+      backend_allocate,
+      backend_free,
   };
   return &module;
 }

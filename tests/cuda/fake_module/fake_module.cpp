@@ -34,6 +34,8 @@ const VitpipeCudaModule kModule = {FAKE_ABI_VERSION,
                                    nullptr,
                                    nullptr,
                                    nullptr,
+                                   nullptr,
+                                   nullptr,
                                    nullptr};
 
 }  // namespace

@@ -22,6 +22,8 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(CpuLevel level) : level_(level) {}
   std::string name() const override;
+  Tensor allocate(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype); }
+  bool host_accessible() const override { return true; }
 
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                       const Tensor& out) override;
