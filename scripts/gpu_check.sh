@@ -230,6 +230,18 @@ else
     run_part tests.test_cuda_gpu 120 "$tests/test_cuda_gpu"
     finish_test_part tests.test_cuda_gpu gtest
   fi
+  # The golden cases with every stage on this GPU (2 and 3 stages sharing it) against their float64 PyTorch
+  # references: this machine's Python and PyTorch run the references, the pack's libraries the probe.
+  if [[ -x "$tests/vit_gradient_probe" && -f "$tests/golden/golden_on_gpu.py" ]]; then
+    golden_cases=()
+    for c in vit:fp32-basic vit:fp32-stages-and-accumulation vit:bf16-stages-recompute-single \
+      vit:fp32-split-backward-stages families:dinov2-registers-interpolated families:deit-distilled-teacher \
+      families:lora-dinov2-all-recompute families:bf16-dinov2-swiglu; do golden_cases+=(--case "$c"); done
+    run_part tests.golden_gpu 120 "${host_env[@]}" VITPIPE="$vitpipe" "$peer_python" "$tests/golden/golden_on_gpu.py" \
+      --reference-dir "$tests/golden" --probe "$tests/vit_gradient_probe" \
+      --probe-library-path "${LD_LIBRARY_PATH:-}" "${golden_cases[@]}"
+    finish_test_part tests.golden_gpu ctest
+  fi
 fi
 
 # 3. ViT-B/16 (vit-base: 224 px, patch 16), bf16, training, the same batch and steps on each side; each side warms up

@@ -28,12 +28,15 @@ mkdir -p "$stage"/{bin,lib,tests,openmpi,pmix,share}
 # The binary and its module side by side (vitpipe looks for the module beside itself), and the CUDA tests.
 cp "$build/vitpipe" "$build/libvitpipe_cuda.so" "$stage/bin/"
 elves=("$stage/bin/vitpipe" "$stage/bin/libvitpipe_cuda.so")
-for t in test_cuda test_cuda_executors test_cuda_gpu; do
+for t in test_cuda test_cuda_executors test_cuda_gpu vit_gradient_probe; do
   if [[ -f "$build/tests/$t" ]]; then
     cp "$build/tests/$t" "$stage/tests/"
     elves+=("$stage/tests/$t")
   fi
 done
+# The golden cases on the GPU: the probe above, its float64 PyTorch references and their driver (plain text).
+mkdir -p "$stage/tests/golden"
+cp tests/model/reference_vit.py tests/model/reference_families.py tests/cuda/gpu/golden_on_gpu.py "$stage/tests/golden/"
 # Symbols only help a debugger; the target has none of the sources.
 strip --strip-unneeded "${elves[@]}"
 

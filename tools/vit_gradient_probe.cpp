@@ -14,6 +14,7 @@
 #include "backend/backend_call.h"
 #include "backend/cuda_module_backend.h"
 #include "backend/cuda_module_loopback.h"
+#include "backend/device_selection.h"
 #include "model/initializer.h"
 #include "model/parameter_layout.h"
 #include "model/trainable_set.h"
@@ -186,6 +187,9 @@ int main(int argc, char** argv) {
       // VITPIPE_PROBE_SEAM=1: every tensor handed to the backend is closed to the host between calls (seam_backend.h).
       std::unique_ptr<Backend> backend =
           loopback ? make_cuda_module_backend(cuda_module_loopback(), 0, false) : make_cpu_backend();
+      // VITPIPE_PROBE_CUDA_DEVICE=1: the real CUDA module on this process's GPU (the golden cases on a GPU,
+      // tests/cuda/gpu/golden_on_gpu.py); refused with the reason where no CUDA backend can run.
+      if (std::getenv("VITPIPE_PROBE_CUDA_DEVICE") != nullptr) backend = make_backend(select_device(DeviceChoice::cuda));
 #ifdef VITPIPE_PROBE_CUDA_FAKES
       // This build (vit_gradient_probe_cuda_fakes): the CUDA module's own table (module_entry.cpp) and CudaBackend,
       // on host-memory fakes of the CUDA libraries, through the host adapter: the whole path but the GPU.

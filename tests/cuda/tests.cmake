@@ -87,6 +87,26 @@ foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-stages-and-accumulati
   set_tests_properties(cuda.module_adapter.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
 endforeach()
 
+# The golden cases on a real GPU (every stage on the CUDA module; 2 and 3 stages share the one GPU) against their
+# float64 PyTorch references; skipped (77) where no CUDA backend can run, as on CI.
+foreach(case fp32-basic fp32-stages-and-accumulation bf16-basic bf16-stages-recompute-single fp32-split-backward-stages)
+  add_test(NAME cuda.gpu.golden_vit.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/gpu/golden_on_gpu.py
+                   --reference-dir ${PROJECT_SOURCE_DIR}/tests/model
+                   --probe $<TARGET_FILE:vit_gradient_probe> --case vit:${case})
+  set_tests_properties(cuda.gpu.golden_vit.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda
+                       SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()
+foreach(case dinov2-registers-interpolated deit-distilled-teacher lora-dinov2-all-recompute bf16-dinov2-swiglu
+        trajectory-lora-vit)
+  add_test(NAME cuda.gpu.golden_families.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/gpu/golden_on_gpu.py
+                   --reference-dir ${PROJECT_SOURCE_DIR}/tests/model
+                   --probe $<TARGET_FILE:vit_gradient_probe> --case families:${case})
+  set_tests_properties(cuda.gpu.golden_families.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda
+                       SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()
+
 # CudaBackend on a real GPU against the CPU backend, op by op (tests/cuda/gpu): built with the module's objects and
 # linked with the CUDA libraries; every test skips where the runtime sees no GPU.
 if(VITPIPE_CUDA_MODULE_BUILT)
