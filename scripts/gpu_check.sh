@@ -4,7 +4,8 @@
 #   1. one line: the driver's version and the cuBLASLt, cuDNN and NCCL versions the CUDA module loaded (vitpipe info
 #      --json; it reports cuBLASLt, not the plain cuBLAS), then `vitpipe info`;
 #   2. the CUDA tests: `ctest -L cuda` in a checkout (without cuda.gpu_pack, which would pack and run this check
-#      again), test_cuda, test_cuda_executors and test_cuda_gpu from a pack;
+#      again), test_cuda, test_cuda_executors, test_cuda_gpu and 8 golden cases on the GPU (the gradient probe on the
+#      module, 1 to 3 stages sharing the GPU, against float64 PyTorch; tests/cuda/gpu/golden_on_gpu.py) from a pack;
 #   3. ViT-B/16 at 224 px, bf16, training on random data: `vitpipe bench --device cuda --preset vit-base --precision
 #      bf16 --mode train --batch B --steps S --json`, then the PyTorch peer with the same model, batch, steps and
 #      precision (bf16 autocast), `--device cuda` eager and with `--compile`;
@@ -232,13 +233,14 @@ else
   fi
   # The golden cases with every stage on this GPU (2 and 3 stages sharing it) against their float64 PyTorch
   # references: this machine's Python and PyTorch run the references, the pack's libraries the probe.
-  if [[ -x "$tests/vit_gradient_probe" && -f "$tests/golden/golden_on_gpu.py" ]]; then
+  if [[ -x "$tests/vit_gradient_probe" && -f "$root/golden/golden_on_gpu.py" ]]; then
     golden_cases=()
     for c in vit:fp32-basic vit:fp32-stages-and-accumulation vit:bf16-stages-recompute-single \
       vit:fp32-split-backward-stages families:dinov2-registers-interpolated families:deit-distilled-teacher \
       families:lora-dinov2-all-recompute families:bf16-dinov2-swiglu; do golden_cases+=(--case "$c"); done
-    run_part tests.golden_gpu 120 "${host_env[@]}" VITPIPE="$vitpipe" "$peer_python" "$tests/golden/golden_on_gpu.py" \
-      --reference-dir "$tests/golden" --probe "$tests/vit_gradient_probe" \
+    run_part tests.golden_gpu 120 "${host_env[@]}" VITPIPE="$vitpipe" \
+      VITPIPE_CUDA_MODULE="$(dirname "$vitpipe")/libvitpipe_cuda.so" "$peer_python" "$root/golden/golden_on_gpu.py" \
+      --reference-dir "$root/golden" --probe "$tests/vit_gradient_probe" \
       --probe-library-path "${LD_LIBRARY_PATH:-}" "${golden_cases[@]}"
     finish_test_part tests.golden_gpu ctest
   fi
@@ -290,7 +292,5 @@ done
 record "seconds:=$SECONDS"
 write_summary
 echo "gpu_check: $("${host_env[@]}" python3 "$helper" digest "$summary") -> $summary"
-echo "gpu_check: not written yet: golden model tests through the CUDA backend (logits, loss, every gradient against" \
-  "the float64 reference on the GPU), 2 pipeline stages on one GPU against one stage"
 passed=$("${host_env[@]}" python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["passed"])' "$summary")
 [[ "$passed" == True ]]

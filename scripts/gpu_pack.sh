@@ -35,8 +35,8 @@ for t in test_cuda test_cuda_executors test_cuda_gpu vit_gradient_probe; do
   fi
 done
 # The golden cases on the GPU: the probe above, its float64 PyTorch references and their driver (plain text).
-mkdir -p "$stage/tests/golden"
-cp tests/model/reference_vit.py tests/model/reference_families.py tests/cuda/gpu/golden_on_gpu.py "$stage/tests/golden/"
+mkdir -p "$stage/golden"
+cp tests/model/reference_vit.py tests/model/reference_families.py tests/cuda/gpu/golden_on_gpu.py "$stage/golden/"
 # Symbols only help a debugger; the target has none of the sources.
 strip --strip-unneeded "${elves[@]}"
 
