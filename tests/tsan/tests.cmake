@@ -14,7 +14,8 @@ if(VITPIPE_TSAN_TESTS)
           parallel/schedule parallel/process_grid parallel/trace parallel/optimizer_shards parallel/parameter_gather
           parallel/comm_deadline parallel/ring_allreduce
           model/vit_config model/parameter_layout model/initializer model/position_interpolation model/model_family
-          model/presets model/trainable_set model/low_rank_update serve/inference_batcher serve/serve_metrics)
+          model/presets model/trainable_set model/low_rank_update serve/inference_batcher serve/serve_metrics
+          backend/backend_memory)
     list(APPEND tsan_sources ${PROJECT_SOURCE_DIR}/src/${file}.cpp)
   endforeach()
   add_executable(test_threads_tsan ${tsan_sources}
