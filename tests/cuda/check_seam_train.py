@@ -13,11 +13,16 @@ Checks:
 predict-explain: `vitpipe predict` (with --heatmap) and `vitpipe explain` (rollout and Grad-CAM) of a model, through the
 seam the same way: the same output, the parameters closed and never touched.
 
-Usage: check_seam_train.py PROBE CASE   (CASE: one-stage, two-stages, resume, lora, predict-explain)"""
+replicas-mpi, stages-mpi: 2 data-parallel replicas, or 2 pipeline stages, as MPI processes (mpirun): the gradient
+reduction through host mirrors of the backend's memory, the activations and gradients through host buffers.
+
+Usage: check_seam_train.py PROBE CASE   (CASE: one-stage, two-stages, resume, lora, replicas-mpi, stages-mpi,
+                                         predict-explain)"""
 import glob
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,7 +41,13 @@ CASES = {
     # LoRA: frozen base weights beside the trained adapters; the adapter export.
     "predict-explain": [],
     "lora": [["--epochs", "1", "--lora", "4", "--lora-alpha", "8", "--lora-targets", "query,value", "--export-adapter"]],
+    # 2 data-parallel replicas as MPI processes: on device memory the gradients are reduced through host mirrors.
+    "replicas-mpi": [["--epochs", "1", "--optimizer", "adamw", "--clip-grad-norm", "0.05"]],
+    # 2 pipeline stages as MPI processes (1F1B): activations and gradients received into host buffers, then copied in.
+    "stages-mpi": [["--epochs", "1", "--optimizer", "adamw", "--pipeline-stages", "2", "--pipeline-schedule", "1f1b"]],
 }
+MPIRUN = [shutil.which("mpirun") or "mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2"]
+LAUNCHERS = {"replicas-mpi": MPIRUN, "stages-mpi": MPIRUN}
 failures = []
 
 
@@ -66,11 +77,12 @@ with tempfile.TemporaryDirectory() as tmp:
     for number, flags in enumerate(CASES[case], 1):
         what = f"run {number}: " if len(CASES[case]) > 1 else ""
         args = [*common, *flags]
-        plain = subprocess.run([probe, *args, "--output-dir", f"{tmp}/plain"], env=env, capture_output=True,
+        launcher = LAUNCHERS.get(case, [])
+        plain = subprocess.run([*launcher, probe, *args, "--output-dir", f"{tmp}/plain"], env=env, capture_output=True,
                                text=True, timeout=300)
-        seam = subprocess.run([probe, *args, "--output-dir", f"{tmp}/seam"], env={**env, "VITPIPE_PROBE_SEAM": "1"},
+        seam = subprocess.run([*launcher, probe, *args, "--output-dir", f"{tmp}/seam"], env={**env, "VITPIPE_PROBE_SEAM": "1"},
                               capture_output=True, text=True, timeout=300)
-        loop = subprocess.run([probe, *args, "--output-dir", f"{tmp}/loopback"],
+        loop = subprocess.run([*launcher, probe, *args, "--output-dir", f"{tmp}/loopback"],
                               env={**env, "VITPIPE_PROBE_LOOPBACK": "1"}, capture_output=True, text=True, timeout=300)
         check(plain.returncode == 0,
               what + "the plain run succeeds" + ("" if plain.returncode == 0 else ": " + plain.stderr[-2000:]))

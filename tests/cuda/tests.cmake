@@ -189,7 +189,7 @@ endif()
 # in tools/train_seam_probe, its stage backends wrapped in the seam with the training state (parameters, gradients,
 # optimizer moments) closed between backend calls: checkpoints and exported weights equal the plain run's bit for bit,
 # and nothing above the backend (trainer, executor, evaluation, checkpointing, export) touched the closed pages.
-foreach(case one-stage two-stages resume lora predict-explain)
+foreach(case one-stage two-stages resume lora replicas-mpi stages-mpi predict-explain)
   add_test(NAME cuda.seam.train-${case}
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_seam_train.py $<TARGET_FILE:train_seam_probe> ${case})
   set_tests_properties(cuda.seam.train-${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda TIMEOUT 600)
