@@ -131,7 +131,10 @@ void run_bench(const BenchOptions& o) {
   VP_REQUIRE(o.batch > 0 && o.batch <= 4096, "--batch: expected 1..4096, got ", o.batch);
   VP_REQUIRE(o.steps > 0 && o.steps <= 10000, "--steps: expected 1..10000, got ", o.steps);
   VP_REQUIRE(o.mode == "train" || o.mode == "infer", "--mode: expected train or infer, got \"", o.mode, "\"");
-  const Precision precision = parse_precision(o.precision);
+  const Device device = resolve_device(o.device);
+  const bool on_gpu = device == Device::cuda;
+  // auto: bf16 on a GPU (sm_80 and later all have bf16 tensor cores), else as the CPU's instructions allow.
+  const Precision precision = on_gpu && o.precision == "auto" ? Precision::bf16 : parse_precision(o.precision);
   const int threads = configure_threads(o.threads);
   ViTConfig config = o.config_path.empty() ? preset_config(o.preset) : read_hf_config(o.config_path).config;
   config.labels = chestxray14_findings();  // the 14-finding head the peer benchmarks too
@@ -146,8 +149,6 @@ void run_bench(const BenchOptions& o) {
   const bool train = o.mode == "train";
 
   auto layout = std::make_shared<const ParameterLayout>(config, training_mode.lora);
-  const Device device = resolve_device(o.device);
-  const bool on_gpu = device == Device::cuda;
   auto compute = make_backend(device, o.allow_tf32);
   // On a GPU the ops are enqueued, not finished, when they return: the per-op times below would be launch times, so
   // a GPU run reports the step rate only (synchronised at the end of the timed steps).

@@ -163,11 +163,12 @@ const std::vector<OptionDef>& option_table() {
          o.pos_weight_auto = v.null ? defaults().pos_weight_auto : v.choice({"none", "auto"}) == "auto";
        }},
       {"precision", "P",
-       "Compute precision: fp32 | bf16 | auto (bf16 where the CPU has bf16 instructions, else fp32; the effective "
-       "one is saved) (master weights stay fp32) (default fp32)",
+       "Compute precision: fp32 | bf16 | auto (bf16 on a GPU and where the CPU has bf16 instructions, else fp32; the "
+       "effective one is saved) (master weights stay fp32) (default fp32)",
        [](O& o, const V& v) {
-         o.precision =
-             v.null ? defaults().precision : compute_dtype(parse_precision(v.choice({"fp32", "bf16", "auto"})));
+         const std::string name = v.null ? std::string() : v.choice({"fp32", "bf16", "auto"});
+         o.precision = v.null ? defaults().precision : compute_dtype(parse_precision(name));
+         o.precision_auto = name == "auto";
        }},
       {"seed", "N", "Random seed (default 42)",
        [](O& o, const V& v) { o.seed = v.null ? defaults().seed : v.unsigned_integer(); }},

@@ -76,6 +76,7 @@ struct TrainOptions {
   // Loss, numerics, machine.
   bool pos_weight_auto = false;  // --pos-weight none|auto
   DType precision = DType::f32;  // --precision fp32|bf16
+  bool precision_auto = false;   // --precision auto (the trainer makes it bf16 on a GPU)
   uint64_t seed = 42;
   int threads = 0;             // 0 = every core this process may use
   std::string device = "cpu";  // --device cpu|cuda|auto (backend/device_selection.h)

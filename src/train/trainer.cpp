@@ -125,7 +125,11 @@ struct Stopwatch {
 
 class RankTrainer {
  public:
-  RankTrainer(Communicator& world, const TrainOptions& options) : world_(world), o_(options) {}
+  RankTrainer(Communicator& world, const TrainOptions& options) : world_(world), o_(options) {
+    // --precision auto: bf16 on a GPU (every GPU this build runs on, sm_80 and later, has bf16 tensor cores); on the
+    // CPU it was resolved from the CPU's bf16 instructions when the options were read.
+    if (o_.precision_auto && device_ == Device::cuda) o_.precision = DType::bf16;
+  }
   void run();
 
  private:
