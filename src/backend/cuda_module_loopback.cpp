@@ -148,8 +148,8 @@ int nccl_unique_id(char out[VITPIPE_NCCL_UNIQUE_ID_BYTES], char*, size_t) {
   return 0;
 }
 
-int nccl_comm_create(void*, const char id[VITPIPE_NCCL_UNIQUE_ID_BYTES], int nranks, int rank, void** comm,
-                     char* error, size_t error_size) {
+int nccl_comm_create(void*, const char id[VITPIPE_NCCL_UNIQUE_ID_BYTES], int nranks, int rank, void** comm, char* error,
+                     size_t error_size) {
   *comm = nullptr;
   try {
     cuda::NcclIdBytes bytes{};

@@ -124,7 +124,8 @@ TEST(NcclGroupOnLoopbackTwoRanks, PipelineStagesSendActivationsForwardAndGradien
   run_local_ranks(2, [&](Communicator& comm) {
     std::unique_ptr<Backend> backend = loopback();
     NcclGroup nccl(*backend, comm);
-    const Tensor activations = comm.rank() == 0 ? on_device(*backend, values(7, n)) : backend->allocate({n}, DType::f32);
+    const Tensor activations =
+        comm.rank() == 0 ? on_device(*backend, values(7, n)) : backend->allocate({n}, DType::f32);
     const Tensor gradients = comm.rank() == 1 ? on_device(*backend, values(8, n)) : backend->allocate({n}, DType::f32);
     if (comm.rank() == 0) {
       nccl.send(activations, 1);
@@ -178,11 +179,11 @@ TEST(NcclGroupOnLoopbackTwoRanks, RefusesHostTensorsOtherDtypesAndOtherBackends)
     std::unique_ptr<Backend> backend = loopback();
     NcclGroup nccl(*backend, comm);
     const Tensor host = Tensor::zeros({4});
-    for (auto call : {+[](NcclGroup& g, const Tensor& t) { g.allreduce_sum(t); },
-                      +[](NcclGroup& g, const Tensor& t) { g.reduce_sum(t, 0); },
-                      +[](NcclGroup& g, const Tensor& t) { g.broadcast(t, 0); },
-                      +[](NcclGroup& g, const Tensor& t) { g.send(t, 1); },
-                      +[](NcclGroup& g, const Tensor& t) { g.recv(t, 1); }}) {
+    for (auto call :
+         {+[](NcclGroup&g, const Tensor&t) { g.allreduce_sum(t); },
+          +[](NcclGroup&g, const Tensor&t) { g.reduce_sum(t, 0); },
+          +[](NcclGroup&g, const Tensor&t) { g.broadcast(t, 0); }, +[](NcclGroup&g, const Tensor&t) { g.send(t, 1); },
+          +[](NcclGroup&g, const Tensor&t) { g.recv(t, 1); }}) {
       try {
         call(nccl, host);
         ADD_FAILURE() << "a host tensor was accepted";
@@ -193,7 +194,7 @@ TEST(NcclGroupOnLoopbackTwoRanks, RefusesHostTensorsOtherDtypesAndOtherBackends)
     const Tensor bf16 = backend->allocate({4}, DType::bf16);
     EXPECT_THROW(nccl.allreduce_sum(bf16), Error);
     EXPECT_THROW(nccl.send(backend->allocate({4}, DType::f32), 2), Error);  // no rank 2
-    EXPECT_TRUE(nccl.done());  // nothing was issued
+    EXPECT_TRUE(nccl.done());                                               // nothing was issued
     // The CPU backend has no NCCL: refused before any collective, on every rank alike.
     std::unique_ptr<Backend> cpu = make_cpu_backend();
     try {

@@ -230,8 +230,8 @@ typedef struct VitpipeCudaModule {
   int (*nccl_unique_id)(char out[VITPIPE_NCCL_UNIQUE_ID_BYTES], char* error, size_t error_size);
   // Rank `rank` of `nranks` joins the communicator of `id` on `backend`'s GPU (ncclCommInitRank; blocks until every
   // rank has joined), with a communication stream and events of its own: *comm set on success.
-  int (*nccl_comm_create)(void* backend, const char id[VITPIPE_NCCL_UNIQUE_ID_BYTES], int nranks, int rank,
-                          void** comm, char* error, size_t error_size);
+  int (*nccl_comm_create)(void* backend, const char id[VITPIPE_NCCL_UNIQUE_ID_BYTES], int nranks, int rank, void** comm,
+                          char* error, size_t error_size);
   // Waits for the communicator's outstanding work, then destroys it (null is ignored). Before backend_destroy.
   void (*nccl_comm_destroy)(void* comm);
   // Issues `count` calls as one group (ncclGroupStart ... ncclGroupEnd), each on the stream its `stream` field names.

@@ -15,8 +15,8 @@
 #include "backend/backend_call.h"
 #include "backend/cuda/calls/nccl_c_calls.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/nccl_executor.h"
 #include "backend/cuda/module_abi.h"
+#include "backend/cuda/nccl_executor.h"
 
 namespace {
 

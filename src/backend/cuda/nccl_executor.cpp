@@ -37,8 +37,8 @@ ncclUniqueId NcclExecutor::unique_id() {
 
 NcclExecutor::NcclExecutor(const ncclUniqueId& id, int nranks, int rank, int device)
     : nranks_(nranks), rank_(rank), device_(device) {
-  const std::string where = " (rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ", GPU " +
-                            std::to_string(device) + ")";
+  const std::string where =
+      " (rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ", GPU " + std::to_string(device) + ")";
   check(cudaSetDevice(device), "cudaSetDevice" + where);
   check(ncclCommInitRank(&comm_, nranks, id, rank), nullptr, "ncclCommInitRank" + where);
   try {

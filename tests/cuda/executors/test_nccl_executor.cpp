@@ -194,7 +194,6 @@ TEST(NcclExecutorOnFakeNccl, RanksThatDisagreeFailWithNcclsMessage) {
       EXPECT_NE(what.find("meets"), std::string::npos) << what;  // the interpreter's reason, via ncclGetLastError
     }
   });
-  // A failed communicator is aborted, not destroyed (checked on one rank; the other thread's records are its own).
 }
 
 TEST(NcclExecutorOnFakeNccl, FailuresNameTheCallAndNcclsMessage) {
@@ -248,8 +247,9 @@ TEST(NcclExecutorOnFakeNccl, FailuresNameTheCallAndNcclsMessage) {
       ex.wait();
       ADD_FAILURE() << "no failure";
     } catch (const std::runtime_error& e) {
-      EXPECT_NE(std::string(e.what()).find("NCCL failed asynchronously (rank 0 of 1): an NCCL error (fake) (peer gone)"),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find("NCCL failed asynchronously (rank 0 of 1): an NCCL error (fake) (peer gone)"),
+          std::string::npos)
           << e.what();
     }
     fake_nccl::take_records();

@@ -2,6 +2,8 @@
 // memory, streams that run everything at once (the host launchers of host_kernels.cpp are synchronous), and the
 // cuBLASLt and cuDNN handles the executors' fakes (tests/cuda/executors) do not create. With them CudaBackend runs
 // on the CPU: its shapes, pointers, scratch, staging and fallbacks are exercised, not the GPU's kernels.
+#include "fake_cuda_runtime.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -15,8 +17,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include "fake_cuda_runtime.h"
 
 namespace vitpipe::fake_cuda_runtime {
 namespace {

@@ -5,11 +5,12 @@
 
 namespace vitpipe::cuda {
 
-static_assert(VITPIPE_NCCL_SEND == static_cast<int>(NcclOp::send) && VITPIPE_NCCL_RECV == static_cast<int>(NcclOp::recv) &&
-              VITPIPE_NCCL_ALL_REDUCE == static_cast<int>(NcclOp::all_reduce) &&
-              VITPIPE_NCCL_REDUCE == static_cast<int>(NcclOp::reduce) &&
-              VITPIPE_NCCL_BROADCAST == static_cast<int>(NcclOp::broadcast) &&
-              VITPIPE_NCCL_REDUCE_SCATTER == static_cast<int>(NcclOp::reduce_scatter),
+static_assert(VITPIPE_NCCL_SEND == static_cast<int>(NcclOp::send) &&
+                  VITPIPE_NCCL_RECV == static_cast<int>(NcclOp::recv) &&
+                  VITPIPE_NCCL_ALL_REDUCE == static_cast<int>(NcclOp::all_reduce) &&
+                  VITPIPE_NCCL_REDUCE == static_cast<int>(NcclOp::reduce) &&
+                  VITPIPE_NCCL_BROADCAST == static_cast<int>(NcclOp::broadcast) &&
+                  VITPIPE_NCCL_REDUCE_SCATTER == static_cast<int>(NcclOp::reduce_scatter),
               "the C table's NCCL op codes are NcclOp's values");
 
 NcclGroup nccl_group_from_c(const VitpipeNcclCall* calls, int count) {
