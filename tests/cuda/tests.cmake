@@ -129,9 +129,15 @@ set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kerne
 # The same op-by-op comparison without a GPU: CudaBackend (its C++ only) on fakes of the CUDA runtime, cuBLASLt and
 # cuDNN that work in host memory, with the kernels' launchers as host loops over the kernels' own arithmetic
 # (tests/cuda/fakes). Proves CudaBackend's plumbing (shapes, pointers, scratch, padded staging, the library calls as
-# the executors issue them) and test_cuda_gpu itself; the kernels' indexing on the device is left to the GPU.
+# the executors issue them) and test_cuda_gpu itself; the kernels' indexing on the device is left to the GPU. With the
+# module's table (module_entry.cpp) and the fake NCCL: backend/nccl_group.h through the table's nccl_* entries and
+# NcclExecutor, ranks as threads (fakes/test_module_nccl_on_fakes.cpp).
 if(VITPIPE_CUDA_MODULE_BUILT)
   add_executable(test_cuda_backend_fakes ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/test_module_nccl_on_fakes.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/module_entry_on_fakes.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kernels.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp
