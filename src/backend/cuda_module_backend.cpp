@@ -41,6 +41,7 @@ class CudaModuleBackend final : public Backend {
     return Tensor::wrap_device(memory, shape, dtype, Device::cuda, std::move(owner));
   }
   bool host_accessible() const override { return false; }
+  CudaModuleInstance instance() const { return {&module_, instance_}; }
 
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                       const Tensor& out) override {
@@ -310,6 +311,11 @@ class CudaModuleBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cuda_module_backend(const VitpipeCudaModule& module, int device, bool allow_tf32) {
   return std::make_unique<CudaModuleBackend>(module, device, allow_tf32);
+}
+
+std::optional<CudaModuleInstance> cuda_module_instance(Backend& backend) {
+  if (auto* b = dynamic_cast<CudaModuleBackend*>(&backend); b != nullptr) return b->instance();
+  return std::nullopt;
 }
 
 }  // namespace vitpipe

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "backend/backend.h"
 #include "backend/cuda/module_abi.h"
@@ -14,5 +15,14 @@ namespace vitpipe {
 // A backend instance of `module` on GPU `device`. Throws vitpipe::Error with the module's message when the module
 // has no backend or cannot create one; each op throws with the module's message when it fails.
 std::unique_ptr<Backend> make_cuda_module_backend(const VitpipeCudaModule& module, int device, bool allow_tf32);
+
+// The module and its backend instance behind a Backend that make_cuda_module_backend made (not through a wrapper);
+// nullopt for any other backend. The instance is shared: it lives as long as the returned pointer does (the NCCL
+// communicators of backend/nccl_group.h keep it so).
+struct CudaModuleInstance {
+  const VitpipeCudaModule* module = nullptr;
+  std::shared_ptr<void> instance;
+};
+std::optional<CudaModuleInstance> cuda_module_instance(Backend& backend);
 
 }  // namespace vitpipe

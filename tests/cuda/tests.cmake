@@ -46,14 +46,17 @@ set_tests_properties(cuda.cli PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABEL
 # The libraries' calls as data and their CPU interpreter (src/backend/cuda/calls), in every configuration.
 target_link_libraries(test_cuda PRIVATE vitpipe_cuda_calls)
 
-# The module's cuBLASLt and cuDNN executors against fakes of the two libraries that run each call with the documented
-# semantics (the translation of descriptions into API calls, on the CPU). Needs only CUDA's and cuDNN's headers;
-# links no CUDA library.
+# The module's cuBLASLt, cuDNN and NCCL executors against fakes of the three libraries that run each call with the
+# documented semantics (the translation of descriptions into API calls, on the CPU; NCCL's ranks are threads, its
+# streams and events the fake runtime's). Needs only CUDA's, cuDNN's and NCCL's headers; links no CUDA library.
 if(VITPIPE_CUDA_MODULE_BUILT)
   file(GLOB executor_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/executors/*.cpp)
   add_executable(test_cuda_executors ${executor_tests} ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
-                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp)
-  target_include_directories(test_cuda_executors PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR})
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp)
+  target_include_directories(test_cuda_executors PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR}
+                             ${VITPIPE_NCCL_INCLUDE_DIR})
   target_link_libraries(test_cuda_executors PRIVATE vitpipe_cuda_calls vitpipe_library GTest::gtest_main)
   gtest_discover_tests(test_cuda_executors DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
 endif()
@@ -107,14 +110,15 @@ foreach(case dinov2-registers-interpolated deit-distilled-teacher lora-dinov2-al
                        SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
 
-# CudaBackend on a real GPU against the CPU backend, op by op (tests/cuda/gpu): built with the module's objects and
-# linked with the CUDA libraries; every test skips where the runtime sees no GPU.
+# CudaBackend on a real GPU against the CPU backend, op by op, and NcclExecutor on real NCCL (one rank per GPU)
+# (tests/cuda/gpu): built with the module's objects and linked with the CUDA libraries and NCCL; every test skips
+# where the runtime sees no GPU.
 if(VITPIPE_CUDA_MODULE_BUILT)
   add_executable(test_cuda_gpu ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
-                 $<TARGET_OBJECTS:vitpipe_cuda_objects>)
-  target_include_directories(test_cuda_gpu PRIVATE ${VITPIPE_CUDNN_INCLUDE_DIR})
+                 ${CMAKE_CURRENT_LIST_DIR}/gpu/test_nccl_gpu.cpp $<TARGET_OBJECTS:vitpipe_cuda_objects>)
+  target_include_directories(test_cuda_gpu PRIVATE ${VITPIPE_CUDNN_INCLUDE_DIR} ${VITPIPE_NCCL_INCLUDE_DIR})
   target_link_libraries(test_cuda_gpu PRIVATE vitpipe_cuda_calls vitpipe_library CUDA::cudart_static CUDA::cublasLt
-                        ${VITPIPE_CUDNN_LIBRARY} GTest::gtest_main)
+                        ${VITPIPE_CUDNN_LIBRARY} ${VITPIPE_NCCL_LIBRARY} GTest::gtest_main)
   gtest_discover_tests(test_cuda_gpu DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
 endif()
 
@@ -125,9 +129,15 @@ set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kerne
 # The same op-by-op comparison without a GPU: CudaBackend (its C++ only) on fakes of the CUDA runtime, cuBLASLt and
 # cuDNN that work in host memory, with the kernels' launchers as host loops over the kernels' own arithmetic
 # (tests/cuda/fakes). Proves CudaBackend's plumbing (shapes, pointers, scratch, padded staging, the library calls as
-# the executors issue them) and test_cuda_gpu itself; the kernels' indexing on the device is left to the GPU.
+# the executors issue them) and test_cuda_gpu itself; the kernels' indexing on the device is left to the GPU. With the
+# module's table (module_entry.cpp) and the fake NCCL: backend/nccl_group.h through the table's nccl_* entries and
+# NcclExecutor, ranks as threads (fakes/test_module_nccl_on_fakes.cpp).
 if(VITPIPE_CUDA_MODULE_BUILT)
   add_executable(test_cuda_backend_fakes ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/test_module_nccl_on_fakes.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/module_entry_on_fakes.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kernels.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp
@@ -153,6 +163,8 @@ if(VITPIPE_CUDA_MODULE_BUILT)
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/module_entry.cpp)
   target_include_directories(vit_gradient_probe_cuda_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS}
                              ${VITPIPE_CUDNN_INCLUDE_DIR} ${VITPIPE_NCCL_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
@@ -208,6 +220,8 @@ if(VITPIPE_CUDA_MODULE_BUILT)
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
+                 ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/module_entry.cpp)
   target_include_directories(train_probe_cuda_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR}
                              ${VITPIPE_NCCL_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)

@@ -61,6 +61,8 @@ class CudaBackend final : public Backend {
   // Makes this backend's GPU the calling thread's current device (every op through the module table does this
   // first: pipeline stages may call from threads of their own).
   void make_current();
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }  // every op's stream (the NCCL executor's compute stream)
 
   std::string name() const override { return "cuda"; }
   // Device memory on this backend's GPU (cudaMalloc: taken when stages and optimizers are built, not in a step).

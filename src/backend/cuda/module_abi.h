@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define VITPIPE_CUDA_MODULE_ABI_VERSION 4u
+#define VITPIPE_CUDA_MODULE_ABI_VERSION 5u
 #define VITPIPE_CUDA_MODULE_ENTRY "vitpipe_cuda_module"
 
 #ifdef __cplusplus
@@ -162,6 +162,43 @@ typedef struct VitpipeBackendCall {
   VitpipeOptimizerScalars optimizer;
 } VitpipeBackendCall;
 
+// ---- NCCL (ABI version 5): one communicator per rank, on its backend's GPU ----
+// A communicator is made from a unique id (nccl_unique_id on one rank, handed to the others by the caller, e.g. over
+// MPI) and runs groups of calls: the `count` calls of one nccl_run are issued between ncclGroupStart and
+// ncclGroupEnd. Buffers are DEVICE memory of the communicator's backend (backend_allocate; host memory for the
+// loopback table), counts are elements, and only f32 and bf16 move (VITPIPE_DTYPE_F32 / VITPIPE_DTYPE_BF16); every
+// reduction is a sum.
+#define VITPIPE_NCCL_UNIQUE_ID_BYTES 128
+
+enum {
+  VITPIPE_NCCL_SEND = 0,            // ncclSend(send, count, dtype, peer)
+  VITPIPE_NCCL_RECV = 1,            // ncclRecv(recv, count, dtype, peer)
+  VITPIPE_NCCL_ALL_REDUCE = 2,      // ncclAllReduce(send, recv, count, dtype, ncclSum); send == recv: in place
+  VITPIPE_NCCL_REDUCE = 3,          // ncclReduce(send, recv, count, dtype, ncclSum, root = peer)
+  VITPIPE_NCCL_BROADCAST = 4,       // ncclBroadcast(send, recv, count, dtype, root = peer)
+  VITPIPE_NCCL_REDUCE_SCATTER = 5,  // ncclReduceScatter(send, recv, count = per rank, dtype, ncclSum)
+};
+
+// The stream a call is issued on.
+enum {
+  // The communicator's own stream, which first waits for everything enqueued on the backend's stream before
+  // nccl_run (an event), so the call overlaps whatever the backend enqueues afterwards: gradient reduction beside
+  // the backward pass.
+  VITPIPE_NCCL_STREAM_COMMUNICATION = 0,
+  // The backend's stream itself, ordered with its kernels: the pipeline's activations and their gradients.
+  VITPIPE_NCCL_STREAM_BACKEND = 1,
+};
+
+typedef struct VitpipeNcclCall {
+  int32_t op;        // VITPIPE_NCCL_*
+  int32_t dtype;     // VITPIPE_DTYPE_F32 or VITPIPE_DTYPE_BF16
+  const void* send;  // device memory; null for a recv
+  void* recv;        // device memory; null for a send
+  size_t count;      // elements (reduce-scatter: per rank; send holds nranks x count)
+  int32_t peer;      // send / recv: the other rank; reduce / broadcast: the root; -1 otherwise
+  int32_t stream;    // VITPIPE_NCCL_STREAM_COMMUNICATION (0, what a zeroed call says) or VITPIPE_NCCL_STREAM_BACKEND
+} VitpipeNcclCall;
+
 typedef struct VitpipeCudaModule {
   uint32_t abi_version;    // first, at a fixed offset: the loader reads nothing else before checking it
   uint32_t struct_size;    // sizeof(VitpipeCudaModule) as the module was compiled
@@ -187,6 +224,27 @@ typedef struct VitpipeCudaModule {
   // optimizers are built, never inside a step. backend_free returns it (null is ignored).
   int (*backend_allocate)(void* backend, size_t bytes, void** memory, char* error, size_t error_size);
   void (*backend_free)(void* backend, void* memory);
+  // Since ABI version 5 (NCCL). Every int-returning entry gives 0 on success, else a message in `error` naming the
+  // NCCL or CUDA status (ncclGetErrorString / cudaGetErrorString).
+  // A fresh ncclUniqueId (ncclGetUniqueId), VITPIPE_NCCL_UNIQUE_ID_BYTES bytes, on one rank only.
+  int (*nccl_unique_id)(char out[VITPIPE_NCCL_UNIQUE_ID_BYTES], char* error, size_t error_size);
+  // Rank `rank` of `nranks` joins the communicator of `id` on `backend`'s GPU (ncclCommInitRank; blocks until every
+  // rank has joined), with a communication stream and events of its own: *comm set on success.
+  int (*nccl_comm_create)(void* backend, const char id[VITPIPE_NCCL_UNIQUE_ID_BYTES], int nranks, int rank, void** comm,
+                          char* error, size_t error_size);
+  // Waits for the communicator's outstanding work, then destroys it (null is ignored). Before backend_destroy.
+  void (*nccl_comm_destroy)(void* comm);
+  // Issues `count` calls as one group (ncclGroupStart ... ncclGroupEnd), each on the stream its `stream` field names.
+  // wait == 0: returns once enqueued; the buffers must stay untouched (and alive) until nccl_wait returns. wait != 0:
+  // returns when the group has finished (nccl_run then nccl_wait). Every rank issues the same collectives in the same
+  // order; a send meets its peer's recv in a group issued at the same point.
+  int (*nccl_run)(void* comm, const VitpipeNcclCall* calls, int count, int wait, char* error, size_t error_size);
+  // Blocks until every group nccl_run enqueued on `comm` has finished; after it, their results are visible to
+  // everything later enqueued on the backend's stream and to host copies. Reports an asynchronous NCCL failure
+  // (ncclCommGetAsyncError) rather than hanging on it.
+  int (*nccl_wait)(void* comm, char* error, size_t error_size);
+  // *done = 1 when every enqueued group has finished, 0 while some is still running; never blocks.
+  int (*nccl_query)(void* comm, int* done, char* error, size_t error_size);
 } VitpipeCudaModule;
 
 typedef const VitpipeCudaModule* (*VitpipeCudaModuleEntry)(void);

@@ -7,12 +7,16 @@
 #include <nccl.h>
 
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "backend/backend_call.h"
+#include "backend/cuda/calls/nccl_c_calls.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/module_abi.h"
+#include "backend/cuda/nccl_executor.h"
 
 namespace {
 
@@ -96,6 +100,94 @@ void backend_free(void* backend, void* memory) {
   static_cast<vitpipe::cuda::CudaBackend*>(backend)->free_bytes(memory);
 }
 
+// ---- NCCL (ABI version 5): a communicator is its backend and an executor on the backend's GPU ----
+static_assert(sizeof(ncclUniqueId) == VITPIPE_NCCL_UNIQUE_ID_BYTES, "ncclUniqueId crosses the table as 128 bytes");
+
+struct ModuleComm {
+  vitpipe::cuda::CudaBackend* backend;
+  std::unique_ptr<vitpipe::cuda::NcclExecutor> executor;
+};
+
+void report(const std::exception& e, char* error, size_t error_size) {
+  if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
+}
+
+int nccl_unique_id(char out[VITPIPE_NCCL_UNIQUE_ID_BYTES], char* error, size_t error_size) {
+  try {
+    const ncclUniqueId id = vitpipe::cuda::NcclExecutor::unique_id();
+    std::memcpy(out, id.internal, sizeof id.internal);
+    return 0;
+  } catch (const std::exception& e) {
+    report(e, error, error_size);
+    return 1;
+  }
+}
+
+int nccl_comm_create(void* backend, const char id[VITPIPE_NCCL_UNIQUE_ID_BYTES], int nranks, int rank, void** comm,
+                     char* error, size_t error_size) {
+  *comm = nullptr;
+  try {
+    auto& b = *static_cast<vitpipe::cuda::CudaBackend*>(backend);
+    b.make_current();
+    ncclUniqueId unique{};
+    std::memcpy(unique.internal, id, sizeof unique.internal);
+    *comm = new ModuleComm{&b, std::make_unique<vitpipe::cuda::NcclExecutor>(unique, nranks, rank, b.device())};
+    return 0;
+  } catch (const std::exception& e) {
+    report(e, error, error_size);
+    return 1;
+  }
+}
+
+void nccl_comm_destroy(void* comm) {
+  auto* c = static_cast<ModuleComm*>(comm);
+  if (c == nullptr) return;
+  try {
+    c->backend->make_current();
+  } catch (const std::exception&) {
+  }
+  delete c;
+}
+
+int nccl_wait(void* comm, char* error, size_t error_size) {
+  auto& c = *static_cast<ModuleComm*>(comm);
+  try {
+    c.backend->make_current();
+    c.executor->wait();
+    return 0;
+  } catch (const std::exception& e) {
+    report(e, error, error_size);
+    return 1;
+  }
+}
+
+int nccl_run(void* comm, const VitpipeNcclCall* calls, int count, int wait, char* error, size_t error_size) {
+  auto& c = *static_cast<ModuleComm*>(comm);
+  try {
+    const vitpipe::cuda::NcclGroup group = vitpipe::cuda::nccl_group_from_c(calls, count);
+    c.backend->make_current();
+    c.executor->enqueue(group, c.backend->stream());
+    if (wait != 0) c.executor->wait();
+    return 0;
+  } catch (const std::exception& e) {
+    report(e, error, error_size);
+    return 1;
+  }
+}
+
+int nccl_query(void* comm, int* done, char* error, size_t error_size) {
+  auto& c = *static_cast<ModuleComm*>(comm);
+  *done = 0;
+  try {
+    c.backend->make_current();
+    *done = c.executor->query() ? 1 : 0;
+    return 0;
+  } catch (const std::exception& e) {
+    report(e, error, error_size);
+    return 1;
+  }
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpipe_cuda_module(void) {
@@ -113,6 +205,12 @@ extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpi
       backend_synchronize,
       backend_allocate,
       backend_free,
+      nccl_unique_id,
+      nccl_comm_create,
+      nccl_comm_destroy,
+      nccl_run,
+      nccl_wait,
+      nccl_query,
   };
   return &module;
 }

@@ -36,6 +36,12 @@ const VitpipeCudaModule kModule = {FAKE_ABI_VERSION,
                                    nullptr,
                                    nullptr,
                                    nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
                                    nullptr};
 
 }  // namespace

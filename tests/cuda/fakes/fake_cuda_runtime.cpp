@@ -2,13 +2,37 @@
 // memory, streams that run everything at once (the host launchers of host_kernels.cpp are synchronous), and the
 // cuBLASLt and cuDNN handles the executors' fakes (tests/cuda/executors) do not create. With them CudaBackend runs
 // on the CPU: its shapes, pointers, scratch, staging and fallbacks are exercised, not the GPU's kernels.
+#include "fake_cuda_runtime.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
-#include <nccl.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace vitpipe::fake_cuda_runtime {
+namespace {
+std::mutex log_mutex;
+std::map<std::thread::id, std::vector<StreamEvent>> logs;
+}  // namespace
+
+void log_stream_event(const StreamEvent& e) {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  logs[std::this_thread::get_id()].push_back(e);
+}
+std::vector<StreamEvent> take_stream_events() {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  return std::exchange(logs[std::this_thread::get_id()], {});
+}
+}  // namespace vitpipe::fake_cuda_runtime
 
 extern "C" {
 
@@ -17,11 +41,30 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+// Each stream and event its own token (never dereferenced), so that the tests tell them apart.
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
-  static int token;
-  *stream = reinterpret_cast<cudaStream_t>(&token);
+  static std::atomic<intptr_t> next{1};
+  *stream = reinterpret_cast<cudaStream_t>(next++ * 16);
   return cudaSuccess;
 }
+// Events: everything has already run when it is enqueued, so every event has happened; each record and wait is
+// logged (fake_cuda_runtime.h) for the NCCL executor's tests.
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  static std::atomic<intptr_t> next{1};
+  *event = reinterpret_cast<cudaEvent_t>(next++ * 16 + 8);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  vitpipe::fake_cuda_runtime::log_stream_event({vitpipe::fake_cuda_runtime::StreamEvent::record, event, stream});
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  vitpipe::fake_cuda_runtime::log_stream_event({vitpipe::fake_cuda_runtime::StreamEvent::wait, event, stream});
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
@@ -84,7 +127,4 @@ size_t cublasLtGetVersion(void) { return 130100; }
 size_t cudnnGetVersion(void) { return 91900; }
 }
 
-extern "C" ncclResult_t ncclGetVersion(int* version) {
-  *version = 22809;
-  return ncclSuccess;
-}
+// ncclGetVersion: tests/cuda/executors/fake_nccl.cpp, with the rest of the fake NCCL.

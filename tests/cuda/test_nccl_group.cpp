@@ -1,0 +1,209 @@
+// backend/nccl_group.h over the loopback table (backend/cuda_module_loopback.h): ranks are threads of the local world
+// (parallel/local_communicator.h), each with its own module backend whose "device memory" is host memory the host
+// may not touch (Device::cuda tensors, filled and read through the backend's copies). The unique id travels over the
+// Communicator; all-reduce, reduce, broadcast and send/recv through the table's nccl_* entries give the exact sums
+// (in double, in rank order, rounded once) and copies; calls are asynchronous until wait(); host tensors, other
+// dtypes and other backends are refused. The same code on real NCCL: tests/cuda/gpu/test_nccl_gpu.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda_module_backend.h"
+#include "backend/cuda_module_loopback.h"
+#include "backend/nccl_group.h"
+#include "parallel/local_communicator.h"
+#include "util/random.h"
+
+using namespace vitpipe;
+
+namespace {
+
+std::unique_ptr<Backend> loopback() { return make_cuda_module_backend(cuda_module_loopback(), 0, false); }
+
+std::vector<float> values(int rank, int64_t n) {
+  Rng rng(1000 + static_cast<uint64_t>(rank));
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = static_cast<float>(rng.normal()) * 3.0f;
+  return v;
+}
+
+Tensor on_device(Backend& b, const std::vector<float>& v) {
+  Tensor host = Tensor::empty({static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), host.f32());
+  Tensor device = b.allocate(host.shape(), DType::f32);
+  b.copy_from_host(host, device);
+  return device;
+}
+
+std::vector<float> read_back(Backend& b, const Tensor& device) {
+  Tensor host = Tensor::empty(device.shape(), device.dtype());
+  b.copy_to_host(device, host);
+  return std::vector<float>(host.f32(), host.f32() + host.numel());
+}
+
+// The sum of every rank's values, in double in rank order, rounded once.
+std::vector<float> exact_sum(int ranks, int64_t n) {
+  std::vector<double> sum(static_cast<size_t>(n), 0.0);
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<float> v = values(r, n);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += v[i];
+  }
+  return std::vector<float>(sum.begin(), sum.end());
+}
+
+class NcclGroupOnLoopback : public ::testing::TestWithParam<int> {};
+
+TEST_P(NcclGroupOnLoopback, AllReducesDeviceTensorsToTheExactSum) {
+  const int ranks = GetParam();
+  const int64_t n = 10007;
+  const long long groups_before = cuda_module_loopback_nccl_groups();
+  run_local_ranks(ranks, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    NcclGroup nccl(*backend, comm);
+    EXPECT_EQ(nccl.rank(), comm.rank());
+    EXPECT_EQ(nccl.size(), ranks);
+    const Tensor g = on_device(*backend, values(comm.rank(), n));
+    ASSERT_EQ(g.device(), Device::cuda);
+    nccl.allreduce_sum(g);
+    nccl.wait();
+    EXPECT_TRUE(nccl.done());
+    EXPECT_EQ(read_back(*backend, g), exact_sum(ranks, n));
+  });
+  EXPECT_EQ(cuda_module_loopback_nccl_groups() - groups_before, ranks);
+}
+
+TEST_P(NcclGroupOnLoopback, ReducesToARootAndBroadcastsFromOne) {
+  const int ranks = GetParam();
+  const int64_t n = 513;
+  run_local_ranks(ranks, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    NcclGroup nccl(*backend, comm);
+    const int root = ranks - 1;
+    const Tensor g = on_device(*backend, values(comm.rank(), n));
+    nccl.reduce_sum(g, root);
+    nccl.wait();
+    EXPECT_EQ(read_back(*backend, g), comm.rank() == root ? exact_sum(ranks, n) : values(comm.rank(), n));
+    // bf16 broadcast from rank 0.
+    Tensor host = Tensor::empty({n}, DType::bf16);
+    for (int64_t i = 0; i < n; ++i) host.u16()[i] = static_cast<uint16_t>(comm.rank() * 1000 + i);
+    Tensor b = backend->allocate({n}, DType::bf16);
+    backend->copy_from_host(host, b);
+    nccl.broadcast(b, 0);
+    nccl.wait();
+    backend->copy_to_host(b, host);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(host.u16()[i], static_cast<uint16_t>(i));
+  });
+}
+
+TEST_P(NcclGroupOnLoopback, SendsAndReceivesAroundARingInOneGroup) {
+  const int ranks = GetParam();
+  const int64_t n = 300;
+  run_local_ranks(ranks, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    NcclGroup nccl(*backend, comm);
+    const int r = comm.rank(), next = (r + 1) % ranks, previous = (r + ranks - 1) % ranks;
+    const Tensor out = on_device(*backend, values(r, n));
+    const Tensor in = backend->allocate({n}, DType::f32);
+    nccl.begin_group();
+    nccl.send(out, next);
+    nccl.recv(in, previous);
+    nccl.end_group();
+    nccl.wait();
+    EXPECT_EQ(read_back(*backend, in), values(previous, n));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, NcclGroupOnLoopback, ::testing::Values(2, 3));
+
+TEST(NcclGroupOnLoopbackTwoRanks, PipelineStagesSendActivationsForwardAndGradientsBack) {
+  const int64_t n = 96;
+  run_local_ranks(2, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    NcclGroup nccl(*backend, comm);
+    const Tensor activations =
+        comm.rank() == 0 ? on_device(*backend, values(7, n)) : backend->allocate({n}, DType::f32);
+    const Tensor gradients = comm.rank() == 1 ? on_device(*backend, values(8, n)) : backend->allocate({n}, DType::f32);
+    if (comm.rank() == 0) {
+      nccl.send(activations, 1);
+      nccl.recv(gradients, 1);
+    } else {
+      nccl.recv(activations, 0);
+      nccl.send(gradients, 0);
+    }
+    nccl.wait();
+    EXPECT_EQ(read_back(*backend, activations), values(7, n));
+    EXPECT_EQ(read_back(*backend, gradients), values(8, n));
+  });
+}
+
+TEST(NcclGroupOnLoopbackTwoRanks, CallsReturnBeforeThePeerArrivesAndFinishAtWait) {
+  run_local_ranks(2, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    NcclGroup nccl(*backend, comm);
+    const Tensor g = on_device(*backend, values(comm.rank(), 64));
+    if (comm.rank() == 0) {
+      nccl.allreduce_sum(g);  // returns although rank 1 has not issued its all-reduce yet
+      EXPECT_FALSE(nccl.done());
+      comm.barrier();
+    } else {
+      comm.barrier();
+      nccl.allreduce_sum(g);
+    }
+    nccl.wait();
+    EXPECT_TRUE(nccl.done());
+    EXPECT_EQ(read_back(*backend, g), exact_sum(2, 64));
+  });
+}
+
+TEST(NcclGroupOnLoopbackTwoRanks, RanksThatDisagreeFailAtWait) {
+  run_local_ranks(2, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    NcclGroup nccl(*backend, comm);
+    const Tensor g = on_device(*backend, values(comm.rank(), 10 + comm.rank()));
+    nccl.allreduce_sum(g);
+    try {
+      nccl.wait();
+      ADD_FAILURE() << "a mismatched all-reduce finished";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("meets"), std::string::npos) << e.what();
+    }
+  });
+}
+
+TEST(NcclGroupOnLoopbackTwoRanks, RefusesHostTensorsOtherDtypesAndOtherBackends) {
+  run_local_ranks(2, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    NcclGroup nccl(*backend, comm);
+    const Tensor host = Tensor::zeros({4});
+    for (auto call :
+         {+[](NcclGroup&g, const Tensor&t) { g.allreduce_sum(t); },
+          +[](NcclGroup&g, const Tensor&t) { g.reduce_sum(t, 0); },
+          +[](NcclGroup&g, const Tensor&t) { g.broadcast(t, 0); }, +[](NcclGroup&g, const Tensor&t) { g.send(t, 1); },
+          +[](NcclGroup&g, const Tensor&t) { g.recv(t, 1); }}) {
+      try {
+        call(nccl, host);
+        ADD_FAILURE() << "a host tensor was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("a host tensor"), std::string::npos) << e.what();
+      }
+    }
+    const Tensor bf16 = backend->allocate({4}, DType::bf16);
+    EXPECT_THROW(nccl.allreduce_sum(bf16), Error);
+    EXPECT_THROW(nccl.send(backend->allocate({4}, DType::f32), 2), Error);  // no rank 2
+    EXPECT_TRUE(nccl.done());                                               // nothing was issued
+    // The CPU backend has no NCCL: refused before any collective, on every rank alike.
+    std::unique_ptr<Backend> cpu = make_cpu_backend();
+    try {
+      NcclGroup refused(*cpu, comm);
+      ADD_FAILURE() << "NCCL on the CPU backend";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("needs the CUDA module's backend"), std::string::npos) << e.what();
+    }
+  });
+}
+
+}  // namespace
