@@ -13,8 +13,8 @@
 // two ranks sending to each other at once must group their send with their recv.
 //
 // Tested on the CPU with the loopback table (ranks as threads over host memory, tests/cuda/test_nccl_group.cpp); the
-// real module's side runs on a GPU in tests/cuda/gpu/test_nccl_gpu.cpp. NOT YET WIRED into the trainer (the gradient
-// buckets still reduce through host mirrors over MPI).
+// real module's side runs on a GPU in tests/cuda/gpu/test_nccl_gpu.cpp. The gradient buckets reduce through it
+// (parallel/gradient_buckets.h) when the trainer runs on a GPU (--device cuda).
 #pragma once
 
 #include <memory>
@@ -23,11 +23,12 @@
 #include "backend/backend.h"
 #include "backend/cuda/module_abi.h"
 #include "parallel/communicator.h"
+#include "parallel/device_reducer.h"
 #include "tensor/tensor.h"
 
 namespace vitpipe {
 
-class NcclGroup {
+class NcclGroup final : public DeviceReducer {
  public:
   // Collective over `comm`: every member calls it with its own backend (one made by make_cuda_module_backend, on the
   // member's GPU). Rank 0 asks the module for a unique id, `comm` broadcasts it, and each member joins as comm.rank()
@@ -42,9 +43,9 @@ class NcclGroup {
   int size() const { return size_; }
 
   // Sums an f32 device tensor in place across every rank (ncclAllReduce).
-  void allreduce_sum(const Tensor& device_f32);
+  void allreduce_sum(const Tensor& device_f32) override;
   // Sums an f32 device tensor into the root's, in place (ncclReduce); the others' are left as they were.
-  void reduce_sum(const Tensor& device_f32, int root);
+  void reduce_sum(const Tensor& device_f32, int root) override;
   // Copies the root's f32 or bf16 device tensor into every rank's (ncclBroadcast).
   void broadcast(const Tensor& device, int root);
   // Sends an f32 or bf16 device tensor to `peer`, whose recv takes the same element count and type.
@@ -57,9 +58,9 @@ class NcclGroup {
 
   // Blocks until everything issued has finished. Throws vitpipe::Error with the module's message (a mismatched
   // call, an asynchronous NCCL failure).
-  void wait();
+  void wait() override;
   // True when everything issued has finished; never blocks.
-  bool done();
+  bool done() override;
 
  private:
   void issue(const VitpipeNcclCall& call);

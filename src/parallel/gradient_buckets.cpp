@@ -89,10 +89,13 @@ GradientBuckets::GradientBuckets(std::vector<FlatParameters> gradients, Communic
   flights_.resize(buckets_.size());
   VP_REQUIRE(options_.backends.empty() || options_.backends.size() == gradients_.size(),
              "gradient buckets: ", options_.backends.size(), " backends for ", gradients_.size(), " gradient ranges");
+  VP_REQUIRE(options_.nccl.empty() || options_.nccl.size() == gradients_.size(),
+             "gradient buckets: ", options_.nccl.size(), " NCCL groups for ", gradients_.size(), " gradient ranges");
   host_.resize(gradients_.size());
   for (size_t c = 0; c < options_.backends.size(); ++c) {
     Backend* backend = options_.backends[c];
-    if (backend != nullptr && !backend->host_accessible() && group_ && group_->size() > 1) {
+    if (backend != nullptr && !backend->host_accessible() && group_ && group_->size() > 1 &&
+        nccl(static_cast<int>(c)) == nullptr) {
       host_[c].resize(static_cast<size_t>(gradients_[c].numel()));  // taken once, reused every step
     }
   }
@@ -133,7 +136,16 @@ void GradientBuckets::launch(size_t b) {
   flight.launch_ns = wall_ns();
   if (first_launch_ns_ < 0) first_launch_ns_ = flight.launch_ns;
   const GradientBucket& bucket = buckets_[b];
-  if (group_ && group_->size() > 1) {
+  if (DeviceReducer* on_gpus = nccl(bucket.chunk); on_gpus != nullptr && group_ && group_->size() > 1) {
+    // Enqueued after the backward kernels the backend already has; the host does not wait here.
+    const Tensor slice = gradients_[static_cast<size_t>(bucket.chunk)].flat().slice(bucket.begin, bucket.end);
+    if (bucket.owner < 0) {
+      on_gpus->allreduce_sum(slice);
+    } else {
+      on_gpus->reduce_sum(slice, bucket.owner);
+    }
+    blocked_ns_ += wall_ns() - flight.launch_ns;
+  } else if (group_ && group_->size() > 1) {
     if (mirrored(bucket.chunk)) {
       options_.backends[static_cast<size_t>(bucket.chunk)]->copy_to_host(
           gradients_[static_cast<size_t>(bucket.chunk)].flat().slice(bucket.begin, bucket.end),
@@ -160,10 +172,28 @@ void GradientBuckets::complete(size_t b, int64_t now_ns) {
   }
 }
 
+bool GradientBuckets::any_nccl_in_flight() const {
+  for (size_t b = 0; b < flights_.size(); ++b) {
+    if (flights_[b].launched && !flights_[b].completed && nccl(buckets_[b].chunk) != nullptr) return true;
+  }
+  return false;
+}
+
 void GradientBuckets::poll() {
+  // NCCL's buckets finish together: the groups say when all they were given is done.
+  if (any_nccl_in_flight()) {
+    const int64_t start = wall_ns();
+    bool all_done = true;
+    for (DeviceReducer* group : options_.nccl) all_done = all_done && (group == nullptr || group->done());
+    const int64_t end = wall_ns();
+    blocked_ns_ += end - start;
+    for (size_t b = 0; b < flights_.size() && all_done; ++b) {
+      if (flights_[b].launched && !flights_[b].completed && nccl(buckets_[b].chunk) != nullptr) complete(b, end);
+    }
+  }
   for (size_t b = 0; b < flights_.size(); ++b) {
     Flight& flight = flights_[b];
-    if (!flight.launched || flight.completed) continue;
+    if (!flight.launched || flight.completed || nccl(buckets_[b].chunk) != nullptr) continue;
     // MPI moves the reduction inside this call (a test can copy and add megabytes): time not hidden behind compute.
     const int64_t start = wall_ns();
     const bool done = flight.request.test();
@@ -191,6 +221,17 @@ void GradientBuckets::finish() {
   // of several rounds (vitpipe's ring) posts its next round only when tested, so waiting for one bucket would leave
   // the others' next rounds unposted and the link half idle. The deadline counts from the last bucket completed.
   const int64_t wait_start = wall_ns();
+  if (any_nccl_in_flight()) {
+    BlockingCommunication blocked(
+        concat("the NCCL gradient reduction among the ", group_->size(), " replicas of this stage"));
+    for (DeviceReducer* group : options_.nccl) {
+      if (group != nullptr) group->wait();
+    }
+    const int64_t now = wall_ns();
+    for (size_t b = 0; b < flights_.size(); ++b) {
+      if (flights_[b].launched && !flights_[b].completed && nccl(buckets_[b].chunk) != nullptr) complete(b, now);
+    }
+  }
   for (;;) {
     size_t pending = 0;
     for (const Flight& flight : flights_) pending += flight.launched && !flight.completed ? 1 : 0;
@@ -202,7 +243,9 @@ void GradientBuckets::finish() {
     while (!progressed) {
       for (size_t b = 0; b < flights_.size(); ++b) {
         Flight& flight = flights_[b];
-        if (!flight.launched || flight.completed || !flight.request.test()) continue;
+        if (!flight.launched || flight.completed || nccl(buckets_[b].chunk) != nullptr || !flight.request.test()) {
+          continue;
+        }
         complete(b, wall_ns());
         progressed = true;
       }

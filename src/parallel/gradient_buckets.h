@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "model/parameter_layout.h"
 #include "parallel/communicator.h"
+#include "parallel/device_reducer.h"
 #include "parallel/optimizer_shards.h"
 
 namespace vitpipe {
@@ -36,6 +37,12 @@ struct GradientBucketOptions {
   // host's (a GPU), each bucket goes device -> host mirror before its reduction and back after it (MPI only ever
   // sees host memory), and a step without a reduction scales on the device.
   std::vector<Backend*> backends = {};
+  // Per gradient range (chunk), an NCCL group (a DeviceReducer) over the same replicas as `group` on that chunk's
+  // backend, or empty:
+  // then each bucket is reduced on the GPUs (ncclAllReduce, or ncclReduce to its owner when sharded) on the
+  // communicator's stream, after the backward kernels already enqueued, with no host copy; its completion is known for
+  // all buckets in flight together (NcclGroup::done / wait). No mirrors are taken for such a chunk.
+  std::vector<DeviceReducer*> nccl = {};
 };
 
 struct GradientBucket {
@@ -98,6 +105,10 @@ class GradientBuckets {
   void complete(size_t bucket, int64_t now_ns);
 
   bool mirrored(int chunk) const { return !host_[static_cast<size_t>(chunk)].empty(); }
+  DeviceReducer* nccl(int chunk) const {
+    return options_.nccl.empty() ? nullptr : options_.nccl[static_cast<size_t>(chunk)];
+  }
+  bool any_nccl_in_flight() const;
   float* host_data(int chunk);  // the chunk's gradients as the host reduces them: the mirror, or the buffer itself
 
   std::vector<FlatParameters> gradients_;

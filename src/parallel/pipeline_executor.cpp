@@ -72,6 +72,12 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
     params.push_back(chunk->parameters());
     bucket_options.backends.push_back(&chunk->backend());
   }
+  if (options_.nccl_gradients && data_parallel_group_->size() > 1) {
+    for (ViTStage* chunk : chunks_) {
+      nccl_groups_.push_back(std::make_unique<NcclGroup>(chunk->backend(), *data_parallel_group_));
+      bucket_options.nccl.push_back(nccl_groups_.back().get());
+    }
+  }
   if (sharded()) {
     for (ViTStage* chunk : chunks_) {
       VP_REQUIRE(chunk->backend().host_accessible(), "--shard-optimizer is not supported on the ",

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/nccl_group.h"
 #include "model/vit_stage.h"
 #include "parallel/communication_stats.h"
 #include "parallel/communicator.h"
@@ -65,6 +66,10 @@ struct ExecutorOptions {
   // --shard-optimizer: per chunk, every replica's shard of its range (optimizer_shards.h), by data-parallel rank.
   // Gradients are then reduce-scattered to the owners, and start_parameter_gather() all-gathers the parameters.
   std::vector<std::vector<ElementRange>> shards;
+  // The replicas' gradients reduced by NCCL on the GPUs (an NcclGroup per chunk over the data-parallel group, made
+  // here, collectively) instead of through host mirrors over MPI. Only for chunks on the CUDA module's backend on a
+  // real GPU (backend/nccl_group.h refuses any other); the trainer sets it for --device cuda.
+  bool nccl_gradients = false;
 };
 
 // Activation slots a stage needs for this schedule (the most micro-batches it holds at once; 1F1B: <= stages).
@@ -112,6 +117,7 @@ class PipelineExecutor {
   std::vector<ViTStage*> chunks_;
   ExecutorOptions options_;
   TraceRecorder* trace_;
+  std::vector<std::unique_ptr<NcclGroup>> nccl_groups_;  // before buckets_: they outlive the buckets using them
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<ParameterGather> gather_;
 };
