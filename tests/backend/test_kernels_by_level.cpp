@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -347,6 +348,31 @@ TEST_P(KernelsAtLevel, AttentionWithHeadDimension64And32) {
   check_attention(be(), 2, 197, 192, 3);
   check_attention(be(), 1, 50, 64, 2);
   check_attention(be(), 1, 16, 128, 2);
+}
+
+// The shapes the tile kernels (kernels/attention_tiles.cpp, bf16 heads of a multiple of 64 up to 320 tokens) treat
+// at their edges: one token, a tail of 1 past a 32-token step, 257 (DINOv2 at 224 px), exactly 320, and 128-wide
+// heads (two groups of 4 result tiles). At other levels and in fp32 the same shapes check the oneDNN path.
+TEST_P(KernelsAtLevel, TileAttentionEdges) {
+  check_attention(be(), 2, 1, 64, 1);
+  check_attention(be(), 1, 33, 128, 2);
+  check_attention(be(), 1, 257, 128, 2);
+  check_attention(be(), 1, 320, 64, 1);
+  check_attention(be(), 1, 40, 256, 2);
+}
+
+// Which tile unit runs bf16 attention: the emulation when VITPIPE_ATTENTION_TILES=emulated (the test
+// backend.tile_attention_emulated sets it), AMX at the amx level, none elsewhere.
+TEST_P(KernelsAtLevel, TileAttentionUnitNamed) {
+  const char* requested = std::getenv("VITPIPE_ATTENTION_TILES");
+  const std::string name = be().name();
+  if (requested && std::string(requested) == "emulated") {
+    EXPECT_NE(name.find("emulated tile attention"), std::string::npos) << name;
+  } else if (!requested && GetParam() == CpuLevel::amx) {
+    EXPECT_NE(name.find("AMX tile attention"), std::string::npos) << name;
+  } else {
+    EXPECT_EQ(name.find("tile attention"), std::string::npos) << name;
+  }
 }
 
 TEST_P(KernelsAtLevel, EmbeddingsForwardAndBackward) {

@@ -4,6 +4,9 @@ set(confinement_flags)
 if(VITPIPE_HAS_AVX512_LEVELS)
   set(confinement_flags --expect-avx512)
 endif()
+if("amx" IN_LIST VITPIPE_CPU_LEVELS)
+  list(APPEND confinement_flags --expect-amx)
+endif()
 add_test(NAME backend.isa_confinement
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_isa_confinement.py $<TARGET_FILE:vitpipe>
                  ${confinement_flags})
@@ -15,3 +18,11 @@ set_tests_properties(backend.isa_confinement backend.emulated_cpus PROPERTIES EN
 add_test(NAME backend.bench_operations
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_bench_operations.py)
 set_tests_properties(backend.bench_operations PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS backend)
+
+# The tile attention (kernels/attention_tiles.cpp) on the emulated tile unit at every level this CPU runs: the
+# kernels' packing, padding and transposed products against the float64 reference, on any CPU. On an AMX CPU the
+# plain runs of the same tests at the amx level run them on AMX itself.
+add_test(NAME backend.tile_attention_emulated
+         COMMAND test_backend --gtest_filter=*Attention*:*TileAttention*)
+set_tests_properties(backend.tile_attention_emulated PROPERTIES
+                     ENVIRONMENT "${VITPIPE_TEST_ENV};VITPIPE_ATTENTION_TILES=emulated" LABELS backend)

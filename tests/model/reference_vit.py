@@ -42,6 +42,10 @@ CASES = {
                                     "--patch", "8", "--labels", "4", "--batch", "4", "--micro-batch", "2",
                                     "--stages", "2", "--split-backward", "--problem", "single",
                                     "--precision", "bf16"], 3e-2),
+    # 64-wide heads (ViT's), which the tile attention takes in bf16 (kernels/attention_tiles.cpp; run emulated too).
+    "bf16-head-64": (["--hidden", "64", "--heads", "1", "--layers", "2", "--mlp", "128", "--image", "48", "--patch", "8",
+                      "--labels", "14", "--batch", "3", "--precision", "bf16"],
+                     3e-2),
     "bf16-stages-recompute-single": (["--hidden", "48", "--heads", "3", "--layers", "3", "--mlp", "96", "--image", "24",
                                       "--patch", "8", "--labels", "4", "--batch", "4", "--micro-batch", "2",
                                       "--stages", "3", "--recompute", "--problem", "single", "--precision", "bf16"],

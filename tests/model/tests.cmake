@@ -11,7 +11,7 @@ target_link_libraries(train_seam_probe PRIVATE vitpipe_library CLI11::CLI11)
 set_target_properties(train_seam_probe PROPERTIES ENABLE_EXPORTS ON)
 foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-one-channel-big-patch fp32-stages-and-accumulation
         fp32-recompute-head-only-stage fp32-vit-micro-shape bf16-basic bf16-stages-recompute-single
-        fp32-split-backward-stages bf16-split-backward-single)
+        fp32-split-backward-stages bf16-split-backward-single bf16-head-64)
   add_test(NAME golden_vit.${case}
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/reference_vit.py
                    --probe $<TARGET_FILE:vit_gradient_probe> --case ${case})
@@ -26,6 +26,13 @@ foreach(case fp32-basic fp32-no-qkv-bias-single-label fp32-one-channel-big-patch
                          SKIP_RETURN_CODE 77)
   endforeach()
 endforeach()
+
+# The bf16 model with 64-wide heads through the tile attention on the emulated tile unit (kernels/tile_ops.h).
+add_test(NAME golden_vit.bf16-head-64.tiles-emulated
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/reference_vit.py
+                 --probe $<TARGET_FILE:vit_gradient_probe> --case bf16-head-64)
+set_tests_properties(golden_vit.bf16-head-64.tiles-emulated PROPERTIES
+                     ENVIRONMENT "${VITPIPE_TEST_ENV};VITPIPE_ATTENTION_TILES=emulated" LABELS model)
 
 # The same golden checks with every tensor the backend is handed closed to the host between its calls
 # (tools/seam_backend.h): the numbers must not change, and the probe reports what touched the closed pages.

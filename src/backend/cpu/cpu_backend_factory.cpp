@@ -14,6 +14,9 @@ VITPIPE_DECLARE_LEVEL(avx512)
 #ifdef VITPIPE_HAVE_CPU_LEVEL_avx512_bf16
 VITPIPE_DECLARE_LEVEL(avx512_bf16)
 #endif
+#ifdef VITPIPE_HAVE_CPU_LEVEL_amx
+VITPIPE_DECLARE_LEVEL(amx)
+#endif
 
 namespace vitpipe::cpu {
 
@@ -30,8 +33,11 @@ std::unique_ptr<Backend> make_cpu_backend_at(CpuLevel level) {
 #endif
 #ifdef VITPIPE_HAVE_CPU_LEVEL_avx512_bf16
     case CpuLevel::avx512_bf16:
-    case CpuLevel::amx:
       return avx512_bf16::make_backend(level);
+#endif
+#ifdef VITPIPE_HAVE_CPU_LEVEL_amx
+    case CpuLevel::amx:
+      return amx::make_backend(level);
 #endif
     default:
       fail("this build has no ", cpu_level_name(level), " kernels");

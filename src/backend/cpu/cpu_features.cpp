@@ -5,6 +5,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace vitpipe::cpu {
@@ -28,6 +30,13 @@ uint64_t xgetbv0() {
 }
 
 bool bit(unsigned value, int index) { return (value >> index) & 1u; }
+
+// Linux (5.16 on) hands out AMX's 8 KiB tile data state only on request, per process; glibc has no wrapper.
+bool request_amx_tile_state() {
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
 
 std::string brand_string() {
   if (cpuid(0x80000000).eax < 0x80000004) return "unknown x86-64 CPU";
@@ -70,6 +79,7 @@ CpuFeatures detect() {
     f.amx_tile = bit(l7.edx, 24);
     if (l7.eax >= 1) f.avx512_bf16 = bit(cpuid(7, 1).eax, 5);
   }
+  if (f.os_amx && f.amx_tile) f.amx_permitted = request_amx_tile_state();
   return f;
 }
 #else

@@ -15,6 +15,9 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool amx_tile = false, amx_bf16 = false;
   bool os_amx = false;  // XCR0: tile configuration and tile data
+  // Linux granted this process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once at detection when the
+  // CPU and XCR0 have AMX): without it the first tile instruction dies of SIGILL.
+  bool amx_permitted = false;
 };
 
 const CpuFeatures& cpu_features();  // detected on first call

@@ -24,7 +24,7 @@ bool supports(const CpuFeatures& f, CpuLevel level) {
     case CpuLevel::avx512_bf16:
       return avx512 && f.avx512_bf16;
     case CpuLevel::amx:
-      return avx512 && f.avx512_bf16 && f.os_amx && f.amx_tile && f.amx_bf16;
+      return avx512 && f.avx512_bf16 && f.os_amx && f.amx_tile && f.amx_bf16 && f.amx_permitted;
   }
   return false;
 }
@@ -107,8 +107,13 @@ bool cpu_level_compiled(CpuLevel level) {
       return false;
 #endif
     case CpuLevel::avx512_bf16:
-    case CpuLevel::amx:  // runs the avx512_bf16 kernels
 #ifdef VITPIPE_HAVE_CPU_LEVEL_avx512_bf16
+      return true;
+#else
+      return false;
+#endif
+    case CpuLevel::amx:
+#ifdef VITPIPE_HAVE_CPU_LEVEL_amx
       return true;
 #else
       return false;

@@ -13,7 +13,7 @@ enum class CpuLevel : int {
   avx2 = 0,         // x86-64-v3: AVX2, FMA, F16C (the build's baseline)
   avx512 = 1,       // + AVX-512 F/BW/VL/DQ/CD
   avx512_bf16 = 2,  // + AVX512_BF16 (bf16 dot products and conversions in hardware)
-  amx = 3,          // + AMX-BF16 tiles (used by oneDNN's GEMMs; vitpipe's kernels are avx512_bf16's)
+  amx = 3,          // + AMX-BF16 tiles (oneDNN's GEMMs and vitpipe's tile attention)
 };
 constexpr int kCpuLevelCount = 4;
 

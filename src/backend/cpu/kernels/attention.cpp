@@ -6,12 +6,14 @@
 // head is one tile (ViT at 224 px: 197 tokens, a 155 KB score block), so the online rescaling costs nothing there;
 // beyond (DINOv2 at 518 px: 1,370 tokens) tiles of kQueryTile x kKeyBlock bound the scratch (192 x 384 measured
 // fastest of 64 x 256 to 256 x 512 there, 2 cores of a Zen 5). The tile products run on oneDNN primitives prepared
-// once per tile shape and executed on the calling thread.
+// once per tile shape and executed on the calling thread; at the amx level, bf16 heads the tile kernels take run on
+// AMX itself (attention_tiles.h).
 #include <array>
 #include <cmath>
 #include <cstring>
 
 #include "backend/cpu/kernels/attention_dims.h"
+#include "backend/cpu/kernels/attention_tiles.h"
 #include "backend/cpu/kernels/cpu_backend.h"
 #include "backend/cpu/kernels/vector_math.h"
 #include "util/error.h"
@@ -142,6 +144,9 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tenso
   VP_REQUIRE(out.numel() == a.batch * T * D && out.dtype() == qkv.dtype(),
              "attention_forward: out must be [B, T, D] of the qkv dtype");
   const DType type = qkv.dtype();
+  if (tile_unit() != TileUnit::none && tile_attention_takes(type, T, hd)) {
+    return tile_attention_forward(tile_unit(), a, qkv.u16(), lse.f32(), out.u16(), attention_scratch_);
+  }
   const size_t es = element_size(type);
   const TileGrid g = tile_grid(T);
   const int64_t ld = g.cols;
@@ -310,6 +315,13 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   VP_REQUIRE(lse.numel() == a.batch * heads * T && lse.dtype() == DType::f32,
              "attention_backward: lse must be [B, H, T] f32");
   VP_REQUIRE(grad_qkv.numel() == qkv.numel(), "attention_backward: grad_qkv must be [B, T, 3D]");
+  if (tile_unit() != TileUnit::none && tile_attention_takes(type, T, hd)) {
+    if (grad_qkv_bias) partials_.reset(omp_get_max_threads(), 3 * D);
+    tile_attention_backward(tile_unit(), a, grad_out.u16(), qkv.u16(), out.u16(), lse.f32(), grad_qkv.raw(),
+                            grad_qkv.dtype(), grad_qkv_bias ? &partials_ : nullptr, attention_scratch_);
+    if (grad_qkv_bias) partials_.add_into(grad_qkv_bias->f32(), 3 * D);
+    return;
+  }
   const size_t es = element_size(type);
   const TileGrid g = tile_grid(T);
   const int64_t ld = g.cols;

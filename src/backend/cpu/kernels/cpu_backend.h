@@ -1,7 +1,7 @@
 // The CPU backend: oneDNN for every GEMM, OpenMP + vectorised loops for the rest. One instance per thread of
 // execution (a pipeline stage): it caches primitives and scratch memory and is not thread-safe itself.
 // This class is compiled once per CPU level (every file under kernels/, CMakeLists.txt), each copy in its own
-// namespace (VITPIPE_CPU_LEVEL_NS = avx2, avx512, avx512_bf16): its vtable is the level's kernel table, and
+// namespace (VITPIPE_CPU_LEVEL_NS = avx2, avx512, avx512_bf16, amx): its vtable is the level's kernel table, and
 // make_cpu_backend() picks one at run time.
 #pragma once
 
@@ -108,7 +108,7 @@ class CpuBackend final : public Backend {
   std::vector<float> attention_scratch_;
 };
 
-// This level's backend; `level` is what it reports (amx runs the avx512_bf16 kernels).
+// This level's backend; `level` is what it reports.
 std::unique_ptr<Backend> make_backend(CpuLevel level);
 
 }  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

@@ -14,11 +14,14 @@
 
 #define VITPIPE_LEVEL_AVX512 (VITPIPE_CPU_LEVEL_ID >= 1)
 #define VITPIPE_LEVEL_AVX512_BF16 (VITPIPE_CPU_LEVEL_ID >= 2)
+#define VITPIPE_LEVEL_AMX (VITPIPE_CPU_LEVEL_ID >= 3)
 
 #if VITPIPE_CPU_LEVEL_ID == 1
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512cd")
 #elif VITPIPE_CPU_LEVEL_ID == 2
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512cd,avx512bf16")
+#elif VITPIPE_CPU_LEVEL_ID == 3
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512cd,avx512bf16,amx-tile,amx-bf16")
 #endif
 
 #include "backend/cpu/kernels/simd_avx512.h"
