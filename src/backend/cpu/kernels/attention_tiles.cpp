@@ -87,17 +87,52 @@ void pack_rows(const uint16_t* x, int64_t ld, int64_t tokens, int64_t hd, int64_
 
 // Transposed: dst[e, t] (A operand of a product over tokens: Q^T, dO^T), rows tp apart.
 void pack_transposed(const uint16_t* x, int64_t ld, int64_t tokens, int64_t hd, int64_t tp, uint16_t* dst) {
+#ifdef VITPIPE_AVX512
+  // 16 tokens at a time: gather each token's pair (x[t, 2p], x[t, 2p + 1]) as 32 bits, then split the halves.
+  const auto* pairs = reinterpret_cast<const int*>(x);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (int64_t t0 = 0; t0 < tp; t0 += 16) {
+    const __mmask16 real = t0 < tokens ? simd::tail_mask(tokens - t0) : __mmask16{0};
+    const __m512i rows = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(t0))),
+                                            _mm512_set1_epi32(static_cast<int>(ld / 2)));
+    for (int64_t p = 0; p < hd / 2; ++p) {
+      const __m512i both = _mm512_mask_i32gather_epi32(
+          _mm512_setzero_si512(), real, _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(p))), pairs, 4);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * p * tp + t0), _mm512_cvtepi32_epi16(both));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (2 * p + 1) * tp + t0),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(both, 16)));
+    }
+  }
+#else
   for (int64_t e = 0; e < hd; ++e) {
     uint16_t* row = dst + e * tp;
     for (int64_t t = 0; t < tokens; ++t) row[t] = x[t * ld + e];
     std::fill(row + tokens, row + tp, uint16_t{0});
   }
+#endif
 }
 
 // B = x^T for a product over the head dimension (Q K^T, dO V^T): tile (c, kt) row k holds, for the 16 tokens
 // kt*16 + n, the pair x[t, 32c + 2k], x[t, 32c + 2k + 1]: a 16 x 16 transpose of 32-bit pairs.
 void pack_transposed_pairs(const uint16_t* x, int64_t ld, int64_t tokens, int64_t hd, int64_t tp, uint16_t* dst) {
   const int64_t token_tiles = tp / 16;
+#ifdef VITPIPE_AVX512
+  const auto* pairs = reinterpret_cast<const int*>(x);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (int64_t kt = 0; kt < token_tiles; ++kt) {
+    const int64_t t0 = kt * 16;
+    const __mmask16 real = t0 < tokens ? simd::tail_mask(tokens - t0) : __mmask16{0};
+    const __m512i rows = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(t0))),
+                                            _mm512_set1_epi32(static_cast<int>(ld / 2)));
+    for (int64_t c = 0; c < hd / kPair; ++c) {
+      uint16_t* tile = dst + (c * token_tiles + kt) * kPackedTile;
+      for (int64_t k = 0; k < 16; ++k) {
+        const __m512i index = _mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(c * 16 + k)));
+        _mm512_storeu_si512(tile + k * 32, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), real, index, pairs, 4));
+      }
+    }
+  }
+#else
   for (int64_t c = 0; c < hd / kPair; ++c) {
     for (int64_t kt = 0; kt < token_tiles; ++kt) {
       uint16_t* tile = dst + (c * token_tiles + kt) * kPackedTile;
@@ -111,6 +146,7 @@ void pack_transposed_pairs(const uint16_t* x, int64_t ld, int64_t tokens, int64_
       }
     }
   }
+#endif
 }
 
 // B = x for a product over tokens (P V, dS K): tile (kc, nt) row k holds, for the 16 columns nt*16 + n, the pair
@@ -121,12 +157,20 @@ void pack_row_pairs(const uint16_t* x, int64_t ld, int64_t tokens, int64_t hd, i
     for (int64_t nt = 0; nt < col_tiles; ++nt) {
       uint16_t* tile = dst + (kc * col_tiles + nt) * kPackedTile;
       for (int64_t k = 0; k < 16; ++k) {
+        const int64_t t = kc * kPair + 2 * k;
+#ifdef VITPIPE_AVX512
+        const auto row = [&](int64_t u) {
+          return u < tokens ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + u * ld + nt * 16))
+                            : _mm256_setzero_si256();
+        };
+        _mm512_storeu_si512(tile + k * 32, simd::interleave_pairs(row(t), row(t + 1)));
+#else
         for (int64_t x_row = 0; x_row < 2; ++x_row) {
-          const int64_t t = kc * kPair + 2 * k + x_row;
           for (int64_t n = 0; n < 16; ++n) {
-            tile[k * 32 + 2 * n + x_row] = t < tokens ? x[t * ld + nt * 16 + n] : uint16_t{0};
+            tile[k * 32 + 2 * n + x_row] = t + x_row < tokens ? x[(t + x_row) * ld + nt * 16 + n] : uint16_t{0};
           }
         }
+#endif
       }
     }
   }
@@ -166,6 +210,80 @@ float* thread_scratch(std::vector<float>& scratch, int64_t per_thread) {
   return reinterpret_cast<float*>((base + 63) / 64 * 64);
 }
 
+// One query row: p[j] = exp(scale s[j] - scale max s) for the tokens (bf16), 0 up to tp; returns the sum and writes
+// the log-sum-exp of the scaled scores.
+float softmax_row(const float* s, int64_t tokens, int64_t tp, float scale, uint16_t* p, float* lse) {
+#ifdef VITPIPE_AVX512
+  using namespace simd;
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < tokens; j += 16) {
+    vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(tokens - j), s + j));
+  }
+  const float shift = reduce_max(vmax) * scale;
+  const __m512 vshift = _mm512_set1_ps(shift), vscale = _mm512_set1_ps(scale);
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < tp; j += 16) {
+    const __mmask16 real = j < tokens ? tail_mask(tokens - j) : __mmask16{0};
+    const __m512 e = _mm512_maskz_mov_ps(real, exp_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vscale, vshift)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), bf16_bits(e));
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  const float sum = reduce_add(vsum);
+#else
+  float max = s[0];
+#pragma omp simd reduction(max : max)
+  for (int64_t j = 0; j < tokens; ++j) max = s[j] > max ? s[j] : max;
+  const float shift = max * scale;
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < tokens; ++j) {
+    const float e = exp_approx(s[j] * scale - shift);
+    store(p + j, e);
+    sum += e;
+  }
+  std::fill(p + tokens, p + tp, uint16_t{0});
+#endif
+  *lse = shift + std::log(sum);
+  return sum;
+}
+
+// Rows 2k and 2k + 1 of a 32-query block: P = exp(scale S - lse) and dS = P (dP - D) scale over the tokens (0 past
+// them, and for query rows past them: `real_*` false), dS row-major into ds_rows, P and dS in the pair layout.
+void softmax_backward_row_pair(const float* s, const float* dp, int64_t tokens, int64_t tp, float scale,
+                               const float shift[2], const float dot[2], const bool real[2], uint16_t* ds_rows,
+                               uint16_t* p_pair_row, uint16_t* ds_pair_row) {
+#ifdef VITPIPE_AVX512
+  using namespace simd;
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 p_row[2], ds_row[2];
+  for (int64_t j = 0; j < tp; j += 16) {
+    const __mmask16 cols = j < tokens ? tail_mask(tokens - j) : __mmask16{0};
+    for (int i = 0; i < 2; ++i) {
+      const __mmask16 m = real[i] ? cols : __mmask16{0};
+      p_row[i] = _mm512_maskz_mov_ps(
+          m, exp_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + i * tp + j), vscale, _mm512_set1_ps(shift[i]))));
+      ds_row[i] = _mm512_mul_ps(
+          _mm512_mul_ps(p_row[i], _mm512_sub_ps(_mm512_loadu_ps(dp + i * tp + j), _mm512_set1_ps(dot[i]))), vscale);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds_rows + i * tp + j), bf16_bits(ds_row[i]));
+    }
+    const int64_t at = (j / 16) * kPackedTile;
+    _mm512_storeu_si512(p_pair_row + at, interleave_pairs(bf16_bits(p_row[0]), bf16_bits(p_row[1])));
+    _mm512_storeu_si512(ds_pair_row + at, interleave_pairs(bf16_bits(ds_row[0]), bf16_bits(ds_row[1])));
+  }
+#else
+  for (int i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < tp; ++j) {
+      const float pj = real[i] && j < tokens ? exp_approx(s[i * tp + j] * scale - shift[i]) : 0.0f;
+      const float dsj = pj * (dp[i * tp + j] - dot[i]) * scale;
+      store(ds_rows + i * tp + j, dsj);
+      const int64_t at = (j / 16) * kPackedTile + 2 * (j % 16) + i;
+      store(p_pair_row + at, pj);
+      store(ds_pair_row + at, dsj);
+    }
+  }
+#endif
+}
+
 template <class Tiles>
 void forward_heads(const AttentionDims& a, const uint16_t* qkv, float* lse, uint16_t* out,
                    std::vector<float>& scratch) {
@@ -199,26 +317,13 @@ void forward_heads(const AttentionDims& a, const uint16_t* qkv, float* lse, uint
       const int64_t rows = std::min<int64_t>(16, T - q0);
       tile_product_row(tiles, q + q0 * hd, hd, hd, k_packed, tp / 16, s, tp);
       for (int64_t r = 0; r < 16; ++r) {
-        const float* sr = s + r * tp;
         uint16_t* pr = p + r * tp;
         if (r >= rows) {
           std::fill(pr, pr + tp, uint16_t{0});
           continue;
         }
-        float max = sr[0];
-#pragma omp simd reduction(max : max)
-        for (int64_t j = 0; j < T; ++j) max = sr[j] > max ? sr[j] : max;
-        const float shift = max * scale;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < T; ++j) {
-          const float e = exp_approx(sr[j] * scale - shift);
-          store(pr + j, e);
-          sum += e;
-        }
-        std::fill(pr + T, pr + tp, uint16_t{0});
+        const float sum = softmax_row(s + r * tp, T, tp, scale, pr, &lse_head[q0 + r]);
         l[r] = sum;
-        lse_head[q0 + r] = shift + std::log(sum);
       }
       tile_product_row(tiles, p, tp, tp, v_packed, hd / 16, o, hd);
       for (int64_t r = 0; r < rows; ++r) {
@@ -235,14 +340,27 @@ void forward_heads(const AttentionDims& a, const uint16_t* qkv, float* lse, uint
 template <class G>
 void write_gradient_column_major(const float* src, int64_t tp, int64_t tokens, int64_t hd, G* dst, int64_t dst_row,
                                  float* colsum) {
+#ifdef VITPIPE_AVX512
+  // 16 dimensions of one token at a time, gathered down the columns of src.
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i columns = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(tp)));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t e = 0; e < hd; e += 16) {
+      const __m512 v = _mm512_i32gather_ps(columns, src + e * tp + t, 4);
+      simd::store(dst + t * dst_row + e, v, static_cast<__mmask16>(0xffff));
+    }
+  }
+#else
   for (int64_t t = 0; t < tokens; ++t) {
     G* d = dst + t * dst_row;
     for (int64_t e = 0; e < hd; ++e) store(d + e, src[e * tp + t]);
   }
+#endif
   if (colsum) {
     for (int64_t e = 0; e < hd; ++e) {
       const float* row = src + e * tp;
       float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
       for (int64_t t = 0; t < tokens; ++t) sum += row[t];
       colsum[e] += sum;
     }
@@ -326,20 +444,13 @@ void backward_heads(const AttentionDims& a, const uint16_t* grad_out, const uint
         tile_product_row(tiles, dout + (q0 + 16 * half) * hd, hd, hd, v_transposed_pairs, token_tiles,
                          dp + 16 * half * tp, tp);
       }
-      for (int64_t r = 0; r < kPair; ++r) {
-        const int64_t t = q0 + r;
-        const float* sr = s + r * tp;
-        const float* dpr = dp + r * tp;
-        uint16_t* dsr = ds_rows + r * tp;
-        const bool real = t < T;
-        const float shift = real ? lse_head[t] : 0.0f, dot = real ? dsum[t] : 0.0f;
-        for (int64_t j = 0; j < tp; ++j) {
-          const float pj = real && j < T ? exp_approx(sr[j] * scale - shift) : 0.0f;
-          const float dsj = pj * (dpr[j] - dot) * scale;
-          store(dsr + j, dsj);
-          store(p_pairs + pair_index(block, token_tiles, r, j), pj);
-          store(ds_pairs + pair_index(block, token_tiles, r, j), dsj);
-        }
+      for (int64_t r = 0; r < kPair; r += 2) {
+        const bool real[2] = {q0 + r < T, q0 + r + 1 < T};
+        const float shift[2] = {real[0] ? lse_head[q0 + r] : 0.0f, real[1] ? lse_head[q0 + r + 1] : 0.0f};
+        const float dot[2] = {real[0] ? dsum[q0 + r] : 0.0f, real[1] ? dsum[q0 + r + 1] : 0.0f};
+        const int64_t at = pair_index(block, token_tiles, r, 0);
+        softmax_backward_row_pair(s + r * tp, dp + r * tp, T, tp, scale, shift, dot, real, ds_rows + r * tp,
+                                  p_pairs + at, ds_pairs + at);
       }
       for (int64_t half = 0; half < 2; ++half) {
         const int64_t first = q0 + 16 * half;
@@ -379,7 +490,8 @@ TileUnit tile_unit() {
     const std::string value = requested ? requested : "";
     if (value == "off") return TileUnit::none;
     if (value == "emulated") return TileUnit::emulated;
-    VP_REQUIRE(value.empty(), "VITPIPE_ATTENTION_TILES: expected off or emulated, got \"", value, "\"");
+    if (value == "no-products") return TileUnit::no_products;
+    VP_REQUIRE(value.empty(), "VITPIPE_ATTENTION_TILES: expected off, emulated or no-products, got \"", value, "\"");
     return VITPIPE_LEVEL_AMX ? TileUnit::amx : TileUnit::none;
   }();
   return unit;
@@ -394,6 +506,7 @@ void tile_attention_forward(TileUnit unit, const AttentionDims& a, const uint16_
 #if VITPIPE_LEVEL_AMX
   if (unit == TileUnit::amx) return forward_heads<AmxTiles>(a, qkv, lse, out, scratch);
 #endif
+  if (unit == TileUnit::no_products) return forward_heads<NoProductTiles>(a, qkv, lse, out, scratch);
   VP_REQUIRE(unit == TileUnit::emulated, "tile attention: no tile unit at this level");
   forward_heads<EmulatedTiles>(a, qkv, lse, out, scratch);
 }
@@ -406,6 +519,9 @@ void tile_attention_backward(TileUnit unit, const AttentionDims& a, const uint16
     return backward_dispatch<AmxTiles>(a, grad_out, qkv, out, lse, grad_qkv, grad_type, bias_partials, scratch);
   }
 #endif
+  if (unit == TileUnit::no_products) {
+    return backward_dispatch<NoProductTiles>(a, grad_out, qkv, out, lse, grad_qkv, grad_type, bias_partials, scratch);
+  }
   VP_REQUIRE(unit == TileUnit::emulated, "tile attention: no tile unit at this level");
   backward_dispatch<EmulatedTiles>(a, grad_out, qkv, out, lse, grad_qkv, grad_type, bias_partials, scratch);
 }

@@ -17,11 +17,13 @@ namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 inline constexpr int64_t kTileHeadTokens = 320;
 
 enum class TileUnit {
-  none,      // the tile kernels are off: attention runs on oneDNN's small GEMMs
-  amx,       // this is the amx level's copy, on a CPU with AMX (the backend factory makes it only there)
-  emulated,  // VITPIPE_ATTENTION_TILES=emulated: the kernels on EmulatedTiles, at any level (tests)
+  none,         // the tile kernels are off: attention runs on oneDNN's small GEMMs
+  amx,          // this is the amx level's copy, on a CPU with AMX (the backend factory makes it only there)
+  emulated,     // VITPIPE_ATTENTION_TILES=emulated: the kernels on EmulatedTiles, at any level (tests)
+  no_products,  // VITPIPE_ATTENTION_TILES=no-products: everything but the products (timing only; wrong results)
 };
-// This process's choice, read once: VITPIPE_ATTENTION_TILES=off|emulated overrides; otherwise amx at the amx level.
+// This process's choice, read once: VITPIPE_ATTENTION_TILES=off|emulated|no-products overrides; otherwise amx at the
+// amx level.
 TileUnit tile_unit();
 // Whether the tile kernels take an attention of this type and shape.
 bool tile_attention_takes(DType type, int64_t tokens, int64_t head_dim);

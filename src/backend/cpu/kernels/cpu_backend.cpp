@@ -10,9 +10,10 @@ namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 
 std::string CpuBackend::name() const {
   const TileUnit tiles = tile_unit();
-  const char* attention = tiles == TileUnit::amx        ? ", AMX tile attention"
-                          : tiles == TileUnit::emulated ? ", emulated tile attention"
-                                                        : "";
+  const char* attention = tiles == TileUnit::amx           ? ", AMX tile attention"
+                          : tiles == TileUnit::emulated    ? ", emulated tile attention"
+                          : tiles == TileUnit::no_products ? ", tile attention without its products (timing only)"
+                                                           : "";
   return std::string("cpu ") + cpu_level_name(level_) + " (oneDNN + OpenMP" + attention + ")";
 }
 

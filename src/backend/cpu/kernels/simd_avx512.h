@@ -10,16 +10,20 @@
 
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS::simd {
 
-// Horizontal sums/maxima by halving (GCC 12's _mm512_reduce_* expand to code it then warns about itself).
+// Horizontal sums/maxima by halving. The halves come from zero-masked extracts: GCC 12's _mm512_reduce_*,
+// _mm512_castps512_ps256 and unmasked shuffles start from an undefined register that it then reports as
+// uninitialised where they are inlined into a plain function (GCC PR 105593).
+inline __m256 low_half(__m512 v) { return _mm512_maskz_extractf32x8_ps(0xff, v, 0); }
+inline __m256 high_half(__m512 v) { return _mm512_maskz_extractf32x8_ps(0xff, v, 1); }
 inline float reduce_add(__m512 v) {
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee)));
+  __m256 h = _mm256_add_ps(low_half(v), high_half(v));
   __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   q = _mm_add_ps(q, _mm_movehl_ps(q, q));
   q = _mm_add_ss(q, _mm_movehdup_ps(q));
   return _mm_cvtss_f32(q);
 }
 inline float reduce_max(__m512 v) {
-  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xee)));
+  __m256 h = _mm256_max_ps(low_half(v), high_half(v));
   __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   q = _mm_max_ps(q, _mm_movehl_ps(q, q));
   q = _mm_max_ss(q, _mm_movehdup_ps(q));
@@ -54,17 +58,26 @@ inline __m512 load(const uint16_t* p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 inline void store(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-inline void store(uint16_t* p, __m512 v, __mmask16 m) {
+// 16 floats rounded to bf16 bits, to nearest even.
+inline __m256i bf16_bits(__m512 v) {
 #if VITPIPE_LEVEL_AVX512_BF16
-  const __m256i bits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));  // round to nearest even, in hardware
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));  // in hardware
 #else
-  // Round to nearest even by hand (NaN inputs do not occur in these kernels' outputs).
+  // By hand (NaN inputs do not occur in these kernels' outputs).
   __m512i u = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  const __m256i bits = _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
 #endif
-  _mm256_mask_storeu_epi16(p, m, bits);
+}
+inline void store(uint16_t* p, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(p, m, bf16_bits(v)); }
+
+// Two rows of 16 bf16 as the 32 of one VNNI pair row: even[0], odd[0], even[1], odd[1], ...
+inline __m512i interleave_pairs(__m256i even, __m256i odd) {
+  alignas(64) static constexpr uint16_t kOrder[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(even), odd, 1);
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kOrder), both);
 }
 
 }  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS::simd

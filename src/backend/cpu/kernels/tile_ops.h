@@ -62,6 +62,25 @@ struct EmulatedTiles {
   }
 };
 
+// No products at all (stores write zeros): VITPIPE_ATTENTION_TILES=no-products times what the kernels do besides the
+// tile products (packing, softmax, writing gradients) on a CPU without AMX, where that is what AMX leaves. Its
+// results are wrong by design.
+struct NoProductTiles {
+  void configure() {}
+  void release() {}
+  template <int t>
+  void zero() {}
+  template <int t>
+  void load(const void*, int64_t) {}
+  template <int t>
+  void store(void* rows, int64_t stride_bytes) const {
+    for (int r = 0; r < kTileRows; ++r)
+      std::memset(static_cast<unsigned char*>(rows) + r * stride_bytes, 0, kTileBytes);
+  }
+  template <int c, int a, int b>
+  void dot() {}
+};
+
 #if VITPIPE_LEVEL_AMX
 // The process asked Linux for the tile state before any backend of this level exists (cpu_features.cpp,
 // request_amx_tile_state); the configuration is loaded at every kernel entry because oneDNN loads its own on the same
