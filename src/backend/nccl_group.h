@@ -47,7 +47,7 @@ class NcclGroup final : public DeviceReducer {
   // Sums an f32 device tensor into the root's, in place (ncclReduce); the others' are left as they were.
   void reduce_sum(const Tensor& device_f32, int root) override;
   // Copies the root's f32 or bf16 device tensor into every rank's (ncclBroadcast).
-  void broadcast(const Tensor& device, int root);
+  void broadcast(const Tensor& device, int root) override;
   // Sends an f32 or bf16 device tensor to `peer`, whose recv takes the same element count and type.
   void send(const Tensor& device, int peer);
   void recv(const Tensor& device, int peer);

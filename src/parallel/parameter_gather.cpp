@@ -24,9 +24,11 @@ struct ParameterGather::Flight {
 };
 
 ParameterGather::ParameterGather(std::vector<FlatParameters> parameters, std::vector<GradientBucket> buckets,
-                                 Communicator* group, TraceRecorder* trace, int trace_lane)
+                                 Communicator* group, TraceRecorder* trace, int trace_lane,
+                                 std::vector<DeviceReducer*> device_collectives)
     : parameters_(std::move(parameters)),
       buckets_(std::move(buckets)),
+      device_collectives_(std::move(device_collectives)),
       group_(group),
       trace_(trace),
       trace_lane_(trace_lane) {
@@ -38,6 +40,14 @@ ParameterGather::ParameterGather(std::vector<FlatParameters> parameters, std::ve
   std::sort(buckets_.begin(), buckets_.end(), [](const GradientBucket& a, const GradientBucket& b) {
     return a.chunk != b.chunk ? a.chunk < b.chunk : a.begin < b.begin;
   });
+  VP_REQUIRE(device_collectives_.empty() || device_collectives_.size() == parameters_.size(),
+             "parameter gather: ", device_collectives_.size(), " device collectives for ", parameters_.size(),
+             " chunks");
+  for (size_t c = 0; c < parameters_.size(); ++c) {
+    VP_REQUIRE(!group_ || group_->size() <= 1 || this->device_collectives(static_cast<int>(c)) != nullptr ||
+                   parameters_[c].flat().device() == Device::cpu,
+               "parameter gather: chunk ", c, "'s parameters are device memory and it has no device collectives");
+  }
   flights_.resize(buckets_.size());
   for (const FlatParameters& p : parameters_) {
     delivered_.emplace_back(static_cast<size_t>(p.last_segment() - p.first_segment() + 1), true);
@@ -45,6 +55,16 @@ ParameterGather::ParameterGather(std::vector<FlatParameters> parameters, std::ve
 }
 
 ParameterGather::~ParameterGather() = default;
+
+DeviceReducer* ParameterGather::device_collectives(int chunk) const {
+  return device_collectives_.empty() ? nullptr : device_collectives_[static_cast<size_t>(chunk)];
+}
+
+void ParameterGather::complete_chunk_on_device(int chunk, int64_t now_ns) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (buckets_[b].chunk == chunk && flights_[b].launched && !flights_[b].completed) complete(b, now_ns);
+  }
+}
 
 void ParameterGather::start() {
   VP_REQUIRE(!in_flight_, "parameter gather: start() while the previous gather is in flight");
@@ -60,7 +80,12 @@ void ParameterGather::start() {
     flight.launch_ns = wall_ns();
     const GradientBucket& bucket = buckets_[b];
     stats_.bytes += bucket.bytes();
-    if (group_ && group_->size() > 1) {
+    if (DeviceReducer* device = device_collectives(bucket.chunk); device != nullptr) {
+      if (group_ && group_->size() > 1) {
+        device->broadcast(parameters_[static_cast<size_t>(bucket.chunk)].flat().slice(bucket.begin, bucket.end),
+                          bucket.owner);
+      }
+    } else if (group_ && group_->size() > 1) {
       flight.request = group_->ibroadcast(parameters_[static_cast<size_t>(bucket.chunk)].data() + bucket.begin,
                                           static_cast<size_t>(bucket.end - bucket.begin), bucket.owner);
     }
@@ -80,9 +105,18 @@ void ParameterGather::complete(size_t b, int64_t now_ns) {
 }
 
 void ParameterGather::poll() {
+  for (int chunk = 0; chunk < static_cast<int>(device_collectives_.size()); ++chunk) {
+    DeviceReducer* device = device_collectives(chunk);
+    if (device == nullptr) continue;
+    const int64_t start = wall_ns();
+    const bool done = device->done();
+    const int64_t end = wall_ns();
+    blocked_ns_ += end - start;
+    if (done) complete_chunk_on_device(chunk, end);
+  }
   for (size_t b = 0; b < flights_.size(); ++b) {
     Flight& flight = flights_[b];
-    if (!flight.launched || flight.completed) continue;
+    if (!flight.launched || flight.completed || device_collectives(buckets_[b].chunk) != nullptr) continue;
     const int64_t start = wall_ns();
     const bool done = flight.request.test();
     const int64_t end = wall_ns();
@@ -103,10 +137,19 @@ bool ParameterGather::wait_segment(int chunk, int segment) {
     if (bucket.chunk != chunk || segment < bucket.first_segment || segment > bucket.last_segment) continue;
     if (!flight.completed) {
       const int64_t start = wall_ns();
-      flight.request.wait();
+      DeviceReducer* device = device_collectives(chunk);
+      if (device != nullptr) {
+        device->wait();
+      } else {
+        flight.request.wait();
+      }
       const int64_t end = wall_ns();
       blocked_ns_ += end - start;
-      complete(b, end);
+      if (device != nullptr) {
+        complete_chunk_on_device(chunk, end);
+      } else {
+        complete(b, end);
+      }
     }
   }
   auto& delivered = delivered_[static_cast<size_t>(chunk)];

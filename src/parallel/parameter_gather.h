@@ -3,7 +3,9 @@
 // non-blocking, first segments first. The next step's first forward waits for a segment's buckets just before it
 // computes that segment, so the gather of later segments overlaps the forward of earlier ones.
 //
-// MPI progresses the broadcasts only inside its calls: wait_segment() also tests the ones still in flight.
+// MPI progresses the broadcasts only inside its calls: wait_segment() also tests the ones still in flight. Chunks on a
+// GPU broadcast with NCCL (device_reducer.h) instead, on the device memory itself: their first wait_segment() waits
+// for the whole chunk's gather (NCCL reports completion per communicator, not per call).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 
 #include "model/parameter_layout.h"
 #include "parallel/communicator.h"
+#include "parallel/device_reducer.h"
 #include "parallel/gradient_buckets.h"
 
 namespace vitpipe {
@@ -31,8 +34,11 @@ class ParameterGather {
  public:
   // `parameters`: the value buffers of this rank's chunks (they must outlive this object); `buckets`: owners set
   // (make_gradient_buckets with shards); `group`: the data-parallel group.
+  // `device_collectives`: empty, or one per chunk (nullptr: that chunk's parameters are host memory, broadcast by
+  // `group` over MPI).
   ParameterGather(std::vector<FlatParameters> parameters, std::vector<GradientBucket> buckets, Communicator* group,
-                  TraceRecorder* trace = nullptr, int trace_lane = 100);
+                  TraceRecorder* trace = nullptr, int trace_lane = 100,
+                  std::vector<DeviceReducer*> device_collectives = {});
   ~ParameterGather();
   ParameterGather(const ParameterGather&) = delete;
   ParameterGather& operator=(const ParameterGather&) = delete;
@@ -48,11 +54,14 @@ class ParameterGather {
 
  private:
   struct Flight;
+  DeviceReducer* device_collectives(int chunk) const;
+  void complete_chunk_on_device(int chunk, int64_t now_ns);
   void poll();
   void complete(size_t bucket, int64_t now_ns);
 
   std::vector<FlatParameters> parameters_;
   std::vector<GradientBucket> buckets_;  // launch order: chunk, then offset
+  std::vector<DeviceReducer*> device_collectives_;
   Communicator* group_;
   TraceRecorder* trace_;
   int trace_lane_;

@@ -62,9 +62,9 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
   }
   pipeline_group_ = world_.split(grid_.replica(), grid_.stage());
   data_parallel_group_ = split_data_parallel_group(world_, grid_);
-  // The data-parallel gradient reduction runs over MPI on host memory: device gradients go through host mirrors
-  // (gradient_buckets.h). The sharded optimizer's parameter all-gather reads the parameters directly, so it needs
-  // a backend whose memory the host reaches (NCCL on device memory is not built yet).
+  // The data-parallel gradient reduction runs over MPI on host memory (device gradients through host mirrors,
+  // gradient_buckets.h), or with NCCL on the device memory itself (nccl_gradients). The sharded optimizer's parameter
+  // all-gather reads the parameters directly: over MPI that needs host memory, with NCCL it broadcasts on the device.
   std::vector<FlatParameters> grads, params;
   GradientBucketOptions bucket_options = options_.buckets;
   for (ViTStage* chunk : chunks_) {
@@ -80,9 +80,10 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
   }
   if (sharded()) {
     for (ViTStage* chunk : chunks_) {
-      VP_REQUIRE(chunk->backend().host_accessible(), "--shard-optimizer is not supported on the ",
-                 chunk->backend().name(),
-                 " backend yet: its parameter all-gather runs over host memory; train without --shard-optimizer");
+      VP_REQUIRE(chunk->backend().host_accessible() || options_.nccl_gradients,
+                 "--shard-optimizer is not supported on the ", chunk->backend().name(),
+                 " backend without NCCL: its parameter all-gather would run over host memory; train without "
+                 "--shard-optimizer");
     }
     VP_REQUIRE(options_.shards.size() == chunks_.size(), "executor: ", options_.shards.size(), " shard lists for ",
                chunks_.size(), " chunks");
@@ -94,8 +95,10 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
   }
   buckets_ = std::make_unique<GradientBuckets>(std::move(grads), data_parallel_group_.get(), bucket_options, trace_);
   if (sharded()) {
+    std::vector<DeviceReducer*> device_collectives;
+    for (const auto& group : nccl_groups_) device_collectives.push_back(group.get());
     gather_ = std::make_unique<ParameterGather>(std::move(params), buckets_->buckets(), data_parallel_group_.get(),
-                                                trace_, options_.buckets.trace_lane + 1);
+                                                trace_, options_.buckets.trace_lane + 1, device_collectives);
   }
 }
 

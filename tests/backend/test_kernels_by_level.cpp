@@ -3,9 +3,11 @@
 // the same bf16-rounded operands: a bf16 GEMM with fp32 accumulation differs from it only by summation order (and
 // bf16 outputs by their final rounding), whether it runs in hardware or widened to fp32.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -151,6 +153,28 @@ TEST_P(KernelsAtLevel, LinearBackward) {
       for (int64_t j = 0; j < n; ++j) expected_b[j] += go[i * n + j];
     be().bias_backward(grad_out, grad_bias);
     EXPECT_LT(relative_difference(grad_bias, expected_b), 1e-5) << dtype_name(type);
+  }
+}
+
+// Many rows into a small weight gradient (kernels/linear.cpp splits the rows across the threads, an odd count so
+// the last thread's share differs): the same sum as the reference, and the same bits run after run.
+TEST_P(KernelsAtLevel, LinearWeightGradientOverManyRows) {
+  if (omp_get_max_threads() < 2) GTEST_SKIP() << "one OpenMP thread: the rows are not split";
+  for (DType type : {DType::f32, DType::bf16}) {
+    const int64_t m = 1001, k = 33, n = 24;
+    const Tensor grad_out = random_tensor({m, n}, 5, type), in = random_tensor({m, k}, 7, type);
+    const Doubles go = values(grad_out), x = values(in);
+    const Tensor start = random_tensor({n, k}, 8, DType::f32);
+    Doubles expected = values(start);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t i = 0; i < m; ++i) expected[j * k + p] += go[i * n + j] * x[i * k + p];
+    const Tensor first = start.clone(), second = start.clone();
+    be().linear_backward_weight(grad_out, in, first);
+    be().linear_backward_weight(grad_out, in, second);
+    EXPECT_LT(relative_difference(first, expected), 1e-5) << dtype_name(type);
+    EXPECT_EQ(std::memcmp(first.raw(), second.raw(), static_cast<size_t>(n * k) * sizeof(float)), 0)
+        << dtype_name(type) << ": two identical calls differ";
   }
 }
 

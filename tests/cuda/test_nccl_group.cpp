@@ -18,6 +18,7 @@
 #include "model/parameter_layout.h"
 #include "parallel/gradient_buckets.h"
 #include "parallel/local_communicator.h"
+#include "parallel/parameter_gather.h"
 #include "parallel/trace.h"
 #include "util/random.h"
 
@@ -273,6 +274,81 @@ TEST(GradientBucketsOnNccl, ReplicasReduceDeviceGradientsThroughNccl) {
       EXPECT_EQ(reductions, 2 * static_cast<int>(buckets.buckets().size()));
     });
   }
+}
+
+// The sharded optimizer's parameter all-gather on device memory (what the executor builds for --device cuda with
+// --shard-optimizer): each bucket broadcast from its owner through NCCL, so that after every segment was waited for
+// each replica holds every owner's values; none of it through MPI. Twice, as in consecutive steps.
+TEST(ParameterGatherOnNccl, EveryReplicaEndsWithEachOwnersValues) {
+  const int replicas = 3;
+  auto layout = tiny_layout();
+  const int last = layout->num_segments() - 1;
+  run_local_ranks(replicas, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    NcclGroup nccl(*backend, comm);
+    FlatParameters params(layout, 0, last, backend.get());
+    ASSERT_EQ(params.flat().device(), Device::cuda);
+    const int64_t n = params.numel(), per = (n + replicas - 1) / replicas;
+    GradientBucketOptions options;
+    options.bucket_bytes = 2000;
+    options.backends = {backend.get()};
+    options.nccl = {&nccl};
+    std::vector<ElementRange> shards;
+    for (int r = 0; r < replicas; ++r) shards.push_back({std::min(n, r * per), std::min(n, (r + 1) * per)});
+    options.shards = {shards};
+    GradientBuckets buckets({FlatParameters(layout, 0, last, backend.get())}, &comm, options);
+    ASSERT_GT(buckets.buckets().size(), 3u);
+    TraceRecorder trace(true, comm.rank());
+    ParameterGather gather({params}, buckets.buckets(), &comm, &trace, 100, {&nccl});
+    for (int step = 0; step < 2; ++step) {
+      // Each rank's own buckets hold the updated values; the rest is stale (-1) until the gather.
+      std::vector<float> mine(static_cast<size_t>(n), -1.0f);
+      for (const GradientBucket& bucket : buckets.buckets()) {
+        if (bucket.owner != comm.rank()) continue;
+        for (int64_t i = bucket.begin; i < bucket.end; ++i) {
+          mine[static_cast<size_t>(i)] = static_cast<float>(10 * bucket.owner + i % 5 + step);
+        }
+      }
+      backend->copy_from_host(Tensor::wrap(mine.data(), params.flat().shape(), DType::f32), params.flat());
+      gather.start();
+      EXPECT_TRUE(gather.in_flight());
+      for (int s = 0; s <= last; ++s) EXPECT_TRUE(gather.wait_segment(0, s)) << "segment " << s;
+      EXPECT_FALSE(gather.in_flight());
+      const std::vector<float> got = read_back(*backend, params.flat());
+      for (const GradientBucket& bucket : buckets.buckets()) {
+        for (int64_t i = bucket.begin; i < bucket.end; ++i) {
+          ASSERT_EQ(got[static_cast<size_t>(i)], static_cast<float>(10 * bucket.owner + i % 5 + step))
+              << "rank " << comm.rank() << " step " << step << " element " << i << " (owner " << bucket.owner << ")";
+        }
+      }
+    }
+    int gathers = 0;
+    for (const auto& e : trace.events()) gathers += e.name == "all-gather" ? 1 : 0;
+    EXPECT_EQ(gathers, 2 * static_cast<int>(buckets.buckets().size()));
+  });
+}
+
+// Device parameters and more than one replica but no device collectives: refused (MPI would read device memory).
+TEST(ParameterGatherOnNccl, DeviceParametersWithoutNcclAreRefused) {
+  auto layout = tiny_layout();
+  const int last = layout->num_segments() - 1;
+  run_local_ranks(2, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    FlatParameters params(layout, 0, last, backend.get());
+    GradientBucket bucket;
+    bucket.chunk = 0;
+    bucket.begin = 0;
+    bucket.end = params.numel();
+    bucket.first_segment = 0;
+    bucket.last_segment = last;
+    bucket.owner = 0;
+    try {
+      ParameterGather gather({params}, {bucket}, &comm);
+      ADD_FAILURE() << "a gather of device memory over MPI";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no device collectives"), std::string::npos) << e.what();
+    }
+  });
 }
 
 }  // namespace

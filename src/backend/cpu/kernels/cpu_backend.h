@@ -106,6 +106,7 @@ class CpuBackend final : public Backend {
   ThreadPartials partials2_;
   ThreadPartials partials3_;
   std::vector<float> attention_scratch_;
+  std::vector<float> weight_partials_;  // linear_backward_weight's per-thread partial gradients
 };
 
 // This level's backend; `level` is what it reports.

@@ -11,6 +11,10 @@
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
+// Measured on 2 Zen 5 cores, bf16 training at batch 32: ViT-Tiny's weight gradients (at most 147,456 outputs) 8-10%
+// faster split; ViT-Base's (589,824 and 2,359,296) 25% slower, the whole step.
+constexpr int64_t kSplitReductionMaxOutputs = int64_t{1} << 18;
+
 void require_2d(const Tensor& t, const char* what) {
   VP_REQUIRE(t.rank() == 2, "linear: ", what, " must be 2-D, got ", shape_string(t.shape()));
 }
@@ -92,6 +96,43 @@ void CpuBackend::linear_backward_weight(const Tensor& grad_out, const Tensor& in
   s.b_row = k, s.b_col = 1;
   s.c_row = k;
   s.a_type = grad_out.dtype(), s.b_type = in.dtype(), s.c_type = DType::f32;
+  const int threads = omp_get_max_threads();
+  if (n * k <= kSplitReductionMaxOutputs && threads > 1 && m >= 64 * threads) {
+    // A small gradient over many rows (ViT-Tiny: 192 x 768 over 6,304 tokens): oneDNN parallelises over the output,
+    // which leaves the threads little to share; instead the rows are split, each thread runs its own
+    // single-threaded GEMM into a private partial, and the partials are summed into the gradient in a fixed order.
+    const int64_t rows = m / threads;
+    const int64_t last_rows = m - rows * (threads - 1);
+    MatmulShape part = s;
+    part.k = rows;
+    const MatmulCache::Prepared& body = matmuls_.prepare(part);
+    part.k = last_rows;
+    const MatmulCache::Prepared& tail = matmuls_.prepare(part);
+    const int64_t size = n * k;
+    if (weight_partials_.size() < static_cast<size_t>(size * threads)) {
+      weight_partials_.resize(static_cast<size_t>(size * threads));
+    }
+    float* partials = weight_partials_.data();
+    const size_t es = dtype_size(in.dtype());
+    const char* g = static_cast<const char*>(grad_out.raw());
+    const char* x = static_cast<const char*>(in.raw());
+    float* out = grad_weight.f32();
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num();
+      const int64_t first = rows * t;
+      matmuls_.run_prepared(t == threads - 1 ? tail : body, g + static_cast<size_t>(first * n) * es,
+                            x + static_cast<size_t>(first * k) * es, partials + t * size);
+#pragma omp barrier
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < size; ++i) {
+        float sum = out[i];
+        for (int u = 0; u < threads; ++u) sum += partials[u * size + i];
+        out[i] = sum;
+      }
+    }
+    return;
+  }
   s.accumulate = true;
   matmuls_.run(s, grad_out.raw(), in.raw(), grad_weight.raw());
 }
