@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backend/cpu/cpu_backend_factory.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_level.h"
 #include "backend/device_selection.h"
@@ -45,6 +46,8 @@ nlohmann::json info_json() {
       {"version", "0.1.0"},
       {"cpu", {{"model", f.model}, {"features", features}, {"best_level", cpu_level_name(best_cpu_level())}}},
       {"cpu_kernels", cpu_level_name(level)},
+      {"bf16_attention", attention_unit_at(level)},
+      {"amx_tile_state_granted", f.amx_permitted},
       {"cpu_kernels_compiled", compiled},
       {"cpu_levels_runnable", runnable},
       {"cpu_cap", cap && *cap ? nlohmann::json(cap) : nlohmann::json(nullptr)},
@@ -104,6 +107,11 @@ void add_info_command(CLI::App& app) {
     std::printf("kernels: %s (best this CPU runs: %s; VITPIPE_CPU %s; this build has:%s)\n",
                 j["cpu_kernels"].get<std::string>().c_str(), j["cpu"]["best_level"].get<std::string>().c_str(),
                 j["cpu_cap"].is_null() ? "unset" : ("= " + j["cpu_cap"].get<std::string>()).c_str(), compiled.c_str());
+    const std::string attention = j["bf16_attention"].get<std::string>();
+    std::printf("bf16 attention: %s\n", attention == "amx-tiles"        ? "on AMX tiles"
+                                        : attention == "emulated-tiles" ? "on emulated tiles (VITPIPE_ATTENTION_TILES)"
+                                        : attention == "onednn"         ? "oneDNN GEMMs per tile"
+                                                                        : attention.c_str());
     std::printf("bf16: %s; --precision auto = %s\n",
                 bf16 ? "in hardware" : "no bf16 instructions: fp32 GEMMs on bf16-rounded operands, no faster than fp32",
                 j["precision_auto"].get<std::string>().c_str());

@@ -26,3 +26,7 @@ add_test(NAME backend.tile_attention_emulated
          COMMAND test_backend --gtest_filter=*Attention*:*TileAttention*)
 set_tests_properties(backend.tile_attention_emulated PROPERTIES
                      ENVIRONMENT "${VITPIPE_TEST_ENV};VITPIPE_ATTENTION_TILES=emulated" LABELS backend)
+
+# `vitpipe info` names what runs bf16 attention (AMX tiles, oneDNN, the emulation) and refuses a bad override.
+add_test(NAME backend.attention_unit COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_attention_unit.py)
+set_tests_properties(backend.attention_unit PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS backend)

@@ -6,6 +6,7 @@
 #define VITPIPE_DECLARE_LEVEL(ns)                        \
   namespace vitpipe::cpu::ns {                           \
   std::unique_ptr<Backend> make_backend(CpuLevel level); \
+  const char* attention_unit();                          \
   }
 VITPIPE_DECLARE_LEVEL(avx2)
 #ifdef VITPIPE_HAVE_CPU_LEVEL_avx512
@@ -38,6 +39,28 @@ std::unique_ptr<Backend> make_cpu_backend_at(CpuLevel level) {
 #ifdef VITPIPE_HAVE_CPU_LEVEL_amx
     case CpuLevel::amx:
       return amx::make_backend(level);
+#endif
+    default:
+      fail("this build has no ", cpu_level_name(level), " kernels");
+  }
+}
+
+const char* attention_unit_at(CpuLevel level) {
+  VP_REQUIRE(cpu_level_compiled(level), "this build has no ", cpu_level_name(level), " kernels");
+  switch (level) {
+    case CpuLevel::avx2:
+      return avx2::attention_unit();
+#ifdef VITPIPE_HAVE_CPU_LEVEL_avx512
+    case CpuLevel::avx512:
+      return avx512::attention_unit();
+#endif
+#ifdef VITPIPE_HAVE_CPU_LEVEL_avx512_bf16
+    case CpuLevel::avx512_bf16:
+      return avx512_bf16::attention_unit();
+#endif
+#ifdef VITPIPE_HAVE_CPU_LEVEL_amx
+    case CpuLevel::amx:
+      return amx::attention_unit();
 #endif
     default:
       fail("this build has no ", cpu_level_name(level), " kernels");

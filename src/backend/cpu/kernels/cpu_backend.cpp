@@ -19,4 +19,18 @@ std::string CpuBackend::name() const {
 
 std::unique_ptr<Backend> make_backend(CpuLevel level) { return std::make_unique<CpuBackend>(level); }
 
+const char* attention_unit() {
+  switch (tile_unit()) {
+    case TileUnit::amx:
+      return "amx-tiles";
+    case TileUnit::emulated:
+      return "emulated-tiles";
+    case TileUnit::no_products:
+      return "tiles-without-products";
+    case TileUnit::none:
+      break;
+  }
+  return "onednn";
+}
+
 }  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS

@@ -111,5 +111,7 @@ class CpuBackend final : public Backend {
 
 // This level's backend; `level` is what it reports.
 std::unique_ptr<Backend> make_backend(CpuLevel level);
+// What runs this level's bf16 attention: "amx-tiles", "emulated-tiles", "tiles-without-products" or "onednn".
+const char* attention_unit();
 
 }  // namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS
