@@ -4,7 +4,8 @@
 //   backward: S and dP = dO V^T per 32-query block, P = exp(scale S - lse), dS = P (dP - D) scale,
 //             dQ = dS K (B: K packed) per block; P and dS kept for the head in the pair layout over queries, then
 //             dV^T = dO^T P and dK^T = Q^T dS (A: dO^T and Q^T), so no [T, T] matrix is ever transposed.
-// The packs and the softmax passes are plain loops here; on AMX the products are a small part of the time.
+// The packs, the softmax passes and the transposed gradient writes run on the vector unit (AVX-512 at the AVX-512
+// levels, plain loops at avx2, where only the emulation runs them).
 #include "backend/cpu/kernels/attention_tiles.h"
 
 #include <omp.h>
@@ -290,7 +291,7 @@ void forward_heads(const AttentionDims& a, const uint16_t* qkv, float* lse, uint
   const int64_t T = a.tokens, D = a.hidden, hd = a.head_dim, H = a.heads, tp = padded_tokens(T);
   const int64_t ld = 3 * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t per_thread = scratch_floats(3 * tp * hd + 16 * tp, 16 * tp + 16 * hd + 32, 6) / 16 * 16 + 16;
+  const int64_t per_thread = scratch_floats(3 * tp * hd + 16 * tp, 16 * tp + 16 * hd + 16, 7) / 16 * 16 + 16;
   float* base = thread_scratch(scratch, per_thread);
 
 #pragma omp parallel for schedule(static) if (parallel_worth_it(a.batch * T * T * D))

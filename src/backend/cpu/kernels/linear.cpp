@@ -117,13 +117,15 @@ void CpuBackend::linear_backward_weight(const Tensor& grad_out, const Tensor& in
     const char* g = static_cast<const char*>(grad_out.raw());
     const char* x = static_cast<const char*>(in.raw());
     float* out = grad_weight.f32();
+    // Chunks by `omp for`, not by thread number: a team smaller than asked still computes every partial.
 #pragma omp parallel num_threads(threads)
     {
-      const int t = omp_get_thread_num();
-      const int64_t first = rows * t;
-      matmuls_.run_prepared(t == threads - 1 ? tail : body, g + static_cast<size_t>(first * n) * es,
-                            x + static_cast<size_t>(first * k) * es, partials + t * size);
-#pragma omp barrier
+#pragma omp for schedule(static)
+      for (int t = 0; t < threads; ++t) {
+        const int64_t first = rows * t;
+        matmuls_.run_prepared(t == threads - 1 ? tail : body, g + static_cast<size_t>(first * n) * es,
+                              x + static_cast<size_t>(first * k) * es, partials + t * size);
+      }
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < size; ++i) {
         float sum = out[i];
