@@ -221,6 +221,8 @@ void GradientBuckets::finish() {
   // of several rounds (vitpipe's ring) posts its next round only when tested, so waiting for one bucket would leave
   // the others' next rounds unposted and the link half idle. The deadline counts from the last bucket completed.
   const int64_t wait_start = wall_ns();
+  bool waited = false;
+  for (const Flight& flight : flights_) waited = waited || (flight.launched && !flight.completed);
   if (any_nccl_in_flight()) {
     BlockingCommunication blocked(
         concat("the NCCL gradient reduction among the ", group_->size(), " replicas of this stage"));
@@ -252,7 +254,12 @@ void GradientBuckets::finish() {
       if (!progressed) std::this_thread::yield();  // ranks as threads may share this core
     }
   }
-  exposed += wall_ns() - wait_start;
+  // Only a real wait is exposed, and it ends the window: the scan that finds everything already done is neither.
+  if (waited) {
+    const int64_t wait_end = wall_ns();
+    exposed += wait_end - wait_start;
+    last_completion = std::max(last_completion, wait_end);
+  }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Flight& flight = flights_[b];
     last_completion = std::max(last_completion, flight.completion_ns);

@@ -59,7 +59,7 @@ struct GradientReductionStats {
   int buckets = 0;
   size_t bytes = 0;  // gradient bytes reduced (all-reduced or reduce-scattered), this rank's buffer
   bool sharded = false;
-  double window_seconds = 0;  // first all-reduce launched -> last one seen complete
+  double window_seconds = 0;  // first all-reduce launched -> last one seen complete (or the wait for it ended)
   // The part of that window this rank spent inside the reduction's MPI calls: launching and testing buckets during
   // the backward pass (MPI progresses a reduction only inside its calls, so that work is not hidden) and waiting
   // in finish().
