@@ -28,13 +28,14 @@ SegmentKind kind_of(const ViTConfig& c, int segment, bool piece_has_head) {
 
 // The passes of a piece holding segments [first, last] at micro-batch b; recomputation runs each block's forward
 // again before its backward. Segments below `trained` (the lowest that trains) have no backward pass.
+// `alone`: the times measured with the other ranks idle (ModelProfile::alone_points).
 PassTimes piece_times(const ModelProfile& profile, const ViTConfig& c, int first, int last, double b, bool recompute,
-                      int trained) {
+                      int trained, bool alone = false) {
   const bool has_head = last == layers_of(c) + 1;
   PassTimes sum;
   for (int s = first; s <= last; ++s) {
     const SegmentKind kind = kind_of(c, s, has_head);
-    const PassTimes t = profile.at(kind, b);
+    const PassTimes t = alone ? profile.alone_at(kind, b) : profile.at(kind, b);
     sum.forward += t.forward;
     if (s < trained) continue;
     sum.backward += t.backward;
@@ -91,6 +92,62 @@ std::vector<int> blocks_per_piece(const ViTConfig& c, const std::vector<SegmentR
     blocks.push_back(n);
   }
   return blocks;
+}
+
+// Busy time of one stage's timeline before t: the compute intervals are disjoint and in order.
+class BusyClock {
+ public:
+  explicit BusyClock(const std::vector<TimedInstruction>& timeline) {
+    for (const TimedInstruction& t : timeline) {
+      if (t.end <= t.start) continue;
+      starts_.push_back(t.start);
+      ends_.push_back(t.end);
+      before_.push_back(before_.empty() ? 0.0
+                                        : before_.back() + (ends_[ends_.size() - 2] - starts_[starts_.size() - 2]));
+    }
+  }
+  double busy_before(double t) const {
+    const auto i = std::upper_bound(starts_.begin(), starts_.end(), t) - starts_.begin();
+    if (i == 0) return 0.0;
+    const auto k = static_cast<size_t>(i - 1);
+    return before_[k] + std::min(t, ends_[k]) - starts_[k];
+  }
+
+ private:
+  std::vector<double> starts_, ends_, before_;  // before_[k]: busy time of intervals 0..k-1
+};
+
+// Per stage, the mean share of the job's other ranks computing while its passes run, by pass (weighted by their
+// duration): the stage's other replicas run the same timeline at the same moment, every other stage's replicas
+// their own.
+std::vector<PassTimes> corunning_shares(const SimulationResult& sim, int replicas) {
+  const size_t p = sim.timeline.size();
+  const double others = static_cast<double>(p) * replicas - 1;
+  std::vector<BusyClock> clocks;
+  for (const auto& timeline : sim.timeline) clocks.emplace_back(timeline);
+  std::vector<PassTimes> shares(p);
+  for (size_t s = 0; s < p; ++s) {
+    PassTimes busy, length;
+    for (const TimedInstruction& t : sim.timeline[s]) {
+      const double d = t.end - t.start;
+      if (d <= 0) continue;
+      double corunning = (replicas - 1) * d;
+      for (size_t q = 0; q < p; ++q) {
+        if (q != s) corunning += replicas * (clocks[q].busy_before(t.end) - clocks[q].busy_before(t.start));
+      }
+      double PassTimes::*pass = &PassTimes::forward;
+      if (t.instruction.op == Op::backward) pass = &PassTimes::backward;
+      if (t.instruction.op == Op::backward_input) pass = &PassTimes::backward_input;
+      if (t.instruction.op == Op::backward_weight) pass = &PassTimes::backward_weight;
+      busy.*pass += corunning;
+      length.*pass += d * others;
+    }
+    for (double PassTimes::*pass :
+         {&PassTimes::forward, &PassTimes::backward, &PassTimes::backward_input, &PassTimes::backward_weight}) {
+      shares[s].*pass = length.*pass > 0 ? std::clamp(busy.*pass / length.*pass, 0.0, 1.0) : 1.0;
+    }
+  }
+  return shares;
 }
 
 const char* yes_no(bool b) { return b ? "yes" : "no"; }
@@ -186,13 +243,17 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
   const double hidden_bytes = b * static_cast<double>(c.tokens() * c.hidden_size) * sizeof(float);
   const bool split = schedule_splits_backward(layout.schedule);
 
-  std::vector<SimulationCosts> costs(static_cast<size_t>(p));
+  // With times measured alone beside those measured by every rank at once, a pass is costed between the two by the
+  // share of the other ranks computing while it runs, which the simulated schedule gives (settled by iterating).
+  const bool overlap_costed =
+      p > 1 && in.processes > 1 && profile.has_alone() && profile.measured_together == in.processes;
+  std::vector<SimulationCosts> costs(static_cast<size_t>(p)), alone_costs(costs.size());
   // Elements per stage: every value it holds, and the trainable ones (gradients, optimizer state, reductions).
   std::vector<double> stage_values(static_cast<size_t>(p), 0.0), stage_numel(static_cast<size_t>(p), 0.0);
   std::vector<double> stage_forward(static_cast<size_t>(p), 0.0);
   LayoutPrediction out;
   for (int s = 0; s < p; ++s) {
-    PassTimes t;
+    PassTimes t, alone;
     size_t activations = 0;
     for (int chunk = 0; chunk < v; ++chunk) {
       const SegmentRange& piece = pieces[static_cast<size_t>(chunk * p + s)];
@@ -201,6 +262,13 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
       t.backward += q.backward;
       t.backward_input += q.backward_input;
       t.backward_weight += q.backward_weight;
+      if (overlap_costed) {
+        const PassTimes a = piece_times(profile, c, piece.first, piece.last, b, layout.recompute, trained, true);
+        alone.forward += a.forward;
+        alone.backward += a.backward;
+        alone.backward_input += a.backward_input;
+        alone.backward_weight += a.backward_weight;
+      }
       stage_values[static_cast<size_t>(s)] +=
           static_cast<double>(parameters->segment_end(piece.last) - parameters->segment_begin(piece.first));
       stage_numel[static_cast<size_t>(s)] += static_cast<double>(trainable->trainable->segment_end(piece.last) -
@@ -214,8 +282,14 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     sc.backward = t.backward * slowdown;
     sc.backward_input = t.backward_input * slowdown;
     sc.backward_weight = t.backward_weight * slowdown;
-    stage_forward[static_cast<size_t>(s)] = sc.forward;
-    out.stage_passes.push_back({sc.forward, sc.backward, sc.backward_input, sc.backward_weight});
+    if (overlap_costed) {
+      // Alone can only be faster: a pass measured slower alone (noise) is costed as measured together.
+      SimulationCosts& ac = alone_costs[static_cast<size_t>(s)];
+      ac.forward = std::min(sc.forward, alone.forward * slowdown);
+      ac.backward = std::min(sc.backward, alone.backward * slowdown);
+      ac.backward_input = std::min(sc.backward_input, alone.backward_input * slowdown);
+      ac.backward_weight = std::min(sc.backward_weight, alone.backward_weight * slowdown);
+    }
 
     const double n = stage_numel[static_cast<size_t>(s)], values = stage_values[static_cast<size_t>(s)];
     RankMemory mem;
@@ -252,7 +326,37 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     }
   }
   for (SimulationCosts& sc : costs) sc.message_latency = p > 1 ? pipeline_link->transfer_seconds(hidden_bytes) : 0.0;
-  const SimulationResult sim = simulate_schedules(make_all_schedules(layout.schedule, p, m, v), m, v, costs);
+  const auto schedules = make_all_schedules(layout.schedule, p, m, v);
+  if (overlap_costed) {
+    std::vector<SimulationCosts> mixed = alone_costs;
+    for (size_t s = 0; s < mixed.size(); ++s) mixed[s].message_latency = costs[s].message_latency;
+    for (int round = 0; round < 12; ++round) {
+      const std::vector<PassTimes> shares = corunning_shares(simulate_schedules(schedules, m, v, mixed), r);
+      double change = 0;
+      for (size_t s = 0; s < mixed.size(); ++s) {
+        for (double SimulationCosts::*pass : {&SimulationCosts::forward, &SimulationCosts::backward,
+                                              &SimulationCosts::backward_input, &SimulationCosts::backward_weight}) {
+          double PassTimes::*share = &PassTimes::forward;
+          if (pass == &SimulationCosts::backward) share = &PassTimes::backward;
+          if (pass == &SimulationCosts::backward_input) share = &PassTimes::backward_input;
+          if (pass == &SimulationCosts::backward_weight) share = &PassTimes::backward_weight;
+          const double lo = alone_costs[s].*pass, hi = costs[s].*pass;
+          const double target = lo + (hi - lo) * (shares[s].*share);
+          const double next = 0.5 * (mixed[s].*pass + target);  // damped: the shares move with the costs
+          change = std::max(change, std::abs(next - mixed[s].*pass) / std::max(hi, 1e-12));
+          mixed[s].*pass = next;
+        }
+      }
+      if (change < 1e-3) break;
+    }
+    costs = mixed;
+  }
+  for (size_t s = 0; s < costs.size(); ++s) {
+    const SimulationCosts& sc = costs[s];
+    stage_forward[s] = sc.forward;
+    out.stage_passes.push_back({sc.forward, sc.backward, sc.backward_input, sc.backward_weight});
+  }
+  const SimulationResult sim = simulate_schedules(schedules, m, v, costs);
   out.pipeline_seconds = sim.makespan;
   out.bubble = sim.bubble_fraction;
 

@@ -146,6 +146,35 @@ PassTimes times_from(const nlohmann::json& j) {
           j.at("backward_weight").get<double>()};
 }
 
+nlohmann::json points_json(const std::vector<ProfilePoint>& points) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& p : points) {
+    list.push_back({{"micro_batch", p.micro_batch},
+                    {"embeddings", times_json(p.embeddings)},
+                    {"block", times_json(p.block)},
+                    {"classifier_block", times_json(p.classifier_block)},
+                    {"head", times_json(p.head)}});
+  }
+  return list;
+}
+
+std::vector<ProfilePoint> points_from(const nlohmann::json& list, const std::string& source) {
+  std::vector<ProfilePoint> points;
+  for (const auto& point : list) {
+    ProfilePoint q;
+    q.micro_batch = json_integer<int64_t>(point.at("micro_batch"), source + " field \"micro_batch\"");
+    q.embeddings = times_from(point.at("embeddings"));
+    q.block = times_from(point.at("block"));
+    q.classifier_block = times_from(point.at("classifier_block"));
+    q.head = times_from(point.at("head"));
+    VP_REQUIRE(q.micro_batch >= 1, source, ": micro_batch must be >= 1");
+    points.push_back(q);
+  }
+  std::sort(points.begin(), points.end(),
+            [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
+  return points;
+}
+
 uint64_t fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : text) {
@@ -171,7 +200,10 @@ const PassTimes& ProfilePoint::of(SegmentKind kind) const {
   return block;
 }
 
-PassTimes ModelProfile::at(SegmentKind kind, double b) const {
+namespace {
+
+// Times at micro-batch b from `points` (ascending): linear between the measured sizes, proportional beyond.
+PassTimes interpolate(const std::vector<ProfilePoint>& points, SegmentKind kind, double b) {
   VP_REQUIRE(!points.empty(), "profile: no measurements");
   auto scaled = [](const PassTimes& t, double f) {
     return PassTimes{t.forward * f, t.backward * f, t.backward_input * f, t.backward_weight * f};
@@ -192,6 +224,23 @@ PassTimes ModelProfile::at(SegmentKind kind, double b) const {
   return scaled(points.back().of(kind), b / static_cast<double>(points.back().micro_batch));
 }
 
+}  // namespace
+
+PassTimes ModelProfile::at(SegmentKind kind, double b) const { return interpolate(points, kind, b); }
+
+PassTimes ModelProfile::alone_at(SegmentKind kind, double b) const {
+  VP_REQUIRE(has_alone(), "profile: no times measured alone");
+  return interpolate(alone_points, kind, b);
+}
+
+bool ModelProfile::has_alone() const {
+  if (alone_points.size() != points.size() || points.empty()) return false;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (alone_points[i].micro_batch != points[i].micro_batch) return false;
+  }
+  return true;
+}
+
 bool ModelProfile::covers(int64_t b) const {
   return std::any_of(points.begin(), points.end(), [&](const ProfilePoint& p) { return p.micro_batch == b; });
 }
@@ -200,16 +249,11 @@ nlohmann::json ModelProfile::to_json() const {
   nlohmann::json j;
   j["key"] = key;
   j["describe"] = describe;
-  j["points"] = nlohmann::json::array();
-  for (const auto& p : points) {
-    j["points"].push_back({{"micro_batch", p.micro_batch},
-                           {"embeddings", times_json(p.embeddings)},
-                           {"block", times_json(p.block)},
-                           {"classifier_block", times_json(p.classifier_block)},
-                           {"head", times_json(p.head)}});
-  }
+  j["points"] = points_json(points);
+  if (!alone_points.empty()) j["alone_points"] = points_json(alone_points);
   j["optimizer_seconds_per_element"] = optimizer_seconds_per_element;
   j["corunning_ranks"] = corunning_ranks;
+  j["measured_together"] = measured_together;
   return j;
 }
 
@@ -218,20 +262,11 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
     ModelProfile p;
     p.key = j.at("key").get<std::string>();
     p.describe = j.value("describe", nlohmann::json::object());
-    for (const auto& point : j.at("points")) {
-      ProfilePoint q;
-      q.micro_batch = json_integer<int64_t>(point.at("micro_batch"), source + " field \"micro_batch\"");
-      q.embeddings = times_from(point.at("embeddings"));
-      q.block = times_from(point.at("block"));
-      q.classifier_block = times_from(point.at("classifier_block"));
-      q.head = times_from(point.at("head"));
-      VP_REQUIRE(q.micro_batch >= 1, source, ": micro_batch must be >= 1");
-      p.points.push_back(q);
-    }
-    std::sort(p.points.begin(), p.points.end(),
-              [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
+    p.points = points_from(j.at("points"), source);
+    if (j.contains("alone_points")) p.alone_points = points_from(j.at("alone_points"), source);
     p.optimizer_seconds_per_element = j.value("optimizer_seconds_per_element", std::map<std::string, double>{});
     p.corunning_ranks = json_integer_or<int>(j, "corunning_ranks", 1, source);
+    p.measured_together = json_integer_or<int>(j, "measured_together", 1, source);
     return p;
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": not a vitpipe profile (", e.what(), ")");
@@ -240,13 +275,13 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
 
 std::string profile_key(const ProfileRequest& r) {
   const ViTConfig& c = r.config;
-  return concat("vitpipe-profile-v6 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
+  return concat("vitpipe-profile-v7 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
                 " heads=", c.num_attention_heads, " mlp=", c.intermediate_size, " image=", c.image_size,
                 " patch=", c.patch_size, " channels=", c.num_channels, " labels=", c.num_labels(),
                 " qkv_bias=", c.qkv_bias ? 1 : 0, " problem=", problem_type_name(c.problem_type),
                 " precision=", precision_name(r.precision), " mode=", r.mode.describe(),
                 " cpu=", cpu::cpu_features().model, " level=", cpu::cpu_level_name(cpu::selected_cpu_level()),
-                " threads=", r.threads, " corunning=", r.corunning_ranks);
+                " threads=", r.threads, " corunning=", r.corunning_ranks, " together=", r.measured_together);
 }
 
 std::filesystem::path default_profile_cache() {
@@ -270,7 +305,8 @@ nlohmann::json describe_request(const ProfileRequest& request) {
           {"cpu", cpu::cpu_features().model},
           {"cpu_level", cpu::cpu_level_name(cpu::selected_cpu_level())},
           {"threads", request.threads},
-          {"corunning_ranks", request.corunning_ranks}};
+          {"corunning_ranks", request.corunning_ranks},
+          {"measured_together", request.measured_together}};
 }
 
 PassTimes* passes_of(ProfilePoint& p, int i) {
@@ -278,52 +314,80 @@ PassTimes* passes_of(ProfilePoint& p, int i) {
   return all[i];
 }
 
+// The times of `points` (and the optimizers' costs when given) as one flat list, in a fixed order, and back.
+std::vector<double> flatten(std::vector<ProfilePoint>& points, const std::map<std::string, double>* optimizers) {
+  std::vector<double> flat;
+  for (ProfilePoint& p : points) {
+    for (int k = 0; k < 4; ++k) {
+      const PassTimes* t = passes_of(p, k);
+      flat.insert(flat.end(), {t->forward, t->backward, t->backward_input, t->backward_weight});
+    }
+  }
+  if (optimizers) {
+    for (const char* name : {"adamw", "lamb", "sgd"}) {
+      const auto it = optimizers->find(name);
+      flat.push_back(it == optimizers->end() ? 0.0 : it->second);
+    }
+  }
+  return flat;
+}
+
+void unflatten(const std::vector<double>& flat, std::vector<ProfilePoint>& points,
+               std::map<std::string, double>* optimizers) {
+  const size_t expected = points.size() * 16 + (optimizers ? 3 : 0);
+  VP_REQUIRE(flat.size() == expected, "profile: ", flat.size(), " times shared where ", expected, " were expected");
+  size_t i = 0;
+  for (ProfilePoint& p : points) {
+    for (int k = 0; k < 4; ++k) {
+      *passes_of(p, k) = {flat[i], flat[i + 1], flat[i + 2], flat[i + 3]};
+      i += 4;
+    }
+  }
+  if (optimizers && !optimizers->empty()) {
+    for (const char* name : {"adamw", "lamb", "sgd"}) (*optimizers)[name] = flat[i++];
+  }
+}
+
 }  // namespace
 
 ModelProfile measure_profile_work(const ProfileRequest& request, const ProfileWork& work,
-                                  const OptimizerTimer& time_optimizers, const ProfileCombine& combine) {
+                                  const OptimizerTimer& time_optimizers, const ProfileCombine& combine,
+                                  const AloneTurn& alone) {
   ModelProfile profile;
   profile.key = profile_key(request);
   profile.describe = describe_request(request);
   profile.corunning_ranks = request.corunning_ranks;
+  profile.measured_together = request.measured_together;
   const int saved_threads = configured_threads();
   configure_threads(request.threads);
   auto layout = std::make_shared<const ParameterLayout>(request.config, request.mode.lora);
   const auto split = make_trainable_split(layout, request.mode);
+  if (alone.share && !work.micro_batches.empty()) {
+    std::vector<double> flat;
+    if (alone.measures) {
+      for (int64_t b : work.micro_batches) profile.alone_points.push_back(measure_point(split, request.precision, b));
+      flat = flatten(profile.alone_points, nullptr);
+      alone.share(flat);
+    } else {
+      alone.share(flat);
+      for (int64_t b : work.micro_batches) profile.alone_points.push_back(ProfilePoint{b, {}, {}, {}, {}});
+      unflatten(flat, profile.alone_points, nullptr);
+    }
+  }
   for (int64_t b : work.micro_batches) profile.points.push_back(measure_point(split, request.precision, b));
   if (work.optimizers && time_optimizers) profile.optimizer_seconds_per_element = time_optimizers(layout);
   configure_threads(saved_threads);
   if (combine) {
-    std::vector<double> flat;
-    for (ProfilePoint& p : profile.points) {
-      for (int k = 0; k < 4; ++k) {
-        const PassTimes* t = passes_of(p, k);
-        flat.insert(flat.end(), {t->forward, t->backward, t->backward_input, t->backward_weight});
-      }
-    }
-    for (const char* name : {"adamw", "lamb", "sgd"}) {
-      const auto it = profile.optimizer_seconds_per_element.find(name);
-      flat.push_back(it == profile.optimizer_seconds_per_element.end() ? 0.0 : it->second);
-    }
+    std::vector<double> flat = flatten(profile.points, &profile.optimizer_seconds_per_element);
     combine(flat);
-    size_t i = 0;
-    for (ProfilePoint& p : profile.points) {
-      for (int k = 0; k < 4; ++k) {
-        PassTimes* t = passes_of(p, k);
-        *t = {flat[i], flat[i + 1], flat[i + 2], flat[i + 3]};
-        i += 4;
-      }
-    }
-    if (!profile.optimizer_seconds_per_element.empty()) {
-      for (const char* name : {"adamw", "lamb", "sgd"}) profile.optimizer_seconds_per_element[name] = flat[i++];
-    }
+    unflatten(flat, profile.points, &profile.optimizer_seconds_per_element);
   }
   return profile;
 }
 
 ModelProfile load_or_measure_profile(const ProfileRequest& request, const OptimizerTimer& time_optimizers,
                                      bool* measured, const std::function<void(const ProfileWork&)>& work_known,
-                                     const ProfileCombine& combine) {
+                                     const ProfileCombine& combine, const AloneTurn& alone) {
   const std::string key = profile_key(request);
   char name[64];
   std::snprintf(name, sizeof(name), "profile-%016llx.json", static_cast<unsigned long long>(fnv1a(key)));
@@ -341,6 +405,7 @@ ModelProfile load_or_measure_profile(const ProfileRequest& request, const Optimi
   profile.key = key;
   profile.describe = describe_request(request);
   profile.corunning_ranks = request.corunning_ranks;
+  profile.measured_together = request.measured_together;
   ProfileWork work;
   for (int64_t b : request.micro_batches) {
     if (!profile.covers(b) &&
@@ -353,11 +418,14 @@ ModelProfile load_or_measure_profile(const ProfileRequest& request, const Optimi
   if (measured) *measured = !work.empty();
   if (work.empty()) return profile;
 
-  ModelProfile now = measure_profile_work(request, work, time_optimizers, combine);
+  ModelProfile now = measure_profile_work(request, work, time_optimizers, combine, alone);
   for (ProfilePoint& p : now.points) profile.points.push_back(p);
+  for (ProfilePoint& p : now.alone_points) profile.alone_points.push_back(p);
   if (work.optimizers) profile.optimizer_seconds_per_element = now.optimizer_seconds_per_element;
-  std::sort(profile.points.begin(), profile.points.end(),
-            [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
+  for (auto* list : {&profile.points, &profile.alone_points}) {
+    std::sort(list->begin(), list->end(),
+              [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
+  }
   if (!file.empty()) {
     std::filesystem::create_directories(request.cache_dir);
     write_text_file_atomically(file, profile.to_json().dump(1) + "\n");

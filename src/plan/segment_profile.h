@@ -38,6 +38,11 @@ struct ModelProfile {
   std::string key;                   // what it was measured for (model, precision, CPU, threads)
   nlohmann::json describe;           // the same, readable
   std::vector<ProfilePoint> points;  // ascending micro-batch
+  // The same sizes measured by one rank while the others waited without using a core (empty when only one rank
+  // measured). Beside `points`, they say what a pass gains when the other ranks are not computing: the planner
+  // costs each pass between the two by how much of it overlaps the others' work (layout_search.h).
+  std::vector<ProfilePoint> alone_points;
+  int measured_together = 1;  // how many ranks measured `points` at once (the whole job's)
   // Optimizer update cost per parameter element (seconds), by optimizer name ("adamw", "lamb", "sgd").
   std::map<std::string, double> optimizer_seconds_per_element;
   // How many ranks measured it at once on one node (train --layout auto: every rank of the job, the slowest kept),
@@ -46,6 +51,9 @@ struct ModelProfile {
 
   // Times at micro-batch b: linear between the measured sizes, proportional beyond the largest.
   PassTimes at(SegmentKind kind, double micro_batch) const;
+  // The same from `alone_points`; only when has_alone().
+  PassTimes alone_at(SegmentKind kind, double micro_batch) const;
+  bool has_alone() const;  // alone_points hold every size of `points`
   bool covers(int64_t micro_batch) const;
   nlohmann::json to_json() const;
   static ModelProfile from_json(const nlohmann::json& json, const std::string& source);
@@ -57,6 +65,7 @@ struct ProfileRequest {
   TrainingMode mode;                   // full fine-tuning, a frozen backbone or layers, LoRA
   int threads = 1;                     // CPU threads per rank
   int corunning_ranks = 1;             // ranks measuring at the same time on this node (see ModelProfile)
+  int measured_together = 1;           // ranks measuring at the same time in the whole job
   std::vector<int64_t> micro_batches;  // sizes the plan needs
   std::filesystem::path cache_dir;     // "" = no cache
 };
@@ -79,10 +88,20 @@ struct ProfileWork {
 // rank's times); every one of them calls it once, in the same order.
 using ProfileCombine = std::function<void(std::vector<double>& values)>;
 
+// Before the ranks measure together, one of them measures the same sizes alone while the others wait without
+// using a core; `share` then hands its times from that rank to every other (each calls it once, in the same order;
+// the measuring rank's call sends, the others' receive into the vector).
+struct AloneTurn {
+  bool measures = false;
+  std::function<void(std::vector<double>& values)> share;
+};
+
 // Measures `work` for `request` (threads and training mode applied). With `combine`, the other ranks measuring
-// alongside call this too, with the same work, and every rank gets the combined times.
+// alongside call this too, with the same work, and every rank gets the combined times; with `alone`, the alone
+// times first (ModelProfile::alone_points).
 ModelProfile measure_profile_work(const ProfileRequest& request, const ProfileWork& work,
-                                  const OptimizerTimer& time_optimizers, const ProfileCombine& combine = {});
+                                  const OptimizerTimer& time_optimizers, const ProfileCombine& combine = {},
+                                  const AloneTurn& alone = {});
 
 // The cached profile when it covers every requested size; otherwise measures the missing sizes (and the optimizer
 // costs when absent), merges and writes the cache atomically. `measured` (optional) tells whether it measured.
@@ -91,7 +110,7 @@ ModelProfile measure_profile_work(const ProfileRequest& request, const ProfileWo
 ModelProfile load_or_measure_profile(const ProfileRequest& request, const OptimizerTimer& time_optimizers,
                                      bool* measured = nullptr,
                                      const std::function<void(const ProfileWork&)>& work_known = {},
-                                     const ProfileCombine& combine = {});
+                                     const ProfileCombine& combine = {}, const AloneTurn& alone = {});
 
 // The default cache directory: $VITPIPE_CACHE, else $XDG_CACHE_HOME/vitpipe, else ~/.cache/vitpipe.
 std::filesystem::path default_profile_cache();

@@ -27,6 +27,7 @@ namespace {
 
 constexpr int kLayoutTag = 31500;   // rank 0 -> every rank: the chosen layout (size, then JSON text)
 constexpr int kProfileTag = 31501;  // rank 0 -> every rank: what to profile alongside it (size, then JSON text)
+constexpr int kAloneTag = 31502;    // rank 0 -> every rank: the times it measured alone (size, then JSON text)
 
 Layout layout_from_json(const nlohmann::json& j) {
   Layout l;
@@ -238,11 +239,13 @@ PlanInputs plan_inputs(const TrainOptions& o, const ViTConfig& config, const Pla
   return in;
 }
 
-Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled, int corunning_ranks,
-               const std::function<void(const ProfileWork&)>& work_known, const ProfileCombine& combine) {
+Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled, int corunning_ranks, int together,
+               const std::function<void(const ProfileWork&)>& work_known, const ProfileCombine& combine,
+               const AloneTurn& alone) {
   ProfileRequest request = profile_request(in, o);
   request.corunning_ranks = corunning_ranks;
-  const ModelProfile profile = load_or_measure_profile(request, time_optimizers, profiled, work_known, combine);
+  request.measured_together = together;
+  const ModelProfile profile = load_or_measure_profile(request, time_optimizers, profiled, work_known, combine, alone);
   Plan plan = plan_layouts(in, profile);
   if (plan.ranked.empty()) {
     fail("no layout of ", in.processes, " process(es) fits ", format_bytes(in.memory_per_process),
@@ -260,13 +263,25 @@ std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& i
   const ProfileCombine combine = [&](std::vector<double>& values) {
     world.allreduce(values.data(), values.size(), ReduceOp::max);
   };
+  // First rank 0 measures alone while the others sleep, so the planner also knows each pass uncontended.
+  AloneTurn alone;
+  alone.measures = world.rank() == 0;
+  alone.share = [&](std::vector<double>& values) {
+    if (world.rank() == 0) {
+      send_to_every_rank(world, nlohmann::json(values).dump(), kAloneTag);
+    } else {
+      values = nlohmann::json::parse(receive_politely(world, kAloneTag)).get<std::vector<double>>();
+    }
+  };
+  if (world.size() == 1) alone = {};
   if (world.rank() == 0) {
     const auto work_known = [&](const ProfileWork& work) {
       send_to_every_rank(world,
                          nlohmann::json{{"micro_batches", work.micro_batches}, {"optimizers", work.optimizers}}.dump(),
                          kProfileTag);
     };
-    return make_plan(in, o, profiled, corunning_ranks, work_known, world.size() > 1 ? combine : ProfileCombine{});
+    return make_plan(in, o, profiled, corunning_ranks, world.size(), work_known,
+                     world.size() > 1 ? combine : ProfileCombine{}, alone);
   }
   const nlohmann::json asked = nlohmann::json::parse(receive_politely(world, kProfileTag));
   ProfileWork work;
@@ -275,7 +290,8 @@ std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& i
   if (!work.empty()) {
     ProfileRequest request = profile_request(in, o);
     request.corunning_ranks = corunning_ranks;
-    measure_profile_work(request, work, time_optimizers, combine);
+    request.measured_together = world.size();
+    measure_profile_work(request, work, time_optimizers, combine, alone);
   }
   return std::nullopt;
 }

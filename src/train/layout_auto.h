@@ -39,12 +39,15 @@ PlanInputs plan_inputs(const TrainOptions& options, const ViTConfig& config, con
                        bool constrained);
 
 // Profiles (or reads the cache) and plans. Throws, saying what would fit, when no layout fits the memory given.
-// `corunning_ranks`, `work_known`, `combine`: profiling alongside other ranks (segment_profile.h).
+// `corunning_ranks`, `together`, `work_known`, `combine`, `alone`: profiling alongside other ranks
+// (segment_profile.h).
 Plan make_plan(const PlanInputs& inputs, const TrainOptions& options, bool* profiled = nullptr, int corunning_ranks = 1,
-               const std::function<void(const ProfileWork&)>& work_known = {}, const ProfileCombine& combine = {});
+               int together = 1, const std::function<void(const ProfileWork&)>& work_known = {},
+               const ProfileCombine& combine = {}, const AloneTurn& alone = {});
 
 // Collective over `world`: rank 0 profiles (unless cached) and plans while every other rank measures the same work
-// at the same time (the slowest rank's times kept); rank 0 gets the plan, the others nullopt. `corunning_ranks`:
+// at the same time (the slowest rank's times kept), after rank 0 measured alone while the others slept; rank 0 gets
+// the plan, the others nullopt. `corunning_ranks`:
 // the ranks of this job on rank 0's node.
 std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& inputs, const TrainOptions& options,
                                         int corunning_ranks, bool* profiled = nullptr);

@@ -525,9 +525,19 @@ def case_layout_auto_timing(job):
           f"{measured / predicted:.2f} (allowed 1/{TIMING_FACTOR:g} .. {TIMING_FACTOR:g})")
     if not 1 / TIMING_FACTOR <= measured / predicted <= TIMING_FACTOR:
         sys.exit("FAIL: predicted and measured step times differ by more than the allowed factor")
-    # Bytes are exact: every step's count over the ranks must be the chosen layout's planned volume.
+    # Bytes are exact: every step's count over the ranks must be the chosen layout's planned volume. The plan is the
+    # steady state: with a sharded optimizer a step counts the parameter all-gather it waited for, which the first
+    # step has none of (the weights start whole), so its count is the reduce-scatter alone.
     planned = layout[-1]["predicted_wire_bytes"]
-    counted = sorted({r["comm"]["wire_bytes"] for r in records if r.get("type") == "train" and "comm" in r})
+    steps = [r["comm"] for r in records if r.get("type") == "train" and "comm" in r]
+    if steps and steps[0]["reduce_scatter_bytes"] > 0:
+        first = steps.pop(0)
+        later = steps[0] if steps else {}
+        if (first["allgather_bytes"] != 0 or first["reduce_scatter_bytes"] != later.get("reduce_scatter_bytes")
+                or not first["wire_bytes"] < planned):
+            sys.exit(f"FAIL: a sharded run's first step should be the later steps' reduce-scatter without an "
+                     f"all-gather: {first} against {later}")
+    counted = sorted({c["wire_bytes"] for c in steps})
     print(f"wire bytes per step: planned {planned:.0f}, counted {counted}")
     if not counted or any(abs(c - planned) > 1e-9 * planned + 1 for c in counted):
         sys.exit(f"FAIL: the chosen layout's planned bytes per step ({planned:.0f}) differ from vitpipe's count "

@@ -308,6 +308,79 @@ TEST(PlanSimulator, UnequalStagesTakeTheSlowestStagesTime) {
   EXPECT_LT(sim.stage_bubble[1], sim.stage_bubble[0]);
 }
 
+// Measured by 2 ranks at once, every pass twice as slow as measured alone.
+ModelProfile together_and_alone() {
+  ModelProfile p = synthetic_profile(1.0);
+  p.alone_points = p.points;
+  for (ProfilePoint& q : p.points) {
+    for (PassTimes* t : {&q.embeddings, &q.block, &q.classifier_block, &q.head}) {
+      *t = {2 * t->forward, 2 * t->backward, 2 * t->backward_input, 2 * t->backward_weight};
+    }
+  }
+  p.measured_together = 2;
+  return p;
+}
+
+Layout two_stages(int64_t micro_batch, int micro_batches) {
+  Layout l;
+  l.stages = 2;
+  l.micro_batch = micro_batch;
+  l.micro_batches = micro_batches;
+  return l;
+}
+
+TEST(PlanOverlap, PassesCostBetweenAloneAndTogetherByTheOtherRanksComputingMeanwhile) {
+  const PlanInputs in = inputs(2, 16, 1e12);
+  const ModelProfile both = together_and_alone();
+  ModelProfile together = both, alone = both;
+  together.alone_points.clear();
+  alone.points = alone.alone_points;
+  alone.alone_points.clear();
+  ASSERT_TRUE(both.has_alone());
+  ASSERT_FALSE(together.has_alone());
+
+  // One micro-batch through 2 stages: they never compute at the same moment, so every pass costs as alone.
+  const double one_both = predict_layout(in, both, two_stages(16, 1)).pipeline_seconds;
+  EXPECT_NEAR(one_both, predict_layout(in, alone, two_stages(16, 1)).pipeline_seconds, 1e-9 * one_both);
+  EXPECT_LT(one_both, 0.6 * predict_layout(in, together, two_stages(16, 1)).pipeline_seconds);
+
+  // Eight: the stages overlap in the steady state and not in the fill and drain, so the step lies strictly between.
+  const double eight_both = predict_layout(in, both, two_stages(2, 8)).pipeline_seconds;
+  const double eight_alone = predict_layout(in, alone, two_stages(2, 8)).pipeline_seconds;
+  const double eight_together = predict_layout(in, together, two_stages(2, 8)).pipeline_seconds;
+  EXPECT_GT(eight_both, 1.2 * eight_alone);
+  EXPECT_LT(eight_both, 0.95 * eight_together);
+
+  // Data parallel: every rank computes all the time, the times measured together hold as they are.
+  Layout replicas;
+  replicas.replicas = 2;
+  replicas.micro_batch = 8;
+  replicas.micro_batches = 1;
+  EXPECT_DOUBLE_EQ(predict_layout(in, both, replicas).step_seconds,
+                   predict_layout(in, together, replicas).step_seconds);
+
+  // A profile measured by another number of ranks than the job has says nothing of this job's overlap.
+  PlanInputs four = inputs(4, 16, 1e12);
+  Layout two_by_two = two_stages(2, 4);
+  two_by_two.replicas = 2;
+  EXPECT_DOUBLE_EQ(predict_layout(four, both, two_by_two).pipeline_seconds,
+                   predict_layout(four, together, two_by_two).pipeline_seconds);
+}
+
+TEST(PlanProfile, TimesMeasuredAloneTravelThroughTheCache) {
+  ModelProfile p = together_and_alone();
+  p.key = "k";
+  const ModelProfile back = ModelProfile::from_json(p.to_json(), "test");
+  EXPECT_TRUE(back.has_alone());
+  EXPECT_EQ(back.measured_together, 2);
+  EXPECT_DOUBLE_EQ(back.alone_at(SegmentKind::block, 3).forward, 3.0);
+  EXPECT_DOUBLE_EQ(back.at(SegmentKind::block, 3).forward, 6.0);
+  // Alone times for fewer sizes than the together ones are not used.
+  p.alone_points.pop_back();
+  EXPECT_FALSE(ModelProfile::from_json(p.to_json(), "test").has_alone());
+  EXPECT_THROW(p.alone_at(SegmentKind::block, 1), Error);
+}
+
 TEST(PlanProfile, MedianIsTheUpperMiddleSoProfileAndTrainerAgree) {
   // The profile keeps the median of its samples and the trainer reports the median of measured steps: one rule.
   EXPECT_EQ(median_of({3.0, 1.0, 2.0}), 2.0);
