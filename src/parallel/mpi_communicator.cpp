@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/chain_collectives.h"
 #include "parallel/comm_deadline.h"
 #include "parallel/ring_allreduce.h"
 
@@ -49,7 +50,8 @@ void check(int code, const char* what) {
 
 enum class AllreduceAlgorithm { ring, mpi };
 
-// The gradient all-reduce: vitpipe's ring (ring_allreduce.h), or MPI_Iallreduce with the MPI library's choice
+// The gradient collectives: vitpipe's ring all-reduce (ring_allreduce.h) and chain reduce and broadcast
+// (chain_collectives.h), or MPI_Iallreduce, MPI_Ireduce and MPI_Ibcast with the MPI library's choice
 // (VITPIPE_ALLREDUCE=mpi, for comparison: Open MPI 4.1 takes a binomial tree below 4 ranks).
 AllreduceAlgorithm allreduce_algorithm() {
   static const AllreduceAlgorithm chosen = [] {
@@ -224,11 +226,7 @@ class MpiCommunicator : public Communicator {
   CommRequest iallreduce_sum(float* data, size_t count) override {
     if (size_ == 1) return CommRequest();
     if (allreduce_algorithm() == AllreduceAlgorithm::ring) {
-      // On a duplicate of this communicator (made at the first all-reduce, which every member reaches in the same
-      // order), so that its messages meet no other; one tag per all-reduce, as many in flight as buckets.
-      if (!ring_) ring_ = split(0, rank_);
-      const int tag = ring_sequence_;
-      ring_sequence_ = (ring_sequence_ + 1) % kMaxUserTag;
+      const int tag = next_ring_tag();
       return ring_allreduce_sum(*ring_, data, count, tag);
     }
     MPI_Request request;
@@ -239,6 +237,10 @@ class MpiCommunicator : public Communicator {
   CommRequest ireduce_sum(float* data, size_t count, int root) override {
     check_root(root);
     if (size_ == 1) return CommRequest();
+    if (allreduce_algorithm() == AllreduceAlgorithm::ring) {
+      const int tag = next_ring_tag();
+      return chain_reduce_sum(*ring_, data, count, root, tag);
+    }
     MPI_Request request;
     const void* send = rank_ == root ? MPI_IN_PLACE : data;
     check(MPI_Ireduce(send, rank_ == root ? data : nullptr, as_count(count, "reduce"), MPI_FLOAT, MPI_SUM, root, comm_,
@@ -249,6 +251,10 @@ class MpiCommunicator : public Communicator {
   CommRequest ibroadcast(float* data, size_t count, int root) override {
     check_root(root);
     if (size_ == 1) return CommRequest();
+    if (allreduce_algorithm() == AllreduceAlgorithm::ring) {
+      const int tag = next_ring_tag();
+      return chain_broadcast(*ring_, data, count, root, tag);
+    }
     MPI_Request request;
     check(MPI_Ibcast(data, as_count(count, "broadcast"), MPI_FLOAT, root, comm_, &request), "Ibcast");
     return CommRequest(std::make_unique<MpiCollectiveState>(request, collective("a broadcast", count * 4)));
@@ -372,7 +378,16 @@ class MpiCommunicator : public Communicator {
 
   MPI_Comm comm_;
   bool owned_;
-  std::unique_ptr<Communicator> ring_;  // the ring all-reduce's own duplicate
+  // vitpipe's own collectives (ring all-reduce, chain reduce and broadcast) run on a duplicate of this communicator,
+  // made at the first of them, which every member reaches in the same order, so that their messages meet no other;
+  // one tag per collective, as many in flight as buckets.
+  int next_ring_tag() {
+    if (!ring_) ring_ = split(0, rank_);
+    const int tag = ring_sequence_;
+    ring_sequence_ = (ring_sequence_ + 1) % kMaxUserTag;
+    return tag;
+  }
+  std::unique_ptr<Communicator> ring_;
   int ring_sequence_ = 0;
   int rank_ = 0;
   int size_ = 1;

@@ -163,6 +163,18 @@ std::string join(const std::vector<int>& values) {
 
 }  // namespace
 
+double between_alone_and_together(double alone, double together, double share, int ranks, int threads, int cores) {
+  if (ranks < 2) return together;
+  const double oversubscribed = static_cast<double>(ranks) * threads / std::max(1, cores);
+  if (oversubscribed > 1.0 && together >= 0.75 * oversubscribed * alone) {
+    const double running = 1.0 + share * (ranks - 1);  // this rank and, on average, the others meanwhile
+    const double sliced = std::max(1.0, running * threads / std::max(1, cores));
+    const double shared = std::max(1.0, together / (alone * oversubscribed));
+    return std::min(together, alone * sliced * (1.0 + (shared - 1.0) * share));
+  }
+  return alone + (together - alone) * share;
+}
+
 std::string Layout::describe() const {
   std::string text = concat(stages, " stage(s) x ", replicas, " replica(s), micro-batch ", micro_batch, " x ",
                             micro_batches, ", ", schedule_kind_name(schedule));
@@ -340,8 +352,9 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
           if (pass == &SimulationCosts::backward) share = &PassTimes::backward;
           if (pass == &SimulationCosts::backward_input) share = &PassTimes::backward_input;
           if (pass == &SimulationCosts::backward_weight) share = &PassTimes::backward_weight;
-          const double lo = alone_costs[s].*pass, hi = costs[s].*pass;
-          const double target = lo + (hi - lo) * (shares[s].*share);
+          const double target = between_alone_and_together(alone_costs[s].*pass, costs[s].*pass, shares[s].*share,
+                                                           in.processes, in.threads_per_process, in.cores_per_node);
+          const double hi = costs[s].*pass;
           const double next = 0.5 * (mixed[s].*pass + target);  // damped: the shares move with the costs
           change = std::max(change, std::abs(next - mixed[s].*pass) / std::max(hi, 1e-12));
           mixed[s].*pass = next;

@@ -104,6 +104,13 @@ std::vector<int64_t> candidate_micro_batches(const PlanInputs& inputs);
 
 Plan plan_layouts(const PlanInputs& inputs, const ModelProfile& profile);
 
+// A pass measured `alone` and `together` (every one of `ranks` ranks of `threads` at once), costed with `share` of
+// the other ranks computing meanwhile. Where the measurement shows the ranks time-slicing `cores` cores (together
+// at least 3/4 of the oversubscription over alone, as namespaced hosts on one machine do), the slicing applies only
+// to the threads beyond the cores and the rest (memory bandwidth, caches) grows with the ranks running; otherwise
+// the whole difference grows with them.
+double between_alone_and_together(double alone, double together, double share, int ranks, int threads, int cores);
+
 // The prediction for one given layout (boundaries balanced by cost when layers_per_stage is empty).
 LayoutPrediction predict_layout(const PlanInputs& inputs, const ModelProfile& profile, Layout layout);
 

@@ -367,6 +367,20 @@ TEST(PlanOverlap, PassesCostBetweenAloneAndTogetherByTheOtherRanksComputingMeanw
                    predict_layout(four, together, two_by_two).pipeline_seconds);
 }
 
+TEST(PlanOverlap, RanksTimeSlicingTheCoresSliceOnlyBeyondThem) {
+  // 4 ranks of 1 thread measured at once on 2 cores: 2.2 x alone, 2 of it time-slicing, 1.1 shared bandwidth.
+  EXPECT_DOUBLE_EQ(between_alone_and_together(1.0, 2.2, 0.0, 4, 1, 2), 1.0);
+  EXPECT_NEAR(between_alone_and_together(1.0, 2.2, 1.0, 4, 1, 2), 2.2, 1e-12);
+  // One other rank running on average: 2 ranks on 2 cores do not slice; a third of the shared part remains.
+  EXPECT_NEAR(between_alone_and_together(1.0, 2.2, 1.0 / 3, 4, 1, 2), 1.0 + 0.1 / 3, 1e-12);
+  // Two others: 3 ranks on 2 cores slice by 1.5.
+  EXPECT_NEAR(between_alone_and_together(1.0, 2.2, 2.0 / 3, 4, 1, 2), 1.5 * (1.0 + 0.1 * 2 / 3), 1e-12);
+  // The same ranks on hosts of their own (together barely slower than alone): the difference grows linearly.
+  EXPECT_NEAR(between_alone_and_together(1.0, 1.1, 0.5, 4, 1, 2), 1.05, 1e-12);
+  // Not oversubscribed (2 ranks, 2 cores): linear too.
+  EXPECT_NEAR(between_alone_and_together(1.0, 1.6, 0.25, 2, 1, 2), 1.15, 1e-12);
+}
+
 TEST(PlanProfile, TimesMeasuredAloneTravelThroughTheCache) {
   ModelProfile p = together_and_alone();
   p.key = "k";

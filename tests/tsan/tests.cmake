@@ -12,7 +12,7 @@ if(VITPIPE_TSAN_TESTS)
   list(REMOVE_ITEM tsan_sources ${PROJECT_SOURCE_DIR}/src/io/onnx_export.cpp)
   foreach(file parallel/communicator parallel/local_communicator parallel/mpi_communicator parallel/gradient_buckets
           parallel/schedule parallel/process_grid parallel/trace parallel/optimizer_shards parallel/parameter_gather
-          parallel/comm_deadline parallel/ring_allreduce
+          parallel/comm_deadline parallel/ring_allreduce parallel/chain_collectives
           model/vit_config model/parameter_layout model/initializer model/position_interpolation model/model_family
           model/presets model/trainable_set model/low_rank_update serve/inference_batcher serve/serve_metrics
           backend/backend_memory)
