@@ -66,19 +66,23 @@ class ChainCollective : public CommRequest::State {
   size_t begin(size_t piece) const { return std::min(count_, piece * kPieceFloats); }
   size_t size(size_t piece) const { return begin(piece + 1) - begin(piece); }
 
+  // What goes on: a reduce's partial sums lie in its own buffer, except on the chain's first rank.
   void send(size_t piece) {
     if (next_ < 0) return;
-    sends_.push_back(comm_.isend_bytes(data_ + begin(piece), size(piece) * sizeof(float), next_, tag_));
+    const float* from = (reduce_ && previous_ >= 0 ? incoming_.data() : data_) + begin(piece);
+    sends_.push_back(comm_.isend_bytes(from, size(piece) * sizeof(float), next_, tag_));
   }
 
   void finish_receive() {
     const size_t piece = received_++;
     if (reduce_) {
-      float* sum = data_ + begin(piece);
+      // The previous ranks' partial sum plus this rank's: the chain's order, whatever the timing. Only the root's
+      // buffer takes the sum; the others' stay as they were.
+      float* partial = incoming_.data() + begin(piece);
+      float* mine = data_ + begin(piece);
+      float* sum = next_ < 0 ? mine : partial;
       const size_t n = size(piece);
-      // The previous ranks' partial sum plus this rank's: the chain's order, whatever the timing.
-      const float* in = incoming_.data() + begin(piece);
-      for (size_t i = 0; i < n; ++i) sum[i] = in[i] + sum[i];
+      for (size_t i = 0; i < n; ++i) sum[i] = partial[i] + mine[i];
     }
     send(piece);
   }

@@ -16,9 +16,9 @@
 
 namespace vitpipe {
 
-// Starts the sum of every rank's `count` floats at `data` into the root's buffer. The other ranks' buffers hold
-// partial sums afterwards (they are the chain's working space). Messages are tagged with `tag`: no other message
-// between these ranks may use it until the request completes. Collective over `comm`.
+// Starts the sum of every rank's `count` floats at `data` into the root's buffer; the other ranks' buffers are left
+// as they were. Messages are tagged with `tag`: no other message between these ranks may use it until the request
+// completes. Collective over `comm`.
 CommRequest chain_reduce_sum(Communicator& comm, float* data, size_t count, int root, int tag);
 
 // Starts copying the root's `count` floats at `data` into every other rank's buffer. Tags as above.

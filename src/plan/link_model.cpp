@@ -68,7 +68,9 @@ std::string LinkModel::describe() const {
                 source.c_str());
   std::string out = text;
   if (collective_bandwidth > 0) {
-    std::snprintf(text, sizeof(text), "; all-reduce measured at %.2f Gbit/s per ring link",
+    std::snprintf(text, sizeof(text),
+                  "; gradient reduction costed at %.2f Gbit/s per ring link (as measured, or the link's rate where "
+                  "that is slower)",
                   collective_bandwidth * 8 / 1e9);
     out += text;
   }

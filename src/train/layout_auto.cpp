@@ -117,6 +117,18 @@ int cores_of_the_job(Communicator& world) {
   return std::max(1, static_cast<int>(std::count(mine.begin(), mine.end(), 1.0)));
 }
 
+// Collective over `world` (more than one rank): the gradient reduction as this MPI library runs it here, one
+// bucket (at most 25 MiB) reduced to its owners. Without --link that is the link's collective rate; with it, the
+// line rate is given and what TCP and MPI's progress make of it can only be slower: the slower is kept.
+void measure_reduction(Communicator& world, const TrainOptions& o, const ViTConfig& config, LinkModel& link) {
+  if (world.size() < 2) return;
+  const TrainingMode mode = o.training_mode();
+  const auto split = make_trainable_split(std::make_shared<const ParameterLayout>(config, mode.lora), mode);
+  const double measured = measure_collective_bandwidth(
+      world, std::min<size_t>(size_t{25} << 20, static_cast<size_t>(split->trainable->numel()) * sizeof(float)));
+  link.collective_bandwidth = o.link.empty() ? measured : std::min(link.bandwidth, measured);
+}
+
 }  // namespace
 
 double parse_memory_size(std::string_view text, const std::string& where) {
@@ -310,13 +322,7 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   } else {
     link = LinkModel{1e12, 0.0, 0.0, "one process: no link"};
   }
-  if (world.size() > 1 && o.link.empty()) {
-    // The gradient reduction as this MPI library runs it here: one bucket's all-reduce (at most 25 MiB).
-    const TrainingMode mode = o.training_mode();
-    const auto split = make_trainable_split(std::make_shared<const ParameterLayout>(config, mode.lora), mode);
-    link.collective_bandwidth = measure_collective_bandwidth(
-        world, std::min<size_t>(size_t{25} << 20, static_cast<size_t>(split->trainable->numel()) * sizeof(float)));
-  }
+  measure_reduction(world, o, config, link);
   PlanInputs in = plan_inputs(o, config, job, link, false);
   in.threads_per_process = configured_threads();  // what this job's ranks run with
   in.cores_per_node = cores_of_the_job(world);
@@ -379,6 +385,7 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     } else {
       link = measure_local_link();
     }
+    measure_reduction(world, options, config, link);
     PlanInputs in = plan_inputs(options, config, job, link, true);
     bool profiled = false;
     // Under mpirun every rank profiles alongside rank 0, as train --layout auto does: the profile then holds what

@@ -1,9 +1,10 @@
 // vitpipe's chain reduce and broadcast (parallel/chain_collectives.h) over ranks as threads: the root gets the sum
-// of every rank's buffer with the same bits on every run, every rank gets the root's buffer, for every root, sizes
-// of several pieces with a short last one, and several in flight at once driven by test() alone. Under mpirun they
-// are the MPI communicator's reduce and broadcast (parallel_mpi_collectives_np*).
+// of every rank's buffer with the same bits on every run and the others keep theirs, every rank gets the root's
+// buffer, for every root, sizes of several pieces with a short last one, and several in flight at once driven by
+// test() alone. Under mpirun they are the MPI communicator's reduce and broadcast (parallel_mpi_collectives_np*).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -25,12 +26,19 @@ TEST(ChainCollectives, ReduceSumsEveryRankAtTheRootSameBitsEveryRun) {
     for (size_t count : kSizes) {
       for (int root = 0; root < ranks; ++root) {
         std::vector<float> first, again;
+        std::atomic<int> changed_elsewhere{0};
         for (std::vector<float>* out : {&first, &again}) {
           run_local_ranks(ranks, [&](Communicator& comm) {
             std::vector<float> buffer(count);
             for (size_t i = 0; i < count; ++i) buffer[i] = value_of(comm.rank(), i);
             chain_reduce_sum(comm, buffer.data(), count, root, 3).wait();
-            if (comm.rank() == root) *out = buffer;
+            if (comm.rank() == root) {
+              *out = buffer;
+            } else {
+              for (size_t i = 0; i < count; ++i) {
+                if (buffer[i] != value_of(comm.rank(), i)) ++changed_elsewhere;
+              }
+            }
           });
         }
         ASSERT_EQ(first.size(), count);
@@ -48,6 +56,7 @@ TEST(ChainCollectives, ReduceSumsEveryRankAtTheRootSameBitsEveryRun) {
             }(),
             1e-6 * ranks);
         EXPECT_EQ(std::memcmp(first.data(), again.data(), count * sizeof(float)), 0) << "a second run differs";
+        EXPECT_EQ(changed_elsewhere.load(), 0) << "a rank other than the root had its buffer changed";
       }
     }
   }
