@@ -68,9 +68,7 @@ std::string LinkModel::describe() const {
                 source.c_str());
   std::string out = text;
   if (collective_bandwidth > 0) {
-    std::snprintf(text, sizeof(text),
-                  "; gradient reduction costed at %.2f Gbit/s per ring link (as measured, or the link's rate where "
-                  "that is slower)",
+    std::snprintf(text, sizeof(text), "; gradient reduction measured at %.2f Gbit/s per ring link",
                   collective_bandwidth * 8 / 1e9);
     out += text;
   }

@@ -117,16 +117,15 @@ int cores_of_the_job(Communicator& world) {
   return std::max(1, static_cast<int>(std::count(mine.begin(), mine.end(), 1.0)));
 }
 
-// Collective over `world` (more than one rank): the gradient reduction as this MPI library runs it here, one
-// bucket (at most 25 MiB) reduced to its owners. Without --link that is the link's collective rate; with it, the
-// line rate is given and what TCP and MPI's progress make of it can only be slower: the slower is kept.
+// Collective over `world`: without --link, the gradient reduction as this MPI library runs it here, one bucket (at
+// most 25 MiB) reduced to its owners. With --link the line rate stands: measured over a link that has just been
+// idle, the same 2-host reduction measured 0.48 to 0.94 Gbit/s from one run to the next at 1 Gbit/s.
 void measure_reduction(Communicator& world, const TrainOptions& o, const ViTConfig& config, LinkModel& link) {
-  if (world.size() < 2) return;
+  if (world.size() < 2 || !o.link.empty()) return;
   const TrainingMode mode = o.training_mode();
   const auto split = make_trainable_split(std::make_shared<const ParameterLayout>(config, mode.lora), mode);
-  const double measured = measure_collective_bandwidth(
+  link.collective_bandwidth = measure_collective_bandwidth(
       world, std::min<size_t>(size_t{25} << 20, static_cast<size_t>(split->trainable->numel()) * sizeof(float)));
-  link.collective_bandwidth = o.link.empty() ? measured : std::min(link.bandwidth, measured);
 }
 
 }  // namespace
