@@ -329,7 +329,7 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     traffic.virtual_stages = v;
     traffic.boundary_bytes = 2.0 * m * hidden_bytes;
     for (double n : stage_numel) traffic.gradient_bytes.push_back(4 * n);
-    const RankPlacement placement = choose_rank_placement(topology, traffic);
+    const RankPlacement placement = with_fixed_rank_order(choose_rank_placement(topology, traffic));
     layout.rank_order = placement.order;
     out.cross_node_bytes = placement.chosen.total();
     if (in.local_link.bandwidth > 0) {

@@ -1,6 +1,9 @@
 #include "plan/rank_placement.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
 
 #include "util/error.h"
 
@@ -51,6 +54,18 @@ RankPlacement choose_rank_placement(const HostTopology& topology, const GridTraf
   placement.order = stage_first ? RankOrder::stage_major : RankOrder::replica_major;
   placement.chosen = stage_first ? stage_major : replica_major;
   placement.other = stage_first ? replica_major : stage_major;
+  return placement;
+}
+
+RankPlacement with_fixed_rank_order(RankPlacement placement) {
+  const char* fixed = std::getenv("VITPIPE_RANK_ORDER");
+  if (fixed == nullptr || *fixed == '\0') return placement;
+  const std::string name = fixed;
+  VP_REQUIRE(name == "replica-major" || name == "stage-major",
+             "VITPIPE_RANK_ORDER: expected replica-major or stage-major, got \"", name, "\"");
+  const RankOrder order = name == "stage-major" ? RankOrder::stage_major : RankOrder::replica_major;
+  if (order != placement.order) std::swap(placement.chosen, placement.other);
+  placement.order = order;
   return placement;
 }
 

@@ -38,4 +38,8 @@ struct RankPlacement {
 // The order with fewer bytes between hosts; replica-major (the default) on a tie, e.g. on one host.
 RankPlacement choose_rank_placement(const HostTopology& topology, const GridTraffic& traffic);
 
+// VITPIPE_RANK_ORDER (replica-major or stage-major), when set, fixes the order, for comparisons: the trainer and
+// the planner read it alike, so a fixed order is predicted as it runs. A bad value throws, naming it.
+RankPlacement with_fixed_rank_order(RankPlacement placement);
+
 }  // namespace vitpipe

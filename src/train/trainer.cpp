@@ -372,16 +372,7 @@ RankPlacement RankTrainer::place_ranks(const ParallelConfig& pc) const {
     }
     traffic.gradient_bytes.push_back(sizeof(float) * numel);
   }
-  RankPlacement placement = choose_rank_placement(topology_, traffic);
-  if (const char* fixed = std::getenv("VITPIPE_RANK_ORDER"); fixed != nullptr && *fixed != '\0') {
-    const std::string name = fixed;
-    VP_REQUIRE(name == "replica-major" || name == "stage-major",
-               "VITPIPE_RANK_ORDER: expected replica-major or stage-major, got \"", name, "\"");
-    const RankOrder order = name == "stage-major" ? RankOrder::stage_major : RankOrder::replica_major;
-    if (order != placement.order) std::swap(placement.chosen, placement.other);
-    placement.order = order;
-  }
-  return placement;
+  return with_fixed_rank_order(choose_rank_placement(topology_, traffic));
 }
 
 void RankTrainer::build_pipeline() {

@@ -2,6 +2,8 @@
 // link, and the choice of the smaller; the topology's description (parallel/host_topology.h).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "parallel/host_topology.h"
 #include "plan/rank_placement.h"
 #include "util/error.h"
@@ -46,6 +48,22 @@ TEST(RankPlacement, TwoHostsOfTwoRanksTwoStagesCountEachOrdersLinks) {
   EXPECT_DOUBLE_EQ(chosen.other.total(), replica_major.total());
   // Activations heavier than the gradients (a big batch of a small model): replica-major.
   EXPECT_EQ(choose_rank_placement(topology, traffic(2, 1e9, {5e6, 7e6})).order, RankOrder::replica_major);
+}
+
+TEST(RankPlacement, AFixedOrderIsTakenWithItsBytesAndABadOneRefused) {
+  const HostTopology topology = hosts_of({0, 0, 1, 1});
+  const RankPlacement chosen = choose_rank_placement(topology, traffic(2, 1000.0, {5e6, 7e6}));
+  ASSERT_EQ(chosen.order, RankOrder::stage_major);
+  unsetenv("VITPIPE_RANK_ORDER");
+  EXPECT_EQ(with_fixed_rank_order(chosen).order, RankOrder::stage_major);
+  setenv("VITPIPE_RANK_ORDER", "replica-major", 1);
+  const RankPlacement fixed = with_fixed_rank_order(chosen);
+  EXPECT_EQ(fixed.order, RankOrder::replica_major);
+  EXPECT_DOUBLE_EQ(fixed.chosen.total(), chosen.other.total());
+  EXPECT_DOUBLE_EQ(fixed.other.total(), chosen.chosen.total());
+  setenv("VITPIPE_RANK_ORDER", "diagonal", 1);
+  EXPECT_THROW(with_fixed_rank_order(chosen), Error);
+  unsetenv("VITPIPE_RANK_ORDER");
 }
 
 TEST(RankPlacement, OneHostOrOneRankPerHostKeepTheDefaultOrderOnATie) {
