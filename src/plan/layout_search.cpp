@@ -321,6 +321,7 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
   const int nodes = (in.processes + std::max(1, in.processes_per_node) - 1) / std::max(1, in.processes_per_node);
   const LinkModel* pipeline_link = &in.link;
   const LinkModel* reduction_link = &in.link;
+  double cross_node_reduction_bytes = 0;  // every stage's ring, link by link (both directions)
   if (nodes > 1) {
     HostTopology topology;
     for (int rank = 0; rank < in.processes; ++rank) topology.host_of_rank.push_back(rank / in.processes_per_node);
@@ -332,6 +333,7 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     const RankPlacement placement = with_fixed_rank_order(choose_rank_placement(topology, traffic));
     layout.rank_order = placement.order;
     out.cross_node_bytes = placement.chosen.total();
+    cross_node_reduction_bytes = placement.chosen.reduction;
     if (in.local_link.bandwidth > 0) {
       if (placement.chosen.pipeline == 0) pipeline_link = &in.local_link;
       if (placement.chosen.reduction == 0) reduction_link = &in.local_link;
@@ -380,6 +382,11 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
   // every core already computing, nothing of it hides behind the backward pass or the next forward.
   const bool no_core_to_spare = in.processes_per_node * in.threads_per_process >= in.cores_per_node;
   const double share = r > 1 ? static_cast<double>(r - 1) / r : 0.0;
+  // Every stage's ring that crosses between nodes goes through the same network interfaces at about the same time:
+  // each node's share of those bytes at the link's rate bounds every stage's reduction (2 stages x 2 replicas on 2
+  // nodes, replicas across: both stages' rings share one link, twice one ring's time).
+  const double through_interfaces =
+      reduction_link == &in.link && nodes > 1 ? cross_node_reduction_bytes / nodes / bandwidth : 0.0;
   double step = 0;
   for (int s = 0; s < p; ++s) {
     const auto& timeline = sim.timeline[static_cast<size_t>(s)];
@@ -396,11 +403,12 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     if (r > 1) {
       // Ring algorithms: an all-reduce moves 2 (r-1)/r of the buffer over each link, a reduce-scatter or an
       // all-gather (r-1)/r. The reduction overlaps the last backward; the gather the next step's first forward.
-      const double reduce =
-          (layout.shard ? 1.0 : 2.0) * share * bytes / bandwidth + (layout.shard ? 1.0 : 2.0) * (r - 1) * latency;
+      const double on_the_wire = std::max((layout.shard ? 1.0 : 2.0) * share * bytes / bandwidth,
+                                          (layout.shard ? 0.5 : 1.0) * through_interfaces);
+      const double reduce = on_the_wire + (layout.shard ? 1.0 : 2.0) * (r - 1) * latency;
       exposed += no_core_to_spare ? reduce : std::max(reduce / buckets, reduce - last_backward);
       if (layout.shard) {
-        const double gather = share * bytes / bandwidth + (r - 1) * latency;
+        const double gather = std::max(share * bytes / bandwidth, 0.5 * through_interfaces) + (r - 1) * latency;
         exposed +=
             no_core_to_spare ? gather : std::max(gather / buckets, gather - stage_forward[static_cast<size_t>(s)]);
       }

@@ -2,6 +2,8 @@
 // link parser, cost-balanced boundaries, and the search on a synthetic profile (known costs, known answers).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "backend/backend.h"
 #include "model/vit_stage.h"
 #include "parallel/pipeline_executor.h"
@@ -198,6 +200,32 @@ TEST(PlanSearch, AcrossNodesTheReductionStaysInsideANodeAndTakesItsSharedMemory)
   const LayoutPrediction everywhere = predict_layout(in, profile, l);
   EXPECT_GT(everywhere.exposed_communication_seconds, 100 * placed.exposed_communication_seconds);
   EXPECT_NE(placed.layout.describe().find("ranks stage-major"), std::string::npos) << placed.layout.describe();
+}
+
+TEST(PlanSearch, RingsCrossingBetweenNodesShareTheNodesInterfaces) {
+  // 2 nodes x 2 processes, 2 stages x 2 replicas with the replicas across the nodes (the order fixed as
+  // VITPIPE_RANK_ORDER fixes it): both stages' rings cross the one link at once, so the worst stage's reduction takes
+  // every stage's gradient through it, not its own alone.
+  PlanInputs in = inputs(4, 16, 1e12);
+  in.processes_per_node = 2;
+  in.cores_per_node = 2;
+  in.link = parse_link("1Gbit,0us");
+  in.local_link = parse_link("100Gbit,0us");
+  Layout l;
+  l.stages = 2;
+  l.replicas = 2;
+  l.micro_batch = 2;
+  l.micro_batches = 4;
+  setenv("VITPIPE_RANK_ORDER", "replica-major", 1);
+  const LayoutPrediction across = predict_layout(in, synthetic_profile(0.5), l);
+  unsetenv("VITPIPE_RANK_ORDER");
+  ASSERT_EQ(across.layout.rank_order, RankOrder::replica_major);
+  const double model_bytes = across.volume.allreduce / 2;  // the payload counts each replica's whole gradient
+  EXPECT_NEAR(across.exposed_communication_seconds, model_bytes / in.link.bandwidth, 1e-6);
+  // 4 nodes of 1 process: each ring has links of its own, and the worst stage takes its own gradient's time.
+  in.processes_per_node = 1;
+  const LayoutPrediction apart = predict_layout(in, synthetic_profile(0.5), l);
+  EXPECT_LT(apart.exposed_communication_seconds, 0.8 * across.exposed_communication_seconds);
 }
 
 TEST(PlanSearch, NothingFitsSaysWhatWould) {
