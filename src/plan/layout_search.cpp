@@ -575,8 +575,16 @@ nlohmann::json plan_json(const PlanInputs& in, const Plan& plan, int rows) {
   j["processes_per_node"] = in.processes_per_node;
   j["threads_per_process"] = in.threads_per_process;
   j["memory_per_process_bytes"] = in.memory_per_process;
-  j["link"] = {
-      {"bandwidth_bytes_per_s", in.link.bandwidth}, {"latency_s", in.link.latency}, {"source", in.link.source}};
+  j["link"] = {{"bandwidth_bytes_per_s", in.link.bandwidth},
+               {"collective_bandwidth_bytes_per_s", in.link.collective_bandwidth},
+               {"latency_s", in.link.latency},
+               {"source", in.link.source}};
+  if (in.local_link.bandwidth > 0) {
+    j["local_link"] = {{"bandwidth_bytes_per_s", in.local_link.bandwidth},
+                       {"collective_bandwidth_bytes_per_s", in.local_link.collective_bandwidth},
+                       {"latency_s", in.local_link.latency},
+                       {"source", in.local_link.source}};
+  }
   j["global_batch"] = in.global_batch;
   j["searched"] = plan.searched;
   j["layouts"] = nlohmann::json::array();

@@ -128,6 +128,25 @@ void measure_reduction(Communicator& world, const TrainOptions& o, const ViTConf
       world, std::min<size_t>(size_t{25} << 20, static_cast<size_t>(split->trainable->numel()) * sizeof(float)));
 }
 
+// Collective over `world`, when its ranks span hosts and some host holds several: the ranks of each host reduce a
+// bucket among themselves, every host at once, as the trainer's reductions inside a host run (through MPI's shared
+// memory, the other ranks of the host polling in MPI's progress loop on the same cores); the slowest host's rate
+// becomes the local link's collective rate. A copy between two threads (measure_local_link) was 8 x too fast for 2
+// ranks of 2 namespaced hosts on 2 cores.
+void measure_reduction_inside_hosts(Communicator& world, const HostTopology& topology, const TrainOptions& o,
+                                    const ViTConfig& config, PlanInputs& in) {
+  if (world.size() < 2 || topology.hosts() < 2 || in.local_link.bandwidth <= 0) return;
+  const int host = topology.host_of_rank.at(static_cast<size_t>(world.rank()));
+  const std::unique_ptr<Communicator> on_host = world.split(host, world.rank());
+  const TrainingMode mode = o.training_mode();
+  const auto split = make_trainable_split(std::make_shared<const ParameterLayout>(config, mode.lora), mode);
+  const size_t bytes =
+      std::min<size_t>(size_t{25} << 20, static_cast<size_t>(split->trainable->numel()) * sizeof(float));
+  double rate = on_host->size() > 1 ? measure_collective_bandwidth(*on_host, bytes) : 1e30;
+  world.allreduce(&rate, 1, ReduceOp::min);
+  if (rate < 1e30) in.local_link.collective_bandwidth = rate;
+}
+
 }  // namespace
 
 double parse_memory_size(std::string_view text, const std::string& where) {
@@ -323,6 +342,7 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   }
   measure_reduction(world, o, config, link);
   PlanInputs in = plan_inputs(o, config, job, link, false);
+  measure_reduction_inside_hosts(world, topology, o, config, in);
   in.threads_per_process = configured_threads();  // what this job's ranks run with
   in.cores_per_node = cores_of_the_job(world);
   LayoutPrediction prediction;
@@ -386,6 +406,7 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     }
     measure_reduction(world, options, config, link);
     PlanInputs in = plan_inputs(options, config, job, link, true);
+    if (launched_as_mpi_job()) measure_reduction_inside_hosts(world, topology, options, config, in);
     bool profiled = false;
     // Under mpirun every rank profiles alongside rank 0, as train --layout auto does: the profile then holds what
     // the job's ranks cost each other on shared cores and memory (namespaced hosts share one machine's).

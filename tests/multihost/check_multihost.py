@@ -80,7 +80,8 @@ def case_equal(work, ranks_per_host, flags, what):
 def check_topology(out, plan_output, expected_hosts):
     """Which ranks share a host, as MPI's shared-memory split says (the namespaced hosts share one hostname's
     machine but not memory segments): in the run's metrics, with the rank order that keeps the smaller traffic
-    between hosts (2 stages x 2 replicas: a stage's replicas share a host, the activations cross), and in the plan."""
+    between hosts (2 stages x 2 replicas: a stage's replicas share a host, the activations cross), and in the plan,
+    whose reduction inside a host was measured by each host's ranks."""
     records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     topology = next((r for r in records if r.get("type") == "topology"), None)
     assert topology, "no topology record in metrics.jsonl"
@@ -88,9 +89,14 @@ def check_topology(out, plan_output, expected_hosts):
     assert topology["host_of_rank"] == expected_hosts, f"hosts {topology['host_of_rank']}, expected {expected_hosts}"
     assert topology["rank_order"] == "stage-major", "the gradients cross the link: " + str(topology)
     assert topology["cross_host_bytes_per_step"] < topology["other_order_cross_host_bytes_per_step"], topology
-    planned = json.loads(plan_output[plan_output.index("{"):])["hosts"]
+    plan = json.loads(plan_output[plan_output.index("{"):])
+    planned = plan["hosts"]
     print("plan's hosts:", planned)
     assert planned["count"] == 2 and planned["host_of_rank"] == expected_hosts, planned
+    # The reduction inside a host as the trainer runs it, measured by each host's ranks at once.
+    local = plan.get("local_link", {})
+    print("plan's local link:", local)
+    assert local.get("collective_bandwidth_bytes_per_s", 0) > 0, "no reduction measured inside the hosts: " + str(local)
 
 
 def rank_processes(hosts):
