@@ -94,6 +94,29 @@ std::vector<int> blocks_per_piece(const ViTConfig& c, const std::vector<SegmentR
   return blocks;
 }
 
+// The four passes, in PassTimes and SimulationCosts alike, and the one a simulated instruction runs.
+constexpr double PassTimes::*kPassTimes[] = {&PassTimes::forward, &PassTimes::backward, &PassTimes::backward_input,
+                                             &PassTimes::backward_weight};
+constexpr double SimulationCosts::*kPassCosts[] = {&SimulationCosts::forward, &SimulationCosts::backward,
+                                                   &SimulationCosts::backward_input, &SimulationCosts::backward_weight};
+
+size_t pass_of(Op op) {
+  switch (op) {
+    case Op::backward:
+      return 1;
+    case Op::backward_input:
+      return 2;
+    case Op::backward_weight:
+      return 3;
+    default:
+      return 0;  // the forward (with the loss on the last stage)
+  }
+}
+
+void add(PassTimes& sum, const PassTimes& t) {
+  for (double PassTimes::*pass : kPassTimes) sum.*pass += t.*pass;
+}
+
 // Busy time of one stage's timeline before t: the compute intervals are disjoint and in order.
 class BusyClock {
  public:
@@ -135,15 +158,11 @@ std::vector<PassTimes> corunning_shares(const SimulationResult& sim, int replica
       for (size_t q = 0; q < p; ++q) {
         if (q != s) corunning += replicas * (clocks[q].busy_before(t.end) - clocks[q].busy_before(t.start));
       }
-      double PassTimes::*pass = &PassTimes::forward;
-      if (t.instruction.op == Op::backward) pass = &PassTimes::backward;
-      if (t.instruction.op == Op::backward_input) pass = &PassTimes::backward_input;
-      if (t.instruction.op == Op::backward_weight) pass = &PassTimes::backward_weight;
+      double PassTimes::*pass = kPassTimes[pass_of(t.instruction.op)];
       busy.*pass += corunning;
       length.*pass += d * others;
     }
-    for (double PassTimes::*pass :
-         {&PassTimes::forward, &PassTimes::backward, &PassTimes::backward_input, &PassTimes::backward_weight}) {
+    for (double PassTimes::*pass : kPassTimes) {
       shares[s].*pass = length.*pass > 0 ? std::clamp(busy.*pass / length.*pass, 0.0, 1.0) : 1.0;
     }
   }
@@ -269,17 +288,9 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     size_t activations = 0;
     for (int chunk = 0; chunk < v; ++chunk) {
       const SegmentRange& piece = pieces[static_cast<size_t>(chunk * p + s)];
-      const PassTimes q = piece_times(profile, c, piece.first, piece.last, b, layout.recompute, trained);
-      t.forward += q.forward;
-      t.backward += q.backward;
-      t.backward_input += q.backward_input;
-      t.backward_weight += q.backward_weight;
+      add(t, piece_times(profile, c, piece.first, piece.last, b, layout.recompute, trained));
       if (overlap_costed) {
-        const PassTimes a = piece_times(profile, c, piece.first, piece.last, b, layout.recompute, trained, true);
-        alone.forward += a.forward;
-        alone.backward += a.backward;
-        alone.backward_input += a.backward_input;
-        alone.backward_weight += a.backward_weight;
+        add(alone, piece_times(profile, c, piece.first, piece.last, b, layout.recompute, trained, true));
       }
       stage_values[static_cast<size_t>(s)] +=
           static_cast<double>(parameters->segment_end(piece.last) - parameters->segment_begin(piece.first));
@@ -296,11 +307,10 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     sc.backward_weight = t.backward_weight * slowdown;
     if (overlap_costed) {
       // Alone can only be faster: a pass measured slower alone (noise) is costed as measured together.
-      SimulationCosts& ac = alone_costs[static_cast<size_t>(s)];
-      ac.forward = std::min(sc.forward, alone.forward * slowdown);
-      ac.backward = std::min(sc.backward, alone.backward * slowdown);
-      ac.backward_input = std::min(sc.backward_input, alone.backward_input * slowdown);
-      ac.backward_weight = std::min(sc.backward_weight, alone.backward_weight * slowdown);
+      for (size_t k = 0; k < 4; ++k) {
+        alone_costs[static_cast<size_t>(s)].*kPassCosts[k] =
+            std::min(sc.*kPassCosts[k], alone.*kPassTimes[k] * slowdown);
+      }
     }
 
     const double n = stage_numel[static_cast<size_t>(s)], values = stage_values[static_cast<size_t>(s)];
@@ -348,14 +358,11 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
       const std::vector<PassTimes> shares = corunning_shares(simulate_schedules(schedules, m, v, mixed), r);
       double change = 0;
       for (size_t s = 0; s < mixed.size(); ++s) {
-        for (double SimulationCosts::*pass : {&SimulationCosts::forward, &SimulationCosts::backward,
-                                              &SimulationCosts::backward_input, &SimulationCosts::backward_weight}) {
-          double PassTimes::*share = &PassTimes::forward;
-          if (pass == &SimulationCosts::backward) share = &PassTimes::backward;
-          if (pass == &SimulationCosts::backward_input) share = &PassTimes::backward_input;
-          if (pass == &SimulationCosts::backward_weight) share = &PassTimes::backward_weight;
-          const double target = between_alone_and_together(alone_costs[s].*pass, costs[s].*pass, shares[s].*share,
-                                                           in.processes, in.threads_per_process, in.cores_per_node);
+        for (size_t k = 0; k < 4; ++k) {
+          double SimulationCosts::*pass = kPassCosts[k];
+          const double target =
+              between_alone_and_together(alone_costs[s].*pass, costs[s].*pass, shares[s].*kPassTimes[k], in.processes,
+                                         in.threads_per_process, in.cores_per_node);
           const double hi = costs[s].*pass;
           const double next = 0.5 * (mixed[s].*pass + target);  // damped: the shares move with the costs
           change = std::max(change, std::abs(next - mixed[s].*pass) / std::max(hi, 1e-12));

@@ -178,18 +178,29 @@ TEST(PlanSearch, ShardingCutsOptimizerMemoryByTheReplicas) {
   EXPECT_DOUBLE_EQ(sharded.volume.reduce_scatter, full.volume.allreduce);
 }
 
-TEST(PlanSearch, AcrossNodesTheReductionStaysInsideANodeAndTakesItsSharedMemory) {
-  // 2 nodes x 2 processes, 2 stages x 2 replicas, a slow link between the nodes and a fast one inside them.
+// 4 processes on 2 nodes of 2 cores, with the link between the nodes and the one inside them.
+PlanInputs two_nodes_of_two(const char* link, const char* local_link) {
   PlanInputs in = inputs(4, 16, 1e12);
   in.processes_per_node = 2;
   in.cores_per_node = 2;
-  in.link = parse_link("100Mbit,50us");
-  in.local_link = parse_link("100Gbit,1us");
+  in.link = parse_link(link);
+  in.local_link = parse_link(local_link);
+  return in;
+}
+
+Layout two_stages_by_two_replicas() {
   Layout l;
   l.stages = 2;
   l.replicas = 2;
   l.micro_batch = 2;
   l.micro_batches = 4;
+  return l;
+}
+
+TEST(PlanSearch, AcrossNodesTheReductionStaysInsideANodeAndTakesItsSharedMemory) {
+  // 2 nodes x 2 processes, 2 stages x 2 replicas, a slow link between the nodes and a fast one inside them.
+  PlanInputs in = two_nodes_of_two("100Mbit,50us", "100Gbit,1us");
+  const Layout l = two_stages_by_two_replicas();
   const ModelProfile profile = synthetic_profile(0.5);
   const LayoutPrediction placed = predict_layout(in, profile, l);
   // A stage's replicas share a node: only the activations cross, and the reduction costs the local link's time.
@@ -206,16 +217,8 @@ TEST(PlanSearch, RingsCrossingBetweenNodesShareTheNodesInterfaces) {
   // 2 nodes x 2 processes, 2 stages x 2 replicas with the replicas across the nodes (the order fixed as
   // VITPIPE_RANK_ORDER fixes it): both stages' rings cross the one link at once, so the worst stage's reduction takes
   // every stage's gradient through it, not its own alone.
-  PlanInputs in = inputs(4, 16, 1e12);
-  in.processes_per_node = 2;
-  in.cores_per_node = 2;
-  in.link = parse_link("1Gbit,0us");
-  in.local_link = parse_link("100Gbit,0us");
-  Layout l;
-  l.stages = 2;
-  l.replicas = 2;
-  l.micro_batch = 2;
-  l.micro_batches = 4;
+  PlanInputs in = two_nodes_of_two("1Gbit,0us", "100Gbit,0us");
+  const Layout l = two_stages_by_two_replicas();
   setenv("VITPIPE_RANK_ORDER", "replica-major", 1);
   const LayoutPrediction across = predict_layout(in, synthetic_profile(0.5), l);
   unsetenv("VITPIPE_RANK_ORDER");
