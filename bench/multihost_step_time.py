@@ -4,7 +4,7 @@ step, measured beside `vitpipe plan`'s prediction, for data parallelism, pipelin
 `--layout auto`, at each link rate.
 
     sudo bench/multihost_step_time.py --vitpipe build/vitpipe [--rows 2x1:100mbit:dp,2x1:1gbit:pp,...]
-        [--steps 4] [--json FILE]
+        [--steps N] [--json FILE]
 
 A row is HOSTSxRANKS_PER_HOST:RATE:LAYOUT[:VARIANT]; variant "mpi" runs the gradient all-reduce as MPI_Iallreduce
 with Open MPI's own choice of algorithm (VITPIPE_ALLREDUCE=mpi) instead of vitpipe's ring; "replica-major" keeps
@@ -22,8 +22,12 @@ one thread per rank (micro-batch: the replica's share of the batch over the stag
 hosts share this machine's cores: W ranks run on its cores at once. Per row, in the same hosts, one after the other:
   - predicted: `vitpipe plan --nodes HOSTS --link RATE` with the layout's flags, run by the same mpirun as the
     training (every rank profiles at once, into a fresh profile cache: the prediction sees the machine's load and
-    the ranks sharing it as the run does); its step_seconds, exposed_communication_seconds and bytes_per_step.wire;
-  - measured, over the steps after the first (metrics.jsonl's per-step records): the median step interval; exposed
+    the ranks sharing it as the run does); its step_seconds, exposed_communication_seconds and bytes_per_step.wire.
+    `auto` rows train with that cache too, so --layout auto predicts from the profile measured a moment before
+    (not from whatever an earlier run left in the user's default cache);
+  - measured, over the steps after the first (metrics.jsonl's per-step records): the median step interval (steps:
+    --steps, or by default as many as fit in about 30 s of predicted steps, 4 to 24: short pipelined steps on a
+    shared machine need more than 2 intervals for a stable median); exposed
     communication per rank (waiting for messages plus the part of the collectives not hidden) and hidden (the
     collectives' time behind compute); vitpipe's `wire_bytes`; the interfaces' bytes: host 0's eth0 tx + rx with
     2 hosts, every host's tx summed with more (all that crosses the links: TCP/IP headers, ACKs and the daemons'
@@ -70,6 +74,11 @@ def layout_flags(layout, ranks, rate):
             "--micro-batch-size", str(micro_batch), *FIXED]
 
 
+def steps_for(predicted_s):
+    """Enough steps for about 30 s of measured intervals after the first step, 4 to 24."""
+    return max(4, min(24, 2 + int(30 / max(predicted_s, 1e-3))))
+
+
 def parse_json_output(text):
     return json.loads(text[text.index("{"):])
 
@@ -84,7 +93,7 @@ def predict(hosts, vitpipe, model, rate, per_host, flags, cache, env):
     return parse_json_output(result.stdout)["layouts"][0]
 
 
-def measure(hosts, vitpipe, model, rate, per_host, flags, steps, out, env):
+def measure(hosts, vitpipe, model, rate, per_host, flags, steps, out, cache, env):
     shutil.rmtree(out, ignore_errors=True)
     samples = []  # (time, bytes across the links)
     stop = threading.Event()
@@ -104,7 +113,7 @@ def measure(hosts, vitpipe, model, rate, per_host, flags, steps, out, env):
     try:
         train = [vitpipe, "train", "--model", model, "--data", "chestxray14:" + SAMPLE, "--output-dir", out,
                  "--max-steps", str(steps), "--val-fraction", "0", "--log-every", "1", "--loader-threads", "1",
-                 "--comm-timeout", "600", *COMMON, *flags]
+                 "--comm-timeout", "600", "--profile-cache", cache, *COMMON, *flags]
         result = subprocess.run(hosts.mpirun(per_host, train), env=env, capture_output=True, text=True, timeout=1800)
     finally:
         stop.set()
@@ -142,7 +151,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--vitpipe", required=True)
     parser.add_argument("--rows", default=DEFAULT_ROWS)
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=0, help="steps per row (default: by the predicted step time)")
     parser.add_argument("--json")
     args = parser.parse_args()
     rows = []
@@ -154,7 +163,7 @@ def main():
                      f"layouts dp, dp-sharded, pp, pp2, auto; variants {', '.join(VARIANTS)})")
         host_count, per_host = (int(x) for x in parts[0].split("x"))
         rows.append((host_count, per_host, parts[1], parts[2], parts[3] if len(parts) == 4 else ""))
-    if args.steps < 3:
+    if args.steps and args.steps < 3:
         sys.exit("--steps: at least 3 (the first step is not counted)")
     skip_unless_possible()
     vitpipe = os.path.abspath(args.vitpipe)
@@ -176,7 +185,8 @@ def main():
                 cache = os.path.join(work, f"cache{number}")  # fresh: profiled now, beside the run
                 plan_flags = flags if layout != "auto" else []
                 best = predict(hosts, vitpipe, model, rate, per_host, plan_flags, cache, env)
-                got = measure(hosts, vitpipe, model, rate, per_host, flags, args.steps, os.path.join(work, "run"),
+                steps = args.steps or steps_for(best["step_seconds"])
+                got = measure(hosts, vitpipe, model, rate, per_host, flags, steps, os.path.join(work, "run"), cache,
                               env)
             # `auto`: the prediction --layout auto made for the layout it chose (vitpipe plan's best, profiled a
             # moment earlier, may be another layout).
@@ -185,7 +195,7 @@ def main():
             name = layout if layout != "auto" else f"auto: {got['chosen']}"
             if got["rank_order"]:
                 name += f" ({got['rank_order']})"
-            row = dict(hosts=host_count, ranks_per_host=per_host, rate=rate, layout=name,
+            row = dict(steps=steps, hosts=host_count, ranks_per_host=per_host, rate=rate, layout=name,
                        variant=variant or "vitpipe's ring, its rank order", predicted_s=predicted,
                        predicted_exposed_s=got["auto_predicted_exposed_s"] if auto else
                        best["exposed_communication_seconds"],

@@ -7,7 +7,8 @@ in each namespace through an rsh agent, the README's launch recipe).
   equal.replicas1x2   2 hosts x 1 rank: 2 data-parallel replicas over the link == one process (within 1e-4)
   equal.stages2x2     2 hosts x 2 ranks: 2 stages x 2 replicas == one process; the hosts as MPI's shared-memory
                       split finds them in the run's metrics and in `vitpipe plan`, and the ranks placed so that a
-                      stage's replicas share a host (the activations cross the link, not the gradients)
+                      stage's replicas share a host (the activations cross the link, not the gradients); the plan
+                      measures the reduction inside each host and, given --link, across the link
   lost-link           2 hosts x 1 rank, 2 stages, --comm-timeout 30: host 1's link goes down after the first
                       checkpoint; every process (mpirun, the daemons, the ranks) ends non-zero within 120 s, each rank's
                       line is in <output-dir>/failures.log, and once the link is back `--resume` across the hosts ends
@@ -63,7 +64,8 @@ def case_equal(work, ranks_per_host, flags, what):
         after = hosts.interface_bytes(0)
         if ranks_per_host > 1:
             plan = run(hosts.mpirun(ranks_per_host, [VITPIPE, "plan", "--model", mini, *COMMON, *THREADS, *BATCH,
-                                                     "--profile-cache", os.path.join(work, "cache"), "--json"]),
+                                                     "--link", "1Gbit", "--profile-cache", os.path.join(work, "cache"),
+                                                     "--json"]),
                        env=hosts.env()).stdout
     ranks = 2 * ranks_per_host
     expected_hosts = [h for h in range(2) for _ in range(ranks_per_host)]
@@ -97,6 +99,13 @@ def check_topology(out, plan_output, expected_hosts):
     local = plan.get("local_link", {})
     print("plan's local link:", local)
     assert local.get("collective_bandwidth_bytes_per_s", 0) > 0, "no reduction measured inside the hosts: " + str(local)
+    # With --link, the reduction's rate across the link: one rank of each host in a ring, over the 1 Gbit/s link
+    # (a pairing inside one host would reach the line rate and be capped at it, 125 MB/s; MPI's TCP gets less).
+    link = plan.get("link", {})
+    print("plan's link:", link)
+    assert link.get("bandwidth_bytes_per_s") == 125e6, link
+    assert 0.3 * 125e6 < link.get("collective_bandwidth_bytes_per_s", 0) < 125e6, \
+        "the reduction across the 1 Gbit/s link was not measured over it: " + str(link)
 
 
 def rank_processes(hosts):
