@@ -138,7 +138,8 @@ double measure_ring_rate(Communicator& pair, double line_rate) {
   constexpr int kBuckets = 8;
   constexpr double kSeconds = 1.0;
   // A 2-rank ring moves each buffer's whole size over each direction (half reduced, half gathered).
-  const size_t bytes = std::clamp<size_t>(static_cast<size_t>(line_rate * kSeconds), size_t{4} << 20, size_t{128} << 20);
+  const size_t bytes =
+      std::clamp<size_t>(static_cast<size_t>(line_rate * kSeconds), size_t{4} << 20, size_t{128} << 20);
   const size_t count = bytes / sizeof(float) / kBuckets;
   std::vector<float> buffer(count * kBuckets, 1e-3f);
   double best = 0;

@@ -36,10 +36,10 @@ double measure_collective_bandwidth(Communicator& world, size_t bytes);
 
 // The gradient reduction's rate over a network link as the trainer gets it: the two ranks of `pair` (one on each of
 // two hosts) run ring all-reduces of 8 gradient buckets in flight at once, about a second of traffic at
-// `line_rate` (bytes/s; 4 to 128 MiB), after a warm-up that opens TCP's congestion window (a link that has just been idle measured
-// anywhere from 48% to 94% of its rate with one cold bucket). Returns the payload bytes per second each direction
-// carried, the best of two runs: what MPI's TCP transport delivers after its headers, acknowledgements sharing the
-// queue with the reverse direction's data, and its protocol. Collective over `pair`.
+// `line_rate` (bytes/s; 4 to 128 MiB), after a warm-up that opens TCP's congestion window (a link that has just been
+// idle measured anywhere from 48% to 94% of its rate with one cold bucket). Returns the payload bytes per second each
+// direction carried, the best of two runs: what MPI's TCP transport delivers after its headers, acknowledgements
+// sharing the queue with the reverse direction's data, and its protocol. Collective over `pair`.
 double measure_ring_rate(Communicator& pair, double line_rate);
 
 // The same between two threads of this process (no mpirun): the shared-memory copy a same-node MPI job would use.

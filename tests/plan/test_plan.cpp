@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "model/vit_stage.h"
+#include "parallel/local_communicator.h"
 #include "parallel/pipeline_executor.h"
 #include "plan/layout_search.h"
 #include "plan/link_model.h"
@@ -120,6 +121,16 @@ PlanInputs inputs(int processes, int64_t batch, double memory) {
   in.memory_per_process = memory;
   in.link = parse_link("100Gbit,1us");
   return in;
+}
+
+// The ring-rate measurement's contract on ranks as threads (its real use, across namespaced hosts' link, is checked
+// by multihost.equal.stages2x2): both ends return the same positive rate, and only a pair is taken.
+TEST(PlanLink, RingRateIsOneFigureForBothEnds) {
+  double rates[2] = {0, 0};
+  run_local_ranks(2, [&](Communicator& comm) { rates[comm.rank()] = measure_ring_rate(comm, 1e6); });
+  EXPECT_GT(rates[0], 0.0);
+  EXPECT_EQ(rates[0], rates[1]);
+  run_local_ranks(3, [&](Communicator& comm) { EXPECT_THROW(measure_ring_rate(comm, 1e6), Error); });
 }
 
 TEST(PlanSearch, BoundariesAreBalancedByCostNotLayerCount) {
