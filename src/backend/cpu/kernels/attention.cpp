@@ -279,27 +279,48 @@ void output_dot_rows(const T* dout, const T* o, int64_t rows, int64_t hd, int64_
   }
 }
 
+#if VITPIPE_LEVEL_AVX512_BF16
+// The same for bf16 heads of a multiple of 32 dimensions, on vdpbf16ps: 32 products per instruction, summed in fp32.
+void output_dot_rows(const uint16_t* dout, const uint16_t* o, int64_t rows, int64_t hd, int64_t ld, float* d) {
+  if (hd % 32 != 0) return output_dot_rows<uint16_t>(dout, o, rows, hd, ld, d);
+  for (int64_t t = 0; t < rows; ++t) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t e = 0; e < hd; e += 32) {
+      acc = _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(_mm512_loadu_si512(dout + t * ld + e)),
+                             reinterpret_cast<__m512bh>(_mm512_loadu_si512(o + t * ld + e)));
+    }
+    d[t] = simd::reduce_add(acc);
+  }
+}
+#endif
+
 template <class G>
 void write_head_gradient(const float* src, int64_t T, int64_t hd, G* dst, int64_t dst_row, float* colsum) {
+#ifdef VITPIPE_AVX512
+  // Column by column of 16, the bias gradient's sum kept in a register: adding each row into colsum in memory
+  // chained every row on the last row's store (a fifth of the backward pass's own time, perf on Zen 5).
+  for (int64_t j = 0; j < hd; j += 16) {
+    const __mmask16 m = simd::tail_mask(hd - j);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t t = 0; t < T; ++t) {
+      const __m512 v = simd::load(src + t * hd + j, m);
+      simd::store(dst + t * dst_row + j, v, m);
+      sum = _mm512_add_ps(sum, v);
+    }
+    if (colsum) _mm512_mask_storeu_ps(colsum + j, m, _mm512_add_ps(simd::load(colsum + j, m), sum));
+  }
+#else
   for (int64_t t = 0; t < T; ++t) {
     const float* s = src + t * hd;
     G* d = dst + t * dst_row;
-#ifdef VITPIPE_AVX512
-    for (int64_t j = 0; j < hd; j += 16) {
-      const __mmask16 m = simd::tail_mask(hd - j);
-      const __m512 v = simd::load(s + j, m);
-      simd::store(d + j, v, m);
-      if (colsum) _mm512_mask_storeu_ps(colsum + j, m, _mm512_add_ps(simd::load(colsum + j, m), v));
-    }
-#else
 #pragma omp simd
     for (int64_t j = 0; j < hd; ++j) store(d + j, s[j]);
     if (colsum) {
 #pragma omp simd
       for (int64_t j = 0; j < hd; ++j) colsum[j] += s[j];
     }
-#endif
   }
+#endif
 }
 
 }  // namespace
