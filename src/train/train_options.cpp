@@ -312,7 +312,8 @@ const std::vector<OptionDef>& option_table() {
        "--layout auto: memory each process may use, e.g. 16GiB (default: this machine's memory per rank)",
        [](O& o, const V& v) { o.memory_per_process = v.null ? defaults().memory_per_process : v.scalar(); }},
       {"link", "BANDWIDTH[,LATENCY]",
-       "--layout auto: the network between processes, e.g. 10Gbit,20us (default: measured by a ping-pong)",
+       "--layout auto: the network between processes, its line rate, e.g. 10Gbit,20us; under mpirun across hosts the "
+       "gradient reduction's rate over it is measured too (default: measured by a ping-pong)",
        [](O& o, const V& v) { o.link = v.null ? defaults().link : v.scalar(); }},
       {"profile-cache", "DIR",
        "--layout auto: where per-segment profiles are cached (default $XDG_CACHE_HOME/vitpipe or ~/.cache/vitpipe)",
