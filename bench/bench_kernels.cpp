@@ -66,6 +66,27 @@ void BM_GeluBackward(benchmark::State& state) {
   set_bytes(state, 3.0 * x.nbytes());
 }
 
+// Training's fc1 at ViT-Tiny's shape, keeping the pre-activation: fused (range(1) = 1: GELU on each block of rows
+// the GEMM just wrote) or as two passes (the GEMM with its bias, then GELU reading the pre-activation back).
+void BM_Fc1GeluTraining(benchmark::State& state) {
+  auto be = make_cpu_backend();
+  const DType type = state.range(0) ? DType::bf16 : DType::f32;
+  const bool fused = state.range(1) != 0;
+  Tensor in = random_tensor({kRows, kHidden}, type), weight = random_tensor({kInner, kHidden}, type);
+  Tensor bias = random_tensor({kInner});
+  Tensor pre = Tensor::empty({kRows, kInner}, type), out = Tensor::empty({kRows, kInner}, type);
+  for (auto _ : state) {
+    if (fused) {
+      be->linear_gelu_forward(in, weight, bias, &pre, out);
+    } else {
+      be->linear_forward(in, weight, &bias, nullptr, pre);
+      be->gelu_forward(pre, out);
+    }
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * kRows * kHidden * kInner, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 void BM_AttentionForward(benchmark::State& state) {
   auto be = make_cpu_backend();
   const DType type = state.range(0) ? DType::bf16 : DType::f32;
@@ -98,6 +119,7 @@ BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LayerNormBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GeluForward)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Fc1GeluTraining)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 

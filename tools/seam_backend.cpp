@@ -156,9 +156,10 @@ class SeamBackendImpl final : public Backend {
     Call c(__func__, {&in, &weight, bias, residual, &out});
     inner_->linear_forward(in, weight, bias, residual, out);
   }
-  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) override {
-    Call c(__func__, {&in, &weight, &bias, &out});
-    inner_->linear_gelu_forward(in, weight, bias, out);
+  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor* pre_activation,
+                           const Tensor& out) override {
+    Call c(__func__, {&in, &weight, &bias, pre_activation, &out});
+    inner_->linear_gelu_forward(in, weight, bias, pre_activation, out);
   }
   void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) override {
     Call c(__func__, {&grad_out, &weight, &grad_in});

@@ -98,9 +98,11 @@ class Backend {
   // out f32 or bf16; bias and residual f32; residual is not out (no in-place add).
   virtual void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                               const Tensor& out) = 0;
-  // Inference only (the pre-activation is not kept): out[M,N] = GELU(in . weight^T + bias), exact erf GELU fused
-  // into the GEMM's epilogue. in/weight both f32 or both bf16; out f32 or bf16; bias f32.
-  virtual void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) = 0;
+  // out[M,N] = GELU(in . weight^T + bias), exact erf GELU, fused with the GEMM. pre_activation (optional, [M,N]):
+  // also keeps x = in . weight^T + bias there for the backward pass (training); out = GELU(x as stored). in/weight
+  // both f32 or both bf16; bias f32; pre_activation f32 or bf16; out f32 or bf16 (bf16 when pre_activation is).
+  virtual void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias,
+                                   const Tensor* pre_activation, const Tensor& out) = 0;
   // grad_in[M,K] = grad_out[M,N] . weight[N,K] (overwrites). grad_out/weight same dtype; grad_in f32 or bf16.
   virtual void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) = 0;
   // grad_weight[N,K] += grad_out[M,N]^T . in[M,K]. grad_out/in same dtype; grad_weight f32.

@@ -268,8 +268,8 @@ void run_backend_call(Backend& backend, VitpipeBackendCall& call) {
       return;
     }
     case VITPIPE_OP_LINEAR_GELU_FORWARD: {
-      Unpacked t(call, 4);
-      b.linear_gelu_forward(t[0], t[1], t[2], t[3]);
+      Unpacked t(call, 5);
+      b.linear_gelu_forward(t[0], t[1], t[2], t.pointer(3), t[4]);
       return;
     }
     case VITPIPE_OP_LINEAR_BACKWARD_INPUT: {

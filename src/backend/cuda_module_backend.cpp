@@ -52,8 +52,14 @@ class CudaModuleBackend final : public Backend {
             .optional(residual)
             .tensor(out));
   }
-  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) override {
-    run(BackendCallBuilder(VITPIPE_OP_LINEAR_GELU_FORWARD).tensor(in).tensor(weight).tensor(bias).tensor(out));
+  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor* pre_activation,
+                           const Tensor& out) override {
+    run(BackendCallBuilder(VITPIPE_OP_LINEAR_GELU_FORWARD)
+            .tensor(in)
+            .tensor(weight)
+            .tensor(bias)
+            .optional(pre_activation)
+            .tensor(out));
   }
   void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) override {
     run(BackendCallBuilder(VITPIPE_OP_LINEAR_BACKWARD_INPUT).tensor(grad_out).tensor(weight).tensor(grad_in));

@@ -61,9 +61,10 @@ void ProfilingBackend::linear_forward(const Tensor& in, const Tensor& weight, co
         [&] { inner_.linear_forward(in, weight, bias, residual, out); });
 }
 void ProfilingBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias,
-                                           const Tensor& out) {
-  timed("linear+GELU forward", OpKind::gemm, gemm_flops(in, weight), bytes_of({&in, &weight, &bias, &out}),
-        [&] { inner_.linear_gelu_forward(in, weight, bias, out); });
+                                           const Tensor* pre_activation, const Tensor& out) {
+  timed("linear+GELU forward", OpKind::gemm, gemm_flops(in, weight),
+        bytes_of({&in, &weight, &bias, pre_activation, &out}),
+        [&] { inner_.linear_gelu_forward(in, weight, bias, pre_activation, out); });
 }
 void ProfilingBackend::linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) {
   timed("linear backward (input)", OpKind::gemm, gemm_flops(grad_in, weight), bytes_of({&grad_out, &weight, &grad_in}),

@@ -52,8 +52,9 @@ void lora_backward_at(const LayerContext& ctx, const BlockParameters& gw, const 
 void fc1_activation_forward(const LayerContext& ctx, const BlockParameters& w, const BlockParameters& gw,
                             const BlockActivations& a) {
   Backend& be = ctx.backend;
-  if (ctx.inference && !ctx.config.swiglu && !gw.lora_at(LinearSite::fc1).present()) {
-    be.linear_gelu_forward(a.ln2, gw.fc1_weight, w.fc1_bias, a.gelu);
+  if (!ctx.config.swiglu && !gw.lora_at(LinearSite::fc1).present()) {
+    // Inference keeps only the activation; training keeps the pre-activation for GELU's backward pass.
+    be.linear_gelu_forward(a.ln2, gw.fc1_weight, w.fc1_bias, ctx.inference ? nullptr : &a.pre_gelu, a.gelu);
     return;
   }
   be.linear_forward(a.ln2, gw.fc1_weight, &w.fc1_bias, nullptr, a.pre_gelu);

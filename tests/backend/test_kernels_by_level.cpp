@@ -117,9 +117,41 @@ TEST_P(KernelsAtLevel, LinearWithGeluEpilogue) {
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) expected[i * n + j] = gelu(expected[i * n + j] + b[j]);
       const Tensor out = Tensor::empty({m, n}, out_type);
-      be().linear_gelu_forward(in, weight, bias, out);
+      be().linear_gelu_forward(in, weight, bias, nullptr, out);
       EXPECT_LT(relative_difference(out, expected), tolerance(out_type))
           << dtype_name(type) << " -> " << dtype_name(out_type);
+    }
+  }
+}
+
+// Training's fc1 keeps the pre-activation too: blocks of rows, each GEMM'd and then GELU'd by one thread. Row counts
+// that split into several blocks with a shorter last one, and one that is a single block.
+TEST_P(KernelsAtLevel, LinearGeluKeepingPreActivation) {
+  struct Case {
+    int64_t m, k, n;
+  };
+  for (const Case c : {Case{1103, 70, 300}, Case{1103, 24, 45}, Case{37, 70, 45}}) {
+    for (DType type : {DType::f32, DType::bf16}) {
+      for (DType pre_type : {DType::f32, DType::bf16}) {
+        for (DType out_type : {DType::f32, DType::bf16}) {
+          if (pre_type == DType::bf16 && out_type == DType::f32) continue;  // not a supported mix
+          const Tensor in = random_tensor({c.m, c.k}, 1, type), weight = random_tensor({c.n, c.k}, 2, type, 0.2);
+          const Tensor bias = random_tensor({c.n}, 3, DType::f32);
+          Doubles expected = matmul_nt(values(in), values(weight), c.m, c.n, c.k);
+          const Doubles b = values(bias);
+          for (int64_t i = 0; i < c.m; ++i)
+            for (int64_t j = 0; j < c.n; ++j) expected[i * c.n + j] += b[j];
+          const Tensor pre = Tensor::empty({c.m, c.n}, pre_type), out = Tensor::empty({c.m, c.n}, out_type);
+          be().linear_gelu_forward(in, weight, bias, &pre, out);
+          const std::string what = std::string(dtype_name(type)) + " -> " + dtype_name(pre_type) + ", " +
+                                   dtype_name(out_type) + " at " + std::to_string(c.m) + " rows";
+          EXPECT_LT(relative_difference(pre, expected), tolerance(pre_type)) << what;
+          // The activation is GELU of the pre-activation as stored (what the backward pass differentiates at).
+          Doubles activation = values(pre);
+          for (double& x : activation) x = gelu(x);
+          EXPECT_LT(relative_difference(out, activation), out_type == DType::f32 ? 1e-6 : 8e-3) << what;
+        }
+      }
     }
   }
 }

@@ -52,7 +52,9 @@ TEST(CudaModule, OtherInterfaceVersionIsRefused) {
   const CudaModuleLoad load = open_cuda_module(FAKE_MODULE_WRONG_VERSION);
   EXPECT_FALSE(load.loaded());
   EXPECT_EQ(load.path, FAKE_MODULE_WRONG_VERSION);
-  EXPECT_TRUE(contains(load.error, "has interface version 999 but this vitpipe needs version 5")) << load.error;
+  EXPECT_TRUE(contains(load.error, "has interface version 999 but this vitpipe needs version " +
+                                       std::to_string(VITPIPE_CUDA_MODULE_ABI_VERSION)))
+      << load.error;
 }
 
 TEST(CudaModule, LibraryWithoutTheEntryPointIsRefused) {

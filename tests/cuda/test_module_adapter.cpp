@@ -47,10 +47,19 @@ TEST(CudaModuleAdapter, LinearGeluForwardEqualsTheCpuBackend) {
     const Tensor in = random_tensor({7, 24}, rng, dtype), weight = random_tensor({16, 24}, rng, dtype);
     const Tensor bias = random_tensor({16}, rng);
     Tensor expected = Tensor::zeros({7, 16}, dtype), actual = Tensor::zeros({7, 16}, dtype);
-    cpu->linear_gelu_forward(in, weight, bias, expected);
+    cpu->linear_gelu_forward(in, weight, bias, nullptr, expected);
     const long long before = cuda_module_loopback_calls(VITPIPE_OP_LINEAR_GELU_FORWARD);
-    adapted->linear_gelu_forward(on_loopback(in), on_loopback(weight), on_loopback(bias), on_loopback(actual));
+    adapted->linear_gelu_forward(on_loopback(in), on_loopback(weight), on_loopback(bias), nullptr, on_loopback(actual));
     EXPECT_EQ(cuda_module_loopback_calls(VITPIPE_OP_LINEAR_GELU_FORWARD), before + 1);
+    EXPECT_TRUE(same_bytes(expected, actual)) << dtype_name(dtype);
+    // Training's form carries the pre-activation through the optional fourth tensor.
+    Tensor expected_pre = Tensor::zeros({7, 16}, dtype), actual_pre = Tensor::zeros({7, 16}, dtype);
+    cpu->linear_gelu_forward(in, weight, bias, &expected_pre, expected);
+    const Tensor loop_pre = on_loopback(actual_pre);
+    adapted->linear_gelu_forward(on_loopback(in), on_loopback(weight), on_loopback(bias), &loop_pre,
+                                 on_loopback(actual));
+    EXPECT_EQ(cuda_module_loopback_calls(VITPIPE_OP_LINEAR_GELU_FORWARD), before + 2);
+    EXPECT_TRUE(same_bytes(expected_pre, actual_pre)) << dtype_name(dtype);
     EXPECT_TRUE(same_bytes(expected, actual)) << dtype_name(dtype);
   }
 }

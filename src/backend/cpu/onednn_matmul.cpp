@@ -100,6 +100,7 @@ std::shared_ptr<MatmulCache::Prepared> MatmulCache::create_as(const MatmulShape&
   if (s.gelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
   attr.set_post_ops(ops);
   if (user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  p->has_bias = s.bias;
   if (s.bias) {
     p->bias_desc = dnnl::memory::desc(dims{1, s.n}, dnnl::memory::data_type::f32, dims{s.n, 1});
     p->pd =
@@ -150,7 +151,7 @@ void MatmulCache::run(const MatmulShape& shape, const void* a, const void* b, vo
 }
 
 const MatmulCache::Prepared& MatmulCache::prepare(const MatmulShape& shape) {
-  VP_REQUIRE(!shape.bias && !shape.residual, "prepared matmuls take no bias or residual");
+  VP_REQUIRE(!shape.residual, "prepared matmuls take no residual");
   auto key = shape.key();
   auto it = thread_cache_.find(key);
   if (it == thread_cache_.end()) it = thread_cache_.emplace(key, create(shape, true)).first;
@@ -166,6 +167,10 @@ const MatmulCache::Prepared& MatmulCache::prepare(const MatmulShape& shape) {
       ta.b = dnnl::memory(p.b_desc, engine_, DNNL_MEMORY_NONE);
       ta.c = dnnl::memory(p.c_desc, engine_, DNNL_MEMORY_NONE);
       ta.args = {{DNNL_ARG_SRC, ta.a}, {DNNL_ARG_WEIGHTS, ta.b}, {DNNL_ARG_DST, ta.c}};
+      if (p.has_bias) {
+        ta.bias = dnnl::memory(p.bias_desc, engine_, DNNL_MEMORY_NONE);
+        ta.args.emplace(DNNL_ARG_BIAS, ta.bias);
+      }
       if (p.scratchpad_bytes > 0) {
         ta.scratchpad.resize(p.scratchpad_bytes);
         ta.args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.pd.scratchpad_desc(), engine_, ta.scratchpad.data()));
@@ -175,7 +180,7 @@ const MatmulCache::Prepared& MatmulCache::prepare(const MatmulShape& shape) {
   return p;
 }
 
-void MatmulCache::run_prepared(const Prepared& p, const void* a, const void* b, void* c) {
+void MatmulCache::run_prepared(const Prepared& p, const void* a, const void* b, void* c, const float* bias) {
   const size_t thread = static_cast<size_t>(omp_get_thread_num());
   dnnl::stream& stream = *thread_streams_[thread];
   auto& ta = const_cast<Prepared::ThreadArgs&>(p.thread_args[thread]);  // this thread's alone
@@ -197,6 +202,10 @@ void MatmulCache::run_prepared(const Prepared& p, const void* a, const void* b, 
   ta.a.set_data_handle(const_cast<void*>(a));
   ta.b.set_data_handle(const_cast<void*>(b));
   ta.c.set_data_handle(c_out);
+  if (p.has_bias) {
+    VP_REQUIRE(bias != nullptr, "run_prepared: this matmul needs its bias");
+    ta.bias.set_data_handle(const_cast<float*>(bias));
+  }
   p.primitive.execute(stream, ta.args);
   stream.wait();
   if (p.widening && p.widening->c) {

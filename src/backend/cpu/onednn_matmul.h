@@ -43,10 +43,11 @@ class MatmulCache {
   void run(const MatmulShape& shape, const void* a, const void* b, void* c, const float* bias = nullptr,
            const float* residual = nullptr);
   // For small GEMMs issued from inside an OpenMP parallel region (attention): one stream per thread, user
-  // scratchpads, so threads never share mutable state. Call prepare() outside the region first.
+  // scratchpads, so threads never share mutable state. Call prepare() outside the region first. A bias (f32 [N])
+  // is taken when the shape has one; a residual is not.
   struct Prepared;
   const Prepared& prepare(const MatmulShape& shape);
-  void run_prepared(const Prepared& prepared, const void* a, const void* b, void* c);
+  void run_prepared(const Prepared& prepared, const void* a, const void* b, void* c, const float* bias = nullptr);
   dnnl::engine& engine() { return engine_; }
   // Whether bf16 shapes run on oneDNN's bf16 kernels (false: widened to fp32, see bf16_widening.h).
   bool bf16_in_hardware() const { return bf16_kernels_; }
@@ -71,10 +72,11 @@ struct MatmulCache::Prepared {
   dnnl::matmul primitive;
   dnnl::memory::desc a_desc, b_desc, c_desc, bias_desc, residual_desc;
   size_t scratchpad_bytes = 0;
+  bool has_bias = false;
   std::unique_ptr<Bf16Widening> widening;  // set when bf16 operands run on an fp32 primitive
   // Per OpenMP thread: memory objects and the argument map, made once; each run only swaps data pointers.
   struct ThreadArgs {
-    dnnl::memory a, b, c;
+    dnnl::memory a, b, c, bias;
     std::vector<char> scratchpad;
     std::vector<float> wide_a, wide_b, wide_c;  // fp32 copies when widening
     std::unordered_map<int, dnnl::memory> args;

@@ -243,7 +243,20 @@ void CudaBackend::linear_forward(const Tensor& in, const Tensor& weight, const T
   if (via_f32) check(launch_convert(target.raw(), false, out.raw(), true, m * n, stream_), "linear_forward: to bf16");
 }
 
-void CudaBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+void CudaBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias,
+                                      const Tensor* pre_activation, const Tensor& out) {
+  if (pre_activation != nullptr) {
+    // Training keeps x for the backward pass: the GEMM with its bias into it, then GELU of x as stored.
+    require(pre_activation->numel() == out.numel() && pre_activation->raw() != out.raw(), "linear_gelu_forward",
+            "the pre-activation must have the output's size and not be the output");
+    require(!is_bf16(*pre_activation) || is_bf16(out), "linear_gelu_forward",
+            "a bf16 pre-activation needs a bf16 output");
+    linear_forward(in, weight, &bias, nullptr, *pre_activation);
+    check(launch_gelu_forward_any(pre_activation->raw(), is_bf16(*pre_activation), out.raw(), is_bf16(out), out.numel(),
+                                  stream_),
+          "linear_gelu_forward");
+    return;
+  }
   arena_.reset();
   const int64_t k = last_dim(in), m = leading_rows(in), n = weight.dim(0);
   require(weight.rank() == 2 && weight.dim(1) == k && out.numel() == m * n && bias.numel() == n, "linear_gelu_forward",

@@ -5,8 +5,8 @@
 //     asked. A matrix whose rows are not whole 16-byte units (14 f32 logits, LoRA's rank 4 in bf16) or that starts
 //     off 16-byte alignment (a slice of a larger weight, as DeiT's two heads) is staged into a
 //     padded copy in the arena (cudaMemcpy2DAsync) and back, as cuBLASLt's rules want (calls/padded_rows.h).
-//   linear_gelu_forward: the GEMM with its bias into f32 scratch, then vitpipe's exact-erf GELU kernel
-//     (cuBLASLt's GELU epilogue is the tanh approximation).
+//   linear_gelu_forward: the GEMM with its bias into f32 scratch (into the kept pre-activation in training), then
+//     vitpipe's exact-erf GELU kernel (cuBLASLt's GELU epilogue is the tanh approximation).
 //   Attention: bf16 through cuDNN's SDPA (SdpaExecutor); should cuDNN have no engine for a shape, the fallback
 //     (and with VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels (kernels/flash_attention.h), which
 //     fp32 always uses. The classifier-token variants in fp32 run the full kernels on a one-query view (other rows'
@@ -73,7 +73,8 @@ class CudaBackend final : public Backend {
   bool host_accessible() const override { return false; }
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                       const Tensor& out) override;
-  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor* pre_activation,
+                           const Tensor& out) override;
   void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) override;
   void linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) override;
   void bias_backward(const Tensor& grad, const Tensor& grad_bias) override;

@@ -138,7 +138,15 @@ TEST_F(CudaBackendOnGpu, LinearLayers) {
     compare(
         "linear_gelu_forward", {in, w, bias, Tensor::zeros({m, n}, dt)},
         [](Backend& b, std::vector<Tensor>& t) {
-          b.linear_gelu_forward(t[0], t[1], t[2], t[3]);
+          b.linear_gelu_forward(t[0], t[1], t[2], nullptr, t[3]);
+          return 0.0;
+        },
+        tol);
+    compare(
+        "linear_gelu_forward keeping the pre-activation",
+        {in, w, bias, Tensor::zeros({m, n}, dt), Tensor::zeros({m, n}, dt)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_gelu_forward(t[0], t[1], t[2], &t[3], t[4]);
           return 0.0;
         },
         tol);

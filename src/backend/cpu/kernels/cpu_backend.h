@@ -27,7 +27,8 @@ class CpuBackend final : public Backend {
 
   void linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                       const Tensor& out) override;
-  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+  void linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor* pre_activation,
+                           const Tensor& out) override;
   void linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) override;
   void linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) override;
   void bias_backward(const Tensor& grad, const Tensor& grad_bias) override;

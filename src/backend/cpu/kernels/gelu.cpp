@@ -1,70 +1,38 @@
 // Exact (erf) GELU. Forward reads the pre-activation once and writes the activation (f32 or bf16: it only feeds
 // the next GEMM). Backward fuses the fc1 bias gradient (column sums, fp32) into the same pass. In bf16 training the
-// pre-activation is kept in bf16 too (as autocast does): half the memory traffic of the largest activation. A bf16
-// input has only 65,536 values, so there GELU and its derivative are looked up in tables of the same functions'
-// results (built once, 256 KiB each: they stay in L2), which spares the erf and exp that bound these passes.
+// pre-activation is kept in bf16 too (as autocast does): half the memory traffic of the largest activation. bf16
+// inputs are looked up in tables (gelu_rows.h).
 #include <type_traits>
-#include <vector>
 
 #include "backend/cpu/kernels/cpu_backend.h"
 #include "backend/cpu/kernels/vector_math.h"
 #include "util/error.h"
 
 // Last: everything below is compiled for this copy's CPU level (level_target.h).
+#include "backend/cpu/kernels/gelu_rows.h"
 #include "backend/cpu/kernels/level_target.h"
 
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
-// f(x) for every bf16 bit pattern x.
-template <float (*f)(float)>
-const float* bf16_table() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t bits = 0; bits < 65536; ++bits) t[bits] = f(bf16_to_float(static_cast<uint16_t>(bits)));
-    return t;
-  }();
-  return table.data();
-}
-
-// The activation's value and derivative at x: computed (f32), or looked up (bf16 bits).
-inline float gelu_of(float x, const float*) { return gelu(x); }
-inline float gelu_of(uint16_t x, const float* table) { return table[x]; }
-
 template <class In, class Out>
 void gelu_rows(const In* in, Out* out, int64_t n) {
-  const float* table = std::is_same_v<In, uint16_t> ? bf16_table<gelu>() : nullptr;
+  const float* table = gelu_table_for<In>();
 #pragma omp parallel for simd schedule(static) if (parallel_worth_it(n))
   for (int64_t i = 0; i < n; ++i) store(out + i, gelu_of(in[i], table));
 }
-
-inline float derivative_of(float x, const float*) { return gelu_derivative(x); }
-inline float derivative_of(uint16_t x, const float* table) { return table[x]; }
 
 template <class GradOut, class In, class GradIn>
 void gelu_backward_rows(const GradOut* grad_out, const In* in, GradIn* grad_in, int64_t rows, int64_t cols,
                         ThreadPartials* partials, float* grad_bias) {
   if (partials) partials->reset(omp_get_max_threads(), cols);
-  const float* table = std::is_same_v<In, uint16_t> ? bf16_table<gelu_derivative>() : nullptr;
+  const float* table = gelu_derivative_table_for<In>();
 #pragma omp parallel if (parallel_worth_it(rows * cols))
   {
     float* cs = partials ? partials->row(omp_get_thread_num()) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
-      const GradOut* go = grad_out + i * cols;
-      const In* x = in + i * cols;
-      GradIn* gi = grad_in + i * cols;
-      if (cs) {
-#pragma omp simd
-        for (int64_t j = 0; j < cols; ++j) {
-          const float g = load(go + j) * derivative_of(x[j], table);
-          store(gi + j, g);
-          cs[j] += g;
-        }
-      } else {
-#pragma omp simd
-        for (int64_t j = 0; j < cols; ++j) store(gi + j, load(go + j) * derivative_of(x[j], table));
-      }
+      gelu_backward_row(grad_out + i * cols, in + i * cols, grad_in + i * cols, cols, table, cs);
     }
   }
   if (partials) partials->add_into(grad_bias, cols);

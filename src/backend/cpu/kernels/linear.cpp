@@ -48,24 +48,6 @@ void CpuBackend::linear_forward(const Tensor& in, const Tensor& weight, const Te
                residual ? residual->f32() : nullptr);
 }
 
-void CpuBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias, const Tensor& out) {
-  require_2d(in, "input");
-  require_2d(weight, "weight");
-  const int64_t m = in.dim(0), k = in.dim(1), n = weight.dim(0);
-  VP_REQUIRE(weight.dim(1) == k && out.numel() == m * n && in.dtype() == weight.dtype(), "linear_gelu_forward: shapes ",
-             shape_string(in.shape()), " x ", shape_string(weight.shape()), "^T -> ", shape_string(out.shape()));
-  VP_REQUIRE(bias.numel() == n && bias.dtype() == DType::f32, "linear_gelu_forward: bias must be [", n, "] f32");
-  MatmulShape s;
-  s.m = m, s.n = n, s.k = k;
-  s.a_row = k, s.a_col = 1;
-  s.b_row = 1, s.b_col = k;
-  s.c_row = n;
-  s.a_type = in.dtype(), s.b_type = weight.dtype(), s.c_type = out.dtype();
-  s.bias = true;
-  s.gelu = true;
-  matmuls_.run(s, in.raw(), weight.raw(), out.raw(), bias.f32());
-}
-
 void CpuBackend::linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) {
   require_2d(weight, "weight");
   const int64_t n = weight.dim(0), k = weight.dim(1);
