@@ -240,9 +240,8 @@ void run_bench(const BenchOptions& o) {
   const double attention_flop_share = forward_flops.attention / forward_flops.total();
   const double attention_gflops =
       forward_flops.attention * pass_factor * timed_images / std::max(1e-12, backend.seconds(OpKind::attention)) / 1e9;
-  // The linear GEMMs' rate from the plain GEMM calls: the fused GEMM + GELU calls (fc1 forward, fc2's input gradient
-  // through GELU's derivative) also do elementwise work, which would flatter attention's comparison. Their time beyond
-  // that rate is GELU's share of the step.
+  // The linear GEMMs' rate from the plain GEMM calls: the fused GEMM + GELU calls (fc1 forward) also do elementwise
+  // work, which would flatter attention's comparison. Their time beyond that rate is GELU's share of the step.
   double plain_flops = 0.0, plain_seconds = 0.0, fused_flops = 0.0, fused_seconds = 0.0;
   for (const auto& [name, r] : backend.operations()) {
     if (r.kind != OpKind::gemm) continue;
