@@ -125,12 +125,12 @@ TEST_P(KernelsAtLevel, LinearWithGeluEpilogue) {
 }
 
 // Training's fc1 keeps the pre-activation too: blocks of rows, each GEMM'd and then GELU'd by one thread. Row counts
-// that split into several blocks with a shorter last one, and one that is a single block.
+// that split into several blocks with a shorter last one, one that is a single block, and none.
 TEST_P(KernelsAtLevel, LinearGeluKeepingPreActivation) {
   struct Case {
     int64_t m, k, n;
   };
-  for (const Case c : {Case{1103, 70, 300}, Case{1103, 24, 45}, Case{37, 70, 45}}) {
+  for (const Case c : {Case{1103, 70, 300}, Case{1103, 24, 45}, Case{37, 70, 45}, Case{0, 70, 45}}) {
     for (DType type : {DType::f32, DType::bf16}) {
       for (DType pre_type : {DType::f32, DType::bf16}) {
         for (DType out_type : {DType::f32, DType::bf16}) {

@@ -9,8 +9,10 @@
 #include "util/error.h"
 
 // Last: everything below is compiled for this copy's CPU level (level_target.h).
-#include "backend/cpu/kernels/gelu_rows.h"
 #include "backend/cpu/kernels/level_target.h"
+
+// After the target pragma, so that its loops are compiled for this level too.
+#include "backend/cpu/kernels/gelu_rows.h"
 
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {

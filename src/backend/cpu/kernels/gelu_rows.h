@@ -5,6 +5,10 @@
 // Included after level_target.h: compiled for the including file's CPU level.
 #pragma once
 
+#ifndef VITPIPE_LEVEL_AVX512
+#error "gelu_rows.h goes after level_target.h (its loops must be compiled for the level)"
+#endif
+
 #include <cstdint>
 #include <type_traits>
 #include <vector>

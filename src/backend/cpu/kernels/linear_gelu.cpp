@@ -9,8 +9,10 @@
 #include "util/error.h"
 
 // Last: everything below is compiled for this copy's CPU level (level_target.h).
-#include "backend/cpu/kernels/gelu_rows.h"
 #include "backend/cpu/kernels/level_target.h"
+
+// After the target pragma, so that its loops are compiled for this level too.
+#include "backend/cpu/kernels/gelu_rows.h"
 
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
@@ -68,6 +70,7 @@ void CpuBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, con
     matmuls_.run(s, in.raw(), weight.raw(), out.raw(), bias.f32());
     return;
   }
+  if (m == 0) return;
   const Tensor& pre = *pre_activation;
   VP_REQUIRE(pre.numel() == m * n && pre.raw() != out.raw(), "linear_gelu_forward: the pre-activation must be [", m,
              ", ", n, "] and not the output");
