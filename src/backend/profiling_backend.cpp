@@ -6,6 +6,8 @@ const char* op_kind_name(OpKind kind) {
   switch (kind) {
     case OpKind::gemm:
       return "GEMM";
+    case OpKind::gemm_gelu:
+      return "GEMM+GELU";
     case OpKind::attention:
       return "attention";
     case OpKind::layernorm:
@@ -62,7 +64,7 @@ void ProfilingBackend::linear_forward(const Tensor& in, const Tensor& weight, co
 }
 void ProfilingBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, const Tensor& bias,
                                            const Tensor* pre_activation, const Tensor& out) {
-  timed("linear+GELU forward", OpKind::gemm, gemm_flops(in, weight),
+  timed("linear+GELU forward", OpKind::gemm_gelu, gemm_flops(in, weight),
         bytes_of({&in, &weight, &bias, pre_activation, &out}),
         [&] { inner_.linear_gelu_forward(in, weight, bias, pre_activation, out); });
 }

@@ -14,7 +14,9 @@
 
 namespace vitpipe {
 
-enum class OpKind { gemm, attention, layernorm, gelu, embedding, loss, other, count };
+// gemm_gelu: GEMMs with GELU applied to their output in the same call (fc1), kept apart so that the plain GEMMs'
+// rate is their own.
+enum class OpKind { gemm, gemm_gelu, attention, layernorm, gelu, embedding, loss, other, count };
 const char* op_kind_name(OpKind kind);
 
 struct OperationRecord {

@@ -240,15 +240,14 @@ void run_bench(const BenchOptions& o) {
   const double attention_flop_share = forward_flops.attention / forward_flops.total();
   const double attention_gflops =
       forward_flops.attention * pass_factor * timed_images / std::max(1e-12, backend.seconds(OpKind::attention)) / 1e9;
-  // The linear GEMMs' rate from the plain GEMM calls: the fused GEMM + GELU calls (fc1 forward) also do elementwise
-  // work, which would flatter attention's comparison. Their time beyond that rate is GELU's share of the step.
-  double plain_flops = 0.0, plain_seconds = 0.0, fused_flops = 0.0, fused_seconds = 0.0;
+  // The linear GEMMs' rate from the plain GEMM calls: the GEMM+GELU calls (fc1 forward) also do elementwise work,
+  // which would flatter attention's comparison. Their time beyond that rate is GELU's share of the step.
+  double plain_flops = 0.0, fused_flops = 0.0;
   for (const auto& [name, r] : backend.operations()) {
-    if (r.kind != OpKind::gemm) continue;
-    const bool fused = name.find("GELU") != std::string::npos;
-    (fused ? fused_flops : plain_flops) += r.flops;
-    (fused ? fused_seconds : plain_seconds) += r.seconds;
+    if (r.kind == OpKind::gemm) plain_flops += r.flops;
+    if (r.kind == OpKind::gemm_gelu) fused_flops += r.flops;
   }
+  const double plain_seconds = backend.seconds(OpKind::gemm), fused_seconds = backend.seconds(OpKind::gemm_gelu);
   const double linear_gflops = plain_flops / std::max(1e-12, plain_seconds) / 1e9;
   const double fused_gelu_share =
       plain_seconds > 0 ? std::max(0.0, fused_seconds - fused_flops / (linear_gflops * 1e9)) / seconds : 0.0;

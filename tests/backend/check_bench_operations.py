@@ -30,6 +30,10 @@ def main():
     if failures:
         sys.exit("\n".join(failures))
     expect("GELU forward" not in ops, "GELU forward ran as its own pass: fc1 and GELU should be fused in training")
+    expect(ops["linear+GELU forward"]["kind"] == "GEMM+GELU" and ops["linear forward"]["kind"] == "GEMM",
+           f"kinds: {ops['linear+GELU forward']['kind']}, {ops['linear forward']['kind']}")
+    expect(0 < result["breakdown"]["GEMM+GELU"] < result["breakdown"]["GEMM"],
+           f"breakdown: {result['breakdown']}")
     fwd = ops["linear forward"]["gflop_per_step"] + ops["linear+GELU forward"]["gflop_per_step"]
     wgrad = ops["linear backward (weight)"]["gflop_per_step"]
     expect(abs(wgrad - fwd) <= 1e-9 * fwd, f"weight gradients {wgrad} GFLOP vs forward {fwd}")
