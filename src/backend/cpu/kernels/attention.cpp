@@ -107,12 +107,13 @@ void online_softmax_rows(const float* s, P* p, int64_t rows, int64_t cols, int64
       vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(cols - j), row + j));
     }
     const float m_new = std::max(m[i], reduce_max(vmax) * scale);
-    const __m512 shift = _mm512_set1_ps(m_new);
-    const __m512 vscale = _mm512_set1_ps(scale);
+    // exp(scale * s - m_new) as 2^(log2(e) * (scale * s - m_new)), log2(e) folded into the multiply-add
+    const __m512 shift = _mm512_set1_ps(m_new * kLog2e);
+    const __m512 vscale = _mm512_set1_ps(scale * kLog2e);
     __m512 vsum = _mm512_setzero_ps();
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 mk = tail_mask(cols - j);
-      const __m512 e = _mm512_maskz_mov_ps(mk, exp_ps(_mm512_fmsub_ps(load(row + j, mk), vscale, shift)));
+      const __m512 e = _mm512_maskz_mov_ps(mk, exp2_ps(_mm512_fmsub_ps(load(row + j, mk), vscale, shift)));
       store(out + j, e, mk);
       vsum = _mm512_add_ps(vsum, e);
     }
@@ -256,11 +257,11 @@ void probabilities_rows(const float* s, const float* lse, P* p, int64_t rows, in
     P* out = p + i * ld;
 #ifdef VITPIPE_AVX512
     using namespace simd;
-    const __m512 shift = _mm512_set1_ps(lse[i]);
-    const __m512 vscale = _mm512_set1_ps(scale);
+    const __m512 shift = _mm512_set1_ps(lse[i] * kLog2e);  // as in online_softmax_rows
+    const __m512 vscale = _mm512_set1_ps(scale * kLog2e);
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 mk = tail_mask(cols - j);
-      store(out + j, exp_ps(_mm512_fmsub_ps(load(row + j, mk), vscale, shift)), mk);
+      store(out + j, exp2_ps(_mm512_fmsub_ps(load(row + j, mk), vscale, shift)), mk);
     }
 #else
     const float shift = lse[i];
