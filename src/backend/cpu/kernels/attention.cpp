@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/kernels/attention_dims.h"
 #include "backend/cpu/kernels/attention_tiles.h"
@@ -20,6 +21,7 @@
 
 // Last: everything below is compiled for this copy's CPU level (level_target.h).
 #include "backend/cpu/kernels/level_target.h"
+#include "backend/cpu/kernels/exp2_rows_avx2.h"  // after level_target.h
 
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
@@ -124,11 +126,15 @@ void online_softmax_rows(const float* s, P* p, int64_t rows, int64_t cols, int64
     for (int64_t j = 0; j < cols; ++j) max = row[j] > max ? row[j] : max;
     const float m_new = std::max(m[i], max * scale);
     float sum = 0.0f;
+    if constexpr (std::is_same_v<P, float>) {
+      sum = avx2::exp2_row(row, out, cols, scale * kLog2e, m_new * kLog2e);
+    } else {
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < cols; ++j) {
-      const float e = exp_approx(row[j] * scale - m_new);
-      store(out + j, e);
-      sum += e;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float e = exp_approx(row[j] * scale - m_new);
+        store(out + j, e);
+        sum += e;
+      }
     }
 #endif
     corr[i] = m[i] == -INFINITY ? 0.0f : std::exp(m[i] - m_new);
@@ -264,9 +270,13 @@ void probabilities_rows(const float* s, const float* lse, P* p, int64_t rows, in
       store(out + j, exp2_ps(_mm512_fmsub_ps(load(row + j, mk), vscale, shift)), mk);
     }
 #else
-    const float shift = lse[i];
+    if constexpr (std::is_same_v<P, float>) {
+      avx2::exp2_row(row, out, cols, scale * kLog2e, lse[i] * kLog2e);
+    } else {
+      const float shift = lse[i];
 #pragma omp simd
-    for (int64_t j = 0; j < cols; ++j) store(out + j, exp_approx(row[j] * scale - shift));
+      for (int64_t j = 0; j < cols; ++j) store(out + j, exp_approx(row[j] * scale - shift));
+    }
 #endif
   }
 }

@@ -66,7 +66,6 @@ inline __m512 exp2_ps(__m512 t) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, n);
 }
-inline constexpr float kLog2e = 1.44269504088896341f;
 
 // Masked loads and stores of f32 or bf16 (uint16_t bits) as 16 floats.
 inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
