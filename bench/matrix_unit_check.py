@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The matrix-unit acceptance run (AMX, AVX-512-BF16): every figure the issue asks for, on this CPU, in one go.
+
+  bench/matrix_unit_check.py --peer /path/to/torch_vit_bench.py            # all cases
+  bench/matrix_unit_check.py --peer ... --skip-base                          # without ViT-Base (minutes on 2 cores)
+  VITPIPE_CPU=avx2 ONEDNN_MAX_CPU_ISA=AVX2 bench/matrix_unit_check.py ...    # the AVX2 level's targets
+
+It prints `vitpipe info`, then one line per acceptance target with the figure measured here and whether it is met,
+for the level this CPU runs: the ratios beside the PyTorch peer come from bench/compare_with_pytorch.py (alternating
+runs, --repeat of each), the rest from `vitpipe bench --json` (attention against the linear GEMMs' rate, the
+elementwise passes' share of the step, the fraction of the GEMM peak, peak memory). On an AMX CPU it also times the
+attention on AMX tiles against oneDNN's GEMMs (VITPIPE_ATTENTION_TILES=off). Ratios are from single runs on what is
+usually a shared machine: read them as ranges over --repeat, not as one number.
+"""
+import argparse, json, os, subprocess, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def bench(vitpipe, preset, mode, precision, batch, steps, env=None):
+    cmd = [vitpipe, "bench", "--preset", preset, "--mode", mode, "--precision", precision, "--batch", str(batch),
+           "--steps", str(steps), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+
+
+def elementwise_share(run):
+    """What is neither a GEMM nor attention: GELU, LayerNorm, embeddings, optimizer, conversions, unaccounted time,
+    and GELU's part of the fused GEMM+GELU calls (the part beyond the linear GEMMs' rate)."""
+    b = run["breakdown"]
+    return 1.0 - b.get("GEMM", 0.0) - b.get("attention", 0.0) - b.get("GEMM+GELU", 0.0) + run.get(
+        "gelu_in_fused_gemms_share", 0.0)
+
+
+def peer_ratios(a, case):
+    cmd = [sys.executable, os.path.join(HERE, "compare_with_pytorch.py"), "--peer", a.peer, "--vitpipe", a.vitpipe,
+           "--cases", case, "--steps", str(a.steps), "--repeat", str(a.repeat), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return [json.loads(l)["ratio"] for l in out.splitlines() if l.startswith("{")]
+
+
+def span(values, fmt):
+    return "-".join(fmt.format(v) for v in sorted({min(values), max(values)})) if values else "(no run)"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--peer", required=True, help="the PyTorch peer, torch_vit_bench.py")
+    ap.add_argument("--vitpipe", default=os.path.join(ROOT, "build", "vitpipe"))
+    ap.add_argument("--repeat", type=int, default=2, help="side-by-side runs per peer case")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--skip-base", action="store_true", help="leave out ViT-Base bf16 training")
+    a = ap.parse_args()
+    if not os.path.exists(a.peer):
+        sys.exit(f"peer not found: {a.peer} (pass --peer PATH)")
+
+    info = subprocess.run([a.vitpipe, "info"], check=True, capture_output=True, text=True).stdout
+    print(info.rstrip())
+    tiny_bf16 = bench(a.vitpipe, "vit-tiny", "train", "bf16", 32, a.steps)
+    level = tiny_bf16["cpu_kernels"]
+    amx, avx2 = level == "amx", level == "avx2"
+    print(f"\nlevel {level}, oneDNN {tiny_bf16['onednn_isa']}, {tiny_bf16['threads']} threads, batch 32; "
+          f"bf16 GEMM peak {tiny_bf16['gemm_peak_gflops_per_s']:.0f} GFLOP/s")
+
+    rows = []  # (target, measured, met: True / False / None where this level has no such target)
+
+    def add(target, measured, met):
+        rows.append((target, measured, met))
+
+    tiny_fp32 = bench(a.vitpipe, "vit-tiny", "train", "fp32", 32, a.steps)
+    for name, run in (("bf16", tiny_bf16), ("fp32", tiny_fp32)):
+        if not run["bf16_in_hardware"] and name == "bf16":
+            continue  # bf16 is emulated below avx512_bf16: no target there
+        ratio = run["attention_gflops_per_s"] / run["linear_gemm_gflops_per_s"]
+        need = 0.5 if amx and name == "bf16" else 0.75 if avx2 else 0.6
+        add(f"ViT-Tiny {name} training: attention >= {need:.0%} of the linear GEMMs' rate",
+            f"{ratio:.1%} ({run['attention_gflops_per_s']:.0f} / {run['linear_gemm_gflops_per_s']:.0f} GFLOP/s)",
+            ratio >= need)
+    share = elementwise_share(tiny_bf16 if tiny_bf16["bf16_in_hardware"] else tiny_fp32)
+    add("ViT-Tiny training: elementwise passes <= 8% of the step", f"{share:.1%}", share <= 0.08)
+    if amx:
+        off = bench(a.vitpipe, "vit-tiny", "train", "bf16", 32, a.steps,
+                    env=dict(os.environ, VITPIPE_ATTENTION_TILES="off"))
+        add("ViT-Tiny bf16 attention: AMX tiles against oneDNN's GEMMs (no target; for the note)",
+            f"{tiny_bf16['attention_gflops_per_s']:.0f} vs {off['attention_gflops_per_s']:.0f} GFLOP/s", None)
+
+    if tiny_bf16["bf16_in_hardware"]:
+        r = peer_ratios(a, "vit-tiny:train:bf16")
+        need = 3.0 if amx else 2.2
+        add(f"ViT-Tiny bf16 training >= {need}x the peer", span(r, "{:.2f}x"), bool(r) and min(r) >= need)
+        r = peer_ratios(a, "vit-tiny:infer:bf16")
+        add("ViT-Tiny bf16 inference >= 3x the peer (AMX)", span(r, "{:.2f}x"), (bool(r) and min(r) >= 3.0) if amx
+            else None)
+    r = peer_ratios(a, "vit-tiny:train:fp32")
+    need = 3.0 if avx2 else 4.0
+    add(f"ViT-Tiny fp32 training >= {need:.0f}x the peer", span(r, "{:.2f}x"), bool(r) and min(r) >= need)
+
+    if not a.skip_base and tiny_bf16["bf16_in_hardware"]:
+        base = bench(a.vitpipe, "vit-base", "train", "bf16", 32, 3)
+        frac = base["fraction_of_gemm_peak"]
+        add("ViT-Base bf16 training >= 80% of the GEMM peak (AMX)", f"{frac:.0%}", frac >= 0.8 if amx else None)
+        rss = base["peak_rss_bytes"] / 2**30
+        add("ViT-Base bf16 training, batch 32: peak RSS < 3.95 GiB", f"{rss:.2f} GiB", rss < 3.95)
+
+    print(f"\n{'target':<72}{'measured':>30}  met")
+    for target, measured, met in rows:
+        print(f"{target:<72}{measured:>30}  {'-' if met is None else 'yes' if met else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
