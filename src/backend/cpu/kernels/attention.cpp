@@ -21,7 +21,9 @@
 
 // Last: everything below is compiled for this copy's CPU level (level_target.h).
 #include "backend/cpu/kernels/level_target.h"
-#include "backend/cpu/kernels/exp2_rows_avx2.h"  // after level_target.h
+
+// After level_target.h (its own block, so include sorting keeps it there): compiled for this copy's level.
+#include "backend/cpu/kernels/exp2_rows_avx2.h"
 
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {

@@ -38,10 +38,10 @@ inline float exp2_row(const float* row, float* out, int64_t cols, float a, float
     sum = _mm256_add_ps(sum, e);
   }
   if (j < cols) {
-    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols - j)),
-                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256 e = _mm256_and_ps(exp2_ps(_mm256_fmsub_ps(_mm256_maskload_ps(row + j, lanes), va, vb)),
-                                   _mm256_castsi256_ps(lanes));
+    const __m256i lanes =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 e =
+        _mm256_and_ps(exp2_ps(_mm256_fmsub_ps(_mm256_maskload_ps(row + j, lanes), va, vb)), _mm256_castsi256_ps(lanes));
     _mm256_maskstore_ps(out + j, lanes, e);
     sum = _mm256_add_ps(sum, e);
   }
