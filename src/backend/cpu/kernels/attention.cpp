@@ -6,8 +6,8 @@
 // head is one tile (ViT at 224 px: 197 tokens, a 155 KB score block), so the online rescaling costs nothing there;
 // beyond (DINOv2 at 518 px: 1,370 tokens) tiles of kQueryTile x kKeyBlock bound the scratch (192 x 384 measured
 // fastest of 64 x 256 to 256 x 512 there, 2 cores of a Zen 5). The tile products run on oneDNN primitives prepared
-// once per tile shape and executed on the calling thread; at the amx level, bf16 heads the tile kernels take run on
-// AMX itself (attention_tiles.h).
+// once per tile shape and executed on the calling thread (at AVX-512 on dense copies of the head: kDenseHeads); at
+// the amx level, bf16 heads the tile kernels take run on AMX itself (attention_tiles.h).
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -92,6 +92,19 @@ constexpr bool kDenseHeads = VITPIPE_LEVEL_AVX512;
 void copy_head(const char* src, int64_t rows, int64_t row, int64_t hd, size_t es, char* dst) {
   const size_t bytes = static_cast<size_t>(hd) * es;
   for (int64_t t = 0; t < rows; ++t) std::memcpy(dst + static_cast<size_t>(t) * bytes, src + t * row * es, bytes);
+}
+
+// Copies one head's Q, K and V (rows of the [T, 3D] input) into dense blocks, one after another from `copies`, and
+// points q, k, v at them. Returns the bytes used.
+size_t copy_qkv_heads(const AttentionDims& a, size_t es, char* copies, const char*& q, const char*& k, const char*& v) {
+  const size_t head_bytes = static_cast<size_t>(a.tokens * a.head_dim) * es;
+  const char* sources[3] = {q, k, v};
+  const char** targets[3] = {&q, &k, &v};
+  for (size_t which = 0; which < 3; ++which) {
+    copy_head(sources[which], a.tokens, 3 * a.hidden, a.head_dim, es, copies + which * head_bytes);
+    *targets[which] = copies + which * head_bytes;
+  }
+  return 3 * head_bytes;
 }
 
 // The online softmax over one key block: for each row, with s the raw scores (f32, row stride ld),
@@ -210,15 +223,7 @@ void CpuBackend::attention_forward(const Tensor& qkv, int64_t heads, const Tenso
     const char* q = qkv_bytes + static_cast<size_t>(b * T * 3 * D + h * hd) * es;
     const char* k = q + static_cast<size_t>(D) * es;
     const char* v = q + static_cast<size_t>(2 * D) * es;
-    if (kDenseHeads) {
-      char* copies = reinterpret_cast<char*>(acc + padded(g.rows * hd));
-      const size_t head_bytes = static_cast<size_t>(T * hd) * es;
-      const char* sources[3] = {q, k, v};
-      for (int which = 0; which < 3; ++which) {
-        copy_head(sources[which], T, 3 * D, hd, es, copies + which * head_bytes);
-      }
-      q = copies, k = copies + head_bytes, v = copies + 2 * head_bytes;
-    }
+    if (kDenseHeads) copy_qkv_heads(a, es, reinterpret_cast<char*>(acc + padded(g.rows * hd)), q, k, v);
     char* o = out_bytes + static_cast<size_t>(b * T * D + h * hd) * out_es;
     float* lse_row = lse_base + task * T;
     for (int64_t i = 0; i < g.query_tiles(); ++i) {
@@ -452,13 +457,9 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
     }
     if (kDenseHeads) {
       char* copies = reinterpret_cast<char*>(dsum + padded(T));
-      const size_t head_bytes = static_cast<size_t>(T * hd) * es;
-      const char* sources[3] = {q, k, v};
-      for (int which = 0; which < 3; ++which) {
-        copy_head(sources[which], T, 3 * D, hd, es, copies + which * head_bytes);
-      }
-      copy_head(dout, T, D, hd, es, copies + 3 * head_bytes);
-      q = copies, k = copies + head_bytes, v = copies + 2 * head_bytes, dout = copies + 3 * head_bytes;
+      char* dout_copy = copies + copy_qkv_heads(a, es, copies, q, k, v);
+      copy_head(dout, T, D, hd, es, dout_copy);
+      dout = dout_copy;
     }
     if (sum_over_keys) std::fill(dq, dq + T * hd, 0.0f);
     if (sum_over_queries) {
