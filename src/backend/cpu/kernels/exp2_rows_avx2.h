@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "backend/cpu/kernels/exp2_polynomial.h"
+
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS::avx2 {
 
 // 2^t for t < 128, the same degree-5 polynomial as exp2_ps. 2^n is built in the exponent field, so t is first
@@ -17,12 +19,8 @@ inline __m256 exp2_ps(__m256 t) {
   t = _mm256_max_ps(t, _mm256_set1_ps(-126.0f));
   const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(t, n);
-  __m256 p = _mm256_set1_ps(1.3264707522466779e-3f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.671511128544807e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550733953714371e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.24022242426872253f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.6931470036506653f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  __m256 p = _mm256_set1_ps(kExp2Poly[5]);
+  for (int c = 4; c >= 0; --c) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Poly[c]));
   const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
 }

@@ -5,6 +5,8 @@
 // (GELU's erf was tried here too and ran slower than GCC's own vectorisation of vector_math.h, so it stays there.)
 #pragma once
 
+#include "backend/cpu/kernels/exp2_polynomial.h"
+
 #if VITPIPE_LEVEL_AVX512
 #define VITPIPE_AVX512 1
 
@@ -58,12 +60,8 @@ inline __m512 exp_ps(__m512 x) {
 inline __m512 exp2_ps(__m512 t) {
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_set1_ps(1.3264707522466779e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.671511128544807e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550733953714371e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24022242426872253f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931470036506653f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kExp2Poly[5]);
+  for (int c = 4; c >= 0; --c) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Poly[c]));
   return _mm512_scalef_ps(p, n);
 }
 

@@ -10,8 +10,6 @@
 
 namespace vitpipe::cpu {
 
-inline constexpr float kLog2e = 1.44269504088896341f;
-
 // Clamps are min/max, which every vector ISA has (a nested select would become compares and blends on AVX2).
 inline float exp_approx(float x) {
   x = std::min(std::max(x, -87.0f), 88.0f);
