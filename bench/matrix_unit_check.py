@@ -18,26 +18,40 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def run(cmd, env=None):
+    """stdout of cmd; on failure, one line naming the command and its last line of error, and exit 1."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    except OSError as e:
+        sys.exit(f"matrix_unit_check: cannot run {cmd[0]}: {e.strerror}")
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        sys.exit(f"matrix_unit_check: {' '.join(cmd)} failed ({proc.returncode}): {last}")
+    return proc.stdout
+
+
 def bench(vitpipe, preset, mode, precision, batch, steps, env=None):
-    cmd = [vitpipe, "bench", "--preset", preset, "--mode", mode, "--precision", precision, "--batch", str(batch),
-           "--steps", str(steps), "--json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    out = run([vitpipe, "bench", "--preset", preset, "--mode", mode, "--precision", precision, "--batch", str(batch),
+               "--steps", str(steps), "--json"], env)
     return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
 
 
-def elementwise_share(run):
+def elementwise_share(result):
     """What is neither a GEMM nor attention: GELU, LayerNorm, embeddings, optimizer, conversions, unaccounted time,
     and GELU's part of the fused GEMM+GELU calls (the part beyond the linear GEMMs' rate)."""
-    b = run["breakdown"]
-    return 1.0 - b.get("GEMM", 0.0) - b.get("attention", 0.0) - b.get("GEMM+GELU", 0.0) + run.get(
+    b = result["breakdown"]
+    return 1.0 - b.get("GEMM", 0.0) - b.get("attention", 0.0) - b.get("GEMM+GELU", 0.0) + result.get(
         "gelu_in_fused_gemms_share", 0.0)
 
 
 def peer_ratios(a, case):
     cmd = [sys.executable, os.path.join(HERE, "compare_with_pytorch.py"), "--peer", a.peer, "--vitpipe", a.vitpipe,
            "--cases", case, "--steps", str(a.steps), "--repeat", str(a.repeat), "--json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return [json.loads(l)["ratio"] for l in out.splitlines() if l.startswith("{")]
+    ratios = [json.loads(l)["ratio"] for l in run(cmd).splitlines() if l.startswith("{")]
+    if not ratios:
+        print(f"matrix_unit_check: the peer gave no result for {case} (compare_with_pytorch.py says why when run "
+              f"alone)", file=sys.stderr)
+    return ratios
 
 
 def span(values, fmt):
@@ -52,16 +66,20 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--skip-base", action="store_true", help="leave out ViT-Base bf16 training")
     a = ap.parse_args()
-    if not os.path.exists(a.peer):
-        sys.exit(f"peer not found: {a.peer} (pass --peer PATH)")
+    if not os.path.isfile(a.peer):
+        sys.exit(f"matrix_unit_check: --peer {a.peer}: no such file (expected torch_vit_bench.py)")
+    if not os.path.isfile(a.vitpipe):
+        sys.exit(f"matrix_unit_check: --vitpipe {a.vitpipe}: no such file (build it first: see the README)")
+    if a.repeat < 1 or a.steps < 1:
+        sys.exit(f"matrix_unit_check: --repeat and --steps must be at least 1 (got {a.repeat} and {a.steps})")
 
-    info = subprocess.run([a.vitpipe, "info"], check=True, capture_output=True, text=True).stdout
+    info = run([a.vitpipe, "info"])
     print(info.rstrip())
     tiny_bf16 = bench(a.vitpipe, "vit-tiny", "train", "bf16", 32, a.steps)
     level = tiny_bf16["cpu_kernels"]
     amx, avx2 = level == "amx", level == "avx2"
     print(f"\nlevel {level}, oneDNN {tiny_bf16['onednn_isa']}, {tiny_bf16['threads']} threads, batch 32; "
-          f"bf16 GEMM peak {tiny_bf16['gemm_peak_gflops_per_s']:.0f} GFLOP/s")
+          f"GEMM peak {tiny_bf16['gemm_peak_gflops_per_s']:.0f} GFLOP/s (bf16 operands)")
 
     rows = []  # (target, measured, met: True / False / None where this level has no such target)
 
@@ -69,13 +87,13 @@ def main():
         rows.append((target, measured, met))
 
     tiny_fp32 = bench(a.vitpipe, "vit-tiny", "train", "fp32", 32, a.steps)
-    for name, run in (("bf16", tiny_bf16), ("fp32", tiny_fp32)):
-        if not run["bf16_in_hardware"] and name == "bf16":
+    for name, result in (("bf16", tiny_bf16), ("fp32", tiny_fp32)):
+        if not result["bf16_in_hardware"] and name == "bf16":
             continue  # bf16 is emulated below avx512_bf16: no target there
-        ratio = run["attention_gflops_per_s"] / run["linear_gemm_gflops_per_s"]
+        ratio = result["attention_gflops_per_s"] / result["linear_gemm_gflops_per_s"]
         need = 0.5 if amx and name == "bf16" else 0.75 if avx2 else 0.6
         add(f"ViT-Tiny {name} training: attention >= {need:.0%} of the linear GEMMs' rate",
-            f"{ratio:.1%} ({run['attention_gflops_per_s']:.0f} / {run['linear_gemm_gflops_per_s']:.0f} GFLOP/s)",
+            f"{ratio:.1%} ({result['attention_gflops_per_s']:.0f} / {result['linear_gemm_gflops_per_s']:.0f} GFLOP/s)",
             ratio >= need)
     share = elementwise_share(tiny_bf16 if tiny_bf16["bf16_in_hardware"] else tiny_fp32)
     add("ViT-Tiny training: elementwise passes <= 8% of the step", f"{share:.1%}", share <= 0.08)
@@ -88,13 +106,12 @@ def main():
     if tiny_bf16["bf16_in_hardware"]:
         r = peer_ratios(a, "vit-tiny:train:bf16")
         need = 3.0 if amx else 2.2
-        add(f"ViT-Tiny bf16 training >= {need}x the peer", span(r, "{:.2f}x"), bool(r) and min(r) >= need)
+        add(f"ViT-Tiny bf16 training >= {need}x the peer", span(r, "{:.2f}x"), min(r) >= need if r else None)
         r = peer_ratios(a, "vit-tiny:infer:bf16")
-        add("ViT-Tiny bf16 inference >= 3x the peer (AMX)", span(r, "{:.2f}x"), (bool(r) and min(r) >= 3.0) if amx
-            else None)
+        add("ViT-Tiny bf16 inference >= 3x the peer (AMX)", span(r, "{:.2f}x"), min(r) >= 3.0 if amx and r else None)
     r = peer_ratios(a, "vit-tiny:train:fp32")
     need = 3.0 if avx2 else 4.0
-    add(f"ViT-Tiny fp32 training >= {need:.0f}x the peer", span(r, "{:.2f}x"), bool(r) and min(r) >= need)
+    add(f"ViT-Tiny fp32 training >= {need:.0f}x the peer", span(r, "{:.2f}x"), min(r) >= need if r else None)
 
     if not a.skip_base and tiny_bf16["bf16_in_hardware"]:
         base = bench(a.vitpipe, "vit-base", "train", "bf16", 32, 3)
@@ -103,7 +120,7 @@ def main():
         rss = base["peak_rss_bytes"] / 2**30
         add("ViT-Base bf16 training, batch 32: peak RSS < 3.95 GiB", f"{rss:.2f} GiB", rss < 3.95)
 
-    print(f"\n{'target':<72}{'measured':>30}  met")
+    print(f"\n{'target':<72}{'measured':>30}  met ('-': no target at this level, or no run)")
     for target, measured, met in rows:
         print(f"{target:<72}{measured:>30}  {'-' if met is None else 'yes' if met else 'NO'}")
 
