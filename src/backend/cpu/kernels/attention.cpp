@@ -367,6 +367,44 @@ void write_head_gradient(const float* src, int64_t T, int64_t hd, G* dst, int64_
 #endif
 }
 
+// colsum[j] += sum over T rows of src[t, j] (rows `row` elements apart). Four registers of sums per block of
+// columns, so the adds down a column do not wait on each other (one register was a fifth of the backward pass's
+// own time, perf at AVX2 on Zen 5).
+template <class G>
+void add_head_column_sums(const G* src, int64_t T, int64_t hd, int64_t row, float* colsum) {
+#ifdef VITPIPE_AVX512
+  for (int64_t j = 0; j < hd; j += 64) {
+    __m512 sum[4];
+    __mmask16 mask[4];
+    for (int c = 0; c < 4; ++c) {
+      const int64_t left = hd - j - 16 * c;
+      mask[c] = left > 0 ? simd::tail_mask(left) : __mmask16{0};
+      sum[c] = _mm512_setzero_ps();
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      for (int c = 0; c < 4; ++c) sum[c] = _mm512_add_ps(sum[c], simd::load(src + t * row + j + 16 * c, mask[c]));
+    }
+    for (int c = 0; c < 4; ++c) {
+      float* out = colsum + j + 16 * c;
+      _mm512_mask_storeu_ps(out, mask[c], _mm512_add_ps(simd::load(out, mask[c]), sum[c]));
+    }
+  }
+#else
+  auto add_block = [&]<int64_t kWidth>(int64_t j) {
+    float sum[kWidth] = {};
+    for (int64_t t = 0; t < T; ++t) {
+#pragma omp simd
+      for (int64_t e = 0; e < kWidth; ++e) sum[e] += load(src + t * row + j + e);
+    }
+    for (int64_t e = 0; e < kWidth; ++e) colsum[j + e] += sum[e];
+  };
+  int64_t j = 0;
+  for (; j + 32 <= hd; j += 32) add_block.template operator()<32>(j);  // four AVX2 registers
+  for (; j + 8 <= hd; j += 8) add_block.template operator()<8>(j);
+  for (; j < hd; ++j) add_block.template operator()<1>(j);
+#endif
+}
+
 }  // namespace
 
 void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, const Tensor& out, const Tensor& lse,
@@ -392,6 +430,13 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   const int64_t ld = g.cols;
   // dV_j and dK_j sum over query tiles, dQ_i over key blocks: accumulating GEMMs only where there is more than one.
   const bool sum_over_queries = g.query_tiles() > 1, sum_over_keys = g.key_blocks() > 1;
+  // A head of one tile with f32 gradients writes dQ, dK, dV from its GEMMs straight into grad_qkv's rows: the copy
+  // out of the scratch was 8% of the backward pass (AVX2, Zen 5), most of it waiting on the stores into grad_qkv.
+  // bf16 gradients keep the copy: oneDNN's GEMMs writing bf16 were slower than the copy's conversion (Zen 5).
+  const DType grad_type = grad_qkv.dtype();
+  const bool direct = !sum_over_queries && !sum_over_keys && grad_type == DType::f32;
+  const DType head_grad_type = direct ? grad_type : DType::f32;
+  const int64_t grad_ld = direct ? 3 * D : hd;  // dQ / dK / dV rows: in grad_qkv, or in the scratch
 
   // S = Q_i K_j^T;  dV_j (+)= P^T dO_i;  dP = dO_i V_j^T;  dQ_i (+)= dS K_j;  dK_j (+)= dS^T Q_i  (f32 results).
   // Q, K, V rows are `qkv_ld` elements apart and dO's `dout_ld`: in the inputs, or in the task's dense copies.
@@ -400,16 +445,16 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
     return head_gemm(m, n, hd, qkv_ld, 1, 1, qkv_ld, ld, type, DType::f32);
   });
   const TileGemms dv_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
-    return head_gemm(n, hd, m, 1, ld, dout_ld, 1, hd, type, DType::f32, sum_over_queries);
+    return head_gemm(n, hd, m, 1, ld, dout_ld, 1, grad_ld, type, head_grad_type, sum_over_queries);
   });
   const TileGemms dp_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
     return head_gemm(m, n, hd, dout_ld, 1, 1, qkv_ld, ld, type, DType::f32);
   });
   const TileGemms dq_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
-    return head_gemm(m, hd, n, ld, 1, qkv_ld, 1, hd, type, DType::f32, sum_over_keys);
+    return head_gemm(m, hd, n, ld, 1, qkv_ld, 1, grad_ld, type, head_grad_type, sum_over_keys);
   });
   const TileGemms dk_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
-    return head_gemm(n, hd, m, 1, ld, qkv_ld, 1, hd, type, DType::f32, sum_over_queries);
+    return head_gemm(n, hd, m, 1, ld, qkv_ld, 1, grad_ld, type, head_grad_type, sum_over_queries);
   });
 
   const int threads = omp_get_max_threads();
@@ -429,8 +474,8 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   const char* out_bytes = static_cast<const char*>(out.raw());
   const char* dout_bytes = static_cast<const char*>(grad_out.raw());
   const float* lse_base = lse.f32();
-  const DType grad_type = grad_qkv.dtype();
-  void* grad_base = grad_qkv.raw();
+  char* grad_base = static_cast<char*>(grad_qkv.raw());
+  const size_t grad_es = element_size(grad_type);
 
 #pragma omp parallel for schedule(static) if (parallel_worth_it(a.batch * T * T * D))
   for (int64_t task = 0; task < a.batch * heads; ++task) {
@@ -439,10 +484,12 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
     float* s = scratch_base + thread * stride;
     float* p = s + tile;
     float* ds = p + tile;
-    float* dq = ds + tile;
-    float* dk = dq + th;
-    float* dv = dk + th;
-    float* dsum = dv + th;
+    float* dsum = ds + tile + 3 * th;
+    const int64_t offset = b * T * 3 * D + h * hd;
+    // dQ, dK, dV (f32 in the scratch, or the head's columns of grad_qkv), rows grad_ld apart
+    char* dq = direct ? grad_base + static_cast<size_t>(offset) * grad_es : reinterpret_cast<char*>(ds + tile);
+    char* dk = direct ? dq + static_cast<size_t>(D) * grad_es : reinterpret_cast<char*>(ds + tile + th);
+    char* dv = direct ? dq + static_cast<size_t>(2 * D) * grad_es : reinterpret_cast<char*>(ds + tile + 2 * th);
     const char* q = qkv_bytes + static_cast<size_t>(b * T * 3 * D + h * hd) * es;
     const char* k = q + static_cast<size_t>(D) * es;
     const char* v = q + static_cast<size_t>(2 * D) * es;
@@ -461,11 +508,12 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
       copy_head(dout, T, D, hd, es, dout_copy);
       dout = dout_copy;
     }
-    if (sum_over_keys) std::fill(dq, dq + T * hd, 0.0f);
+    if (sum_over_keys) std::fill_n(reinterpret_cast<float*>(dq), T * hd, 0.0f);
     if (sum_over_queries) {
-      std::fill(dk, dk + T * hd, 0.0f);
-      std::fill(dv, dv + T * hd, 0.0f);
+      std::fill_n(reinterpret_cast<float*>(dk), T * hd, 0.0f);
+      std::fill_n(reinterpret_cast<float*>(dv), T * hd, 0.0f);
     }
+    const size_t head_grad_es = element_size(head_grad_type);
     for (int64_t i = 0; i < g.query_tiles(); ++i) {
       const int64_t i0 = i * g.rows, mi = g.rows_of(i);
       const char* qi = q + static_cast<size_t>(i0 * qkv_ld) * es;
@@ -480,7 +528,8 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
         } else {
           probabilities_rows(s, lse_row + i0, reinterpret_cast<uint16_t*>(p), mi, nj, ld, scale);
         }
-        matmuls_.run_prepared(gemm_for(dv_mm, g, mi, nj), p, doi, dv + j0 * hd);
+        matmuls_.run_prepared(gemm_for(dv_mm, g, mi, nj), p, doi,
+                              dv + static_cast<size_t>(j0 * grad_ld) * head_grad_es);
         matmuls_.run_prepared(gemm_for(dp_mm, g, mi, nj), doi, vj, s);
         if (type == DType::f32) {
           softmax_backward_rows(p, s, dsum + i0, ds, mi, nj, ld, scale);
@@ -488,23 +537,31 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
           softmax_backward_rows(reinterpret_cast<const uint16_t*>(p), s, dsum + i0, reinterpret_cast<uint16_t*>(ds), mi,
                                 nj, ld, scale);
         }
-        matmuls_.run_prepared(gemm_for(dq_mm, g, mi, nj), ds, kj, dq + i0 * hd);
-        matmuls_.run_prepared(gemm_for(dk_mm, g, mi, nj), ds, qi, dk + j0 * hd);
+        matmuls_.run_prepared(gemm_for(dq_mm, g, mi, nj), ds, kj,
+                              dq + static_cast<size_t>(i0 * grad_ld) * head_grad_es);
+        matmuls_.run_prepared(gemm_for(dk_mm, g, mi, nj), ds, qi,
+                              dk + static_cast<size_t>(j0 * grad_ld) * head_grad_es);
       }
     }
     float* cs = colsum ? partials_.row(thread) : nullptr;
-    const int64_t offset = b * T * 3 * D + h * hd;
-    const float* parts[3] = {dq, dk, dv};
+    const char* parts[3] = {dq, dk, dv};
     for (int which = 0; which < 3; ++which) {
       // The key bias gradient is exactly zero (softmax ignores the per-row constant q.b_k): summing dK would only
       // add rounding noise, which Adam's normalisation turns into full-size random updates of the key bias.
       float* part_colsum = cs && which != 1 ? cs + which * D + h * hd : nullptr;
-      if (grad_type == DType::f32) {
-        write_head_gradient(parts[which], T, hd, static_cast<float*>(grad_base) + offset + which * D, 3 * D,
-                            part_colsum);
+      if (direct) {
+        if (!part_colsum) continue;
+        if (grad_type == DType::f32) {
+          add_head_column_sums(reinterpret_cast<const float*>(parts[which]), T, hd, 3 * D, part_colsum);
+        } else {
+          add_head_column_sums(reinterpret_cast<const uint16_t*>(parts[which]), T, hd, 3 * D, part_colsum);
+        }
+      } else if (grad_type == DType::f32) {
+        write_head_gradient(reinterpret_cast<const float*>(parts[which]), T, hd,
+                            reinterpret_cast<float*>(grad_base) + offset + which * D, 3 * D, part_colsum);
       } else {
-        write_head_gradient(parts[which], T, hd, static_cast<uint16_t*>(grad_base) + offset + which * D, 3 * D,
-                            part_colsum);
+        write_head_gradient(reinterpret_cast<const float*>(parts[which]), T, hd,
+                            reinterpret_cast<uint16_t*>(grad_base) + offset + which * D, 3 * D, part_colsum);
       }
     }
   }
