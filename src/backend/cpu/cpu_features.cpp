@@ -1,6 +1,8 @@
 #include "backend/cpu/cpu_features.h"
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -35,7 +37,13 @@ bool bit(unsigned value, int index) { return (value >> index) & 1u; }
 bool request_amx_tile_state() {
   constexpr long kArchReqXcompPerm = 0x1023;
   constexpr long kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) return true;
+  // Said once, at detection: otherwise an AMX CPU would run at avx512_bf16 with only `vitpipe info` to tell why.
+  std::fprintf(stderr,
+               "vitpipe: this CPU has AMX but Linux refused its tile state (arch_prctl ARCH_REQ_XCOMP_PERM: %s); "
+               "running without AMX\n",
+               std::strerror(errno));
+  return false;
 }
 
 std::string brand_string() {

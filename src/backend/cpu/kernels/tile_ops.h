@@ -9,6 +9,7 @@
 // 16 rows. Tile numbers are template arguments because AMX encodes them in the instruction.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -86,15 +87,24 @@ struct NoProductTiles {
 // request_amx_tile_state); the configuration is loaded at every kernel entry because oneDNN loads its own on the same
 // threads between our calls.
 struct AmxTiles {
+  // LDTILECFG's 64-byte operand (palette 1: colsb in bytes, rows per tile).
+  struct Config {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  };
+  static_assert(sizeof(Config) == 64 && offsetof(Config, colsb) == 16 && offsetof(Config, rows) == 48);
+
   void configure() {
-    alignas(64) unsigned char config[64] = {};
-    config[0] = 1;  // palette 1
+    alignas(64) Config config;
     for (int t = 0; t < 8; ++t) {
-      const uint16_t bytes = kTileBytes;
-      std::memcpy(config + 16 + 2 * t, &bytes, 2);  // colsb[t]
-      config[48 + t] = kTileRows;                   // rows[t]
+      config.colsb[t] = kTileBytes;
+      config.rows[t] = kTileRows;
     }
-    _tile_loadconfig(config);
+    // Not GCC 12's _tile_loadconfig: its asm names only the first 8 bytes as read, so the compiler may drop the
+    // colsb and rows stores as dead (every tile unconfigured, SIGILL at the first tile instruction). Here the operand
+    // is the whole 64-byte struct.
+    __asm__ volatile("ldtilecfg %0" ::"m"(config) : "memory");
   }
   void release() { _tile_release(); }
   // GCC's _tile_* macros paste their tile number into the instruction text, which a template argument cannot be;
