@@ -25,6 +25,9 @@ enum class TileUnit {
 // This process's choice, read once: VITPIPE_ATTENTION_TILES=off|emulated|no-products overrides; otherwise amx at the
 // amx level.
 TileUnit tile_unit();
+// Whether `unit` computes one fixed pair of test heads (forward and backward) as the emulated unit does, within bf16's
+// tolerance: the amx level runs it once before choosing AMX; tests run it on the emulation and on a wrong unit.
+bool tile_unit_agrees_with_emulation(TileUnit unit);
 // Whether the tile kernels take an attention of this type and shape.
 bool tile_attention_takes(DType type, int64_t tokens, int64_t head_dim);
 
