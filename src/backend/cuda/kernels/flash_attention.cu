@@ -28,9 +28,9 @@ __device__ __forceinline__ float warp_max(float value) {
 __global__ void flash_attention_forward_f32(const float* __restrict__ qkv, float* __restrict__ out,
                                             float* __restrict__ lse, int64_t tokens, int64_t heads, int64_t head_dim,
                                             float scale) {
-  __shared__ float keys[kFlashKeyBlock][kFlashMaxHeadDim];
-  __shared__ float values[kFlashKeyBlock][kFlashMaxHeadDim];
-  __shared__ float queries[kRowsPerBlock][kFlashMaxHeadDim];
+  __shared__ float keys[kFlashKeyBlock][kFlashSharedRow];
+  __shared__ float values[kFlashKeyBlock][kFlashSharedRow];
+  __shared__ float queries[kRowsPerBlock][kFlashSharedRow];
 
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);

@@ -42,10 +42,10 @@ __global__ void flash_attention_backward_query_f32(const float* __restrict__ qkv
                                                    const float* __restrict__ grad_out, const float* __restrict__ lse,
                                                    float* __restrict__ row_dot, float* __restrict__ grad_qkv,
                                                    int64_t tokens, int64_t heads, int64_t head_dim, float scale) {
-  __shared__ float keys[kFlashKeyBlock][kFlashMaxHeadDim];
-  __shared__ float values[kFlashKeyBlock][kFlashMaxHeadDim];
-  __shared__ float rows_q[kRowsPerBlock][kFlashMaxHeadDim];
-  __shared__ float rows_do[kRowsPerBlock][kFlashMaxHeadDim];
+  __shared__ float keys[kFlashKeyBlock][kFlashSharedRow];
+  __shared__ float values[kFlashKeyBlock][kFlashSharedRow];
+  __shared__ float rows_q[kRowsPerBlock][kFlashSharedRow];
+  __shared__ float rows_do[kRowsPerBlock][kFlashSharedRow];
 
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);
@@ -106,10 +106,10 @@ __global__ void flash_attention_backward_key_f32(const float* __restrict__ qkv, 
                                                  const float* __restrict__ grad_out, const float* __restrict__ lse,
                                                  const float* __restrict__ row_dot, float* __restrict__ grad_qkv,
                                                  int64_t tokens, int64_t heads, int64_t head_dim, float scale) {
-  __shared__ float queries[kFlashKeyBlock][kFlashMaxHeadDim];
-  __shared__ float grads[kFlashKeyBlock][kFlashMaxHeadDim];
-  __shared__ float rows_k[kRowsPerBlock][kFlashMaxHeadDim];
-  __shared__ float rows_v[kRowsPerBlock][kFlashMaxHeadDim];
+  __shared__ float queries[kFlashKeyBlock][kFlashSharedRow];
+  __shared__ float grads[kFlashKeyBlock][kFlashSharedRow];
+  __shared__ float rows_k[kRowsPerBlock][kFlashSharedRow];
+  __shared__ float rows_v[kRowsPerBlock][kFlashSharedRow];
 
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);

@@ -21,6 +21,9 @@ namespace vitpipe::cuda {
 
 constexpr int kFlashKeyBlock = 32;     // keys per block: one per lane of a warp
 constexpr int kFlashMaxHeadDim = 128;  // features per head the kernel holds in registers (4 per lane)
+// A row of keys, values, queries or gradients in shared memory: one float longer than a head, so that the 32 lanes
+// reading feature e of 32 different rows hit 32 different banks (at 128 floats a row they all hit one).
+constexpr int kFlashSharedRow = kFlashMaxHeadDim + 1;
 
 // A query row's running statistics: the largest scaled score so far and the exp-sum relative to it.
 struct OnlineSoftmaxRow {
