@@ -164,6 +164,18 @@ void CudaBackend::check(cudaError_t status, const char* what) { check_cuda(statu
 
 float* CudaBackend::scratch_floats(int64_t count, const char* what) { return arena_.take_array<float>(count, what); }
 
+void CudaBackend::reserve_scratch(size_t bytes, const char* op) {
+  if (bytes <= arena_.capacity()) return;
+  constexpr size_t kStep = 64u << 20;
+  const size_t size = (bytes + kStep - 1) / kStep * kStep;
+  check(cudaStreamSynchronize(stream_), op);  // earlier ops' kernels may still use the old block
+  check(cudaFree(arena_memory_), op);
+  arena_memory_ = nullptr;
+  arena_ = DeviceArena();
+  check_cuda(cudaMalloc(&arena_memory_, size), "cudaMalloc(scratch arena, " + std::to_string(size >> 20) + " MiB)");
+  arena_ = DeviceArena(arena_memory_, size);
+}
+
 RowMajorMatrix CudaBackend::matrix(const Tensor& t, int64_t rows, int64_t cols, bool read, bool write) {
   const ElementType type = element_type(t, "GEMM");
   require(
@@ -398,7 +410,12 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
       refuse_sdpa(e.what());
     }
   }
-  // fp32 flash kernels (bf16: on f32 copies, then rounded).
+  // fp32 flash kernels (bf16: on f32 copies, then rounded). At most: the qkv copy, the output, the classifier
+  // token's full log-sum-exp and output, each rounded up to the arena's alignment.
+  reserve_scratch(
+      4 * static_cast<size_t>(qkv.numel() + batch * tokens * hidden + batch * heads * tokens + batch * hidden) +
+          8 * DeviceArena::kAlignment,
+      op);
   const float* q = f32(qkv);
   if (is_bf16(qkv)) {
     float* copy = scratch_floats(qkv.numel(), "attention's f32 copy of qkv");
@@ -453,7 +470,14 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
     }
   }
   if (!done) {
-    // fp32 flash kernels on f32 views (copies where a tensor is bf16 or the op is the classifier token's).
+    // fp32 flash kernels on f32 views (copies where a tensor is bf16 or the op is the classifier token's). At most:
+    // copies of qkv, grad_out and out, the classifier token's full grad_out, out and log-sum-exp, an f32 grad_qkv,
+    // then the bias gradient's partials.
+    reserve_scratch(4 * static_cast<size_t>(qkv.numel() + grad_out.numel() + out.numel() + 2 * batch * tokens * hidden +
+                                            batch * heads * tokens + grad_qkv.numel() +
+                                            column_partials_floats(batch * tokens, hidden)) +
+                        16 * DeviceArena::kAlignment,
+                    op);
     auto as_f32 = [&](const Tensor& t, const char* what) -> const float* {
       if (!is_bf16(t)) return f32(t);
       float* copy = scratch_floats(t.numel(), what);

@@ -155,6 +155,9 @@ class CudaBackend final : public Backend {
   // The step's runs (and their tile table) in the arena, copied from the host in one cudaMemcpyAsync.
   OptimizerRunTable upload_runs(std::span<const OptimizerRun> runs, bool tiles, const char* op);
   float* scratch_floats(int64_t count, const char* what);
+  // Grows the scratch arena (between ops, after the stream's earlier work) to at least `bytes`: the attention
+  // fallback's f32 copies grow with the batch past kArenaBytes.
+  void reserve_scratch(size_t bytes, const char* op);
   void check(cudaError_t status, const char* what);
   void attention_f32_forward(const float* qkv, float* out, float* lse, int64_t batch, int64_t tokens, int64_t heads,
                              int64_t head_dim);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -264,6 +265,36 @@ TEST_F(CudaBackendOnGpu, Attention) {
         },
         tol);
   }
+}
+
+// bf16 attention on the fallback (cuDNN's SDPA off) with f32 copies larger than the fixed 256 MiB scratch arena:
+// the backward's copies of qkv, grad_out, out and grad_qkv come to 272 MB here (ViT-B at batch 128: about 620 MB).
+TEST_F(CudaBackendOnGpu, AttentionFallbackBeyondTheFixedArena) {
+  setenv("VITPIPE_CUDA_SDPA", "0", 1);
+  gpu_ = std::make_unique<cuda::CudaBackend>(0, false);
+  unsetenv("VITPIPE_CUDA_SDPA");
+  const int64_t batch = 520, tokens = 16, hidden = 1024, heads = 8;
+  ASSERT_GT(32 * batch * tokens * hidden, static_cast<int64_t>(cuda::CudaBackend::kArenaBytes));
+  const DType dt = DType::bf16;
+  const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, dt);
+  Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, dt);
+  compare(
+      "attention_forward", {qkv, lse, out},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.attention_forward(t[0], heads, t[1], t[2]);
+        return 0.0;
+      },
+      tolerance_for(dt));
+  cpu_->attention_forward(qkv, heads, lse, out);
+  compare(
+      "attention_backward",
+      {random_tensor({batch, tokens, hidden}, rng_, dt), qkv, out, lse, Tensor::zeros({batch, tokens, 3 * hidden}, dt),
+       random_tensor({3 * hidden}, rng_)},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
+        return 0.0;
+      },
+      tolerance_for(dt));
 }
 
 TEST_F(CudaBackendOnGpu, ElementwiseAndActivations) {
