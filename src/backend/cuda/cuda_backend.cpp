@@ -77,6 +77,7 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
     }
     check_cuda(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes), "cudaMalloc(cuBLASLt workspace, 32 MiB)");
     check_cuda(cudaMalloc(&cudnn_workspace_, kCudnnWorkspaceBytes), "cudaMalloc(cuDNN workspace, 64 MiB)");
+    cudnn_workspace_bytes_ = kCudnnWorkspaceBytes;
     check_cuda(cudaMalloc(&arena_memory_, kArenaBytes), "cudaMalloc(scratch arena, 256 MiB)");
     arena_ = DeviceArena(arena_memory_, kArenaBytes);
     gemm_ = std::make_unique<GemmExecutor>(cublaslt_, cublas_workspace_, kCublasWorkspaceBytes);
@@ -85,7 +86,7 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
       sdpa_unavailable_ = true;
       sdpa_refusal_ = "VITPIPE_CUDA_SDPA=0";
     }
-    sdpa_ = std::make_unique<SdpaExecutor>(cudnn_, cudnn_workspace_, kCudnnWorkspaceBytes);
+    sdpa_ = std::make_unique<SdpaExecutor>(cudnn_, [this](size_t bytes) { return cudnn_workspace(bytes); });
   } catch (...) {
     release();  // a constructor that throws runs no destructor
     throw;
@@ -163,6 +164,20 @@ void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchro
 void CudaBackend::check(cudaError_t status, const char* what) { check_cuda(status, what); }
 
 float* CudaBackend::scratch_floats(int64_t count, const char* what) { return arena_.take_array<float>(count, what); }
+
+void* CudaBackend::cudnn_workspace(size_t bytes) {
+  if (bytes <= cudnn_workspace_bytes_) return cudnn_workspace_;
+  constexpr size_t kStep = 64u << 20;
+  const size_t size = (bytes + kStep - 1) / kStep * kStep;
+  check(cudaStreamSynchronize(stream_), "growing the cuDNN workspace");  // earlier SDPA calls may still use it
+  check(cudaFree(cudnn_workspace_), "growing the cuDNN workspace");
+  cudnn_workspace_ = nullptr;
+  cudnn_workspace_bytes_ = 0;
+  check_cuda(cudaMalloc(&cudnn_workspace_, size),
+             "cudaMalloc(cuDNN workspace, " + std::to_string(size >> 20) + " MiB)");
+  cudnn_workspace_bytes_ = size;
+  return cudnn_workspace_;
+}
 
 void CudaBackend::reserve_scratch(size_t bytes, const char* op) {
   if (bytes <= arena_.capacity()) return;

@@ -158,6 +158,9 @@ class CudaBackend final : public Backend {
   // Grows the scratch arena (between ops, after the stream's earlier work) to at least `bytes`: the attention
   // fallback's f32 copies grow with the batch past kArenaBytes.
   void reserve_scratch(size_t bytes, const char* op);
+  // The cuDNN workspace, grown (between ops, after the stream's earlier work) to at least `bytes` for the SDPA plan
+  // about to run: from kCudnnWorkspaceBytes up to SdpaExecutor::kMaxWorkspaceBytes.
+  void* cudnn_workspace(size_t bytes);
   void check(cudaError_t status, const char* what);
   void attention_f32_forward(const float* qkv, float* out, float* lse, int64_t batch, int64_t tokens, int64_t heads,
                              int64_t head_dim);
@@ -174,6 +177,7 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn_ = nullptr;
   void* cublas_workspace_ = nullptr;
   void* cudnn_workspace_ = nullptr;
+  size_t cudnn_workspace_bytes_ = 0;
   void* arena_memory_ = nullptr;
   DeviceArena arena_;
   std::unique_ptr<GemmExecutor> gemm_;

@@ -6,6 +6,7 @@
 #include <array>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/calls/sdpa_rules.h"
@@ -191,8 +192,8 @@ void execute(cudnnHandle_t handle, const SdpaExecutor::Plan& plan, void* workspa
 
 }  // namespace
 
-SdpaExecutor::SdpaExecutor(cudnnHandle_t handle, void* workspace, size_t workspace_bytes)
-    : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+SdpaExecutor::SdpaExecutor(cudnnHandle_t handle, WorkspaceSource workspace)
+    : handle_(handle), workspace_(std::move(workspace)) {}
 
 SdpaExecutor::~SdpaExecutor() = default;
 
@@ -218,11 +219,12 @@ void SdpaExecutor::run(const SdpaForwardCall& call, cudaStream_t stream) {
     op.set_descriptor(CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC, stats);  // stats given: training, lse saved
     op.set_descriptor(CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, scale);
     op.finalize();
-    plan->build(handle_, op, false, workspace_bytes_, call.what);
+    plan->build(handle_, op, false, kMaxWorkspaceBytes, call.what);
     slot = std::move(plan);
   }
   float scale = call.shape.attn_scale;
-  execute(handle_, *slot, workspace_, stream, {kQ, kK, kV, kO, kStats, kScale},
+  execute(handle_, *slot, workspace_(static_cast<size_t>(slot->workspace_bytes)), stream,
+          {kQ, kK, kV, kO, kStats, kScale},
           {const_cast<void*>(call.q), const_cast<void*>(call.k), const_cast<void*>(call.v), call.o, call.stats, &scale},
           call.what);
 }
@@ -245,11 +247,12 @@ void SdpaExecutor::run(const SdpaBackwardCall& call, cudaStream_t stream) {
     op.set_descriptor(CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC, plan->tensor(s.d_v, kDV, call.what));
     op.set_descriptor(CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC, plan->scale(call.what));
     op.finalize();
-    plan->build(handle_, op, s.deterministic, workspace_bytes_, call.what);
+    plan->build(handle_, op, s.deterministic, kMaxWorkspaceBytes, call.what);
     slot = std::move(plan);
   }
   float scale = call.shape.attn_scale;
-  execute(handle_, *slot, workspace_, stream, {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale},
+  execute(handle_, *slot, workspace_(static_cast<size_t>(slot->workspace_bytes)), stream,
+          {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale},
           {const_cast<void*>(call.q), const_cast<void*>(call.k), const_cast<void*>(call.v), const_cast<void*>(call.o),
            const_cast<void*>(call.d_o), const_cast<float*>(call.stats), call.d_q, call.d_k, call.d_v, &scale},
           call.what);

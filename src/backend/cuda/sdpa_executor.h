@@ -1,15 +1,16 @@
 // Turns the SDPA descriptions (calls/sdpa_call.h) into cuDNN 9 backend-API calls: the native SDPA_FWD / SDPA_BWD
 // operation descriptors (cuDNN 9.13 and later; the headers are probed at compile time), one operation graph each,
 // heuristic mode A's engine configurations tried in order (for the backward pass skipping those cuDNN marks
-// non-deterministic) until an execution plan finalises within the workspace, cached per shape. Compiled into the
-// CUDA module only. NOT YET RUN ON A GPU: whether cuDNN accepts these graphs (and has an engine for the classifier
-// token's single query row) is unknown until one runs; the CPU suite proves the descriptions
-// (tests/cuda/test_sdpa_calls.cpp), not this translation.
+// non-deterministic) until an execution plan finalises within kMaxWorkspaceBytes of workspace, cached per shape; the
+// backend grows its workspace to what the plan asks. Compiled into the CUDA module only. NOT YET RUN ON A GPU: whether
+// cuDNN accepts these graphs (and has an engine for the classifier token's single query row) is unknown until one runs;
+// the CPU suite proves the descriptions (tests/cuda/test_sdpa_calls.cpp), not this translation.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 
@@ -19,8 +20,13 @@ namespace vitpipe::cuda {
 
 class SdpaExecutor {
  public:
-  // `workspace` is device memory of `workspace_bytes` taken once by the backend; the handle outlives the executor.
-  SdpaExecutor(cudnnHandle_t handle, void* workspace, size_t workspace_bytes);
+  // Device memory of at least the given bytes for the next execution (the backend grows its block as plans need).
+  using WorkspaceSource = std::function<void*(size_t bytes)>;
+  // Engines asking for more workspace than this are passed over.
+  static constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
+
+  // The handle outlives the executor.
+  SdpaExecutor(cudnnHandle_t handle, WorkspaceSource workspace);
   ~SdpaExecutor();
   SdpaExecutor(const SdpaExecutor&) = delete;
   SdpaExecutor& operator=(const SdpaExecutor&) = delete;
@@ -39,8 +45,7 @@ class SdpaExecutor {
   };
 
   cudnnHandle_t handle_;
-  void* workspace_;
-  size_t workspace_bytes_;
+  WorkspaceSource workspace_;
   std::unordered_map<SdpaForwardShape, std::unique_ptr<Plan>, ShapeHash<SdpaForwardShape>> forward_plans_;
   std::unordered_map<SdpaBackwardShape, std::unique_ptr<Plan>, ShapeHash<SdpaBackwardShape>> backward_plans_;
 };

@@ -150,6 +150,8 @@ Counters& counters() {
   static Counters c;
   return c;
 }
+int64_t plan_workspace_bytes = 0;
+void set_plan_workspace_bytes(int64_t bytes) { plan_workspace_bytes = bytes; }
 const std::string& last_error() { return error; }
 
 }  // namespace vitpipe::fake_cudnn
@@ -262,7 +264,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const handle, cu
   }
   if (name == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE && type == CUDNN_TYPE_INT64 && d.finalized) {
     *count = 1;
-    *static_cast<int64_t*>(elements) = 0;
+    *static_cast<int64_t*>(elements) = plan_workspace_bytes;
     return CUDNN_STATUS_SUCCESS;
   }
   return bad("get attribute " + std::to_string(name) + " is not one the fake answers");
@@ -347,6 +349,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t plan_h
   }
   ++counters().executions;
   counters().last_engine = config->engine;
+  counters().last_workspace = values<void*>(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE)[0];
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -5,6 +5,7 @@
 // interpreter. Linked into test_cuda_executors in place of libcudnn.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace vitpipe::fake_cudnn {
@@ -12,8 +13,11 @@ namespace vitpipe::fake_cudnn {
 struct Counters {
   int graphs_finalized = 0;
   int executions = 0;
-  int last_engine = -1;  // the engine configuration the last execution ran
+  int last_engine = -1;                  // the engine configuration the last execution ran
+  const void* last_workspace = nullptr;  // the workspace its variant pack gave
 };
+// The workspace every execution plan asks for (0 unless a test sets it).
+void set_plan_workspace_bytes(int64_t bytes);
 Counters& counters();
 const std::string& last_error();
 

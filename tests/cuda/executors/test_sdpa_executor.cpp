@@ -28,9 +28,15 @@ cuda::PackedQkv packed(const Tensor& qkv, int64_t heads) {
   return {qkv.raw(), qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, heads, cuda::ElementType::bf16};
 }
 
+// Host memory as the workspace, grown as the backend grows its device block; the sizes asked are kept.
 struct Fixture {
   std::vector<char> workspace = std::vector<char>(1 << 20);
-  cuda::SdpaExecutor executor{reinterpret_cast<cudnnHandle_t>(&workspace), workspace.data(), workspace.size()};
+  std::vector<size_t> asked;
+  cuda::SdpaExecutor executor{reinterpret_cast<cudnnHandle_t>(&workspace), [this](size_t bytes) {
+                                asked.push_back(bytes);
+                                if (bytes > workspace.size()) workspace.resize(bytes);
+                                return static_cast<void*>(workspace.data());
+                              }};
   std::unique_ptr<Backend> cpu = make_cpu_backend();
 };
 
@@ -87,6 +93,31 @@ TEST(SdpaExecutorOnFakeCudnn, OneShapeBuildsOneGraph) {
     f.executor.run(cuda::attention_forward_sdpa(packed(qkv, 3), lse.f32(), out.raw()), nullptr);
   }
   EXPECT_EQ(fake_cudnn::counters().graphs_finalized - before, 1);
+}
+
+// A plan that asks for more workspace than the first block gets it (ViT-B's backward at batch 128 may ask about 77 MB
+// for an fp32 dQ accumulator); one past kMaxWorkspaceBytes is passed over, and with no other engine the call is
+// refused (the backend's cue to fall back).
+TEST(SdpaExecutorOnFakeCudnn, PlansGetTheWorkspaceTheyAskFor) {
+  const Tensor qkv = random_tensor({1, 17, 192}, DType::bf16, 31);
+  const Tensor out = Tensor::zeros({1, 17, 64}, DType::bf16), lse = Tensor::zeros({1, 2, 17});
+  {
+    Fixture f;
+    fake_cudnn::set_plan_workspace_bytes(80 << 20);
+    f.executor.run(cuda::attention_forward_sdpa(packed(qkv, 2), lse.f32(), out.raw()), nullptr);
+    fake_cudnn::set_plan_workspace_bytes(0);
+    ASSERT_EQ(f.asked.size(), 1u);
+    EXPECT_EQ(f.asked[0], size_t{80} << 20);
+    EXPECT_EQ(fake_cudnn::counters().last_workspace, static_cast<const void*>(f.workspace.data()));
+  }
+  {
+    Fixture f;
+    fake_cudnn::set_plan_workspace_bytes(static_cast<int64_t>(cuda::SdpaExecutor::kMaxWorkspaceBytes) + 1);
+    EXPECT_THROW(f.executor.run(cuda::attention_forward_sdpa(packed(qkv, 2), lse.f32(), out.raw()), nullptr),
+                 std::runtime_error);
+    fake_cudnn::set_plan_workspace_bytes(0);
+    EXPECT_TRUE(f.asked.empty());
+  }
 }
 
 }  // namespace
