@@ -83,7 +83,7 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
     gemm_ = std::make_unique<GemmExecutor>(cublaslt_, cublas_workspace_, kCublasWorkspaceBytes);
     // VITPIPE_CUDA_SDPA=0: no cuDNN attention (the fallback's check, or a way around a cuDNN that misbehaves).
     if (const char* sdpa = std::getenv("VITPIPE_CUDA_SDPA"); sdpa != nullptr && std::string(sdpa) == "0") {
-      sdpa_unavailable_ = true;
+      sdpa_forward_refused_ = sdpa_backward_refused_ = true;
       sdpa_refusal_ = "VITPIPE_CUDA_SDPA=0";
     }
     sdpa_ = std::make_unique<SdpaExecutor>(cudnn_, [this](size_t bytes) { return cudnn_workspace(bytes); });
@@ -150,13 +150,13 @@ void CudaBackend::make_current() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
 }
 
-void CudaBackend::refuse_sdpa(const std::string& why) {
-  sdpa_unavailable_ = true;  // from now on bf16 attention takes the fp32 fallback
-  sdpa_refusal_ = why;
+void CudaBackend::refuse_sdpa(bool backward, const std::string& why) {
+  (backward ? sdpa_backward_refused_ : sdpa_forward_refused_) = true;
+  if (sdpa_refusal_.empty()) sdpa_refusal_ = why;
   std::fprintf(stderr,
-               "vitpipe CUDA backend: cuDNN's SDPA is not used (%s); bf16 attention runs the fp32 flash "
+               "vitpipe CUDA backend: cuDNN's SDPA is not used for the %s pass (%s); it runs the fp32 flash "
                "kernels on converted copies\n",
-               why.c_str());
+               backward ? "backward" : "forward", why.c_str());
 }
 
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
@@ -414,7 +414,7 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
       op, "out or lse shape");
   require(qkv.dtype() == out.dtype(), op, "qkv and out must share a dtype");
   require_float(qkv, op, "qkv");
-  if (is_bf16(qkv) && !sdpa_unavailable_) {
+  if (is_bf16(qkv) && !sdpa_forward_refused_) {
     const PackedQkv packed{qkv.raw(), batch, tokens, hidden, heads, ElementType::bf16};
     try {
       sdpa_->run(cls_only ? cls_attention_forward_sdpa(packed, f32(lse), out.raw())
@@ -422,7 +422,7 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
                  stream_);
       return;
     } catch (const std::runtime_error& e) {
-      refuse_sdpa(e.what());
+      refuse_sdpa(false, e.what());
     }
   }
   // fp32 flash kernels (bf16: on f32 copies, then rounded). At most: the qkv copy, the output, the classifier
@@ -468,20 +468,26 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
   require_float(grad_qkv, op, "grad_qkv");
   if (grad_qkv_bias != nullptr) require(grad_qkv_bias->numel() == 3 * hidden, op, "grad_qkv_bias shape");
   bool done = false;
-  if (is_bf16(qkv) && is_bf16(grad_qkv) && !sdpa_unavailable_) {
+  if (is_bf16(qkv) && is_bf16(grad_qkv) && !sdpa_backward_refused_) {
     const PackedQkv packed{qkv.raw(), batch, tokens, hidden, heads, ElementType::bf16};
-    try {
-      if (cls_only) {
-        const ClsAttentionBackwardCalls calls =
-            cls_attention_backward_sdpa(packed, grad_out.raw(), out.raw(), f32(lse), grad_qkv.raw());
-        check(cudaMemsetAsync(calls.zero_grad_qkv.data, 0, calls.zero_grad_qkv.bytes, stream_), op);
+    if (cls_only) {
+      const ClsAttentionBackwardCalls calls =
+          cls_attention_backward_sdpa(packed, grad_out.raw(), out.raw(), f32(lse), grad_qkv.raw());
+      // Outside the try: a CUDA error here is not cuDNN refusing the call. The fallback overwrites every row.
+      check(cudaMemsetAsync(calls.zero_grad_qkv.data, 0, calls.zero_grad_qkv.bytes, stream_), op);
+      try {
         sdpa_->run(calls.sdpa, stream_);
-      } else {
-        sdpa_->run(attention_backward_sdpa(packed, grad_out.raw(), out.raw(), f32(lse), grad_qkv.raw()), stream_);
+        done = true;
+      } catch (const std::runtime_error& e) {
+        refuse_sdpa(true, e.what());
       }
-      done = true;
-    } catch (const std::runtime_error& e) {
-      refuse_sdpa(e.what());
+    } else {
+      try {
+        sdpa_->run(attention_backward_sdpa(packed, grad_out.raw(), out.raw(), f32(lse), grad_qkv.raw()), stream_);
+        done = true;
+      } catch (const std::runtime_error& e) {
+        refuse_sdpa(true, e.what());
+      }
     }
   }
   if (!done) {

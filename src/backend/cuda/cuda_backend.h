@@ -58,6 +58,8 @@ class CudaBackend final : public Backend {
 
   // Waits for the stream; throws the error of an earlier asynchronous failure.
   void synchronize();
+  // Why cuDNN's SDPA is not used for a pass of bf16 attention (the first refusal), or empty while it is.
+  const std::string& sdpa_refusal() const { return sdpa_refusal_; }
   // Makes this backend's GPU the calling thread's current device (every op through the module table does this
   // first: pipeline stages may call from threads of their own).
   void make_current();
@@ -148,7 +150,7 @@ class CudaBackend final : public Backend {
   };
   RowMajorMatrix matrix(const Tensor& t, int64_t rows, int64_t cols, bool read, bool write);
   void finish_staging();
-  void refuse_sdpa(const std::string& why);
+  void refuse_sdpa(bool backward, const std::string& why);
   // `v`'s device pointer, or a copy in the arena where it is not 16-byte aligned (cuBLASLt's rule for the bias).
   const void* aligned_vector(const Tensor& v, const char* what);
   void release();
@@ -182,7 +184,9 @@ class CudaBackend final : public Backend {
   DeviceArena arena_;
   std::unique_ptr<GemmExecutor> gemm_;
   std::unique_ptr<SdpaExecutor> sdpa_;
-  bool sdpa_unavailable_ = false;  // cuDNN refused once: bf16 attention takes the fp32 fallback from then on
+  // cuDNN refused the forward or the backward once: that pass of bf16 attention takes the fp32 fallback from then on
+  // (the other keeps cuDNN: both save and read the same log-sum-exp).
+  bool sdpa_forward_refused_ = false, sdpa_backward_refused_ = false;
   std::string sdpa_refusal_;
   std::vector<Staging> staged_;
   std::vector<unsigned char> host_table_;  // the host side of upload_runs' copy (kept: no allocation per step)

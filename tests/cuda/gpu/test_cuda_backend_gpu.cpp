@@ -19,6 +19,10 @@
 #include "../optimizer_cases.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/sdpa_executor.h"
+#if VITPIPE_ON_FAKES
+#include "../executors/fake_cudnn.h"
+#endif
 #include "util/random.h"
 
 using namespace vitpipe;
@@ -265,7 +269,41 @@ TEST_F(CudaBackendOnGpu, Attention) {
         },
         tol);
   }
+  // The bf16 cases above ran on cuDNN's SDPA, not on the fallback (which would pass them just as well).
+  EXPECT_EQ(gpu_->sdpa_refusal(), "") << "bf16 attention took the fp32 fallback";
 }
+
+#if VITPIPE_ON_FAKES
+// cuDNN refusing the backward pass alone (here: a plan asking for more workspace than any is given) sends only the
+// backward to the fallback; the forward keeps cuDNN, and the fallback's backward reads the log-sum-exp cuDNN saved.
+TEST_F(CudaBackendOnGpu, RefusedBackwardLeavesTheForwardOnCudnn) {
+  const int64_t batch = 2, tokens = 17, hidden = 64, heads = 4;
+  const DType dt = DType::bf16;
+  const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, dt);
+  Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, dt);
+  const auto forward = [&](Backend& b, std::vector<Tensor>& t) {
+    b.attention_forward(t[0], heads, t[1], t[2]);
+    return 0.0;
+  };
+  compare("attention_forward", {qkv, lse, out}, forward, tolerance_for(dt));  // builds and caches the forward plan
+  cpu_->attention_forward(qkv, heads, lse, out);
+  fake_cudnn::set_plan_workspace_bytes(static_cast<int64_t>(cuda::SdpaExecutor::kMaxWorkspaceBytes) + 1);
+  compare(
+      "attention_backward",
+      {random_tensor({batch, tokens, hidden}, rng_, dt), qkv, out, lse, Tensor::zeros({batch, tokens, 3 * hidden}, dt),
+       random_tensor({3 * hidden}, rng_)},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
+        return 0.0;
+      },
+      tolerance_for(dt));
+  fake_cudnn::set_plan_workspace_bytes(0);
+  EXPECT_NE(gpu_->sdpa_refusal().find("within the workspace"), std::string::npos) << gpu_->sdpa_refusal();
+  const int executions = fake_cudnn::counters().executions;
+  compare("attention_forward again", {qkv, lse, out}, forward, tolerance_for(dt));
+  EXPECT_EQ(fake_cudnn::counters().executions, executions + 1) << "the forward pass left cuDNN";
+}
+#endif
 
 // bf16 attention on the fallback (cuDNN's SDPA off) with f32 copies larger than the fixed 256 MiB scratch arena:
 // the backward's copies of qkv, grad_out, out and grad_qkv come to 272 MB here (ViT-B at batch 128: about 620 MB).
