@@ -129,18 +129,29 @@ struct SdpaExecutor::Plan {
                                    count, &count, raw.data()),
           what, "reading the engine configurations");
 
+    // Why each configuration was passed over, for the refusal's message.
+    int64_t nondeterministic = 0, not_finalised = 0, too_much_workspace = 0;
     for (int64_t i = 0; i < count; ++i) {
-      if (deterministic && !is_deterministic(*configs[static_cast<size_t>(i)], what)) continue;
+      if (deterministic && !is_deterministic(*configs[static_cast<size_t>(i)], what)) {
+        ++nondeterministic;
+        continue;
+      }
       auto candidate = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, what);
       cudnnBackendDescriptor_t config = configs[static_cast<size_t>(i)]->get();
       candidate->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
       candidate->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
-      if (candidate->try_finalize() != CUDNN_STATUS_SUCCESS) continue;
+      if (candidate->try_finalize() != CUDNN_STATUS_SUCCESS) {
+        ++not_finalised;
+        continue;
+      }
       int64_t bytes = 0, got = 0;
       check(cudnnBackendGetAttribute(candidate->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                      &got, &bytes),
             what, "reading the workspace size");
-      if (bytes > static_cast<int64_t>(workspace_limit)) continue;
+      if (bytes > static_cast<int64_t>(workspace_limit)) {
+        ++too_much_workspace;
+        continue;
+      }
       workspace_bytes = bytes;
       keep.push_back(std::move(configs[static_cast<size_t>(i)]));  // the plan refers to its configuration
       keep.push_back(std::move(candidate));
@@ -148,7 +159,10 @@ struct SdpaExecutor::Plan {
       return;
     }
     fail(what, std::string("none of ") + std::to_string(count) + " engine configurations finalises" +
-                   (deterministic ? " deterministically" : "") + " within the workspace");
+                   (deterministic ? " deterministically" : "") + " within the workspace (" +
+                   std::to_string(nondeterministic) + " non-deterministic, " + std::to_string(not_finalised) +
+                   " not finalising, " + std::to_string(too_much_workspace) + " asking over " +
+                   std::to_string(workspace_limit >> 20) + " MiB of workspace)");
   }
 
   static bool is_deterministic(const Descriptor& config, const char* what) {
