@@ -197,6 +197,24 @@ TEST(GemmCallMistakes, MisalignedPointersAreRefused) {
   EXPECT_FALSE(refused(cuda::linear_forward_gemm(matrix(in.slice(0, 64)), matrix(w), {}, nullptr, matrix(out))));
 }
 
+// --allow-tf32 is one switch for the whole backend: it must turn f32 GEMMs to TF32 and leave bf16 ones valid (a bf16
+// GEMM asking for TF32 breaks the rules and cuBLASLt would refuse it).
+TEST(GemmCallMistakes, Tf32LeavesBf16GemmsAlone) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor in = random_tensor({8, 64}, dt, 37), w = random_tensor({64, 64}, dt, 38);
+    const Tensor out = Tensor::zeros({8, 64}, dt), grad_in = Tensor::zeros({8, 64}, dt);
+    const Tensor grad_w = Tensor::zeros({64, 64});
+    const cuda::GemmCall calls[] = {
+        cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(out), true),
+        cuda::linear_backward_input_gemm(matrix(out), matrix(w), matrix(grad_in), true),
+        cuda::linear_backward_weight_gemm(matrix(out), matrix(in), matrix(grad_w), nullptr, nullptr, true).gemm};
+    for (const cuda::GemmCall& call : calls) {
+      EXPECT_FALSE(refused(call)) << call.what << " " << dtype_name(dt);
+      EXPECT_EQ(call.shape.allow_tf32, dt == DType::f32) << call.what << " " << dtype_name(dt);
+    }
+  }
+}
+
 TEST(GemmCallMistakes, AResidualOfAnotherTypeThanTheOutputIsRefusedByTheBuilder) {
   const Tensor in = random_tensor({8, 64}, DType::bf16, 32), w = random_tensor({64, 64}, DType::bf16, 33);
   const Tensor residual = Tensor::zeros({8, 64}), out = Tensor::zeros({8, 64}, DType::bf16);

@@ -43,7 +43,7 @@ GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& wei
   s.b = column_major_view(in);      // [K, M] = in^T
   s.d = column_major_view(out);     // [N, M] = out^T
   s.c = s.d;
-  s.allow_tf32 = allow_tf32;
+  s.allow_tf32 = allow_tf32 && s.a.type == ElementType::f32;  // TF32 is for f32 operands: bf16 GEMMs ignore it
   call.data.a = weight.data, call.data.b = in.data, call.data.d = out.data;
   if (residual != nullptr) {
     require(residual->rows == out.rows && residual->cols == out.cols, what, "residual must be shaped as out");
@@ -80,7 +80,7 @@ GemmCall linear_backward_input_gemm(const RowMajorMatrix& grad_out, const RowMaj
   s.b = column_major_view(grad_out);  // [N, M] = grad_out^T
   s.d = column_major_view(grad_in);   // [K, M] = grad_in^T
   s.c = s.d;
-  s.allow_tf32 = allow_tf32;
+  s.allow_tf32 = allow_tf32 && s.a.type == ElementType::f32;  // TF32 is for f32 operands: bf16 GEMMs ignore it
   call.data.a = weight.data, call.data.b = grad_out.data, call.data.d = grad_in.data;
   return call;
 }
@@ -106,8 +106,8 @@ LinearWeightGradientCalls linear_backward_weight_gemm(const RowMajorMatrix& grad
   s.b = column_major_view(grad_out);     // [N, M]: op(B) = its transpose, grad_out [M, N]
   s.d = column_major_view(grad_weight);  // [K, N] = grad_W^T
   s.c = s.d;
-  s.beta = 1.0f;  // accumulate: C = D = grad_weight
-  s.allow_tf32 = allow_tf32;
+  s.beta = 1.0f;                                              // accumulate: C = D = grad_weight
+  s.allow_tf32 = allow_tf32 && s.a.type == ElementType::f32;  // TF32 is for f32 operands: bf16 GEMMs ignore it
   call.data.a = in.data, call.data.b = grad_out.data, call.data.c = grad_weight.data, call.data.d = grad_weight.data;
   if (grad_bias != nullptr) {
     require(bias_scratch != nullptr && bias_scratch != grad_bias, what,
