@@ -111,6 +111,33 @@ class CudaBackendOnGpu : public ::testing::Test {
     }
   }
 
+  // attention_forward on both backends, then the CPU's output and log-sum-exp kept in `lse` and `out` for the backward.
+  void compare_attention_forward(const std::string& name, const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& out,
+                                 double tolerance) {
+    compare(
+        name, {qkv, lse, out},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.attention_forward(t[0], heads, t[1], t[2]);
+          return 0.0;
+        },
+        tolerance);
+    cpu_->attention_forward(qkv, heads, lse, out);
+  }
+  // attention_backward of a random grad_out, with the bias gradient, on both backends.
+  void compare_attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, int64_t heads,
+                                  double tolerance) {
+    const DType dt = qkv.dtype();
+    compare(
+        "attention_backward",
+        {random_tensor(out.shape(), rng_, dt), qkv, out, lse, Tensor::zeros(qkv.shape(), dt),
+         random_tensor({qkv.dim(2)}, rng_)},
+        [&](Backend& b, std::vector<Tensor>& t) {
+          b.attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
+          return 0.0;
+        },
+        tolerance);
+  }
+
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
   std::unique_ptr<cuda::CudaBackend> gpu_;
   Rng rng_{2024};
@@ -233,23 +260,8 @@ TEST_F(CudaBackendOnGpu, Attention) {
     const double tol = tolerance_for(dt) * (dt == DType::f32 ? 10 : 1);
     const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, dt);
     Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, dt);
-    compare(
-        "attention_forward", {qkv, lse, out},
-        [&](Backend& b, std::vector<Tensor>& t) {
-          b.attention_forward(t[0], heads, t[1], t[2]);
-          return 0.0;
-        },
-        tol);
-    cpu_->attention_forward(qkv, heads, lse, out);
-    compare(
-        "attention_backward",
-        {random_tensor({batch, tokens, hidden}, rng_, dt), qkv, out, lse,
-         Tensor::zeros({batch, tokens, 3 * hidden}, dt), random_tensor({3 * hidden}, rng_)},
-        [&](Backend& b, std::vector<Tensor>& t) {
-          b.attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
-          return 0.0;
-        },
-        tol);
+    compare_attention_forward("attention_forward", qkv, heads, lse, out, tol);
+    compare_attention_backward(qkv, out, lse, heads, tol);
     Tensor cls_lse = Tensor::empty({batch, heads}), cls_out = Tensor::empty({batch, hidden}, dt);
     compare(
         "cls_attention_forward", {qkv, cls_lse, cls_out},
@@ -278,29 +290,16 @@ TEST_F(CudaBackendOnGpu, Attention) {
 // backward to the fallback; the forward keeps cuDNN, and the fallback's backward reads the log-sum-exp cuDNN saved.
 TEST_F(CudaBackendOnGpu, RefusedBackwardLeavesTheForwardOnCudnn) {
   const int64_t batch = 2, tokens = 17, hidden = 64, heads = 4;
-  const DType dt = DType::bf16;
-  const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, dt);
-  Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, dt);
-  const auto forward = [&](Backend& b, std::vector<Tensor>& t) {
-    b.attention_forward(t[0], heads, t[1], t[2]);
-    return 0.0;
-  };
-  compare("attention_forward", {qkv, lse, out}, forward, tolerance_for(dt));  // builds and caches the forward plan
-  cpu_->attention_forward(qkv, heads, lse, out);
+  const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16);
+  Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, DType::bf16);
+  const double tol = tolerance_for(DType::bf16);
+  compare_attention_forward("attention_forward", qkv, heads, lse, out, tol);  // builds and caches the forward plan
   fake_cudnn::set_plan_workspace_bytes(static_cast<int64_t>(cuda::SdpaExecutor::kMaxWorkspaceBytes) + 1);
-  compare(
-      "attention_backward",
-      {random_tensor({batch, tokens, hidden}, rng_, dt), qkv, out, lse, Tensor::zeros({batch, tokens, 3 * hidden}, dt),
-       random_tensor({3 * hidden}, rng_)},
-      [&](Backend& b, std::vector<Tensor>& t) {
-        b.attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
-        return 0.0;
-      },
-      tolerance_for(dt));
+  compare_attention_backward(qkv, out, lse, heads, tol);
   fake_cudnn::set_plan_workspace_bytes(0);
   EXPECT_NE(gpu_->sdpa_refusal().find("within the workspace"), std::string::npos) << gpu_->sdpa_refusal();
   const int executions = fake_cudnn::counters().executions;
-  compare("attention_forward again", {qkv, lse, out}, forward, tolerance_for(dt));
+  compare_attention_forward("attention_forward again", qkv, heads, lse, out, tol);
   EXPECT_EQ(fake_cudnn::counters().executions, executions + 1) << "the forward pass left cuDNN";
 }
 #endif
@@ -313,26 +312,10 @@ TEST_F(CudaBackendOnGpu, AttentionFallbackBeyondTheFixedArena) {
   unsetenv("VITPIPE_CUDA_SDPA");
   const int64_t batch = 520, tokens = 16, hidden = 1024, heads = 8;
   ASSERT_GT(32 * batch * tokens * hidden, static_cast<int64_t>(cuda::CudaBackend::kArenaBytes));
-  const DType dt = DType::bf16;
-  const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, dt);
-  Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, dt);
-  compare(
-      "attention_forward", {qkv, lse, out},
-      [&](Backend& b, std::vector<Tensor>& t) {
-        b.attention_forward(t[0], heads, t[1], t[2]);
-        return 0.0;
-      },
-      tolerance_for(dt));
-  cpu_->attention_forward(qkv, heads, lse, out);
-  compare(
-      "attention_backward",
-      {random_tensor({batch, tokens, hidden}, rng_, dt), qkv, out, lse, Tensor::zeros({batch, tokens, 3 * hidden}, dt),
-       random_tensor({3 * hidden}, rng_)},
-      [&](Backend& b, std::vector<Tensor>& t) {
-        b.attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
-        return 0.0;
-      },
-      tolerance_for(dt));
+  const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16);
+  Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, DType::bf16);
+  compare_attention_forward("attention_forward", qkv, heads, lse, out, tolerance_for(DType::bf16));
+  compare_attention_backward(qkv, out, lse, heads, tolerance_for(DType::bf16));
 }
 
 TEST_F(CudaBackendOnGpu, ElementwiseAndActivations) {
