@@ -338,40 +338,10 @@ void output_dot_rows(const uint16_t* dout, const uint16_t* o, int64_t rows, int6
 }
 #endif
 
-template <class G>
-void write_head_gradient(const float* src, int64_t T, int64_t hd, G* dst, int64_t dst_row, float* colsum) {
-#ifdef VITPIPE_AVX512
-  // Column by column of 16, the bias gradient's sum kept in a register: adding each row into colsum in memory
-  // chained every row on the last row's store (a fifth of the backward pass's own time, perf on Zen 5).
-  for (int64_t j = 0; j < hd; j += 16) {
-    const __mmask16 m = simd::tail_mask(hd - j);
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t t = 0; t < T; ++t) {
-      const __m512 v = simd::load(src + t * hd + j, m);
-      simd::store(dst + t * dst_row + j, v, m);
-      sum = _mm512_add_ps(sum, v);
-    }
-    if (colsum) _mm512_mask_storeu_ps(colsum + j, m, _mm512_add_ps(simd::load(colsum + j, m), sum));
-  }
-#else
-  for (int64_t t = 0; t < T; ++t) {
-    const float* s = src + t * hd;
-    G* d = dst + t * dst_row;
-#pragma omp simd
-    for (int64_t j = 0; j < hd; ++j) store(d + j, s[j]);
-    if (colsum) {
-#pragma omp simd
-      for (int64_t j = 0; j < hd; ++j) colsum[j] += s[j];
-    }
-  }
-#endif
-}
-
-// colsum[j] += sum over T rows of src[t, j] (rows `row` elements apart). Four registers of sums per block of
-// columns, so the adds down a column do not wait on each other (one register was a fifth of the backward pass's
-// own time, perf at AVX2 on Zen 5).
-template <class G>
-void add_head_column_sums(const G* src, int64_t T, int64_t hd, int64_t row, float* colsum) {
+// colsum[j] += sum over T rows of src[t, j] (f32 rows `row` elements apart). Four registers of sums per block of
+// columns, so the adds down a column do not wait on each other (summing into colsum in memory chained every row on
+// the last row's store: a fifth of the backward pass's own time, perf on Zen 5).
+void add_head_column_sums(const float* src, int64_t T, int64_t hd, int64_t row, float* colsum) {
 #ifdef VITPIPE_AVX512
   for (int64_t j = 0; j < hd; j += 64) {
     __m512 sum[4];
@@ -394,7 +364,7 @@ void add_head_column_sums(const G* src, int64_t T, int64_t hd, int64_t row, floa
     float sum[kWidth] = {};
     for (int64_t t = 0; t < T; ++t) {
 #pragma omp simd
-      for (int64_t e = 0; e < kWidth; ++e) sum[e] += load(src + t * row + j + e);
+      for (int64_t e = 0; e < kWidth; ++e) sum[e] += src[t * row + j + e];
     }
     for (int64_t e = 0; e < kWidth; ++e) colsum[j + e] += sum[e];
   };
@@ -403,6 +373,26 @@ void add_head_column_sums(const G* src, int64_t T, int64_t hd, int64_t row, floa
   for (; j + 8 <= hd; j += 8) add_block.template operator()<8>(j);
   for (; j < hd; ++j) add_block.template operator()<1>(j);
 #endif
+}
+
+// Copies a head's dense f32 [T, hd] gradient into its columns of grad_qkv (rows dst_row apart, f32 or bf16) and adds
+// its column sums into colsum where that is given.
+template <class G>
+void write_head_gradient(const float* src, int64_t T, int64_t hd, G* dst, int64_t dst_row, float* colsum) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* s = src + t * hd;
+    G* d = dst + t * dst_row;
+#ifdef VITPIPE_AVX512
+    for (int64_t j = 0; j < hd; j += 16) {
+      const __mmask16 m = simd::tail_mask(hd - j);
+      simd::store(d + j, simd::load(s + j, m), m);
+    }
+#else
+#pragma omp simd
+    for (int64_t j = 0; j < hd; ++j) store(d + j, s[j]);
+#endif
+  }
+  if (colsum) add_head_column_sums(src, T, hd, hd, colsum);
 }
 
 }  // namespace
@@ -435,8 +425,7 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   // bf16 gradients keep the copy: oneDNN's GEMMs writing bf16 were slower than the copy's conversion (Zen 5).
   const DType grad_type = grad_qkv.dtype();
   const bool direct = !sum_over_queries && !sum_over_keys && grad_type == DType::f32;
-  const DType head_grad_type = direct ? grad_type : DType::f32;
-  const int64_t grad_ld = direct ? 3 * D : hd;  // dQ / dK / dV rows: in grad_qkv, or in the scratch
+  const int64_t grad_ld = direct ? 3 * D : hd;  // dQ / dK / dV rows (f32): in grad_qkv, or in the scratch
 
   // S = Q_i K_j^T;  dV_j (+)= P^T dO_i;  dP = dO_i V_j^T;  dQ_i (+)= dS K_j;  dK_j (+)= dS^T Q_i  (f32 results).
   // Q, K, V rows are `qkv_ld` elements apart and dO's `dout_ld`: in the inputs, or in the task's dense copies.
@@ -445,16 +434,16 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
     return head_gemm(m, n, hd, qkv_ld, 1, 1, qkv_ld, ld, type, DType::f32);
   });
   const TileGemms dv_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
-    return head_gemm(n, hd, m, 1, ld, dout_ld, 1, grad_ld, type, head_grad_type, sum_over_queries);
+    return head_gemm(n, hd, m, 1, ld, dout_ld, 1, grad_ld, type, DType::f32, sum_over_queries);
   });
   const TileGemms dp_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
     return head_gemm(m, n, hd, dout_ld, 1, 1, qkv_ld, ld, type, DType::f32);
   });
   const TileGemms dq_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
-    return head_gemm(m, hd, n, ld, 1, qkv_ld, 1, grad_ld, type, head_grad_type, sum_over_keys);
+    return head_gemm(m, hd, n, ld, 1, qkv_ld, 1, grad_ld, type, DType::f32, sum_over_keys);
   });
   const TileGemms dk_mm = prepare_tiles(matmuls_, g, [&](int64_t m, int64_t n) {
-    return head_gemm(n, hd, m, 1, ld, qkv_ld, 1, grad_ld, type, head_grad_type, sum_over_queries);
+    return head_gemm(n, hd, m, 1, ld, qkv_ld, 1, grad_ld, type, DType::f32, sum_over_queries);
   });
 
   const int threads = omp_get_max_threads();
@@ -474,8 +463,7 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
   const char* out_bytes = static_cast<const char*>(out.raw());
   const char* dout_bytes = static_cast<const char*>(grad_out.raw());
   const float* lse_base = lse.f32();
-  char* grad_base = static_cast<char*>(grad_qkv.raw());
-  const size_t grad_es = element_size(grad_type);
+  void* grad_base = grad_qkv.raw();
 
 #pragma omp parallel for schedule(static) if (parallel_worth_it(a.batch * T * T * D))
   for (int64_t task = 0; task < a.batch * heads; ++task) {
@@ -486,10 +474,10 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
     float* ds = p + tile;
     float* dsum = ds + tile + 3 * th;
     const int64_t offset = b * T * 3 * D + h * hd;
-    // dQ, dK, dV (f32 in the scratch, or the head's columns of grad_qkv), rows grad_ld apart
-    char* dq = direct ? grad_base + static_cast<size_t>(offset) * grad_es : reinterpret_cast<char*>(ds + tile);
-    char* dk = direct ? dq + static_cast<size_t>(D) * grad_es : reinterpret_cast<char*>(ds + tile + th);
-    char* dv = direct ? dq + static_cast<size_t>(2 * D) * grad_es : reinterpret_cast<char*>(ds + tile + 2 * th);
+    // dQ, dK, dV: the head's columns of grad_qkv, or the scratch; rows grad_ld apart
+    float* dq = direct ? static_cast<float*>(grad_base) + offset : ds + tile;
+    float* dk = direct ? dq + D : ds + tile + th;
+    float* dv = direct ? dq + 2 * D : ds + tile + 2 * th;
     const char* q = qkv_bytes + static_cast<size_t>(b * T * 3 * D + h * hd) * es;
     const char* k = q + static_cast<size_t>(D) * es;
     const char* v = q + static_cast<size_t>(2 * D) * es;
@@ -508,12 +496,11 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
       copy_head(dout, T, D, hd, es, dout_copy);
       dout = dout_copy;
     }
-    if (sum_over_keys) std::fill_n(reinterpret_cast<float*>(dq), T * hd, 0.0f);
+    if (sum_over_keys) std::fill(dq, dq + T * hd, 0.0f);
     if (sum_over_queries) {
-      std::fill_n(reinterpret_cast<float*>(dk), T * hd, 0.0f);
-      std::fill_n(reinterpret_cast<float*>(dv), T * hd, 0.0f);
+      std::fill(dk, dk + T * hd, 0.0f);
+      std::fill(dv, dv + T * hd, 0.0f);
     }
-    const size_t head_grad_es = element_size(head_grad_type);
     for (int64_t i = 0; i < g.query_tiles(); ++i) {
       const int64_t i0 = i * g.rows, mi = g.rows_of(i);
       const char* qi = q + static_cast<size_t>(i0 * qkv_ld) * es;
@@ -528,8 +515,7 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
         } else {
           probabilities_rows(s, lse_row + i0, reinterpret_cast<uint16_t*>(p), mi, nj, ld, scale);
         }
-        matmuls_.run_prepared(gemm_for(dv_mm, g, mi, nj), p, doi,
-                              dv + static_cast<size_t>(j0 * grad_ld) * head_grad_es);
+        matmuls_.run_prepared(gemm_for(dv_mm, g, mi, nj), p, doi, dv + j0 * grad_ld);
         matmuls_.run_prepared(gemm_for(dp_mm, g, mi, nj), doi, vj, s);
         if (type == DType::f32) {
           softmax_backward_rows(p, s, dsum + i0, ds, mi, nj, ld, scale);
@@ -537,31 +523,24 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& qkv, c
           softmax_backward_rows(reinterpret_cast<const uint16_t*>(p), s, dsum + i0, reinterpret_cast<uint16_t*>(ds), mi,
                                 nj, ld, scale);
         }
-        matmuls_.run_prepared(gemm_for(dq_mm, g, mi, nj), ds, kj,
-                              dq + static_cast<size_t>(i0 * grad_ld) * head_grad_es);
-        matmuls_.run_prepared(gemm_for(dk_mm, g, mi, nj), ds, qi,
-                              dk + static_cast<size_t>(j0 * grad_ld) * head_grad_es);
+        matmuls_.run_prepared(gemm_for(dq_mm, g, mi, nj), ds, kj, dq + i0 * grad_ld);
+        matmuls_.run_prepared(gemm_for(dk_mm, g, mi, nj), ds, qi, dk + j0 * grad_ld);
       }
     }
     float* cs = colsum ? partials_.row(thread) : nullptr;
-    const char* parts[3] = {dq, dk, dv};
+    const float* parts[3] = {dq, dk, dv};
     for (int which = 0; which < 3; ++which) {
       // The key bias gradient is exactly zero (softmax ignores the per-row constant q.b_k): summing dK would only
       // add rounding noise, which Adam's normalisation turns into full-size random updates of the key bias.
       float* part_colsum = cs && which != 1 ? cs + which * D + h * hd : nullptr;
       if (direct) {
-        if (!part_colsum) continue;
-        if (grad_type == DType::f32) {
-          add_head_column_sums(reinterpret_cast<const float*>(parts[which]), T, hd, 3 * D, part_colsum);
-        } else {
-          add_head_column_sums(reinterpret_cast<const uint16_t*>(parts[which]), T, hd, 3 * D, part_colsum);
-        }
+        if (part_colsum) add_head_column_sums(parts[which], T, hd, 3 * D, part_colsum);
       } else if (grad_type == DType::f32) {
-        write_head_gradient(reinterpret_cast<const float*>(parts[which]), T, hd,
-                            reinterpret_cast<float*>(grad_base) + offset + which * D, 3 * D, part_colsum);
+        write_head_gradient(parts[which], T, hd, static_cast<float*>(grad_base) + offset + which * D, 3 * D,
+                            part_colsum);
       } else {
-        write_head_gradient(reinterpret_cast<const float*>(parts[which]), T, hd,
-                            reinterpret_cast<uint16_t*>(grad_base) + offset + which * D, 3 * D, part_colsum);
+        write_head_gradient(parts[which], T, hd, static_cast<uint16_t*>(grad_base) + offset + which * D, 3 * D,
+                            part_colsum);
       }
     }
   }
