@@ -165,30 +165,29 @@ void CudaBackend::check(cudaError_t status, const char* what) { check_cuda(statu
 
 float* CudaBackend::scratch_floats(int64_t count, const char* what) { return arena_.take_array<float>(count, what); }
 
-void* CudaBackend::cudnn_workspace(size_t bytes) {
-  if (bytes <= cudnn_workspace_bytes_) return cudnn_workspace_;
+void CudaBackend::regrow(void*& memory, size_t& capacity, size_t bytes, const char* what) {
   constexpr size_t kStep = 64u << 20;
   const size_t size = (bytes + kStep - 1) / kStep * kStep;
-  check(cudaStreamSynchronize(stream_), "growing the cuDNN workspace");  // earlier SDPA calls may still use it
-  check(cudaFree(cudnn_workspace_), "growing the cuDNN workspace");
-  cudnn_workspace_ = nullptr;
-  cudnn_workspace_bytes_ = 0;
-  check_cuda(cudaMalloc(&cudnn_workspace_, size),
-             "cudaMalloc(cuDNN workspace, " + std::to_string(size >> 20) + " MiB)");
-  cudnn_workspace_bytes_ = size;
+  check(cudaStreamSynchronize(stream_), what);  // the stream's earlier work may still use the old block
+  check(cudaFree(memory), what);
+  memory = nullptr;
+  capacity = 0;
+  check_cuda(cudaMalloc(&memory, size),
+             std::string("cudaMalloc(") + what + ", " + std::to_string(size >> 20) + " MiB)");
+  capacity = size;
+}
+
+void* CudaBackend::cudnn_workspace(size_t bytes) {
+  if (bytes > cudnn_workspace_bytes_) regrow(cudnn_workspace_, cudnn_workspace_bytes_, bytes, "cuDNN workspace");
   return cudnn_workspace_;
 }
 
-void CudaBackend::reserve_scratch(size_t bytes, const char* op) {
+void CudaBackend::reserve_scratch(size_t bytes) {
   if (bytes <= arena_.capacity()) return;
-  constexpr size_t kStep = 64u << 20;
-  const size_t size = (bytes + kStep - 1) / kStep * kStep;
-  check(cudaStreamSynchronize(stream_), op);  // earlier ops' kernels may still use the old block
-  check(cudaFree(arena_memory_), op);
-  arena_memory_ = nullptr;
+  size_t capacity = arena_.capacity();
   arena_ = DeviceArena();
-  check_cuda(cudaMalloc(&arena_memory_, size), "cudaMalloc(scratch arena, " + std::to_string(size >> 20) + " MiB)");
-  arena_ = DeviceArena(arena_memory_, size);
+  regrow(arena_memory_, capacity, bytes, "scratch arena");
+  arena_ = DeviceArena(arena_memory_, capacity);
 }
 
 RowMajorMatrix CudaBackend::matrix(const Tensor& t, int64_t rows, int64_t cols, bool read, bool write) {
@@ -429,8 +428,7 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
   // token's full log-sum-exp and output, each rounded up to the arena's alignment.
   reserve_scratch(
       4 * static_cast<size_t>(qkv.numel() + batch * tokens * hidden + batch * heads * tokens + batch * hidden) +
-          8 * DeviceArena::kAlignment,
-      op);
+      8 * DeviceArena::kAlignment);
   const float* q = f32(qkv);
   if (is_bf16(qkv)) {
     float* copy = scratch_floats(qkv.numel(), "attention's f32 copy of qkv");
@@ -470,24 +468,21 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
   bool done = false;
   if (is_bf16(qkv) && is_bf16(grad_qkv) && !sdpa_backward_refused_) {
     const PackedQkv packed{qkv.raw(), batch, tokens, hidden, heads, ElementType::bf16};
+    SdpaBackwardCall call;
     if (cls_only) {
       const ClsAttentionBackwardCalls calls =
           cls_attention_backward_sdpa(packed, grad_out.raw(), out.raw(), f32(lse), grad_qkv.raw());
       // Outside the try: a CUDA error here is not cuDNN refusing the call. The fallback overwrites every row.
       check(cudaMemsetAsync(calls.zero_grad_qkv.data, 0, calls.zero_grad_qkv.bytes, stream_), op);
-      try {
-        sdpa_->run(calls.sdpa, stream_);
-        done = true;
-      } catch (const std::runtime_error& e) {
-        refuse_sdpa(true, e.what());
-      }
+      call = calls.sdpa;
     } else {
-      try {
-        sdpa_->run(attention_backward_sdpa(packed, grad_out.raw(), out.raw(), f32(lse), grad_qkv.raw()), stream_);
-        done = true;
-      } catch (const std::runtime_error& e) {
-        refuse_sdpa(true, e.what());
-      }
+      call = attention_backward_sdpa(packed, grad_out.raw(), out.raw(), f32(lse), grad_qkv.raw());
+    }
+    try {
+      sdpa_->run(call, stream_);
+      done = true;
+    } catch (const std::runtime_error& e) {
+      refuse_sdpa(true, e.what());
     }
   }
   if (!done) {
@@ -497,8 +492,7 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
     reserve_scratch(4 * static_cast<size_t>(qkv.numel() + grad_out.numel() + out.numel() + 2 * batch * tokens * hidden +
                                             batch * heads * tokens + grad_qkv.numel() +
                                             column_partials_floats(batch * tokens, hidden)) +
-                        16 * DeviceArena::kAlignment,
-                    op);
+                    16 * DeviceArena::kAlignment);
     auto as_f32 = [&](const Tensor& t, const char* what) -> const float* {
       if (!is_bf16(t)) return f32(t);
       float* copy = scratch_floats(t.numel(), what);

@@ -159,10 +159,12 @@ class CudaBackend final : public Backend {
   float* scratch_floats(int64_t count, const char* what);
   // Grows the scratch arena (between ops, after the stream's earlier work) to at least `bytes`: the attention
   // fallback's f32 copies grow with the batch past kArenaBytes.
-  void reserve_scratch(size_t bytes, const char* op);
+  void reserve_scratch(size_t bytes);
   // The cuDNN workspace, grown (between ops, after the stream's earlier work) to at least `bytes` for the SDPA plan
   // about to run: from kCudnnWorkspaceBytes up to SdpaExecutor::kMaxWorkspaceBytes.
   void* cudnn_workspace(size_t bytes);
+  // Replaces `memory` (of `capacity` bytes) by a block of at least `bytes`, in 64 MiB steps, once the stream is idle.
+  void regrow(void*& memory, size_t& capacity, size_t bytes, const char* what);
   void check(cudaError_t status, const char* what);
   void attention_f32_forward(const float* qkv, float* out, float* lse, int64_t batch, int64_t tokens, int64_t heads,
                              int64_t head_dim);
