@@ -101,8 +101,7 @@ struct SdpaExecutor::Plan {
 
   // The operation graph of one operation, then the first engine configuration of heuristic mode A that finalises
   // (deterministic ones only when asked) and fits the workspace.
-  void build(cudnnHandle_t handle, Descriptor& operation, bool deterministic, size_t workspace_limit,
-             const char* what) {
+  void build(cudnnHandle_t handle, Descriptor& operation, bool deterministic, const char* what) {
     Descriptor& graph = add(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, what);
     cudnnBackendDescriptor_t op = operation.get();
     graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op);
@@ -148,7 +147,7 @@ struct SdpaExecutor::Plan {
       check(cudnnBackendGetAttribute(candidate->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                      &got, &bytes),
             what, "reading the workspace size");
-      if (bytes > static_cast<int64_t>(workspace_limit)) {
+      if (bytes > static_cast<int64_t>(kMaxWorkspaceBytes)) {
         ++too_much_workspace;
         continue;
       }
@@ -162,7 +161,7 @@ struct SdpaExecutor::Plan {
                    (deterministic ? " deterministically" : "") + " within the workspace (" +
                    std::to_string(nondeterministic) + " non-deterministic, " + std::to_string(not_finalised) +
                    " not finalising, " + std::to_string(too_much_workspace) + " asking over " +
-                   std::to_string(workspace_limit >> 20) + " MiB of workspace)");
+                   std::to_string(kMaxWorkspaceBytes >> 20) + " MiB of workspace)");
   }
 
   static bool is_deterministic(const Descriptor& config, const char* what) {
@@ -233,7 +232,7 @@ void SdpaExecutor::run(const SdpaForwardCall& call, cudaStream_t stream) {
     op.set_descriptor(CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC, stats);  // stats given: training, lse saved
     op.set_descriptor(CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, scale);
     op.finalize();
-    plan->build(handle_, op, false, kMaxWorkspaceBytes, call.what);
+    plan->build(handle_, op, false, call.what);
     slot = std::move(plan);
   }
   float scale = call.shape.attn_scale;
@@ -261,7 +260,7 @@ void SdpaExecutor::run(const SdpaBackwardCall& call, cudaStream_t stream) {
     op.set_descriptor(CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC, plan->tensor(s.d_v, kDV, call.what));
     op.set_descriptor(CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC, plan->scale(call.what));
     op.finalize();
-    plan->build(handle_, op, s.deterministic, kMaxWorkspaceBytes, call.what);
+    plan->build(handle_, op, s.deterministic, call.what);
     slot = std::move(plan);
   }
   float scale = call.shape.attn_scale;

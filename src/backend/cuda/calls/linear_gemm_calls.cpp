@@ -22,6 +22,9 @@ std::string dims(const RowMajorMatrix& x) {
 // The column-major view of a contiguous row-major [rows, cols] matrix: [cols, rows] with leading dimension cols.
 MatrixLayout column_major_view(const RowMajorMatrix& x) { return {x.type, x.cols, x.rows, x.stride()}; }
 
+// --allow-tf32 is one switch for every GEMM; TF32 exists for f32 operands only (cuBLASLt refuses it for bf16).
+bool tf32_for(bool allow_tf32, ElementType operands) { return allow_tf32 && operands == ElementType::f32; }
+
 }  // namespace
 
 GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& weight, const BiasVector& bias,
@@ -43,7 +46,7 @@ GemmCall linear_forward_gemm(const RowMajorMatrix& in, const RowMajorMatrix& wei
   s.b = column_major_view(in);      // [K, M] = in^T
   s.d = column_major_view(out);     // [N, M] = out^T
   s.c = s.d;
-  s.allow_tf32 = allow_tf32 && s.a.type == ElementType::f32;  // TF32 is for f32 operands: bf16 GEMMs ignore it
+  s.allow_tf32 = tf32_for(allow_tf32, s.a.type);
   call.data.a = weight.data, call.data.b = in.data, call.data.d = out.data;
   if (residual != nullptr) {
     require(residual->rows == out.rows && residual->cols == out.cols, what, "residual must be shaped as out");
@@ -80,7 +83,7 @@ GemmCall linear_backward_input_gemm(const RowMajorMatrix& grad_out, const RowMaj
   s.b = column_major_view(grad_out);  // [N, M] = grad_out^T
   s.d = column_major_view(grad_in);   // [K, M] = grad_in^T
   s.c = s.d;
-  s.allow_tf32 = allow_tf32 && s.a.type == ElementType::f32;  // TF32 is for f32 operands: bf16 GEMMs ignore it
+  s.allow_tf32 = tf32_for(allow_tf32, s.a.type);
   call.data.a = weight.data, call.data.b = grad_out.data, call.data.d = grad_in.data;
   return call;
 }
@@ -106,8 +109,8 @@ LinearWeightGradientCalls linear_backward_weight_gemm(const RowMajorMatrix& grad
   s.b = column_major_view(grad_out);     // [N, M]: op(B) = its transpose, grad_out [M, N]
   s.d = column_major_view(grad_weight);  // [K, N] = grad_W^T
   s.c = s.d;
-  s.beta = 1.0f;                                              // accumulate: C = D = grad_weight
-  s.allow_tf32 = allow_tf32 && s.a.type == ElementType::f32;  // TF32 is for f32 operands: bf16 GEMMs ignore it
+  s.beta = 1.0f;  // accumulate: C = D = grad_weight
+  s.allow_tf32 = tf32_for(allow_tf32, s.a.type);
   call.data.a = in.data, call.data.b = grad_out.data, call.data.c = grad_weight.data, call.data.d = grad_weight.data;
   if (grad_bias != nullptr) {
     require(bias_scratch != nullptr && bias_scratch != grad_bias, what,
