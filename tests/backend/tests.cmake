@@ -30,3 +30,8 @@ set_tests_properties(backend.tile_attention_emulated PROPERTIES
 # `vitpipe info` names what runs bf16 attention (AMX tiles, oneDNN, the emulation) and refuses a bad override.
 add_test(NAME backend.attention_unit COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_attention_unit.py)
 set_tests_properties(backend.attention_unit PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS backend)
+
+# bench/matrix_unit_check.py (the matrix-unit acceptance run) refuses bad input in one line, before any benchmark.
+add_test(NAME backend.matrix_unit_check_input
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_matrix_unit_check.py)
+set_tests_properties(backend.matrix_unit_check_input PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS backend)

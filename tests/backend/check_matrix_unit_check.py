@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""bench/matrix_unit_check.py refuses bad input with one line and exit status 1, before running any benchmark: a
+missing peer, a missing vitpipe, --repeat or --steps below 1, and a vitpipe that fails (named with its last error)."""
+import os, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "bench", "matrix_unit_check.py")
+
+
+def refused(args, expected):
+    proc = subprocess.run([sys.executable, SCRIPT] + args, capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    ok = proc.returncode == 1 and len(lines) == 1 and expected in lines[0] and "Traceback" not in proc.stderr
+    print(("ok  " if ok else "BAD ") + " ".join(args) + f" -> {proc.returncode}: {proc.stderr.strip()}")
+    return ok
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    peer = os.path.join(tmp, "torch_vit_bench.py")
+    open(peer, "w").write("# stands in for the peer: never run here\n")
+    failing = os.path.join(tmp, "vitpipe")
+    open(failing, "w").write("#!/bin/sh\necho 'vitpipe: broken on purpose' >&2\nexit 3\n")
+    os.chmod(failing, 0o755)
+    missing = os.path.join(tmp, "nothing")
+    results = [
+        refused(["--peer", missing], f"--peer {missing}: no such file"),
+        refused(["--peer", peer, "--vitpipe", missing], f"--vitpipe {missing}: no such file"),
+        refused(["--peer", peer, "--vitpipe", failing, "--repeat", "0"], "--repeat and --steps must be at least 1"),
+        refused(["--peer", peer, "--vitpipe", failing, "--steps", "0"], "--repeat and --steps must be at least 1"),
+        refused(["--peer", peer, "--vitpipe", failing], "failed (3): vitpipe: broken on purpose"),
+    ]
+sys.exit(0 if all(results) else 1)
