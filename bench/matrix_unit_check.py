@@ -9,7 +9,9 @@ It prints `vitpipe info`, then one line per acceptance target with the figure me
 for the level this CPU runs: the ratios beside the PyTorch peer come from bench/compare_with_pytorch.py (alternating
 runs, --repeat of each), the rest from `vitpipe bench --json` (attention against the linear GEMMs' rate, the
 elementwise passes' share of the step, the fraction of the GEMM peak, peak memory). On an AMX CPU it also times the
-attention on AMX tiles against oneDNN's GEMMs (VITPIPE_ATTENTION_TILES=off). Ratios are from single runs on what is
+attention on AMX tiles against oneDNN's GEMMs (VITPIPE_ATTENTION_TILES=off). Under each target beside the peer it
+prints the speed the target asks of this CPU (executed GFLOP/s at that multiple of the peer's runs) as a share of the
+cores' own instruction peak (bench/bench_instruction_peak.cpp): above 100%, no code reaches it here. Ratios are from single runs on what is
 usually a shared machine: read them as ranges over --repeat, not as one number.
 """
 import argparse, json, os, subprocess, sys
@@ -44,14 +46,36 @@ def elementwise_share(result):
         "gelu_in_fused_gemms_share", 0.0)
 
 
-def peer_ratios(a, case):
+def peer_runs(a, case):
+    """compare_with_pytorch.py's rows for case: ratio, peer_images_per_s, ..."""
     cmd = [sys.executable, os.path.join(HERE, "compare_with_pytorch.py"), "--peer", a.peer, "--vitpipe", a.vitpipe,
            "--cases", case, "--steps", str(a.steps), "--repeat", str(a.repeat), "--json"]
-    ratios = [json.loads(l)["ratio"] for l in run(cmd).splitlines() if l.startswith("{")]
-    if not ratios:
+    rows = [json.loads(l) for l in run(cmd).splitlines() if l.startswith("{")]
+    if not rows:
         print(f"matrix_unit_check: the peer gave no result for {case} (compare_with_pytorch.py says why when run "
               f"alone)", file=sys.stderr)
-    return ratios
+    return rows
+
+
+def instruction_peaks(path):
+    """bench_instruction_peak's FLOP/s per benchmark name ({} when it is not built); skipped ones are left out."""
+    if not os.path.isfile(path):
+        print(f"matrix_unit_check: {path} not built: the targets' distance to the cores' peak is not shown",
+              file=sys.stderr)
+        return {}
+    out = json.loads(run([path, "--benchmark_format=json"]))
+    return {b["name"].split("/")[0]: b["FLOP/s"] for b in out["benchmarks"] if "FLOP/s" in b}
+
+
+def needed_speed(rows, need, result, peak):
+    """What `need` x the peer asks of this CPU: the executed GFLOP/s it takes (the peer's fastest and slowest runs),
+    against the cores' own instruction peak (bench_instruction_peak.cpp)."""
+    gflop_per_image = result["gflops_per_s"] / result["images_per_s"]
+    speeds = [need * r["peer_images_per_s"] * gflop_per_image for r in rows]
+    text = span(speeds, "{:.0f}") + " GFLOP/s"
+    if peak:
+        text += f" = {span([v / (peak / 1e9) for v in speeds], '{:.0%}')} of {peak / 1e9:.0f}"
+    return text
 
 
 def span(values, fmt):
@@ -65,6 +89,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=2, help="side-by-side runs per peer case")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--skip-base", action="store_true", help="leave out ViT-Base bf16 training")
+    ap.add_argument("--instruction-peak", default=os.path.join(ROOT, "build", "bench", "bench_instruction_peak"),
+                    help="bench_instruction_peak, for how far each peer target lies from the cores' own peak")
     a = ap.parse_args()
     if not os.path.isfile(a.peer):
         sys.exit(f"matrix_unit_check: --peer {a.peer}: no such file (expected torch_vit_bench.py)")
@@ -105,15 +131,27 @@ def main():
         add("ViT-Tiny bf16 attention: AMX tiles against oneDNN's GEMMs (no target; for the note)",
             f"{tiny_bf16['attention_gflops_per_s']:.0f} vs {off['attention_gflops_per_s']:.0f} GFLOP/s", None)
 
+    peaks = instruction_peaks(a.instruction_peak)
+    # The AMX unit's own peak is not measured: on an AMX CPU the bf16 line shows AVX-512-BF16's, which AMX exceeds.
+    bf16_peak = peaks.get("BM_Bf16DotZmm")
+    fp32_peak = peaks.get("BM_Fp32FmaYmm" if avx2 else "BM_Fp32FmaZmm")
     if tiny_bf16["bf16_in_hardware"]:
-        r = peer_ratios(a, "vit-tiny:train:bf16")
+        runs = peer_runs(a, "vit-tiny:train:bf16")
+        r = [x["ratio"] for x in runs]
         need = 3.0 if amx else 2.2
         add(f"ViT-Tiny bf16 training >= {need}x the peer", span(r, "{:.2f}x"), min(r) >= need if r else None)
-        r = peer_ratios(a, "vit-tiny:infer:bf16")
+        if runs:
+            add(f"  {need}x the peer needs (executed; of the cores' {'AVX-512-BF16 ' if amx else ''}instruction peak)",
+                needed_speed(runs, need, tiny_bf16, bf16_peak), None)
+        r = [x["ratio"] for x in peer_runs(a, "vit-tiny:infer:bf16")]
         add("ViT-Tiny bf16 inference >= 3x the peer (AMX)", span(r, "{:.2f}x"), min(r) >= 3.0 if amx and r else None)
-    r = peer_ratios(a, "vit-tiny:train:fp32")
+    runs = peer_runs(a, "vit-tiny:train:fp32")
+    r = [x["ratio"] for x in runs]
     need = 3.0 if avx2 else 4.0
     add(f"ViT-Tiny fp32 training >= {need:.0f}x the peer", span(r, "{:.2f}x"), min(r) >= need if r else None)
+    if runs:
+        add(f"  {need:.0f}x the peer needs (executed; of the cores' fp32 FMA instruction peak)",
+            needed_speed(runs, need, tiny_fp32, fp32_peak), None)
 
     if not a.skip_base and tiny_bf16["bf16_in_hardware"]:
         base = bench(a.vitpipe, "vit-base", "train", "bf16", 32, 3)
@@ -122,9 +160,10 @@ def main():
         rss = base["peak_rss_bytes"] / 2**30
         add("ViT-Base bf16 training, batch 32: peak RSS < 3.95 GiB", f"{rss:.2f} GiB", rss < 3.95)
 
-    print(f"\n{'target':<72}{'measured':>30}  met ('-': no target at this level, or no run)")
+    width = max(len(target) for target, _, _ in rows) + 2
+    print(f"\n{'target':<{width}}{'measured':>40}  met ('-': no target at this level, or no run)")
     for target, measured, met in rows:
-        print(f"{target:<72}{measured:>30}  {'-' if met is None else 'yes' if met else 'NO'}")
+        print(f"{target:<{width}}{measured:>40}  {'-' if met is None else 'yes' if met else 'NO'}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/matrix_unit_check.py refuses bad input with one line and exit status 1, before running any benchmark: a
-missing peer, a missing vitpipe, --repeat or --steps below 1, and a vitpipe that fails (named with its last error)."""
-import os, subprocess, sys, tempfile
+missing peer, a missing vitpipe, --repeat or --steps below 1, and a vitpipe that fails (named with its last error).
+Also the arithmetic of what a peer target asks of the CPU (needed_speed)."""
+import importlib.util, os, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "bench", "matrix_unit_check.py")
@@ -29,4 +30,15 @@ with tempfile.TemporaryDirectory() as tmp:
         refused(["--peer", peer, "--vitpipe", failing, "--steps", "0"], "--repeat and --steps must be at least 1"),
         refused(["--peer", peer, "--vitpipe", failing], "failed (3): vitpipe: broken on purpose"),
     ]
+
+# 2x a peer at 10 and 20 images/s, 7 GFLOP an image (70 GFLOP/s at 10 images/s): 140 and 280 GFLOP/s, half and all
+# of a 280 GFLOP/s peak.
+spec = importlib.util.spec_from_file_location("matrix_unit_check", SCRIPT)
+check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check)
+runs = [{"peer_images_per_s": 20.0}, {"peer_images_per_s": 10.0}]
+for peak, expected in ((280e9, "140-280 GFLOP/s = 50%-100% of 280"), (None, "140-280 GFLOP/s")):
+    got = check.needed_speed(runs, 2.0, {"gflops_per_s": 70.0, "images_per_s": 10.0}, peak)
+    print(("ok  " if got == expected else "BAD ") + f"needed_speed -> {got!r} (expected {expected!r})")
+    results.append(got == expected)
 sys.exit(0 if all(results) else 1)

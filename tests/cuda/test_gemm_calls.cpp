@@ -197,6 +197,24 @@ TEST(GemmCallMistakes, MisalignedPointersAreRefused) {
   EXPECT_FALSE(refused(cuda::linear_forward_gemm(matrix(in.slice(0, 64)), matrix(w), {}, nullptr, matrix(out))));
 }
 
+// No production GEMM is batched yet; a batched one whose batch stride leaves later batches off 16 bytes breaks the
+// rules (checked, not run: the tensors hold one batch).
+TEST(GemmCallMistakes, ABatchStrideOffSixteenBytesIsRefused) {
+  const Tensor in = random_tensor({8, 64}, DType::bf16, 39), w = random_tensor({64, 64}, DType::bf16, 40);
+  const Tensor out = Tensor::zeros({8, 64}, DType::bf16);
+  cuda::GemmCall call = cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(out));
+  ASSERT_TRUE(cuda::gemm_rule_violations(call).empty());
+  for (cuda::MatrixLayout* l : {&call.shape.a, &call.shape.b, &call.shape.c, &call.shape.d}) {
+    l->batch_count = 2;
+    l->batch_stride = l->ld * l->cols;  // whole matrices apart: every ld here is a multiple of 8 bf16
+  }
+  EXPECT_TRUE(cuda::gemm_rule_violations(call).empty());
+  call.shape.b.batch_stride += 4;  // 8 bytes on: the second batch of B is misaligned
+  EXPECT_FALSE(cuda::gemm_rule_violations(call).empty());
+  call.shape.b.batch_stride += 4;
+  EXPECT_TRUE(cuda::gemm_rule_violations(call).empty());
+}
+
 // --allow-tf32 is one switch for the whole backend: it must turn f32 GEMMs to TF32 and leave bf16 ones valid (a bf16
 // GEMM asking for TF32 breaks the rules and cuBLASLt would refuse it).
 TEST(GemmCallMistakes, Tf32LeavesBf16GemmsAlone) {

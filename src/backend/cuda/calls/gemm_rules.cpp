@@ -23,6 +23,12 @@ void check_layout(char name, const MatrixLayout& l, int64_t rows, int64_t cols, 
                   " elements (16 bytes)");
   }
   if (l.batch_count != batch_count) out.push_back(who + "batch count differs from D's");
+  // Every batch after the first starts batch_stride elements on: a stride of odd bytes misaligns them all.
+  if (l.batch_count > 1 && l.batch_stride * element_bytes(l.type) % kLibraryAlignmentBytes != 0) {
+    out.push_back(who + "batch stride " + text(l.batch_stride) + " of " + element_type_name(l.type) +
+                  " is not a multiple of " + text(kLibraryAlignmentBytes / element_bytes(l.type)) +
+                  " elements (16 bytes)");
+  }
   if (l.batch_count > 1 && l.batch_stride < l.ld * l.cols && name == 'D') {
     out.push_back(who + "batch stride " + text(l.batch_stride) + " makes the batches overlap");
   }
