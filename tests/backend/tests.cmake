@@ -35,3 +35,11 @@ set_tests_properties(backend.attention_unit PROPERTIES ENVIRONMENT "${VITPIPE_TE
 add_test(NAME backend.matrix_unit_check_input
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_matrix_unit_check.py)
 set_tests_properties(backend.matrix_unit_check_input PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS backend)
+
+# bench_instruction_peak reports every chain the CPU has and skips the others (it is built with the benchmarks).
+if(VITPIPE_BENCHMARKS)
+  add_test(NAME backend.instruction_peak
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_instruction_peak.py
+                   $<TARGET_FILE:bench_instruction_peak>)
+  set_tests_properties(backend.instruction_peak PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS backend)
+endif()
