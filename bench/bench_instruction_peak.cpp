@@ -24,93 +24,53 @@ constexpr long kIterations = 15'000'000;  // per thread and benchmark iteration:
 
 // Twelve chains for 256-bit registers (AVX2 has 16: twelve sums and two multiplicands fit), sixteen for 512-bit ones
 // (32 registers); both exceed latency x throughput on the CPUs seen so far.
-#define VITPIPE_TWELVE_CHAINS(OP) \
-  OP(a0);                         \
-  OP(a1);                         \
-  OP(a2);                         \
-  OP(a3);                         \
-  OP(a4);                         \
-  OP(a5);                         \
-  OP(a6);                         \
-  OP(a7);                         \
-  OP(a8);                         \
-  OP(a9);                         \
-  OP(a10);                        \
-  OP(a11)
-#define VITPIPE_SIXTEEN_CHAINS(OP) \
-  VITPIPE_TWELVE_CHAINS(OP);       \
-  OP(a12);                         \
-  OP(a13);                         \
-  OP(a14);                         \
-  OP(a15)
+// clang-format off
+#define VITPIPE_TWELVE_CHAINS(OP, ARG) \
+  OP(a0, ARG); OP(a1, ARG); OP(a2, ARG); OP(a3, ARG); OP(a4, ARG); OP(a5, ARG); \
+  OP(a6, ARG); OP(a7, ARG); OP(a8, ARG); OP(a9, ARG); OP(a10, ARG); OP(a11, ARG)
+#define VITPIPE_SIXTEEN_CHAINS(OP, ARG) \
+  VITPIPE_TWELVE_CHAINS(OP, ARG); OP(a12, ARG); OP(a13, ARG); OP(a14, ARG); OP(a15, ARG)
+// clang-format on
+#define VITPIPE_CHAIN_START(a, SIMD) \
+  auto a = SIMD##_set1_ps(start++);  \
+  __asm__("" : "+v"(a))
+#define VITPIPE_CHAIN_STEP(a, MULTIPLY_ADD) a = MULTIPLY_ADD(a, x, y)
+#define VITPIPE_CHAIN_SUM(a, SIMD) s = SIMD##_add_ps(s, a)
+
+// float NAME(long n): CHAINS accumulators of SIMD (_mm256, _mm512) floats, each n times a = MULTIPLY_ADD(a, x, y).
+#define VITPIPE_CHAIN_FUNCTION(NAME, TARGET, CHAINS, SIMD, OPERAND, X, Y, MULTIPLY_ADD) \
+  __attribute__((target(TARGET), noinline)) float NAME(long n) {                        \
+    float start = 0.0f;                                                                 \
+    CHAINS(VITPIPE_CHAIN_START, SIMD);                                                  \
+    OPERAND x = X, y = Y;                                                               \
+    __asm__("" : "+v"(x), "+v"(y));                                                     \
+    for (long i = 0; i < n; ++i) {                                                      \
+      CHAINS(VITPIPE_CHAIN_STEP, MULTIPLY_ADD);                                         \
+    }                                                                                   \
+    auto s = SIMD##_setzero_ps();                                                       \
+    CHAINS(VITPIPE_CHAIN_SUM, SIMD);                                                    \
+    return SIMD##_cvtss_f32(s); /* one lane keeps every chain live */                   \
+  }
 
 constexpr int kYmmChains = 12, kZmmChains = 16;
 
-__attribute__((target("avx2,fma"), noinline)) float fma_ymm_chains(long n) {
-  float start = 0.0f;
-#define START(a)                      \
-  __m256 a = _mm256_set1_ps(start++); \
-  __asm__("" : "+v"(a))
-  VITPIPE_TWELVE_CHAINS(START);
-#undef START
-  __m256 x = _mm256_set1_ps(1.0f), y = _mm256_set1_ps(1e-7f);
-  __asm__("" : "+v"(x), "+v"(y));
-  for (long i = 0; i < n; ++i) {
-#define STEP(a) a = _mm256_fmadd_ps(x, y, a)
-    VITPIPE_TWELVE_CHAINS(STEP);
-#undef STEP
-  }
-  __m256 s = _mm256_setzero_ps();
-#define SUM(a) s = _mm256_add_ps(s, a)
-  VITPIPE_TWELVE_CHAINS(SUM);
-#undef SUM
-  return _mm256_cvtss_f32(s);  // one lane keeps every chain live
-}
+#define VITPIPE_FMA_YMM(a, x, y) _mm256_fmadd_ps(x, y, a)
+#define VITPIPE_FMA_ZMM(a, x, y) _mm512_fmadd_ps(x, y, a)
+VITPIPE_CHAIN_FUNCTION(fma_ymm_chains, "avx2,fma", VITPIPE_TWELVE_CHAINS, _mm256, __m256, _mm256_set1_ps(1.0f),
+                       _mm256_set1_ps(1e-7f), VITPIPE_FMA_YMM)
+VITPIPE_CHAIN_FUNCTION(fma_zmm_chains, "avx512f", VITPIPE_SIXTEEN_CHAINS, _mm512, __m512, _mm512_set1_ps(1.0f),
+                       _mm512_set1_ps(1e-7f), VITPIPE_FMA_ZMM)
+// VDPBF16PS: 16 lanes, each two bf16 products added into f32; the operands are bf16 pairs (1, 1) and (1e-7, 1e-7).
+VITPIPE_CHAIN_FUNCTION(bf16_dot_zmm_chains, "avx512f,avx512bf16", VITPIPE_SIXTEEN_CHAINS, _mm512, __m512bh,
+                       (__m512bh)_mm512_set1_epi32(0x3f803f80), (__m512bh)_mm512_set1_epi32(0x33d633d6),
+                       _mm512_dpbf16_ps)
 
-__attribute__((target("avx512f"), noinline)) float fma_zmm_chains(long n) {
-  float start = 0.0f;
-#define START(a)                      \
-  __m512 a = _mm512_set1_ps(start++); \
-  __asm__("" : "+v"(a))
-  VITPIPE_SIXTEEN_CHAINS(START);
-#undef START
-  __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-7f);
-  __asm__("" : "+v"(x), "+v"(y));
-  for (long i = 0; i < n; ++i) {
-#define STEP(a) a = _mm512_fmadd_ps(x, y, a)
-    VITPIPE_SIXTEEN_CHAINS(STEP);
-#undef STEP
-  }
-  __m512 s = _mm512_setzero_ps();
-#define SUM(a) s = _mm512_add_ps(s, a)
-  VITPIPE_SIXTEEN_CHAINS(SUM);
-#undef SUM
-  return _mm512_cvtss_f32(s);
-}
-
-// VDPBF16PS: 16 lanes, each two bf16 products added into f32.
-__attribute__((target("avx512f,avx512bf16"), noinline)) float bf16_dot_zmm_chains(long n) {
-  float start = 0.0f;
-#define START(a)                      \
-  __m512 a = _mm512_set1_ps(start++); \
-  __asm__("" : "+v"(a))
-  VITPIPE_SIXTEEN_CHAINS(START);
-#undef START
-  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // bf16 pairs (1, 1)
-  __m512bh y = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // bf16 pairs (1e-7, 1e-7)
-  __asm__("" : "+v"(x), "+v"(y));
-  for (long i = 0; i < n; ++i) {
-#define STEP(a) a = _mm512_dpbf16_ps(a, x, y)
-    VITPIPE_SIXTEEN_CHAINS(STEP);
-#undef STEP
-  }
-  __m512 s = _mm512_setzero_ps();
-#define SUM(a) s = _mm512_add_ps(s, a)
-  VITPIPE_SIXTEEN_CHAINS(SUM);
-#undef SUM
-  return _mm512_cvtss_f32(s);
-}
-
+#undef VITPIPE_FMA_ZMM
+#undef VITPIPE_FMA_YMM
+#undef VITPIPE_CHAIN_FUNCTION
+#undef VITPIPE_CHAIN_SUM
+#undef VITPIPE_CHAIN_STEP
+#undef VITPIPE_CHAIN_START
 #undef VITPIPE_SIXTEEN_CHAINS
 #undef VITPIPE_TWELVE_CHAINS
 
