@@ -11,8 +11,8 @@ runs, --repeat of each), the rest from `vitpipe bench --json` (attention against
 elementwise passes' share of the step, the fraction of the GEMM peak, peak memory). On an AMX CPU it also times the
 attention on AMX tiles against oneDNN's GEMMs (VITPIPE_ATTENTION_TILES=off). Under each target beside the peer it
 prints the speed the target asks of this CPU (executed GFLOP/s at that multiple of the peer's runs) as a share of the
-cores' own instruction peak (bench/bench_instruction_peak.cpp): above 100%, no code reaches it here. Ratios are from single runs on what is
-usually a shared machine: read them as ranges over --repeat, not as one number.
+cores' own instruction peak (bench/bench_instruction_peak.cpp): above 100%, no code reaches it here. Ratios are from
+single runs on what is usually a shared machine: read them as ranges over --repeat, not as one number.
 """
 import argparse, json, os, subprocess, sys
 
@@ -112,8 +112,8 @@ def main():
     ap.add_argument("--skip-base", action="store_true", help="leave out ViT-Base bf16 training")
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                     help="threads for vitpipe, the peer and the instruction peak alike (default: every core)")
-    ap.add_argument("--instruction-peak", default=os.path.join(ROOT, "build", "bench", "bench_instruction_peak"),
-                    help="bench_instruction_peak, for how far each peer target lies from the cores' own peak")
+    ap.add_argument("--instruction-peak", help="bench_instruction_peak, for how far each peer target lies from the "
+                    "cores' own peak (default: build/bench/bench_instruction_peak, left out when not built)")
     a = ap.parse_args()
     if not os.path.isfile(a.peer):
         sys.exit(f"matrix_unit_check: --peer {a.peer}: no such file (expected torch_vit_bench.py)")
@@ -123,6 +123,11 @@ def main():
         sys.exit(f"matrix_unit_check: --repeat and --steps must be at least 1 (got {a.repeat} and {a.steps})")
     if a.threads < 1:
         sys.exit(f"matrix_unit_check: --threads must be at least 1 (got {a.threads})")
+    if a.instruction_peak is None:
+        a.instruction_peak = os.path.join(ROOT, "build", "bench", "bench_instruction_peak")
+    elif not os.path.isfile(a.instruction_peak):
+        sys.exit(f"matrix_unit_check: --instruction-peak {a.instruction_peak}: no such file (expected "
+                 f"build/bench/bench_instruction_peak)")
 
     info = run([a.vitpipe, "info"])
     print(info.rstrip())

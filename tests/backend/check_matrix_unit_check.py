@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/matrix_unit_check.py refuses bad input with one line and exit status 1, before running any benchmark: a
-missing peer, a missing vitpipe, --repeat, --steps or --threads below 1, and a vitpipe that fails (named with its last error).
+missing peer, vitpipe or --instruction-peak, --repeat, --steps or --threads below 1, and a vitpipe that fails (named
+with its last error).
 Also the arithmetic of what a peer target asks of the CPU (needed_speed)."""
 import importlib.util, os, subprocess, sys, tempfile
 
@@ -29,6 +30,8 @@ with tempfile.TemporaryDirectory() as tmp:
         refused(["--peer", peer, "--vitpipe", failing, "--repeat", "0"], "--repeat and --steps must be at least 1"),
         refused(["--peer", peer, "--vitpipe", failing, "--steps", "0"], "--repeat and --steps must be at least 1"),
         refused(["--peer", peer, "--vitpipe", failing, "--threads", "0"], "--threads must be at least 1"),
+        refused(["--peer", peer, "--vitpipe", failing, "--instruction-peak", missing],
+                f"--instruction-peak {missing}: no such file"),
         refused(["--peer", peer, "--vitpipe", failing], "failed (3): vitpipe: broken on purpose"),
     ]
 
