@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend_factory.h"
 #include "backend/cpu/cpu_level.h"
+#include "backend/cpu/onednn_matmul.h"
 #include "float64_reference.h"
 #include "util/random.h"
 
@@ -87,22 +88,25 @@ TEST_P(KernelsAtLevel, ReportsItsLevel) {
   EXPECT_NE(be().name().find(cpu::cpu_level_name(GetParam())), std::string::npos) << be().name();
 }
 
+// 37 rows take the weight as it is; 300 (from cpu::kPackWeightMinRows) have it packed into oneDNN's layout first.
 TEST_P(KernelsAtLevel, LinearForwardWithBiasAndResidual) {
-  for (DType type : {DType::f32, DType::bf16}) {
-    for (DType out_type : {DType::f32, DType::bf16}) {
-      const int64_t m = 37, k = 70, n = 45;
-      const Tensor in = random_tensor({m, k}, 1, type), weight = random_tensor({n, k}, 2, type, 0.2);
-      const Tensor bias = random_tensor({n}, 3, DType::f32), residual = random_tensor({m, n}, 4, DType::f32);
-      Doubles expected = matmul_nt(values(in), values(weight), m, n, k);
-      const Doubles b = values(bias), r = values(residual);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) expected[i * n + j] += b[j] + (out_type == DType::f32 ? r[i * n + j] : 0.0);
-      const Tensor out = Tensor::empty({m, n}, out_type);
-      be().linear_forward(in, weight, &bias, out_type == DType::f32 ? &residual : nullptr, out);
-      EXPECT_LT(relative_difference(out, expected), tolerance(out_type))
-          << dtype_name(type) << " -> " << dtype_name(out_type);
+  static_assert(cpu::kPackWeightMinRows <= 300);
+  for (const int64_t m : {37, 300})
+    for (DType type : {DType::f32, DType::bf16}) {
+      for (DType out_type : {DType::f32, DType::bf16}) {
+        const int64_t k = 70, n = 45;
+        const Tensor in = random_tensor({m, k}, 1, type), weight = random_tensor({n, k}, 2, type, 0.2);
+        const Tensor bias = random_tensor({n}, 3, DType::f32), residual = random_tensor({m, n}, 4, DType::f32);
+        Doubles expected = matmul_nt(values(in), values(weight), m, n, k);
+        const Doubles b = values(bias), r = values(residual);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) expected[i * n + j] += b[j] + (out_type == DType::f32 ? r[i * n + j] : 0.0);
+        const Tensor out = Tensor::empty({m, n}, out_type);
+        be().linear_forward(in, weight, &bias, out_type == DType::f32 ? &residual : nullptr, out);
+        EXPECT_LT(relative_difference(out, expected), tolerance(out_type))
+            << dtype_name(type) << " -> " << dtype_name(out_type) << " at " << m << " rows";
+      }
     }
-  }
 }
 
 // Inference's fc1: GELU (exact erf, not oneDNN's tanh-form eltwise_gelu, 4.7e-4 away) in the GEMM's epilogue.
@@ -157,35 +161,37 @@ TEST_P(KernelsAtLevel, LinearGeluKeepingPreActivation) {
 }
 
 TEST_P(KernelsAtLevel, LinearBackward) {
-  for (DType type : {DType::f32, DType::bf16}) {
-    const int64_t m = 50, k = 33, n = 24;
-    const Tensor grad_out = random_tensor({m, n}, 5, type), weight = random_tensor({n, k}, 6, type);
-    const Tensor in = random_tensor({m, k}, 7, type);
-    const Doubles go = values(grad_out), w = values(weight), x = values(in);
-    // grad_in = grad_out . W  (overwrites), in the GEMM dtype
-    Doubles expected_in(static_cast<size_t>(m * k), 0.0);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t p = 0; p < k; ++p)
-        for (int64_t j = 0; j < n; ++j) expected_in[i * k + p] += go[i * n + j] * w[j * k + p];
-    const Tensor grad_in = Tensor::empty({m, k}, type);
-    be().linear_backward_input(grad_out, weight, grad_in);
-    EXPECT_LT(relative_difference(grad_in, expected_in), tolerance(type)) << dtype_name(type);
-    // grad_weight += grad_out^T . in (adds to what is there), always f32
-    const Tensor grad_weight = random_tensor({n, k}, 8, DType::f32);
-    Doubles expected_w = values(grad_weight);
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t p = 0; p < k; ++p)
-        for (int64_t i = 0; i < m; ++i) expected_w[j * k + p] += go[i * n + j] * x[i * k + p];
-    be().linear_backward_weight(grad_out, in, grad_weight);
-    EXPECT_LT(relative_difference(grad_weight, expected_w), 1e-5) << dtype_name(type);
-    // bias gradient adds the column sums
-    const Tensor grad_bias = random_tensor({n}, 9, DType::f32);
-    Doubles expected_b = values(grad_bias);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) expected_b[j] += go[i * n + j];
-    be().bias_backward(grad_out, grad_bias);
-    EXPECT_LT(relative_difference(grad_bias, expected_b), 1e-5) << dtype_name(type);
-  }
+  for (const int64_t m : {50, 300})  // 300: the input gradient's GEMM packs the weight (cpu::kPackWeightMinRows)
+    for (DType type : {DType::f32, DType::bf16}) {
+      const int64_t k = 33, n = 24;
+      const Tensor grad_out = random_tensor({m, n}, 5, type), weight = random_tensor({n, k}, 6, type);
+      const Tensor in = random_tensor({m, k}, 7, type);
+      const Doubles go = values(grad_out), w = values(weight), x = values(in);
+      // grad_in = grad_out . W  (overwrites), in the GEMM dtype
+      Doubles expected_in(static_cast<size_t>(m * k), 0.0);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t j = 0; j < n; ++j) expected_in[i * k + p] += go[i * n + j] * w[j * k + p];
+      const Tensor grad_in = Tensor::empty({m, k}, type);
+      be().linear_backward_input(grad_out, weight, grad_in);
+      EXPECT_LT(relative_difference(grad_in, expected_in), tolerance(type))
+          << dtype_name(type) << " at " << m << " rows";
+      // grad_weight += grad_out^T . in (adds to what is there), always f32
+      const Tensor grad_weight = random_tensor({n, k}, 8, DType::f32);
+      Doubles expected_w = values(grad_weight);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t i = 0; i < m; ++i) expected_w[j * k + p] += go[i * n + j] * x[i * k + p];
+      be().linear_backward_weight(grad_out, in, grad_weight);
+      EXPECT_LT(relative_difference(grad_weight, expected_w), 1e-5) << dtype_name(type);
+      // bias gradient adds the column sums
+      const Tensor grad_bias = random_tensor({n}, 9, DType::f32);
+      Doubles expected_b = values(grad_bias);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) expected_b[j] += go[i * n + j];
+      be().bias_backward(grad_out, grad_bias);
+      EXPECT_LT(relative_difference(grad_bias, expected_b), 1e-5) << dtype_name(type);
+    }
 }
 
 // Many rows into a small weight gradient (kernels/linear.cpp splits the rows across the threads, an odd count so

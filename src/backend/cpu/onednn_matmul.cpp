@@ -101,14 +101,23 @@ std::shared_ptr<MatmulCache::Prepared> MatmulCache::create_as(const MatmulShape&
   attr.set_post_ops(ops);
   if (user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   p->has_bias = s.bias;
+  // Packing B: oneDNN picks its layout (format any), and run() reorders B into it before each call.
+  const bool pack_b = s.pack_b && !widen;
+  const dnnl::memory::desc b_wanted =
+      pack_b ? dnnl::memory::desc(dims{s.k, s.n}, to_dnnl(s.b_type), dnnl::memory::format_tag::any) : p->b_desc;
   if (s.bias) {
     p->bias_desc = dnnl::memory::desc(dims{1, s.n}, dnnl::memory::data_type::f32, dims{s.n, 1});
     p->pd =
-        dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, p->b_desc, p->bias_desc, p->c_desc), attr, engine_);
+        dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, b_wanted, p->bias_desc, p->c_desc), attr, engine_);
   } else {
-    p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, p->b_desc, p->c_desc), attr, engine_);
+    p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a_desc, b_wanted, p->c_desc), attr, engine_);
   }
   p->primitive = dnnl::matmul(p->pd);
+  if (pack_b && p->pd.weights_desc() != p->b_desc) {
+    p->packs_b = true;
+    p->packed_b_desc = p->pd.weights_desc();
+    p->pack_b_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, p->b_desc, engine_, p->packed_b_desc));
+  }
   p->scratchpad_bytes = user_scratchpad ? p->pd.scratchpad_desc().get_size() : 0;
   return p;
 }
@@ -136,7 +145,11 @@ void MatmulCache::run(const MatmulShape& shape, const void* a, const void* b, vo
   }
   std::unordered_map<int, dnnl::memory> args;
   args.emplace(DNNL_ARG_SRC, dnnl::memory(p.a_desc, engine_, const_cast<void*>(a)));
-  args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.b_desc, engine_, const_cast<void*>(b)));
+  if (p.packs_b) {
+    args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.packed_b_desc, engine_, const_cast<void*>(pack_b(p, b))));
+  } else {
+    args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.b_desc, engine_, const_cast<void*>(b)));
+  }
   args.emplace(DNNL_ARG_DST, dnnl::memory(p.c_desc, engine_, c_out));
   if (shape.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_desc, engine_, const_cast<float*>(bias)));
   if (shape.residual) {
@@ -164,7 +177,7 @@ const MatmulCache::Prepared& MatmulCache::prepare(const MatmulShape& shape) {
     p.thread_args.resize(static_cast<size_t>(threads));
     for (auto& ta : p.thread_args) {
       ta.a = dnnl::memory(p.a_desc, engine_, DNNL_MEMORY_NONE);
-      ta.b = dnnl::memory(p.b_desc, engine_, DNNL_MEMORY_NONE);
+      ta.b = dnnl::memory(p.packs_b ? p.packed_b_desc : p.b_desc, engine_, DNNL_MEMORY_NONE);
       ta.c = dnnl::memory(p.c_desc, engine_, DNNL_MEMORY_NONE);
       ta.args = {{DNNL_ARG_SRC, ta.a}, {DNNL_ARG_WEIGHTS, ta.b}, {DNNL_ARG_DST, ta.c}};
       if (p.has_bias) {
@@ -178,6 +191,17 @@ const MatmulCache::Prepared& MatmulCache::prepare(const MatmulShape& shape) {
     }
   }
   return p;
+}
+
+const void* MatmulCache::pack_b(const Prepared& prepared, const void* b) {
+  if (!prepared.packs_b) return b;
+  auto& p = const_cast<Prepared&>(prepared);  // only its packed copy changes
+  const auto floats = static_cast<int64_t>((p.packed_b_desc.get_size() + sizeof(float) - 1) / sizeof(float));
+  dnnl::memory plain(p.b_desc, engine_, const_cast<void*>(b));
+  dnnl::memory packed(p.packed_b_desc, engine_, fp32_scratch(p.packed_b, floats));
+  p.pack_b_reorder.execute(stream_, plain, packed);
+  stream_.wait();
+  return p.packed_b.raw();
 }
 
 void MatmulCache::run_prepared(const Prepared& p, const void* a, const void* b, void* c, const float* bias) {
@@ -199,6 +223,7 @@ void MatmulCache::run_prepared(const Prepared& p, const void* a, const void* b, 
     }
     if (w.c) c_out = fp32_scratch(ta.wide_c, w.c_elements());
   }
+  VP_REQUIRE(!p.packs_b || b == p.packed_b.raw(), "run_prepared: this matmul packs its B: pass pack_b()'s copy");
   ta.a.set_data_handle(const_cast<void*>(a));
   ta.b.set_data_handle(const_cast<void*>(b));
   ta.c.set_data_handle(c_out);

@@ -36,6 +36,7 @@ void CpuBackend::linear_forward(const Tensor& in, const Tensor& weight, const Te
   s.a_type = in.dtype(), s.b_type = weight.dtype(), s.c_type = out.dtype();
   s.bias = bias != nullptr;
   s.residual = residual != nullptr;
+  s.pack_b = m >= kPackWeightMinRows;
   if (bias) VP_REQUIRE(bias->numel() == n && bias->dtype() == DType::f32, "linear_forward: bias must be [", n, "] f32");
   if (residual) {
     VP_REQUIRE(residual->numel() == m * n && residual->dtype() == DType::f32, "linear_forward: residual must be [", m,
@@ -61,6 +62,7 @@ void CpuBackend::linear_backward_input(const Tensor& grad_out, const Tensor& wei
   s.b_row = k, s.b_col = 1;
   s.c_row = k;
   s.a_type = grad_out.dtype(), s.b_type = weight.dtype(), s.c_type = grad_in.dtype();
+  s.pack_b = m >= kPackWeightMinRows;
   matmuls_.run(s, grad_out.raw(), weight.raw(), grad_in.raw());
 }
 

@@ -64,6 +64,7 @@ void CpuBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, con
   s.c_row = n;
   s.a_type = in.dtype(), s.b_type = weight.dtype();
   s.bias = true;
+  s.pack_b = m >= kPackWeightMinRows;
   if (pre_activation == nullptr) {
     s.c_type = out.dtype();
     s.gelu = true;
@@ -88,6 +89,8 @@ void CpuBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, con
   const MatmulCache::Prepared& body = matmuls_.prepare(s);
   s.m = blocks.last;
   const MatmulCache::Prepared& last = matmuls_.prepare(s);
+  const void* body_weight = matmuls_.pack_b(body, weight.raw());
+  const void* last_weight = &last == &body ? body_weight : matmuls_.pack_b(last, weight.raw());
   const char* a = static_cast<const char*>(in.raw());
   char* c = static_cast<char*>(pre.raw());
   const size_t a_es = dtype_size(in.dtype()), c_es = dtype_size(pre.dtype());
@@ -98,8 +101,8 @@ void CpuBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, con
     const int64_t first = block * blocks.rows;
     const bool is_last = block == blocks.count - 1;
     const int64_t rows = is_last ? blocks.last : blocks.rows;
-    matmuls_.run_prepared(is_last ? last : body, a + static_cast<size_t>(first * k) * a_es, weight.raw(),
-                          c + static_cast<size_t>(first * n) * c_es, bias.f32());
+    matmuls_.run_prepared(is_last ? last : body, a + static_cast<size_t>(first * k) * a_es,
+                          is_last ? last_weight : body_weight, c + static_cast<size_t>(first * n) * c_es, bias.f32());
     gelu_on(pre.raw(), out.raw(), first * n, rows * n);
   }
 }
