@@ -42,27 +42,34 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
   return diff / scale;
 }
 
+struct Problem {
+  int64_t m, n, k;
+  std::vector<float> a, weight;
+  Problem(int64_t rows, int64_t out, int64_t in, uint64_t seed)
+      : m(rows), n(out), k(in), a(random_floats(m * k, seed)), weight(random_floats(n * k, seed + 1)) {}
+  std::vector<float> product(MatmulCache& cache, const std::vector<float>& w, bool pack) const {
+    std::vector<float> c(static_cast<size_t>(m * n));
+    cache.run(linear_shape(m, n, k, pack), a.data(), w.data(), c.data());
+    return c;
+  }
+};
+
 TEST(MatmulCache, PackedWeightGivesTheSameProduct) {
-  const int64_t m = 300, n = 45, k = 70;
-  const std::vector<float> a = random_floats(m * k, 1), weight = random_floats(n * k, 2);
+  const Problem p(300, 45, 70, 1);
   MatmulCache cache;
-  std::vector<float> plain(m * n), packed(m * n);
-  cache.run(linear_shape(m, n, k, false), a.data(), weight.data(), plain.data());
-  cache.run(linear_shape(m, n, k, true), a.data(), weight.data(), packed.data());
-  EXPECT_LT(relative_difference(packed, plain), 1e-6);
+  EXPECT_LT(relative_difference(p.product(cache, p.weight, true), p.product(cache, p.weight, false)), 1e-6);
   // A second weight through the same cached primitive: packed again, not the first one's copy reused.
-  const std::vector<float> other = random_floats(n * k, 3);
-  cache.run(linear_shape(m, n, k, false), a.data(), other.data(), plain.data());
-  cache.run(linear_shape(m, n, k, true), a.data(), other.data(), packed.data());
-  EXPECT_LT(relative_difference(packed, plain), 1e-6);
+  const std::vector<float> other = random_floats(p.weight.size(), 3);
+  EXPECT_LT(relative_difference(p.product(cache, other, true), p.product(cache, other, false)), 1e-6);
 }
 
 TEST(MatmulCache, PreparedMatmulTakesOnlyItsPackedWeight) {
-  const int64_t m = 64, n = 45, k = 70;
-  const std::vector<float> a = random_floats(m * k, 4), weight = random_floats(n * k, 5);
+  const Problem p(64, 45, 70, 4);
+  const int64_t m = p.m, n = p.n, k = p.k;
+  const std::vector<float>&a = p.a, &weight = p.weight;
   MatmulCache cache;
-  std::vector<float> expected(m * n), got(m * n);
-  cache.run(linear_shape(m, n, k, false), a.data(), weight.data(), expected.data());
+  const std::vector<float> expected = p.product(cache, weight, false);
+  std::vector<float> got(expected.size());
   const MatmulCache::Prepared& prepared = cache.prepare(linear_shape(m, n, k, true));
   const void* b = cache.pack_b(prepared, weight.data());
   if (b == weight.data()) GTEST_SKIP() << "oneDNN keeps this B's layout: nothing is packed";
