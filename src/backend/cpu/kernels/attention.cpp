@@ -24,6 +24,7 @@
 
 // After level_target.h (its own block, so include sorting keeps it there): compiled for this copy's level.
 #include "backend/cpu/kernels/exp2_rows_avx2.h"
+#include "backend/cpu/kernels/store_row.h"
 
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
@@ -379,19 +380,7 @@ void add_head_column_sums(const float* src, int64_t T, int64_t hd, int64_t row, 
 // its column sums into colsum where that is given.
 template <class G>
 void write_head_gradient(const float* src, int64_t T, int64_t hd, G* dst, int64_t dst_row, float* colsum) {
-  for (int64_t t = 0; t < T; ++t) {
-    const float* s = src + t * hd;
-    G* d = dst + t * dst_row;
-#ifdef VITPIPE_AVX512
-    for (int64_t j = 0; j < hd; j += 16) {
-      const __mmask16 m = simd::tail_mask(hd - j);
-      simd::store(d + j, simd::load(s + j, m), m);
-    }
-#else
-#pragma omp simd
-    for (int64_t j = 0; j < hd; ++j) store(d + j, s[j]);
-#endif
-  }
+  for (int64_t t = 0; t < T; ++t) store_row(src + t * hd, dst + t * dst_row, hd);
   if (colsum) add_head_column_sums(src, T, hd, hd, colsum);
 }
 

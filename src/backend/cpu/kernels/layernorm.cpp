@@ -10,6 +10,9 @@
 // Last: everything below is compiled for this copy's CPU level (level_target.h).
 #include "backend/cpu/kernels/level_target.h"
 
+// After level_target.h (its own block, so include sorting keeps it there): compiled for this copy's level.
+#include "backend/cpu/kernels/store_row.h"
+
 namespace vitpipe::cpu::VITPIPE_CPU_LEVEL_NS {
 namespace {
 
@@ -97,18 +100,7 @@ void layernorm_backward_rows(const LayerNormBackwardArgs& a, const GradOut* grad
         if (r) v += r[j];
         dx[j] = v;
       }
-      if (copy) {
-        Copy* c = copy + i * d;
-#ifdef VITPIPE_AVX512
-        for (int64_t j = 0; j < d; j += 16) {
-          const __mmask16 m = simd::tail_mask(d - j);
-          simd::store(c + j, simd::load(dx + j, m), m);
-        }
-#else
-#pragma omp simd
-        for (int64_t j = 0; j < d; ++j) store(c + j, dx[j]);
-#endif
-      }
+      if (copy) store_row(dx, copy + i * d, d);
       if (cs) {
 #pragma omp simd
         for (int64_t j = 0; j < d; ++j) cs[j] += dx[j];
