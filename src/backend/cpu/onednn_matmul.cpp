@@ -101,7 +101,7 @@ std::shared_ptr<MatmulCache::Prepared> MatmulCache::create_as(const MatmulShape&
   attr.set_post_ops(ops);
   if (user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   p->has_bias = s.bias;
-  // Packing B: oneDNN picks its layout (format any), and run() reorders B into it before each call.
+  // Packing B: oneDNN picks its layout (format any); pack_b() reorders each call's B into it.
   const bool pack_b = s.pack_b && !widen;
   const dnnl::memory::desc b_wanted =
       pack_b ? dnnl::memory::desc(dims{s.k, s.n}, to_dnnl(s.b_type), dnnl::memory::format_tag::any) : p->b_desc;
@@ -145,11 +145,7 @@ void MatmulCache::run(const MatmulShape& shape, const void* a, const void* b, vo
   }
   std::unordered_map<int, dnnl::memory> args;
   args.emplace(DNNL_ARG_SRC, dnnl::memory(p.a_desc, engine_, const_cast<void*>(a)));
-  if (p.packs_b) {
-    args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.packed_b_desc, engine_, const_cast<void*>(pack_b(p, b))));
-  } else {
-    args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.b_desc, engine_, const_cast<void*>(b)));
-  }
+  args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(p.b_read_desc(), engine_, const_cast<void*>(pack_b(p, b))));
   args.emplace(DNNL_ARG_DST, dnnl::memory(p.c_desc, engine_, c_out));
   if (shape.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_desc, engine_, const_cast<float*>(bias)));
   if (shape.residual) {
@@ -177,7 +173,7 @@ const MatmulCache::Prepared& MatmulCache::prepare(const MatmulShape& shape) {
     p.thread_args.resize(static_cast<size_t>(threads));
     for (auto& ta : p.thread_args) {
       ta.a = dnnl::memory(p.a_desc, engine_, DNNL_MEMORY_NONE);
-      ta.b = dnnl::memory(p.packs_b ? p.packed_b_desc : p.b_desc, engine_, DNNL_MEMORY_NONE);
+      ta.b = dnnl::memory(p.b_read_desc(), engine_, DNNL_MEMORY_NONE);
       ta.c = dnnl::memory(p.c_desc, engine_, DNNL_MEMORY_NONE);
       ta.args = {{DNNL_ARG_SRC, ta.a}, {DNNL_ARG_WEIGHTS, ta.b}, {DNNL_ARG_DST, ta.c}};
       if (p.has_bias) {

@@ -88,6 +88,7 @@ struct MatmulCache::Prepared {
   dnnl::reorder pack_b_reorder;
   bool packs_b = false;
   Tensor packed_b;  // the last B packed for this primitive
+  const dnnl::memory::desc& b_read_desc() const { return packs_b ? packed_b_desc : b_desc; }
   size_t scratchpad_bytes = 0;
   bool has_bias = false;
   std::unique_ptr<Bf16Widening> widening;  // set when bf16 operands run on an fp32 primitive

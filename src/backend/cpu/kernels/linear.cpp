@@ -1,6 +1,7 @@
-// Linear layers on oneDNN matmul. Weights are [out, in] (torch.nn.Linear); oneDNN sees them through strides, so
-// no transposed copy is ever made. Memory: forward reads in + weight, writes out once (bias and the residual add
-// are fused as oneDNN post-ops); the weight gradient accumulates in place with a sum post-op.
+// Linear layers on oneDNN matmul. Weights are [out, in] (torch.nn.Linear); oneDNN sees them through strides, and
+// from kPackWeightMinRows rows the forward and input-gradient GEMMs read a copy in oneDNN's blocked layout, made per
+// call (a weight is small beside the rows). Memory: forward reads in + weight, writes out once (bias and the
+// residual add are fused as oneDNN post-ops); the weight gradient accumulates in place with a sum post-op.
 #include "backend/cpu/kernels/cpu_backend.h"
 #include "backend/cpu/kernels/vector_math.h"
 #include "util/error.h"
