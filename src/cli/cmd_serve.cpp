@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/data_flags.h"
+#include "data/source_fingerprint.h"
 #include "inference/image_classifier.h"
 #include "serve/dicom_identifiers.h"
 #include "serve/dicom_inference_worker.h"
@@ -41,7 +42,11 @@ struct ServeOptions {
   double max_delay_ms = 5;
   int64_t max_queue = 64;
   std::string max_body = "64M";
+  std::string decode_memory = "1G";
   int http_threads = 0;
+  int max_connections = 1024;
+  int max_connections_per_address = 128;
+  double header_timeout = 10;
   std::string token_file;
   int dicom_port = 0;
   std::string ae_title = "VITPIPE";
@@ -62,6 +67,14 @@ size_t parse_byte_size(const std::string& text, const char* flag) {
   return static_cast<size_t>(std::stoull(text.substr(0, digits))) << shift;
 }
 
+// A Hub id as given; a local directory by its last component (its absolute path stays on this machine).
+std::string model_name(const std::string& reference) {
+  if (!std::filesystem::exists(reference)) return reference;
+  std::filesystem::path path = std::filesystem::absolute(reference).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();
+  return path.filename().string();
+}
+
 nlohmann::json model_info(const ImageClassifier& classifier, const std::string& reference) {
   const LoadedModel& m = classifier.model();
   return {{"labels", m.config.labels},
@@ -72,7 +85,11 @@ nlohmann::json model_info(const ImageClassifier& classifier, const std::string& 
           {"image_reading",
            {{"intensity", intensity_policy_name(classifier.reading().intensity)},
             {"dicom_window", dicom_window_name(classifier.reading().dicom_window)}}},
-          {"weights", {{"reference", reference}, {"directory", m.directory.string()}, {"file", m.weights_file}}},
+          // The model's name and the weights' hash, not where they lie on this machine (no path is disclosed).
+          {"weights",
+           {{"name", model_name(reference)},
+            {"file", m.weights_file},
+            {"sha256", sha256_file_hex(m.directory / m.weights_file)}}},
           {"max_batch", classifier.max_batch()},
           {"vitpipe_version", "0.1.0"}};
 }
@@ -119,12 +136,18 @@ void run_serve(const ServeOptions& o) {
   http.max_queue = o.max_queue;
   http.max_body = parse_byte_size(o.max_body, "--max-body");
   http.threads = o.http_threads;
+  VP_REQUIRE(o.header_timeout >= 0.1 && o.header_timeout <= 3600, "--header-timeout: expected 0.1..3600 seconds, got ",
+             o.header_timeout);
+  http.connections.max_connections = o.max_connections;
+  http.connections.max_connections_per_address = o.max_connections_per_address;
+  http.connections.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.header_timeout * 1000));
   if (!o.token_file.empty()) http.token.emplace(o.token_file);
 
   ServeMetrics metrics;
   InferenceBatcher batcher(
       classifier, {o.max_batch, std::chrono::microseconds(static_cast<int64_t>(o.max_delay_ms * 1000))}, &metrics);
-  PredictionService predictions(classifier, batcher);
+  PredictionService predictions(classifier, batcher,
+                                static_cast<int64_t>(parse_byte_size(o.decode_memory, "--decode-memory")));
   HttpService service(predictions, metrics, model_info(classifier, o.model), std::move(http));
   service.bind();
 
@@ -159,6 +182,17 @@ void run_serve(const ServeOptions& o) {
   }
 
   std::thread http_thread([&] { service.serve(); });
+  // Whatever fails from here on (a DICOM port in use, say) stops the HTTP side before the error is reported: a
+  // joinable thread left behind would abort the process instead of the one-line error and exit 1.
+  struct StopHttpOnExit {
+    HttpService& service;
+    std::thread& thread;
+    ~StopHttpOnExit() {
+      if (!thread.joinable()) return;
+      service.stop();
+      thread.join();
+    }
+  } stop_http_on_exit{service, http_thread};
   // Warm-up: one full batch, so the first requests do not pay for oneDNN's kernel creation.
   const std::vector<float> zeros(static_cast<size_t>(classifier.input_floats() * o.max_batch), 0.0f);
   {
@@ -214,7 +248,20 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-body", o->max_body, "Largest request body (bytes, or with K, M, G); larger is answered 413")
       ->capture_default_str();
-  cmd->add_option("--http-threads", o->http_threads, "Connection threads (0: max-queue + 8)");
+  cmd->add_option("--decode-memory", o->decode_memory,
+                  "Memory for decoding images, shared by the requests at once (bytes, or with K, M, G); an image "
+                  "needing more is answered 413, one that must wait 503")
+      ->capture_default_str();
+  cmd->add_option("--http-threads", o->http_threads, "Requests answered at once (0: max-queue + 8)");
+  cmd->add_option("--max-connections", o->max_connections,
+                  "Open HTTP connections at most (idle ones cost no thread); more get a fast 503")
+      ->capture_default_str();
+  cmd->add_option("--max-connections-per-address", o->max_connections_per_address,
+                  "Open HTTP connections from one client address at most (behind a proxy: its address)")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", o->header_timeout,
+                  "Seconds a request's line and headers may take in all; slower is answered 408 and closed")
+      ->capture_default_str();
   cmd->add_option("--token-file", o->token_file,
                   "Require 'Authorization: Bearer TOKEN' (the file's first line) "
                   "on every route but /healthz");

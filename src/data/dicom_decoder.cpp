@@ -28,6 +28,7 @@
 #include "data/dicom_jpeg2000.h"
 #include "data/dicom_memory_stream.h"
 #include "data/dicom_pixels.h"
+#include "util/decode_memory.h"
 #include "util/error.h"
 #include "util/size_limits.h"
 
@@ -348,6 +349,8 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
   VP_REQUIRE(representation == 0 || representation == 1, name, ": ", dicom_attribute_label(DCM_PixelRepresentation),
              " is ", representation, " (expected 0 or 1)");
   m.is_signed = representation == 1;
+  // Before any pixel buffer: the stored frame (decompressed if it is not), its working copy and the result.
+  reserve_decode_memory(m.rows * m.columns * m.samples_per_pixel * (2 * (m.bits_allocated / 8) + 1), name);
   if (m.samples_per_pixel == 3) {
     m.planar_configuration =
         static_cast<int>(a.has(DCM_PlanarConfiguration) ? a.required_us(DCM_PlanarConfiguration) : 0);

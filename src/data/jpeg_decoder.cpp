@@ -8,8 +8,10 @@
 
 #include <csetjmp>
 #include <cstring>
+#include <exception>
 #include <vector>
 
+#include "util/decode_memory.h"
 #include "util/error.h"
 #include "util/size_limits.h"
 
@@ -23,7 +25,20 @@ struct ErrorManager {
   std::jmp_buf jump;
   bool truncated = false;
   char message[JMSG_LENGTH_MAX] = {};
+  const std::string* name = nullptr;
+  std::exception_ptr refused;  // the decode memory budget's refusal, rethrown once libjpeg is cleaned up
 };
+
+// No exception may cross decode_raw's setjmp frame: a refusal is kept and rethrown by the caller.
+bool reserve_memory(int64_t bytes, ErrorManager& err) noexcept {
+  try {
+    reserve_decode_memory(bytes, *err.name);
+    return true;
+  } catch (...) {
+    err.refused = std::current_exception();
+    return false;
+  }
+}
 
 void on_error(j_common_ptr cinfo) {
   auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
@@ -88,6 +103,11 @@ bool decode_raw(const uint8_t* data, size_t size, RawJpeg& out, ErrorManager& er
     return false;
   }
 
+  // What is allocated below (the samples; CMYK also its RGB result), before anything of that size is.
+  if (!reserve_memory(width * height * (components == 4 ? 7 : components), err)) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
   jpeg_start_decompress(&cinfo);
   const int64_t stride = int64_t{cinfo.output_width} * cinfo.output_components;
   out.width = cinfo.output_width;
@@ -123,7 +143,11 @@ DecodedImage decode_jpeg(const uint8_t* data, size_t size, const std::string& na
   VP_REQUIRE(has_jpeg_signature(data, size), name, ": not a JPEG file (no SOI marker)");
   RawJpeg raw;
   ErrorManager err;
-  if (!decode_raw(data, size, raw, err)) fail(name, ": corrupt or unsupported JPEG (", err.message, ")");
+  err.name = &name;
+  if (!decode_raw(data, size, raw, err)) {
+    if (err.refused) std::rethrow_exception(err.refused);
+    fail(name, ": corrupt or unsupported JPEG (", err.message, ")");
+  }
 
   DecodedImage out;
   out.width = raw.width;

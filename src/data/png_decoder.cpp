@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/intensity_mapping.h"
+#include "util/decode_memory.h"
 #include "util/error.h"
 #include "util/size_limits.h"
 
@@ -153,9 +154,12 @@ DecodedImage decode_png(const uint8_t* data, size_t size, const std::string& nam
   out.height = height;
   out.channels = (color == kGray || color == kGrayAlpha) ? 1 : 3;
   const size_t out_size = static_cast<size_t>(width * height * out.channels);
+  // What is allocated below: the result, and the decoded samples first unless they already are the result.
+  const bool direct = depth == 8 && (color == kGray || color == kRgb);
+  reserve_decode_memory(static_cast<int64_t>(out_size + (direct ? 0 : decoded_size)), name);
 
   // 8-bit gray and 8-bit RGB are already in their final layout: decode straight into the result.
-  if (depth == 8 && (color == kGray || color == kRgb)) {
+  if (direct) {
     out.pixels.resize(out_size);
     VP_REQUIRE(decoded_size == out_size, name, ": unexpected decoded size");
     check(spng_decode_image(c, out.pixels.data(), decoded_size, SPNG_FMT_PNG, 0), name, "decoding pixels");

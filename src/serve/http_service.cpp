@@ -16,22 +16,32 @@ constexpr size_t kMaxFormParts = 1000;
 // An oversized body is read (and dropped) up to this many times --max-body before the connection is cut.
 constexpr size_t kDrainFactor = 16;
 
+// Text from a client (a path, a file name, a UID) may be any bytes: invalid UTF-8 becomes U+FFFD instead of a throw.
 void answer_json(httplib::Response& res, int status, const nlohmann::json& body,
                  const char* type = "application/json") {
   res.status = status;
-  res.set_content(body.dump() + "\n", type);
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", type);
 }
 
 void answer_error(httplib::Response& res, int status, const std::string& message) {
   answer_json(res, status, {{"error", message}});
 }
 
-// cpp-httplib 0.11 listens with a backlog of 5: a burst of clients overflows it and some see their connection reset
-// instead of a 503. Linux lets listen() be called again on the bound socket to raise it.
-class ServerWithBacklog : public httplib::Server {
- public:
-  void raise_backlog(int backlog) { ::listen(svr_sock_, backlog); }
-};
+// An unauthenticated client's body is read at most this far before the 401 and a closed connection: enough for an
+// ordinary request to get its answer without a reset, too little to occupy a thread for long.
+constexpr size_t kUnauthenticatedDrain = size_t{1} << 20;
+
+// Bytes a client sent, fit for a log line: printable ASCII kept, the rest escaped, and cut at 200 characters.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const unsigned char c : text.substr(0, 200)) {
+    if (c >= 0x20 && c < 0x7f)
+      out += static_cast<char>(c);
+    else
+      out += concat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
+  }
+  return text.size() > 200 ? out + "..." : out;
+}
 
 // Releases an admission slot however the handler ends.
 struct Admission {
@@ -47,31 +57,25 @@ HttpService::HttpService(PredictionService& predictions, ServeMetrics& metrics, 
       metrics_(metrics),
       model_info_(std::move(model_info)),
       options_(std::move(options)),
-      server_(std::make_unique<ServerWithBacklog>()) {
+      server_() {
   VP_REQUIRE(options_.max_queue >= 1, "--max-queue: expected at least 1, got ", options_.max_queue);
   VP_REQUIRE(options_.max_body >= 1024, "--max-body: expected at least 1024 bytes, got ", options_.max_body);
-  const size_t threads =
-      options_.threads > 0 ? static_cast<size_t>(options_.threads) : static_cast<size_t>(options_.max_queue) + 8;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  options_.connections.threads =
+      options_.threads > 0 ? options_.threads : static_cast<int>(std::min<int64_t>(options_.max_queue + 8, 4096));
+  server_ = std::make_unique<HttpConnectionServer>(options_.connections,
+                                                   [this](const char* reason) { metrics_.record_refusal(reason); });
   server_->set_payload_max_length(options_.max_body);
-  server_->set_keep_alive_max_count(1000);
-  server_->set_keep_alive_timeout(5);
-  server_->set_read_timeout(30);
-  server_->set_write_timeout(30);
   add_routes();
 }
 
 HttpService::~HttpService() = default;
 
 void HttpService::bind() {
-  VP_REQUIRE(options_.port >= 1 && options_.port <= 65535, "--port: expected 1..65535, got ", options_.port);
-  VP_REQUIRE(server_->bind_to_port(options_.host, options_.port), "--host ", options_.host, " --port ", options_.port,
-             ": cannot listen there (address in use, or not an address of this machine)");
-  static_cast<ServerWithBacklog&>(*server_).raise_backlog(1024);
-  port_ = options_.port;
+  server_->bind(options_.host, options_.port);
+  port_ = server_->port();
 }
 
-void HttpService::serve() { server_->listen_after_bind(); }
+void HttpService::serve() { server_->serve(); }
 
 void HttpService::stop() { server_->stop(); }
 
@@ -89,6 +93,7 @@ void HttpService::add_routes() {
         handler();
       }
     } catch (const HttpError& e) {
+      if (e.status == 503) res.set_header("Retry-After", "1");
       answer_error(res, e.status, e.what());
     } catch (const std::bad_alloc&) {
       answer_error(res, 503, "out of memory");
@@ -104,7 +109,8 @@ void HttpService::add_routes() {
       if (body.is_object() && body.contains("error") && body["error"].is_string())
         reason = ": " + body["error"].get<std::string>();
     }
-    info(req.method, " ", route, " ", res.status, " ", static_cast<int64_t>(seconds * 1000), " ms", reason);
+    info(printable(req.method), " ", route, " ", res.status, " ", static_cast<int64_t>(seconds * 1000), " ms",
+         printable(reason));
   };
   auto guarded = [run_guarded](std::string route, bool needs_token, auto handler) -> httplib::Server::Handler {
     return [=](const Request& req, Response& res) {
@@ -129,11 +135,15 @@ void HttpService::add_routes() {
       run_guarded(route, true, req, res, [&] { handler(req, res, tracked); });
       if (read) return;
       size_t total = 0;
-      auto drop = [&](const char*, size_t size) { return (total += size) <= kDrainFactor * options_.max_body; };
+      const size_t limit = res.status == 401 ? kUnauthenticatedDrain : kDrainFactor * options_.max_body;
+      auto drop = [&](const char*, size_t size) { return (total += size) <= limit; };
       const bool drained = req.is_multipart_form_data()
                                ? reader([](const httplib::MultipartFormData&) { return true; }, drop)
                                : reader(drop);
-      if (!drained) res.set_header("Connection", "close");
+      if (!drained) {
+        res.set_header("Connection", "close");
+        HttpConnectionServer::close_after_answer();
+      }
     };
   };
 
@@ -168,7 +178,10 @@ void HttpService::add_routes() {
       return total <= kDrainFactor * options_.max_body;  // read on (dropped) to answer 413 without a reset
     });
     if (read && !too_large) return true;
-    if (!read) res.set_header("Connection", "close");  // the rest of the body was not read
+    if (!read) {  // the rest of the body was not read
+      res.set_header("Connection", "close");
+      HttpConnectionServer::close_after_answer();
+    }
     if (too_large || res.status == 413)
       answer_error(res, 413, concat("the request body is larger than --max-body (", options_.max_body, " bytes)"));
     else
@@ -218,7 +231,10 @@ void HttpService::add_routes() {
                           return total <= kDrainFactor * options_.max_body;
                         });
                     if (!read || too_large) {
-                      if (!read) res.set_header("Connection", "close");
+                      if (!read) {
+                        res.set_header("Connection", "close");
+                        HttpConnectionServer::close_after_answer();
+                      }
                       if (too_large || res.status == 413)
                         throw HttpError(
                             413, concat("the request body is larger than --max-body (", options_.max_body, " bytes)"));
@@ -245,8 +261,26 @@ void HttpService::add_routes() {
                       predictions_.store_instances(req.get_header_value("Content-Type"), body, &status);
                   answer_json(res, status, answer, "application/dicom+json");
                 }));
+  // cpp-httplib calls this outside its exception guard: it must not throw. What it answers (no route, a malformed
+  // request) no route handler counted, so it is counted and logged here.
   server_->set_error_handler([this](const Request& req, Response& res) {
-    if (res.body.empty()) answer_error(res, res.status, concat("no route ", req.method, " ", req.path));
+    try {
+      if (!res.body.empty()) return;
+      const std::string what =
+          res.status == 404   ? concat("no route ", req.method, " ", req.path)
+          : res.status == 400 ? std::string("malformed request or unsupported method")
+          : res.status == 413 ? concat("the request body is larger than --max-body (", options_.max_body, " bytes)")
+                              : concat("HTTP ", res.status);
+      answer_error(res, res.status, what);
+      metrics_.record_request(res.status == 404 ? "unmatched" : "malformed", res.status, 0);
+      info(printable(req.method), " ", printable(req.path), " ", res.status, " 0 ms: ", printable(what));
+    } catch (...) {
+      res.set_content("{\"error\":\"bad request\"}\n", "application/json");
+    }
+  });
+  server_->set_exception_handler([](const Request&, Response& res, std::exception_ptr) {
+    res.status = 500;
+    res.set_content("{\"error\":\"internal error\"}\n", "application/json");
   });
 }
 

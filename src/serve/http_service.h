@@ -10,12 +10,9 @@
 #include <string>
 
 #include "serve/bearer_token.h"
+#include "serve/http_connection_server.h"
 #include "serve/prediction_service.h"
 #include "serve/serve_metrics.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace vitpipe {
 
@@ -24,7 +21,8 @@ struct HttpServiceOptions {
   int port = 8080;
   int64_t max_queue = 64;              // prediction requests admitted at once (decoding, queued or running)
   size_t max_body = size_t{64} << 20;  // bytes
-  int threads = 0;                     // connection threads; 0: max_queue + 8, so overload is answered with 503
+  int threads = 0;                     // requests answered at once; 0: max_queue + 8, so overload is answered with 503
+  HttpConnectionLimits connections;    // its `threads` is set from `threads`
   std::optional<BearerToken> token;
 };
 
@@ -35,7 +33,7 @@ class HttpService {
               HttpServiceOptions options);
   ~HttpService();
 
-  // Binds the port; throws vitpipe::Error naming --host/--port when it cannot.
+  // Binds the port (refused when another process listens there); throws vitpipe::Error naming --host/--port.
   void bind();
   int port() const { return port_; }
   // Serves until stop(); requests in flight are answered before it returns.
@@ -50,7 +48,7 @@ class HttpService {
   ServeMetrics& metrics_;
   nlohmann::json model_info_;
   HttpServiceOptions options_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpConnectionServer> server_;
   std::atomic<int64_t> admitted_{0};
   std::atomic<bool> ready_{false};
   int port_ = 0;

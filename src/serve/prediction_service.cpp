@@ -8,6 +8,8 @@
 #include "data/dicom_decoder.h"
 #include "data/image.h"
 #include "data/png_encoder.h"
+#include "serve/dicom_identifiers.h"
+#include "serve/dicom_storage_node.h"
 #include "serve/multipart_reader.h"
 #include "util/base64.h"
 
@@ -33,8 +35,9 @@ nlohmann::json dicom_json(const char* vr, const nlohmann::json& value) {
 
 }  // namespace
 
-PredictionService::PredictionService(ImageClassifier& classifier, InferenceBatcher& batcher)
-    : classifier_(classifier), batcher_(batcher), heatmaps_(classifier) {}
+PredictionService::PredictionService(ImageClassifier& classifier, InferenceBatcher& batcher,
+                                     int64_t decode_memory_bytes)
+    : classifier_(classifier), batcher_(batcher), heatmaps_(classifier), decode_memory_(decode_memory_bytes) {}
 
 PredictionService::Pending PredictionService::queue_image(const std::string& name, std::string_view bytes,
                                                           bool keep_image) {
@@ -42,10 +45,16 @@ PredictionService::Pending PredictionService::queue_image(const std::string& nam
   pending.name = name;
   std::vector<float> input(static_cast<size_t>(classifier_.input_floats()));
   try {
+    // Decoding reserves what it will allocate from the shared budget first; given back once preprocessed.
+    const DecodeMemoryScope decoding(decode_memory_);
     DecodedImage image = decode_image_memory_keep_gray(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
                                                        name, classifier_.reading());
     classifier_.preprocess(image, name, input.data());
     if (keep_image) pending.image = std::move(image);
+  } catch (const DecodeMemoryRefused& e) {
+    throw HttpError(e.transient ? 503 : 413, e.what());
+  } catch (const HttpError&) {
+    throw;
   } catch (const Error& e) {
     throw HttpError(400, e.what());
   }
@@ -130,8 +139,16 @@ nlohmann::json PredictionService::store_instances(std::string_view content_type,
     for (size_t i = start; i < end; ++i) {
       const std::string name = concat("instance ", i + 1);
       try {
-        identities[i - start] =
+        DicomFileIdentity identity =
             read_dicom_file_identity(reinterpret_cast<const uint8_t*>(instances[i].data()), instances[i].size(), name);
+        // One policy for both doors: what the DICOM node refuses at association is refused here too.
+        if (!is_valid_dicom_uid(identity.sop_class_uid) || !is_valid_dicom_uid(identity.sop_instance_uid))
+          throw HttpError(400, concat(name, ": SOP Class or Instance UID is not a valid UID (digits and dots)"));
+        identities[i - start] = identity;
+        const auto& accepted = DicomStorageNode::accepted_sop_classes();
+        if (std::find(accepted.begin(), accepted.end(), identity.sop_class_uid) == accepted.end())
+          throw HttpError(400, concat(name, ": SOP Class ", identity.sop_class_uid,
+                                      " is not one this node classifies (CR, DX or Secondary Capture)"));
         pending[i - start] = queue_image(name, instances[i], false);
       } catch (const std::exception& e) {
         failures[i - start] = e.what();
@@ -147,7 +164,7 @@ nlohmann::json PredictionService::store_instances(std::string_view content_type,
         }
       }
       nlohmann::json item = nlohmann::json::object();
-      if (!identities[k].sop_class_uid.empty()) {
+      if (is_valid_dicom_uid(identities[k].sop_class_uid) && is_valid_dicom_uid(identities[k].sop_instance_uid)) {
         item["00081150"] = dicom_json("UI", identities[k].sop_class_uid);
         item["00081155"] = dicom_json("UI", identities[k].sop_instance_uid);
       }

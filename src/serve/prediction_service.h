@@ -14,6 +14,7 @@
 #include "inference/image_classifier.h"
 #include "serve/heatmap_renderer.h"
 #include "serve/inference_batcher.h"
+#include "util/decode_memory.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -25,8 +26,10 @@ struct HttpError : Error {
 
 class PredictionService {
  public:
-  // Both must outlive the service.
-  PredictionService(ImageClassifier& classifier, InferenceBatcher& batcher);
+  // Both must outlive the service. Images are decoded within `decode_memory_bytes` for all requests at once (see
+  // util/decode_memory.h): an image needing more alone is answered 413, one that must wait for others 503.
+  PredictionService(ImageClassifier& classifier, InferenceBatcher& batcher,
+                    int64_t decode_memory_bytes = int64_t{1} << 30);
 
   // One image: predict's JSON line, plus {"heatmap": {"finding", "method", "probability", "png_base64"}} for the most
   // probable label when `heatmap` is set. Throws HttpError 400 naming `name` when the bytes are not an image vitpipe
@@ -60,6 +63,7 @@ class PredictionService {
   ImageClassifier& classifier_;
   InferenceBatcher& batcher_;
   HeatmapRenderer heatmaps_;
+  DecodeMemoryBudget decode_memory_;
 };
 
 }  // namespace vitpipe

@@ -40,6 +40,11 @@ void ServeMetrics::record_request(const std::string& route, int status, double s
   observe(latency_[route], kLatencyBuckets.data(), kLatencyBuckets.size(), seconds);
 }
 
+void ServeMetrics::record_refusal(const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  ++refusals_[reason];
+}
+
 void ServeMetrics::record_batch(int64_t images) {
   std::lock_guard lock(mutex_);
   observe(batches_, kBatchBuckets.data(), kBatchBuckets.size(), static_cast<double>(images));
@@ -71,6 +76,10 @@ std::string ServeMetrics::prometheus_text() const {
          "# TYPE vitpipe_http_requests_total counter\n";
   for (const auto& [key, n] : requests_)
     out << "vitpipe_http_requests_total{route=\"" << key.first << "\",status=\"" << key.second << "\"} " << n << "\n";
+  out << "# HELP vitpipe_http_refused_total Connections and requests refused before a route saw them, by reason.\n"
+         "# TYPE vitpipe_http_refused_total counter\n";
+  for (const auto& [reason, n] : refusals_)
+    out << "vitpipe_http_refused_total{reason=\"" << reason << "\"} " << n << "\n";
   out << "# HELP vitpipe_http_request_duration_seconds Time from a request's arrival to its answer.\n"
          "# TYPE vitpipe_http_request_duration_seconds histogram\n";
   for (const auto& [route, h] : latency_) {

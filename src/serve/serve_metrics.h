@@ -21,6 +21,8 @@ class ServeMetrics {
   static constexpr std::array<double, 9> kBatchBuckets{1, 2, 4, 8, 16, 32, 64, 128, 256};
 
   void record_request(const std::string& route, int status, double seconds);
+  // A connection or request refused before any route saw it (connection caps, header deadline, header size).
+  void record_refusal(const std::string& reason);
   void record_batch(int64_t images);
   void set_queue_depth(int64_t depth);
   // Images classified per second over the last 10 seconds.
@@ -38,6 +40,7 @@ class ServeMetrics {
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, Histogram> latency_;  // by route
+  std::map<std::string, uint64_t> refusals_;  // by reason
   Histogram batches_;
   uint64_t images_ = 0;
   int64_t queue_depth_ = 0;

@@ -1,0 +1,392 @@
+"""`vitpipe serve` as an attacker meets it, on loopback (issue 47): bytes that are not UTF-8, pipelined requests, slow
+and idle connections, a second server on the same port, keep-alive latency, a POST without a length, what /v1/model
+discloses, and a decompression bomb. Every attack is bounded in time and count; the server must answer each with at
+worst a 4xx or 503 and keep serving. Attackers connect from 127.0.0.2 (any 127.x address is loopback on Linux), the
+probes from 127.0.0.1, as an attacker and a clinic would be two hosts.
+
+    serve_attacks.py --case non-utf8|pipelining|slow-clients|port-in-use|keep-alive|no-length|model-info|decode-bomb
+"""
+
+import http.client
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import threading
+import time
+import zlib
+
+import numpy as np
+
+from serve_common import (VITPIPE, Server, free_port, make_images, make_model, metric, predict_lines, related_dicom,
+                          request, run_case, same_prediction, write_dicom)
+
+ATTACKER = "127.0.0.2"
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def connect(port, source="127.0.0.1", timeout=10):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def read_responses(sock, count, timeout=10):
+    """Up to `count` HTTP responses read off one socket: [(status, headers, body)] (fewer if it closes)."""
+    sock.settimeout(timeout)
+    data = b""
+    out = []
+    while len(out) < count:
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            try:
+                chunk = sock.recv(65536)
+            except (socket.timeout, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            data += chunk
+            continue
+        head = data[:end].decode("latin-1").split("\r\n")
+        status = int(head[0].split()[1])
+        headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in head[1:] if ":" in line)}
+        length = int(headers.get("content-length", "0"))
+        while len(data) < end + 4 + length:
+            try:
+                chunk = sock.recv(65536)
+            except (socket.timeout, ConnectionResetError):
+                chunk = b""
+            if not chunk:
+                break
+            data += chunk
+        out.append((status, headers, data[end + 4:end + 4 + length]))
+        data = data[end + 4 + length:]
+    return out
+
+
+def alive(server):
+    return server.process.poll() is None and request(server.port, "GET", "/healthz", timeout=5)[0] == 200
+
+
+def probe_healthz(port, seconds, interval=0.25):
+    """Fresh connections from 127.0.0.1 asking /healthz for `seconds`: the share answered 200 within 2 s."""
+    answered = total = 0
+    end = time.time() + seconds
+    while time.time() < end:
+        total += 1
+        start = time.time()
+        try:
+            status = request(port, "GET", "/healthz", timeout=2)[0]
+            answered += status == 200 and time.time() - start <= 2
+        except OSError:
+            pass
+        time.sleep(interval)
+    return answered / max(total, 1), total
+
+
+def token_server_files(root):
+    token = "attack-test-token-0123456789"
+    path = os.path.join(root, "token")
+    with open(path, "w") as f:
+        f.write(token + "\n")
+    return token, path
+
+
+def case_non_utf8(root, checks):
+    """Bytes that are not UTF-8 in the path, the method, a parameter and a DICOM UID earn a 4xx, never a dead
+    process or a 500; the 404s are logged and counted."""
+    model = make_model(root)
+    images = make_images(root)
+    png = read(images[0])
+    token, token_file = token_server_files(root)
+    auth = {"Authorization": f"Bearer {token}"}
+    with Server(model, "--token-file", token_file) as server:
+        for name, raw in (("path %FB", b"GET /%FB HTTP/1.1\r\nHost: x\r\n\r\n"),
+                          ("raw byte in the path", b"GET /\xfb\xfe HTTP/1.1\r\nHost: x\r\n\r\n"),
+                          ("method G\\xfbT", b"G\xfbT /healthz HTTP/1.1\r\nHost: x\r\n\r\n"),
+                          ("header value", b"GET /nothing HTTP/1.1\r\nHost: \xfb\xff\r\n\r\n")):
+            with connect(server.port) as s:
+                s.sendall(raw)
+                answers = read_responses(s, 1)
+            checks.check(len(answers) == 1 and 400 <= answers[0][0] < 500,
+                         f"{name}: expected a 4xx, got {[a[0] for a in answers]}")
+            if answers:
+                body = answers[0][2]
+                try:
+                    json.loads(body)
+                    valid = True
+                except ValueError:
+                    valid = False
+                checks.check(valid, f"{name}: the answer is not valid JSON: {body[:120]!r}")
+            checks.check(alive(server), f"{name}: the server died or stopped answering")
+        status, _, body = request(server.port, "POST", "/v1/predict?heatmap=%FB", png,
+                                  dict(auth, **{"Content-Type": "image/png"}))
+        checks.check(status == 400 and b"heatmap" in body, f"?heatmap=%FB: {status} {body[:160]}")
+        # STOW-RS: one instance with a UID that is not text, one of a class the DICOM node refuses (Enhanced MR,
+        # patched over DX's class UID of the same length), one good: the bad ones fail alone.
+        good = read(images[-2])
+        bad_uid = write_dicom(os.path.join(root, "bad-uid.dcm"), np.zeros((16, 16), np.uint16), 16, 12,
+                              instance_uid="1.2.3.4.5.6.7.8.9")
+        bad_uid_bytes = read(bad_uid).replace(b"1.2.3.4.5.6.7.8.9", b"1.2.3.4.5.6.7.8.\xfb")
+        mr_bytes = read(images[-2]).replace(b"1.2.840.10008.5.1.4.1.1.1.1", b"1.2.840.10008.5.1.4.1.1.4.1")
+        ctype, body = related_dicom([bad_uid_bytes, mr_bytes, good])
+        status, _, answer = request(server.port, "POST", "/dicomweb/studies", body, dict(auth, **{"Content-Type": ctype}))
+        checks.check(status == 202, f"STOW with a non-text UID and an MR instance: {status} {answer[:300]}")
+        if status == 202:
+            response = json.loads(answer)
+            failed = response.get("00081198", {}).get("Value", [])
+            reasons = " | ".join(item.get("00091002", {}).get("Value", [""])[0] for item in failed)
+            checks.check(len(failed) == 2 and len(response.get("00081199", {}).get("Value", [])) == 1,
+                         f"STOW: expected 2 failed and 1 stored: {answer[:400]}")
+            checks.check("not a valid UID" in reasons and "SOP Class 1.2.840.10008.5.1.4.1.1.4.1" in reasons,
+                         f"STOW failure reasons: {reasons}")
+        status, _, text = request(server.port, "GET", "/metrics", headers=auth)
+        unmatched = metric(text.decode(), "vitpipe_http_requests_total", {"route": "unmatched", "status": "404"})
+        checks.check(unmatched is not None and unmatched >= 2, f"/metrics: 404s counted {unmatched}")
+        server.stop()
+        checks.check("no route GET /\\xfb\\xfe" in server.output(), "the 404 with raw bytes is not logged escaped")
+    checks.check(server.exit_code == 0, f"exit {server.exit_code}: the server died")
+
+
+def case_pipelining(root, checks):
+    """Requests sent back to back in one packet are answered in order; a refused body is never parsed as a request."""
+    model = make_model(root)
+    images = make_images(root)
+    expected = predict_lines(model, images[:2])
+    token, token_file = token_server_files(root)
+    with Server(model, "--token-file", token_file) as server:
+        with connect(server.port) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n"
+                      b"Authorization: Bearer " + token.encode() + b"\r\n\r\n")
+            answers = read_responses(s, 2)
+        checks.check([a[0] for a in answers] == [200, 200] and b"ok" in answers[0][2] and b"ready" in answers[1][2],
+                     f"two pipelined GETs: {[(a[0], a[2][:40]) for a in answers]}")
+        posts = b""
+        for path in images[:2]:
+            data = read(path)
+            posts += (f"POST /v1/predict HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                      f"Content-Type: image/png\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
+        posts += b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        with connect(server.port) as s:
+            s.sendall(posts)
+            answers = read_responses(s, 3, timeout=30)
+        checks.check([a[0] for a in answers] == [200, 200, 200], f"pipelined POSTs: {[a[0] for a in answers]}")
+        for (status, _, body), path in zip(answers, images[:2]):
+            if status == 200:
+                checks.check(same_prediction(json.loads(body), expected[path]), f"pipelined answer for {path}")
+        # A POST without the token, with a body that looks like requests, then a GET: the body is never a request.
+        body = b"GET /stolen-" + token.encode()[-6:] + b" HTTP/1.1\r\n\r\n" * 3
+        with connect(server.port) as s:
+            s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\nContent-Length: "
+                      + str(len(body)).encode() + b"\r\n\r\n" + body + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answers = read_responses(s, 5)
+        checks.check(answers and answers[0][0] == 401, f"refused POST: {[a[0] for a in answers]}")
+        checks.check(all(b"stolen" not in a[2] and a[0] != 404 for a in answers),
+                     f"a body was parsed as a request: {[(a[0], a[2][:60]) for a in answers]}")
+        checks.check(len(answers) <= 2 and (len(answers) < 2 or answers[1][0] == 200),
+                     f"after the refused POST: {[a[0] for a in answers]}")
+        checks.check(alive(server), "not serving after pipelining")
+    checks.check(server.exit_code == 0, f"exit {server.exit_code}")
+
+
+def case_slow_clients(root, checks):
+    """100 slow-header and 300 idle connections do not silence /healthz; a slow header is cut at --header-timeout
+    with 408; past --max-connections-per-address an address gets a fast 503 while others are served."""
+    model = make_model(root)
+    with Server(model, "--header-timeout", "3", "--max-connections-per-address", "1000", "--http-threads", "4") as server:
+        slow = [connect(server.port, ATTACKER) for _ in range(100)]
+        stop = threading.Event()
+
+        def dribble():
+            for i in range(60):
+                for s in slow:
+                    try:
+                        s.send(b"GET /healthz HTTP/1.1\r\nX-Slow: "[i % 30:i % 30 + 1])
+                    except OSError:
+                        pass
+                if stop.wait(1.0):
+                    return
+
+        thread = threading.Thread(target=dribble)
+        thread.start()
+        share, total = probe_healthz(server.port, 6)
+        checks.check(share >= 0.8, f"100 slow-header connections: /healthz within 2 s in {share:.0%} of {total}")
+        time.sleep(1.0)  # past the 3 s header deadline
+        answers = read_responses(slow[0], 1, timeout=5)
+        checks.check(answers and answers[0][0] == 408, f"a slow header: {[a[0] for a in answers]}, expected 408")
+        stop.set()
+        thread.join()
+        for s in slow:
+            s.close()
+        idle = [connect(server.port, ATTACKER) for _ in range(300)]
+        share, total = probe_healthz(server.port, 4)
+        checks.check(share >= 0.8, f"300 idle connections: /healthz within 2 s in {share:.0%} of {total}")
+        for s in idle:
+            s.close()
+        status, _, text = request(server.port, "GET", "/metrics")
+        timeouts = metric(text.decode(), "vitpipe_http_refused_total", {"reason": "header_timeout"})
+        checks.check(timeouts is not None and timeouts >= 100, f"/metrics: header timeouts {timeouts}")
+    checks.check(server.exit_code == 0, f"exit {server.exit_code}")
+    with Server(model, "--max-connections-per-address", "20") as server:
+        held = [connect(server.port, ATTACKER) for _ in range(20)]
+        time.sleep(0.3)
+        start = time.time()
+        refused = []
+        for _ in range(5):
+            with connect(server.port, ATTACKER) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                refused += [a[0] for a in read_responses(s, 1, timeout=5)] or ["closed"]
+        checks.check(all(r in (503, "closed") for r in refused) and time.time() - start < 3,
+                     f"past the per-address cap: {refused} in {time.time() - start:.1f} s")
+        checks.check(request(server.port, "GET", "/healthz", timeout=2)[0] == 200,
+                     "another address is not served while one is at its cap")
+        for s in held:
+            s.close()
+        status, _, text = request(server.port, "GET", "/metrics")
+        per_address = metric(text.decode(), "vitpipe_http_refused_total", {"reason": "per_address"})
+        checks.check(per_address == 5, f"/metrics: per-address refusals {per_address}")
+
+
+def case_port_in_use(root, checks):
+    """A second server on a port in use, HTTP or DICOM, says so in one line and exits 1 (not 134, not silently
+    sharing the port)."""
+    model = make_model(root)
+    with Server(model) as server:
+        result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", str(server.port)], capture_output=True,
+                                text=True, timeout=120)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        checks.check(result.returncode == 1 and f"port {server.port} is in use" in result.stderr,
+                     f"second HTTP server: exit {result.returncode}: {result.stderr.strip()[-300:]}")
+        checks.check(len([line for line in lines if "error" in line.lower()]) == 1,
+                     f"second HTTP server: not one error line: {lines}")
+        checks.check(alive(server), "the first server stopped answering")
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen(1)
+        dicom_port = taken.getsockname()[1]
+        result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", str(free_port()), "--dicom-port",
+                                 str(dicom_port), "--spool", os.path.join(root, "spool")],
+                                capture_output=True, text=True, timeout=120)
+        checks.check(result.returncode == 1 and str(dicom_port) in result.stderr,
+                     f"DICOM port in use: exit {result.returncode}: {result.stderr.strip()[-300:]}")
+        checks.check("terminate called" not in result.stderr, "DICOM port in use: the process aborted")
+
+
+def case_keep_alive(root, checks):
+    """Requests after the first on a keep-alive connection are as quick as the first (no Nagle/delayed-ACK wait)."""
+    model = make_model(root)
+    with Server(model) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        times = []
+        for _ in range(21):
+            start = time.perf_counter()
+            conn.request("GET", "/healthz")
+            response = conn.getresponse()
+            response.read()
+            times.append(time.perf_counter() - start)
+            checks.check(response.status == 200, f"keep-alive /healthz: {response.status}")
+        conn.close()
+        median = statistics.median(times[1:])
+        print(f"keep-alive /healthz: median {median * 1000:.2f} ms after the first")
+        checks.check(median < 0.02, f"keep-alive: median {median * 1000:.1f} ms per request (Nagle waits ~40 ms)")
+
+
+def case_no_length(root, checks):
+    """A POST with neither Content-Length nor chunked encoding is answered 411 at once, not after 30 s."""
+    model = make_model(root)
+    token, token_file = token_server_files(root)
+    with Server(model, "--token-file", token_file) as server:
+        with connect(server.port) as s:
+            start = time.time()
+            s.sendall(f"POST /v1/predict HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                      "Content-Type: image/png\r\n\r\n".encode())
+            answers = read_responses(s, 1, timeout=10)
+            took = time.time() - start
+        checks.check(answers and answers[0][0] == 411 and took < 2,
+                     f"POST without a length: {[a[0] for a in answers]} after {took:.1f} s")
+        checks.check(alive(server), "not serving after a POST without a length")
+
+
+def case_model_info(root, checks):
+    """/v1/model names the model and its weights' hash, never where they lie on this machine."""
+    model = make_model(root)
+    with Server(model) as server:
+        status, _, body = request(server.port, "GET", "/v1/model")
+        info = json.loads(body)
+        checks.check(status == 200 and root.encode() not in body and os.path.dirname(root).encode() not in body,
+                     f"/v1/model discloses a path: {body[:400]}")
+        import hashlib
+        with open(os.path.join(model, info["weights"]["file"]), "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        checks.check(info["weights"].get("sha256") == digest and info["weights"].get("name") == "model",
+                     f"/v1/model weights: {info.get('weights')}")
+
+
+def bomb_png(path, width=16000, height=16000):
+    """A PNG of width x height RGBA at 16 bits, all zero: about 2 MB that decodes to 2 GB."""
+    def chunk(kind, data):
+        return (len(data).to_bytes(4, "big") + kind + data +
+                (zlib.crc32(kind + data) & 0xFFFFFFFF).to_bytes(4, "big"))
+
+    compressor = zlib.compressobj(9)
+    row = b"\0" * (1 + width * 8)
+    parts = [compressor.compress(row) for _ in range(height)]
+    parts.append(compressor.flush())
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n")
+        f.write(chunk(b"IHDR", width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([16, 6, 0, 0, 0])))
+        f.write(chunk(b"IDAT", b"".join(parts)))
+        f.write(chunk(b"IEND", b""))
+    return path
+
+
+def peak_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1))
+
+
+def case_decode_bomb(root, checks):
+    """A 2 MB PNG that decodes to 2 GB is refused from its header: no more than 1 GiB of extra memory, quickly, and
+    the server goes on serving."""
+    model = make_model(root)
+    images = make_images(root)
+    expected = predict_lines(model, images[:1])[images[0]]
+    bomb = read(bomb_png(os.path.join(root, "bomb.png")))
+    print(f"bomb: {len(bomb)} bytes")
+    with Server(model, "--max-body", "8M") as server:
+        before = peak_rss_kib(server.process.pid)
+        start = time.time()
+        statuses = []
+        for _ in range(3):
+            status, _, body = request(server.port, "POST", "/v1/predict", bomb, {"Content-Type": "image/png"})
+            statuses.append(status)
+        took = time.time() - start
+        grown = (peak_rss_kib(server.process.pid) - before) / 1024
+        print(f"bomb x3: {statuses} in {took:.2f} s, peak RSS grew {grown:.0f} MiB")
+        checks.check(statuses == [413] * 3 and b"--decode-memory" in body, f"bomb: {statuses} {body[:200]}")
+        checks.check(grown < 1024, f"bomb: peak RSS grew {grown:.0f} MiB")
+        status, _, body = request(server.port, "POST", "/v1/predict", read(images[0]), {"Content-Type": "image/png"})
+        checks.check(status == 200 and same_prediction(json.loads(body), expected), f"after the bomb: {status}")
+    checks.check(server.exit_code == 0, f"exit {server.exit_code}")
+    # The budget is the service's: a smaller one refuses an ordinary image with a message naming the flag.
+    with Server(model, "--decode-memory", "1M") as server:
+        big = os.path.join(root, "big.png")
+        from PIL import Image
+        Image.fromarray(np.zeros((1200, 1200), np.uint16)).save(big)
+        status, _, body = request(server.port, "POST", "/v1/predict", read(big), {"Content-Type": "image/png"})
+        checks.check(status == 413 and b"--decode-memory" in body, f"1M budget, 1200 px 16-bit PNG: {status} {body}")
+
+
+CASES = {"non-utf8": case_non_utf8, "pipelining": case_pipelining, "slow-clients": case_slow_clients,
+         "port-in-use": case_port_in_use, "keep-alive": case_keep_alive, "no-length": case_no_length,
+         "model-info": case_model_info, "decode-bomb": case_decode_bomb}
+
+
+if __name__ == "__main__":
+    run_case(CASES)
