@@ -43,6 +43,7 @@ struct ServeOptions {
   int64_t max_queue = 64;
   std::string max_body = "64M";
   std::string decode_memory = "1G";
+  std::string dead_letter_max = "1G";
   int http_threads = 0;
   int max_connections = 1024;
   int max_connections_per_address = 128;
@@ -158,7 +159,7 @@ void run_serve(const ServeOptions& o) {
   std::unique_ptr<DicomStorageNode> node;
   HeatmapRenderer heatmaps(classifier);
   if (o.dicom_port > 0) {
-    spool.emplace(o.spool);
+    spool.emplace(o.spool, parse_byte_size(o.dead_letter_max, "--dead-letter-max"));
     spool->remove_abandoned_temporaries();
     if (destination) {
       DicomResultSenderOptions send{.spool = *spool, .destination = *destination, .calling_ae_title = o.ae_title};
@@ -281,6 +282,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--send-heatmaps", o->send_heatmaps,
                 "Also send the most probable label's heatmap as a Secondary "
                 "Capture image");
+  cmd->add_option("--dead-letter-max", o->dead_letter_max,
+                  "Size limit of SPOOL/dead-letter/ (bytes, or with K, M, G): past it the oldest entries are "
+                  "dropped, each logged")
+      ->capture_default_str();
   cmd->add_option("--max-associations", o->max_associations, "Concurrent DICOM associations at most")
       ->capture_default_str();
   cmd->callback([o] { run_serve(*o); });

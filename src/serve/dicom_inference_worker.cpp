@@ -59,6 +59,7 @@ DicomInferenceWorker::DicomInferenceWorker(ImageClassifier& classifier, Inferenc
       options_(std::move(options)),
       on_outbox_(std::move(on_outbox)) {
   std::filesystem::create_directories(results_dir());
+  std::filesystem::permissions(results_dir(), std::filesystem::perms::owner_all);  // patient data, as the spool
 }
 
 DicomInferenceWorker::~DicomInferenceWorker() { stop(); }
@@ -127,7 +128,9 @@ void DicomInferenceWorker::process(const std::filesystem::path& file) {
   if (!options_.write_reports) {
     nlohmann::json line = prediction_json(identity.sop_instance_uid, prediction, classifier_.labels());
     line["study_instance_uid"] = identity.study_instance_uid;
-    write_text_file_atomically(results_dir() / (identity.sop_instance_uid + ".json"), line.dump() + "\n");
+    const std::filesystem::path result = results_dir() / (identity.sop_instance_uid + ".json");
+    write_text_file_atomically(result, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    std::filesystem::permissions(result, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
     info("dicom: ", identity.sop_instance_uid, ": results/", identity.sop_instance_uid, ".json");
     spool_.remove(file);
     return;

@@ -13,6 +13,7 @@
 #include "serve/dicom_identifiers.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace vitpipe {
 
@@ -62,6 +63,12 @@ std::vector<fs::path> dicom_files_oldest_first(const fs::path& dir) {
   return paths;
 }
 
+void make_private(const fs::path& file) {
+  std::error_code error;
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace, error);
+  VP_REQUIRE(!error, "cannot make ", file.string(), " private (0600): ", error.message());
+}
+
 void rename_durably(const fs::path& from, const fs::path& to) {
   VP_REQUIRE(::rename(from.c_str(), to.c_str()) == 0, "cannot rename ", from.string(), " to ", to.string(), ": ",
              std::strerror(errno));
@@ -70,11 +77,21 @@ void rename_durably(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
-DicomSpool::DicomSpool(fs::path root) : root_(std::move(root)) {
+DicomSpool::DicomSpool(fs::path root, uint64_t dead_letter_max_bytes)
+    : root_(std::move(root)), dead_letter_max_bytes_(dead_letter_max_bytes) {
   for (const fs::path& dir : {received_dir(), outbox_dir(), dead_letter_dir(), tmp_dir()}) {
     std::error_code error;
     fs::create_directories(dir, error);
     VP_REQUIRE(!error, "cannot create the DICOM spool directory ", dir.string(), ": ", error.message());
+  }
+  // Patient data: only this user may list or read it, including what an earlier version left readable.
+  for (const fs::path& dir : {root_, received_dir(), outbox_dir(), dead_letter_dir(), tmp_dir()}) {
+    std::error_code error;
+    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, error);
+    VP_REQUIRE(!error, "cannot make the DICOM spool directory ", dir.string(), " private (0700): ", error.message());
+    if (dir == root_) continue;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir, error))
+      if (entry.is_regular_file()) make_private(entry.path());
   }
 }
 
@@ -95,6 +112,7 @@ fs::path DicomSpool::commit_into(const fs::path& temporary, const fs::path& dir,
                                  const std::string& sop_instance_uid) const {
   VP_REQUIRE(is_valid_dicom_uid(sop_instance_uid), "SOP Instance UID '", sop_instance_uid,
              "' is not a DICOM UID (digits and dots, at most 64 characters)");
+  make_private(temporary);
   fsync_path(temporary);
   fs::path target = dir / (sop_instance_uid + ".dcm");
   rename_durably(temporary, target);
@@ -125,9 +143,49 @@ fs::path DicomSpool::move_to_dead_letter(const fs::path& outbox_file, const std:
   fs::path reason_file = target;
   reason_file += ".reason.txt";
   write_text_file_atomically(reason_file, concat(utc_timestamp_now(), " ", reason, "\n"));
+  make_private(reason_file);
+  make_private(outbox_file);
   rename_durably(outbox_file, target);
   fsync_path(outbox_file.parent_path());  // else the file could reappear in the outbox after a crash
+  trim_dead_letter(target);
   return target;
+}
+
+void DicomSpool::trim_dead_letter(const fs::path& keep) const {
+  struct Entry {
+    fs::file_time_type time;
+    fs::path path;
+    uint64_t bytes;  // with its reason file
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dead_letter_dir(), error)) {
+    const fs::path& path = entry.path();
+    if (!entry.is_regular_file() || path.extension() == ".txt") continue;
+    fs::path reason = path;
+    reason += ".reason.txt";
+    std::error_code ignored;
+    const uint64_t reason_bytes = fs::exists(reason, ignored) ? fs::file_size(reason, ignored) : 0;
+    const uint64_t bytes = entry.file_size(ignored) + reason_bytes;
+    total += bytes;
+    entries.push_back({entry.last_write_time(ignored), path, bytes});
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.time != b.time ? a.time < b.time : a.path < b.path; });
+  for (const Entry& entry : entries) {
+    if (total <= dead_letter_max_bytes_) break;
+    if (entry.path == keep) continue;
+    fs::path reason = entry.path;
+    reason += ".reason.txt";
+    std::error_code ignored;
+    fs::remove(entry.path, ignored);
+    fs::remove(reason, ignored);
+    total -= entry.bytes;
+    warn("DICOM spool: dead-letter/ is over its limit of ", dead_letter_max_bytes_, " bytes: dropped ",
+         entry.path.filename().string(), " (the oldest)");
+  }
+  fsync_path(dead_letter_dir());
 }
 
 }  // namespace vitpipe

@@ -9,8 +9,12 @@
 // Every file enters received/ or outbox/ by rename from tmp/ (same file system) after an fsync, and the directory is
 // fsynced after the rename, so a listed file is always complete. Methods only touch the file system: one DicomSpool
 // (or copies of it) may be used from several threads. One process per spool directory.
+//
+// It holds patient data: the directories are 0700 and every file 0600, whatever the umask, and dead-letter/ is kept
+// under a size limit by dropping its oldest entries (each drop logged).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -19,8 +23,9 @@ namespace vitpipe {
 
 class DicomSpool {
  public:
-  // Creates the directories if missing. Throws vitpipe::Error naming the directory that cannot be created.
-  explicit DicomSpool(std::filesystem::path root);
+  // Creates the directories if missing (0700; what they already hold is made 0600). Throws vitpipe::Error naming
+  // the directory that cannot be created.
+  explicit DicomSpool(std::filesystem::path root, uint64_t dead_letter_max_bytes = uint64_t{1} << 30);
 
   const std::filesystem::path& root() const { return root_; }
   std::filesystem::path received_dir() const { return root_ / "received"; }
@@ -53,14 +58,18 @@ class DicomSpool {
   void remove(const std::filesystem::path& file) const;
 
   // Moves an outbox/ file to dead-letter/ and writes dead-letter/<name>.reason.txt ("<UTC time> <reason>"). The
-  // reason file is written first, so a dead-letter file never lacks one. Returns the dead-letter path.
+  // reason file is written first, so a dead-letter file never lacks one. Then the oldest entries go while
+  // dead-letter/ holds more than its limit (the newest always stays). Returns the dead-letter path.
   std::filesystem::path move_to_dead_letter(const std::filesystem::path& outbox_file, const std::string& reason) const;
 
  private:
   std::filesystem::path commit_into(const std::filesystem::path& temporary, const std::filesystem::path& dir,
                                     const std::string& sop_instance_uid) const;
 
+  void trim_dead_letter(const std::filesystem::path& keep) const;
+
   std::filesystem::path root_;
+  uint64_t dead_letter_max_bytes_;
 };
 
 // fsync a file's data or a directory's entries; throws vitpipe::Error naming the path on failure.
