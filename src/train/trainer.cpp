@@ -1062,8 +1062,11 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports, int
   const fs::path thresholds = output_ / "thresholds.json";
   fs::remove(thresholds);  // a resumed run's old file must not outlive the model it described
   ReportInputs inputs = read_run_directory(output_);
-  // Chosen on the val predictions as written (the report reads the same file), so both agree to the bit.
-  if (std::optional<ThresholdSet> chosen = report_thresholds(inputs)) {
+  // Chosen on the val predictions as written (the report reads the same file), so both agree to the bit; only when
+  // this run evaluated val (a predictions-val.csv left by an earlier run in the directory is not this model's).
+  const bool val = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.split == "val"; });
+  std::optional<ThresholdSet> chosen = val ? report_thresholds(inputs) : std::nullopt;
+  if (chosen) {
     chosen->data = dataset_->spec();
     chosen->step = model_step;
     write_thresholds_file(thresholds, *chosen);
