@@ -1,6 +1,8 @@
-// `vitpipe eval --model DIR --data SPEC --split {train,val,test} [--json] [--bootstrap N]`: loss, per-label ROC-AUC
-// and PR-AUC (scikit-learn's definitions; null where a label has one class only), their means, and bootstrap
-// confidence intervals. The same evaluation code as training's.
+// `vitpipe eval --model DIR --data SPEC --split {train,val,test} [--json] [--bootstrap N] [--thresholds FILE]`:
+// loss, per-label ROC-AUC and PR-AUC (scikit-learn's definitions; null where a label has one class only), their
+// means, bootstrap confidence intervals (resampling patients where the dataset knows them: --bootstrap-unit), and
+// the operating points at thresholds chosen on another split (a run's thresholds.json, chosen on val), said where
+// they came from. The same evaluation code as training's.
 #include <cstdio>
 #include <filesystem>
 
@@ -13,7 +15,9 @@
 #include "io/model_files.h"
 #include "model/vit_stage.h"
 #include "parallel/pipeline_executor.h"
+#include "train/bootstrap_unit.h"
 #include "train/evaluation.h"
+#include "train/operating_thresholds.h"
 #include "train/predictions_file.h"
 #include "train/run_world.h"
 #include "util/error.h"
@@ -32,6 +36,8 @@ struct EvalOptions {
   bool json = false;
   int64_t bootstrap = 0;
   uint64_t bootstrap_seed = 0;
+  std::string bootstrap_unit = "auto";
+  std::string thresholds;
   int64_t batch_size = 32;
   int threads = 0;
   std::string device = "cpu";  // --device cpu|cuda|auto
@@ -51,6 +57,9 @@ void run_eval(const EvalOptions& o) {
                parent.string(), " does not exist");
   }
   VP_REQUIRE(split != Split::none, "--split: expected train, val or test");
+  const BootstrapUnit unit = parse_bootstrap_unit(o.bootstrap_unit, "--bootstrap-unit");
+  std::optional<ThresholdSet> thresholds;
+  if (!o.thresholds.empty()) thresholds = read_thresholds_file(o.thresholds);
   LoadOptions load;
   load.image_size = o.image_size;
   load.reference.revision = o.revision;
@@ -59,6 +68,12 @@ void run_eval(const EvalOptions& o) {
   dataset_options.image_read = resolve_image_read(o.read, model.preprocessor, model.directory.string());
   model.preprocessor.vitpipe_intensity = image_read_options_json(dataset_options.image_read);
   auto dataset = open_dataset(o.data, dataset_options);
+  // Resolved (and `patient` refused without patient ids) even without --bootstrap, so the flag never passes unchecked.
+  std::optional<BootstrapOptions> bootstrap = BootstrapOptions{o.bootstrap, 0.95, o.bootstrap_seed};
+  std::vector<std::string> patients;  // the split's rows in the order evaluate_split returns them (dataset order)
+  for (const int64_t item : dataset->split_indices(split)) patients.push_back(dataset->item(item).patient);
+  set_bootstrap_unit(*bootstrap, unit, patients, dataset->spec());
+  if (o.bootstrap == 0) bootstrap.reset();
   // Another dataset's labels (cross-dataset evaluation): the model's labels taken from the dataset's by name.
   nlohmann::json label_mapping;
   if (model.config.labels != dataset->label_names()) {
@@ -90,10 +105,11 @@ void run_eval(const EvalOptions& o) {
     settings.micro_batches = 1;
     settings.loader_threads = o.loader_threads;
     settings.progress = !o.json;
-    if (o.bootstrap > 0) settings.bootstrap = BootstrapOptions{o.bootstrap, 0.95, o.bootstrap_seed};
+    settings.bootstrap = bootstrap;
     report = evaluate_split(executor, world, dataset, split, model.preprocessor, settings);
   });
   report.label_mapping = label_mapping;
+  if (thresholds) report.apply(*thresholds, dataset->spec());
   if (!o.save_predictions.empty()) write_predictions_csv(o.save_predictions, report, *dataset);
   if (o.json) {
     nlohmann::json j = report.to_json();
@@ -103,6 +119,8 @@ void run_eval(const EvalOptions& o) {
   } else {
     std::printf("%s split of %s: %lld images, loss %.4f\n%s", report.split.c_str(), dataset->spec().c_str(),
                 static_cast<long long>(report.rows), report.loss, report.table().c_str());
+    if (!thresholds)
+      std::printf("operating points: none (--thresholds RUN_DIR/thresholds.json applies those train chose on val)\n");
     if (!label_mapping.is_null()) {
       std::string mapped;
       for (const auto& [target, source] : label_mapping["mapped"].items())
@@ -133,6 +151,11 @@ void add_eval_command(CLI::App& app) {
                   "Also write FILE.csv: per image its path, patient, true labels, logits and probabilities");
   cmd->add_option("--bootstrap", o->bootstrap, "Bootstrap resamples for 95% confidence intervals (0 = none)");
   cmd->add_option("--bootstrap-seed", o->bootstrap_seed, "Seed of the bootstrap resampling");
+  cmd->add_option("--bootstrap-unit", o->bootstrap_unit,
+                  "What the bootstrap resamples: patient, image, or auto (patients where the dataset has ids)")
+      ->capture_default_str();
+  cmd->add_option("--thresholds", o->thresholds,
+                  "Operating points at these thresholds (a run's thresholds.json, chosen on its val split)");
   cmd->add_option("--batch-size", o->batch_size, "Images per forward pass")->capture_default_str();
   cmd->add_option("--image-size", o->image_size, "Evaluate at another resolution (position embeddings resized)");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");

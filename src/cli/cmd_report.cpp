@@ -1,5 +1,7 @@
 // `vitpipe report RUN_DIR [--out FILE.html]` and `vitpipe report --predictions FILE.csv ... --out FILE.html`: the
 // self-contained HTML report of a training run (train writes it at its end) or of saved predictions alone.
+// Intervals resample patients where the predictions name them (--bootstrap-unit); operating points use the
+// thresholds of --thresholds FILE, else RUN_DIR/thresholds.json, else those chosen on a val split.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -18,6 +20,8 @@ struct ReportCommandOptions {
   std::string out;
   int64_t bootstrap = 200;
   uint64_t seed = 0;
+  std::string bootstrap_unit = "auto";
+  std::string thresholds;
 };
 
 void run_report(const ReportCommandOptions& o) {
@@ -42,9 +46,11 @@ void run_report(const ReportCommandOptions& o) {
   }
   VP_REQUIRE(fs::is_directory(fs::absolute(out).parent_path()), "--out ", out.string(), ": directory ",
              fs::absolute(out).parent_path().string(), " does not exist");
+  if (!o.thresholds.empty()) inputs.thresholds = read_thresholds_file(o.thresholds);
   ReportOptions options;
   options.bootstrap = o.bootstrap;
   options.seed = o.seed;
+  options.bootstrap_unit = parse_bootstrap_unit(o.bootstrap_unit, "--bootstrap-unit");
   write_text_file_atomically(out, training_report_html(inputs, options));
   std::printf("%s\n", out.string().c_str());
 }
@@ -60,6 +66,11 @@ void add_report_command(CLI::App& app) {
   cmd->add_option("--bootstrap", o->bootstrap, "Bootstrap resamples for the 95% intervals (0 = none)")
       ->capture_default_str();
   cmd->add_option("--bootstrap-seed", o->seed, "Seed of the bootstrap resampling")->capture_default_str();
+  cmd->add_option("--bootstrap-unit", o->bootstrap_unit,
+                  "What the bootstrap resamples: patient, image, or auto (patients where the predictions name them)")
+      ->capture_default_str();
+  cmd->add_option("--thresholds", o->thresholds,
+                  "Operating-point thresholds (a run's thresholds.json, chosen on val) applied to every split");
   cmd->callback([o] { run_report(*o); });
 }
 

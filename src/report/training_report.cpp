@@ -11,8 +11,8 @@
 #include "report/svg_chart.h"
 #include "train/curves.h"
 #include "train/metrics.h"
-#include "util/base64.h"
 #include "util/atomic_file.h"
+#include "util/base64.h"
 #include "util/error.h"
 #include "util/median.h"
 
@@ -61,28 +61,35 @@ struct LabelSummary {
 struct SplitSummary {
   std::string name;
   int64_t rows = 0, patients = 0;
-  bool logits = false;  // thresholds are logits (shown as probabilities)
+  std::string ci_unit;      // what the bootstrap resampled: "patient" or "image"
+  ThresholdSet thresholds;  // where the operating points' thresholds come from
+  bool optimistic = false;  // they were tuned on this split itself
   std::vector<LabelSummary> labels;
   std::optional<double> mean_auc, mean_ap;
   std::optional<ConfidenceInterval> mean_auc_ci, mean_ap_ci;
   Calibration calibration;  // every known (image, label) pair
 };
 
-double to_probability(const SplitSummary& s, double threshold) {
-  return s.logits ? 1.0 / (1.0 + std::exp(-threshold)) : threshold;
-}
-
-SplitSummary summarize(const std::string& name, const PredictionsTable& p, const ReportOptions& options) {
+// `thresholds`: chosen on another split (or read from a file); nullopt: chosen on this split itself.
+SplitSummary summarize(const std::string& name, const PredictionsTable& p, const ReportOptions& options,
+                       const std::optional<ThresholdSet>& thresholds) {
   SplitSummary s;
   s.name = name;
   s.rows = static_cast<int64_t>(p.rows());
   s.patients = static_cast<int64_t>(std::set<std::string>(p.patients.begin(), p.patients.end()).size());
-  s.logits = p.scores != p.probabilities;
   const size_t labels = p.labels.size();
   // The same metrics code and float scores as `vitpipe eval`, so the numbers are eval's.
   const std::vector<float> scores(p.scores.begin(), p.scores.end());
   std::optional<BootstrapOptions> bootstrap;
-  if (options.bootstrap > 0) bootstrap = BootstrapOptions{options.bootstrap, 0.95, options.seed};
+  if (options.bootstrap > 0) {
+    bootstrap = BootstrapOptions{options.bootstrap, 0.95, options.seed};
+    set_bootstrap_unit(*bootstrap, options.bootstrap_unit, p.patients, p.source);
+    s.ci_unit = bootstrap->unit;
+  }
+  s.thresholds = thresholds ? *thresholds : choose_thresholds(p.labels, p.probabilities, p.targets, p.weights, name);
+  s.optimistic = tuned_on(s.thresholds, name, "");
+  const std::vector<LabelOperatingPoints> points =
+      apply_thresholds(s.thresholds, p.labels, p.probabilities, p.targets, p.weights);
   const EvaluationMetrics m =
       evaluate_multilabel(scores, p.targets, static_cast<int64_t>(labels), bootstrap,
                           p.has_unknown ? std::span<const float>(p.weights) : std::span<const float>());
@@ -111,21 +118,12 @@ SplitSummary summarize(const std::string& name, const PredictionsTable& p, const
     const RankedLabel ranked = rank_label(column, target, weight);
     ls.roc = roc_curve(ranked);
     ls.pr = pr_curve(ranked);
-    ls.youden = youden_point(ranked);
-    ls.sensitive = point_at_sensitivity(ranked, 0.9);
+    ls.youden = points[l].youden;
+    ls.sensitive = points[l].sensitivity_90;
     ls.ece = calibration(probability, target, weight).expected_calibration_error;
     s.labels.push_back(std::move(ls));
   }
   return s;
-}
-
-nlohmann::json operating_json(const SplitSummary& s, const std::optional<OperatingPoint>& op) {
-  if (!op) return nullptr;
-  return {{"threshold", to_probability(s, op->threshold)},
-          {"sensitivity", op->sensitivity()},
-          {"specificity", op->specificity()},
-          {"ppv", optional_json(op->ppv())},
-          {"npv", optional_json(op->npv())}};
 }
 
 nlohmann::json split_json(const SplitSummary& s) {
@@ -140,8 +138,9 @@ nlohmann::json split_json(const SplitSummary& s) {
                           {"ece", l.ece},
                           {"roc_points", l.roc.size()},
                           {"pr_points", l.pr.size()},
-                          {"youden", operating_json(s, l.youden)},
-                          {"sensitivity_90", operating_json(s, l.sensitive)}};
+                          {"auc_ci_skipped", l.auc_ci ? nlohmann::json(l.auc_ci->skipped) : nlohmann::json()},
+                          {"youden", operating_point_json(l.youden)},
+                          {"sensitivity_90", operating_point_json(l.sensitive)}};
   }
   nlohmann::json bins = nlohmann::json::array();
   for (const CalibrationBin& b : s.calibration.bins) {
@@ -155,6 +154,12 @@ nlohmann::json split_json(const SplitSummary& s) {
           {"patients", s.patients},
           {"mean_auc", optional_json(s.mean_auc)},
           {"mean_auc_ci", interval_json(s.mean_auc_ci)},
+          {"ci_unit", s.ci_unit.empty() ? nlohmann::json() : nlohmann::json(s.ci_unit)},
+          {"operating_points",
+           {{"chosen_on", s.thresholds.chosen_on},
+            {"optimistic", s.optimistic},
+            {"step", s.thresholds.step ? nlohmann::json(*s.thresholds.step) : nlohmann::json()},
+            {"file", s.thresholds.file.empty() ? nlohmann::json() : nlohmann::json(s.thresholds.file)}}},
           {"mean_pr_auc", optional_json(s.mean_ap)},
           {"auc", auc},
           {"auc_ci", auc_ci},
@@ -188,6 +193,7 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica 
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 34px 0 10px; border-bottom: 2px solid var(--line);
 padding-bottom: 4px; } h3 { font-size: 15px; margin: 22px 0 8px; }
 .subtitle, .note { color: var(--muted); } .note { font-size: 12.5px; max-width: 900px; }
+.note.optimistic { color: #8a4b00; }
 table { border-collapse: collapse; margin: 6px 0 10px; font-size: 13px; display: block; max-width: 100%; overflow-x: auto; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 9px; text-align: right; white-space: nowrap; }
 th { background: var(--band); font-weight: 600; } td:first-child, th:first-child { text-align: left; }
@@ -388,15 +394,38 @@ std::string validation_section(const std::vector<nlohmann::json>& metrics) {
   return out + "</section>\n";
 }
 
+// Where a split's operating points come from, said above its table.
+std::string thresholds_note(const SplitSummary& s) {
+  const ThresholdSet& t = s.thresholds;
+  std::string from = "chosen on the " + html_escape(t.chosen_on) + " split" +
+                     (t.step ? " (model step " + std::to_string(*t.step) + ")" : std::string()) +
+                     (t.file.empty() ? std::string() : " as read from " + html_escape(t.file));
+  if (s.optimistic)
+    return "<p class=\"note optimistic\">Operating points: thresholds " + from +
+           ", i.e. tuned on the split they score: <strong>optimistic</strong> (the best this split allows, not what "
+           "a threshold fixed beforehand would give).</p>\n";
+  return "<p class=\"note\">Operating points: thresholds " + from + ", applied unchanged to the " +
+         html_escape(s.name) + " predictions.</p>\n";
+}
+
 std::string split_table(const SplitSummary& s, bool bootstrap) {
-  std::vector<std::string> header{"finding",     "positives / known",
-                                  "ROC-AUC",     bootstrap ? "95% CI" : "",
-                                  "PR-AUC",      "ECE",
-                                  "Youden thr.", "sens.",
-                                  "spec.",       "PPV",
-                                  "NPV",         "90%-sens. thr.",
-                                  "sens.",       "spec.",
-                                  "PPV",         "NPV"};
+  const std::string tag = s.optimistic ? " (optimistic)" : " (" + html_escape(s.thresholds.chosen_on) + ")";
+  std::vector<std::string> header{"finding",
+                                  "positives / known",
+                                  "ROC-AUC",
+                                  bootstrap ? "95% CI (" + s.ci_unit + "s)" : "",
+                                  "PR-AUC",
+                                  "ECE",
+                                  "Youden thr." + tag,
+                                  "sens.",
+                                  "spec.",
+                                  "PPV",
+                                  "NPV",
+                                  "90%-sens. thr." + tag,
+                                  "sens.",
+                                  "spec.",
+                                  "PPV",
+                                  "NPV"};
   if (!bootstrap) header.erase(header.begin() + 3);
   std::vector<std::vector<std::string>> rows;
   auto op_cells = [&](const std::optional<OperatingPoint>& op, std::vector<std::string>& row) {
@@ -404,7 +433,7 @@ std::string split_table(const SplitSummary& s, bool bootstrap) {
       row.insert(row.end(), {"n/a", "", "", "", ""});
       return;
     }
-    row.push_back(fmt(to_probability(s, op->threshold), "%.3f"));
+    row.push_back(fmt(op->threshold, "%.3f"));
     row.push_back(fmt(op->sensitivity()));
     row.push_back(fmt(op->specificity()));
     row.push_back(fmt(op->ppv()));
@@ -440,17 +469,24 @@ std::string evaluation_section(const std::vector<SplitSummary>& splits, const Re
   }
   out += table_html({"split", "images", "patients", "mean ROC-AUC", "95% CI", "mean PR-AUC", "ECE (all findings)"},
                     rows, "evaluation-summary");
+  std::string units;
+  for (const auto& s : splits) units += (units.empty() ? "" : ", ") + s.name + ": " + s.ci_unit + "s";
   out +=
       "<p class=\"note\">ROC-AUC and PR-AUC as scikit-learn's roc_auc_score and average_precision_score, over the "
       "images where a finding is known; 95% intervals: " +
-      (options.bootstrap > 0 ? std::to_string(options.bootstrap) + " bootstrap resamples of the images (seed " +
-                                   std::to_string(options.seed) + ")"
-                             : std::string("none (--bootstrap 0)")) +
+      (options.bootstrap > 0
+           ? std::to_string(options.bootstrap) + " bootstrap resamples (seed " + std::to_string(options.seed) +
+                 ") of the patients, each drawn patient bringing all its images, where the predictions name "
+                 "patients (images of one patient are not independent), else of the images (" +
+                 html_escape(units) + "); a resample in which a finding has one class only is skipped for it"
+           : std::string("none (--bootstrap 0)")) +
       ". Operating points: the Youden threshold (maximum sensitivity + specificity - 1) and the highest threshold "
-      "reaching 90% sensitivity, as predicted probabilities. ECE: expected calibration error over 10 equal-width "
-      "probability bins.</p>\n";
+      "reaching 90% sensitivity, as predicted probabilities, chosen on the validation split and applied unchanged "
+      "to the others; a threshold tuned on the split it scores is labelled optimistic. ECE: expected calibration "
+      "error over 10 equal-width probability bins.</p>\n";
   for (const auto& s : splits) {
-    out += "<h3 id=\"table-" + s.name + "\">" + s.name + " split</h3>\n" + split_table(s, options.bootstrap > 0);
+    out += "<h3 id=\"table-" + s.name + "\">" + s.name + " split</h3>\n" + thresholds_note(s) +
+           split_table(s, options.bootstrap > 0);
   }
   // ROC and PR small multiples: one chart per finding, a curve per split.
   std::vector<std::string> labels;
@@ -580,6 +616,7 @@ ReportInputs read_run_directory(const fs::path& run_dir) {
     const fs::path p = run_dir / (std::string("predictions-") + split + ".csv");
     if (fs::exists(p)) in.splits[split] = read_predictions_csv(p);
   }
+  if (fs::exists(run_dir / "thresholds.json")) in.thresholds = read_thresholds_file(run_dir / "thresholds.json");
   const fs::path index = run_dir / "heatmaps" / "index.json";
   if (fs::exists(index)) {
     nlohmann::json j;
@@ -601,13 +638,22 @@ ReportInputs read_run_directory(const fs::path& run_dir) {
   return in;
 }
 
+std::optional<ThresholdSet> report_thresholds(const ReportInputs& in) {
+  if (in.thresholds) return in.thresholds;
+  if (!in.splits.count("val")) return std::nullopt;
+  const PredictionsTable& val = in.splits.at("val");
+  return choose_thresholds(val.labels, val.probabilities, val.targets, val.weights, "val");
+}
+
 std::string training_report_html(const ReportInputs& in, const ReportOptions& options, nlohmann::json* summary) {
+  const std::optional<ThresholdSet> thresholds = report_thresholds(in);
   std::vector<SplitSummary> splits;
   for (const char* preferred : {"val", "test"}) {
-    if (in.splits.count(preferred)) splits.push_back(summarize(preferred, in.splits.at(preferred), options));
+    if (in.splits.count(preferred))
+      splits.push_back(summarize(preferred, in.splits.at(preferred), options, thresholds));
   }
   for (const auto& [name, table] : in.splits) {
-    if (name != "val" && name != "test") splits.push_back(summarize(name, table, options));
+    if (name != "val" && name != "test") splits.push_back(summarize(name, table, options, thresholds));
   }
   for (const auto& s : splits) {
     VP_REQUIRE(s.labels.size() == splits.front().labels.size(), in.splits.at(s.name).source,

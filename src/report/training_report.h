@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "report/predictions_table.h"
+#include "train/bootstrap_unit.h"
+#include "train/operating_thresholds.h"
 
 namespace vitpipe {
 
@@ -29,20 +31,28 @@ struct ReportInputs {
   nlohmann::json train_options;                    // train_options.json (null: no run)
   std::map<std::string, PredictionsTable> splits;  // "val", "test" (or the file's name) -> predictions
   std::vector<ReportHeatmap> heatmaps;
+  // Operating-point thresholds chosen elsewhere (RUN_DIR/thresholds.json, or `report --thresholds FILE`). Without
+  // them the val split's are chosen here; a split with neither is scored at its own thresholds, labelled optimistic.
+  std::optional<ThresholdSet> thresholds;
 };
 
 struct ReportOptions {
   int64_t bootstrap = 200;  // resamples for the 95% intervals (0: none)
   uint64_t seed = 0;
+  BootstrapUnit bootstrap_unit = BootstrapUnit::automatic;  // patients where the predictions name them
 };
 
-// Reads RUN_DIR/metrics.jsonl (required), train_options.json, predictions-val.csv, predictions-test.csv and
-// heatmaps/index.json (each optional); one clear error for a directory that is not a run.
+// Reads RUN_DIR/metrics.jsonl (required), train_options.json, predictions-val.csv, predictions-test.csv,
+// thresholds.json and heatmaps/index.json (each optional); one clear error for a directory that is not a run.
 ReportInputs read_run_directory(const std::filesystem::path& run_dir);
 
 // The HTML text. Also returns, through `summary` (optional), the numbers it shows as JSON (the same object is
 // embedded in the page as <script type="application/json" id="report-data">).
 std::string training_report_html(const ReportInputs& inputs, const ReportOptions& options,
                                  nlohmann::json* summary = nullptr);
+
+// The thresholds the report applies to every split: `inputs.thresholds`, else those chosen on its val split, else
+// none (each split then chooses its own).
+std::optional<ThresholdSet> report_thresholds(const ReportInputs& inputs);
 
 }  // namespace vitpipe

@@ -60,8 +60,40 @@ nlohmann::json EvaluationReport::to_json() const {
     j["auc_ci"] = ci;
     const auto& mean_ci = metrics.roc_auc.mean_ci;
     j["mean_auc_ci"] = mean_ci ? nlohmann::json::array({mean_ci->low, mean_ci->high}) : nlohmann::json(nullptr);
+    for (const auto& interval : metrics.roc_auc.per_label_ci) {
+      if (interval) j["ci_unit"] = interval->unit;
+    }
+  }
+  j["operating_points"] = nullptr;
+  if (thresholds) {
+    nlohmann::json per_label = nlohmann::json::object();
+    for (size_t l = 0; l < labels.size(); ++l) {
+      per_label[labels[l]] = {{"youden", operating_point_json(operating_points[l].youden)},
+                              {"sensitivity_90", operating_point_json(operating_points[l].sensitivity_90)}};
+    }
+    j["operating_points"] = {{"source",
+                              {{"file", thresholds->file},
+                               {"chosen_on", thresholds->chosen_on},
+                               {"step", thresholds->step ? nlohmann::json(*thresholds->step) : nlohmann::json()},
+                               {"data", thresholds->data}}},
+                             {"optimistic", thresholds_optimistic},
+                             {"per_label", per_label}};
   }
   return j;
+}
+
+std::vector<double> EvaluationReport::probabilities() const {
+  std::vector<double> p(scores.size());
+  for (size_t i = 0; i < scores.size(); ++i) {
+    p[i] = scores_are_logits ? 1.0 / (1.0 + std::exp(-double{scores[i]})) : double{scores[i]};
+  }
+  return p;
+}
+
+void EvaluationReport::apply(const ThresholdSet& chosen, const std::string& data) {
+  thresholds = chosen;
+  thresholds_optimistic = tuned_on(chosen, split, data);
+  operating_points = apply_thresholds(chosen, labels, probabilities(), targets, weights);
 }
 
 std::string EvaluationReport::table() const {
@@ -70,8 +102,14 @@ std::string EvaluationReport::table() const {
   const bool ci = !metrics.roc_auc.per_label_ci.empty();
   const bool masked =
       std::any_of(metrics.known.begin(), metrics.known.end(), [&](int64_t known) { return known != metrics.rows; });
+  std::string unit;
+  for (const auto& interval : metrics.roc_auc.per_label_ci) {
+    if (interval) unit = interval->unit;
+  }
+  const std::string ci_header =
+      "   95% CI (ROC-AUC, resampling " + (unit.empty() ? std::string("images") : unit + "s") + ")";
   std::snprintf(line, sizeof(line), "%-20s %9s%s %8s %8s%s\n", "finding", "positives", masked ? "     known" : "",
-                "ROC-AUC", "PR-AUC", ci ? "   95% CI (ROC-AUC)" : "");
+                "ROC-AUC", "PR-AUC", ci ? ci_header.c_str() : "");
   out << line;
   auto number = [](const std::optional<double>& v) {
     char text[16];
@@ -107,6 +145,29 @@ std::string EvaluationReport::table() const {
                 number(metrics.roc_auc.mean).c_str(), number(metrics.average_precision.mean).c_str(),
                 mean_interval.c_str());
   out << line;
+  if (thresholds) {
+    const ThresholdSet& t = *thresholds;
+    out << "operating points at thresholds chosen on the " << t.chosen_on << " split"
+        << (t.step ? " (model step " + std::to_string(*t.step) + ")" : std::string()) << ", from " << t.file
+        << (thresholds_optimistic ? ": tuned on this split itself, OPTIMISTIC\n" : ", applied unchanged\n");
+    std::snprintf(line, sizeof(line), "%-20s %9s %6s %6s   %9s %6s %6s\n", "finding", "Youden p", "sens", "spec",
+                  "90%-sens p", "sens", "spec");
+    out << line;
+    auto cells = [](const std::optional<OperatingPoint>& op) {
+      char text[48];
+      if (op) {
+        std::snprintf(text, sizeof(text), "%9.4f %6.3f %6.3f", op->threshold, op->sensitivity(), op->specificity());
+      } else {
+        std::snprintf(text, sizeof(text), "%9s %6s %6s", "n/a", "", "");
+      }
+      return std::string(text);
+    };
+    for (size_t l = 0; l < labels.size(); ++l) {
+      std::snprintf(line, sizeof(line), "%-20s %s   %s\n", labels[l].c_str(), cells(operating_points[l].youden).c_str(),
+                    cells(operating_points[l].sensitivity_90).c_str());
+      out << line;
+    }
+  }
   return out.str();
 }
 

@@ -13,6 +13,7 @@
 #include "io/preprocessor_config.h"
 #include "parallel/pipeline_executor.h"
 #include "train/metrics.h"
+#include "train/operating_thresholds.h"
 
 namespace vitpipe {
 
@@ -29,10 +30,23 @@ struct EvaluationReport {
   bool scores_are_logits = true;
   std::vector<int64_t> items;
   std::vector<float> scores, targets, weights;
+  // Operating points at thresholds chosen elsewhere (eval --thresholds), per label; `optimistic` when they were
+  // chosen on this very split.
+  std::optional<ThresholdSet> thresholds;
+  std::vector<LabelOperatingPoints> operating_points;
+  bool thresholds_optimistic = false;
+
+  // The rows' probabilities ([rows, labels]): the sigmoid of the logits in double (as --save-predictions writes
+  // them), or the softmax scores.
+  std::vector<double> probabilities() const;
+  // Fills thresholds / operating_points / thresholds_optimistic; `data` names the evaluated dataset.
+  void apply(const ThresholdSet& chosen, const std::string& data);
 
   // {"split", "rows", "loss", "auc": {label: value|null}, "mean_auc", "pr_auc": {...}, "mean_pr_auc",
-  //  "auc_ci"/"mean_auc_ci" with a bootstrap, "known": rows per label with a known value, "label_mapping" when
-  //  labels were mapped, "detail": positives per label and everything else}
+  //  "auc_ci"/"mean_auc_ci" and "ci_unit" (patient or image) with a bootstrap, "known": rows per label with a
+  //  known value, "label_mapping" when labels were mapped, "operating_points": {"source": {"file", "chosen_on",
+  //  "step", "data"}, "optimistic", "per_label": {label: {"youden", "sensitivity_90"}}} or null,
+  //  "detail": positives per label and everything else}
   nlohmann::json to_json() const;
   std::string table() const;  // a readable per-label table
 };

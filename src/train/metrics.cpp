@@ -104,12 +104,30 @@ std::vector<SortedLabel> sort_all(std::span<const float> scores, std::span<const
   return sorted;
 }
 
+// The number of clusters; refuses ids that are not 0..C-1 each used (an unused id, when drawn, would shrink the
+// resample).
+int64_t count_clusters(std::span<const uint32_t> cluster_of_row) {
+  const uint32_t top = *std::max_element(cluster_of_row.begin(), cluster_of_row.end());
+  std::vector<uint8_t> used(static_cast<size_t>(top) + 1, 0);
+  for (const uint32_t c : cluster_of_row) used[c] = 1;
+  VP_REQUIRE(std::all_of(used.begin(), used.end(), [](uint8_t u) { return u != 0; }),
+             "bootstrap: cluster ids must be 0..C-1, each used by a row");
+  return static_cast<int64_t>(top) + 1;
+}
+
 BootstrapDistribution resample(const std::vector<SortedLabel>& sorted, int64_t rows, const BootstrapOptions& options) {
   VP_REQUIRE(options.resamples > 0, "bootstrap: the number of resamples must be positive (got ", options.resamples,
              ")");
   VP_REQUIRE(options.confidence > 0.0 && options.confidence < 1.0,
              "bootstrap: the confidence level must be in (0, 1) (got ", options.confidence, ")");
   const size_t labels = sorted.size();
+  const bool clustered = !options.cluster_of_row.empty();
+  int64_t clusters = rows;
+  if (clustered) {
+    VP_REQUIRE(static_cast<int64_t>(options.cluster_of_row.size()) == rows,
+               "bootstrap: ", options.cluster_of_row.size(), " cluster ids for ", rows, " rows");
+    clusters = count_clusters(options.cluster_of_row);
+  }
   BootstrapDistribution dist;
   dist.roc_auc.assign(static_cast<size_t>(options.resamples), std::vector<std::optional<double>>(labels));
   dist.average_precision = dist.roc_auc;
@@ -118,7 +136,8 @@ BootstrapDistribution resample(const std::vector<SortedLabel>& sorted, int64_t r
     std::vector<uint32_t> counts;
 #pragma omp for schedule(dynamic, 4)
     for (int64_t b = 0; b < options.resamples; ++b) {
-      counts = bootstrap_counts(rows, options.seed, b);
+      counts = clustered ? cluster_bootstrap_counts(options.cluster_of_row, clusters, options.seed, b)
+                         : bootstrap_counts(rows, options.seed, b);
       for (size_t label = 0; label < labels; ++label) {
         RankStats stats = rank_stats<true>(sorted[label], counts.data());
         dist.roc_auc[static_cast<size_t>(b)][label] = stats.roc_auc;
@@ -143,19 +162,23 @@ std::optional<double> mean_of_defined(const std::vector<std::optional<double>>& 
   return sum / static_cast<double>(count);
 }
 
-std::optional<ConfidenceInterval> interval(const std::vector<double>& values, double confidence) {
+std::optional<ConfidenceInterval> interval(const std::vector<double>& values, size_t total,
+                                           const BootstrapOptions& options) {
   if (values.empty()) return std::nullopt;
+  const double confidence = options.confidence;
   ConfidenceInterval ci;
   // In percent first, so that 0.95 gives exactly 2.5 and 97.5 as one would write them for numpy.
   const double percent = 100.0 * confidence;
   ci.low = percentile(values, (100.0 - percent) / 2.0);
   ci.high = percentile(values, (100.0 + percent) / 2.0);
   ci.resamples = static_cast<int64_t>(values.size());
+  ci.skipped = static_cast<int64_t>(total - values.size());
+  ci.unit = options.unit;
   return ci;
 }
 
 void add_intervals(LabelMetrics& metric, const std::vector<std::vector<std::optional<double>>>& dist,
-                   double confidence) {
+                   const BootstrapOptions& options) {
   const size_t labels = metric.per_label.size();
   metric.per_label_ci.assign(labels, std::nullopt);
   for (size_t label = 0; label < labels; ++label) {
@@ -164,7 +187,7 @@ void add_intervals(LabelMetrics& metric, const std::vector<std::vector<std::opti
     for (const auto& resample : dist) {
       if (resample[label]) values.push_back(*resample[label]);
     }
-    metric.per_label_ci[label] = interval(values, confidence);
+    metric.per_label_ci[label] = interval(values, dist.size(), options);
   }
   if (!metric.mean) return;
   std::vector<double> means;
@@ -181,7 +204,7 @@ void add_intervals(LabelMetrics& metric, const std::vector<std::vector<std::opti
     }
     if (complete) means.push_back(sum / static_cast<double>(metric.defined_labels));
   }
-  metric.mean_ci = interval(means, confidence);
+  metric.mean_ci = interval(means, dist.size(), options);
 }
 
 nlohmann::json optional_json(const std::optional<double>& value) {
@@ -190,7 +213,8 @@ nlohmann::json optional_json(const std::optional<double>& value) {
 
 nlohmann::json interval_json(const std::optional<ConfidenceInterval>& ci) {
   if (!ci) return nullptr;
-  return {{"low", ci->low}, {"high", ci->high}, {"resamples", ci->resamples}};
+  return {
+      {"low", ci->low}, {"high", ci->high}, {"resamples", ci->resamples}, {"skipped", ci->skipped}, {"unit", ci->unit}};
 }
 
 }  // namespace
@@ -205,10 +229,26 @@ std::optional<double> average_precision(std::span<const float> scores, std::span
   return rank_stats<false>(sort_label(scores, targets, 1, 0), nullptr).average_precision;
 }
 
+std::vector<uint32_t> bootstrap_draws(int64_t clusters, uint64_t seed, int64_t index) {
+  std::vector<uint32_t> draws(static_cast<size_t>(clusters));
+  Rng rng({seed, static_cast<uint64_t>(index)});
+  for (uint32_t& d : draws) d = static_cast<uint32_t>(rng.below(static_cast<uint64_t>(clusters)));
+  return draws;
+}
+
 std::vector<uint32_t> bootstrap_counts(int64_t rows, uint64_t seed, int64_t index) {
   std::vector<uint32_t> counts(static_cast<size_t>(rows), 0u);
   Rng rng({seed, static_cast<uint64_t>(index)});
   for (int64_t i = 0; i < rows; ++i) ++counts[rng.below(static_cast<uint64_t>(rows))];
+  return counts;
+}
+
+std::vector<uint32_t> cluster_bootstrap_counts(std::span<const uint32_t> cluster_of_row, int64_t clusters,
+                                               uint64_t seed, int64_t index) {
+  // The same draws as bootstrap_counts when each row is its own cluster, so image-level intervals are unchanged.
+  const std::vector<uint32_t> drawn = bootstrap_counts(clusters, seed, index);
+  std::vector<uint32_t> counts(cluster_of_row.size());
+  for (size_t r = 0; r < cluster_of_row.size(); ++r) counts[r] = drawn[cluster_of_row[r]];
   return counts;
 }
 
@@ -238,8 +278,8 @@ EvaluationMetrics evaluate_multilabel(std::span<const float> scores, std::span<c
   out.average_precision.mean = mean_of_defined(out.average_precision.per_label, &out.average_precision.defined_labels);
   if (bootstrap) {
     BootstrapDistribution dist = resample(sorted, out.rows, *bootstrap);
-    add_intervals(out.roc_auc, dist.roc_auc, bootstrap->confidence);
-    add_intervals(out.average_precision, dist.average_precision, bootstrap->confidence);
+    add_intervals(out.roc_auc, dist.roc_auc, *bootstrap);
+    add_intervals(out.average_precision, dist.average_precision, *bootstrap);
   }
   return out;
 }

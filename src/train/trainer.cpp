@@ -147,7 +147,7 @@ class RankTrainer {
   void optimizer_step(const StepResult& result, nlohmann::json* record);
   EvaluationReport evaluate(Split split);
   nlohmann::json data_summary_record() const;
-  void write_report(const std::vector<EvaluationReport>& reports);
+  void write_report(const std::vector<EvaluationReport>& reports, int64_t model_step);
   void write_report_heatmaps(const EvaluationReport& report);
   void save_checkpoint();
   void export_model(const fs::path& directory);
@@ -1011,7 +1011,7 @@ void RankTrainer::finish() {
       info("\n", report.split, " split (", report.rows, " images), model ", model_dir.string(), ", loss ", report.loss,
            ":\n", report.table());
     }
-    write_report(reports);
+    write_report(reports, exported_eval.value_or(state_.step));
     info("model written to ", model_dir.string(),
          " (Hugging Face format: config.json, model.safetensors, "
          "preprocessor_config.json); metrics in ",
@@ -1052,14 +1052,29 @@ void RankTrainer::write_report_heatmaps(const EvaluationReport& report) {
   }
 }
 
-// Rank 0: the exported model's predictions on each evaluated split, then the HTML report over the run's files.
-void RankTrainer::write_report(const std::vector<EvaluationReport>& reports) {
+// Rank 0: the exported model's predictions on each evaluated split, the operating-point thresholds chosen on val
+// (thresholds.json: what the report and `eval --thresholds` apply to test), then the HTML report over the run's files.
+void RankTrainer::write_report(const std::vector<EvaluationReport>& reports, int64_t model_step) {
   for (const auto& report : reports) {
     write_predictions_csv(output_ / ("predictions-" + report.split + ".csv"), report, *dataset_);
   }
   if (!reports.empty()) write_report_heatmaps(reports.back());
+  const fs::path thresholds = output_ / "thresholds.json";
+  fs::remove(thresholds);  // a resumed run's old file must not outlive the model it described
+  ReportInputs inputs = read_run_directory(output_);
+  // Chosen on the val predictions as written (the report reads the same file), so both agree to the bit; only when
+  // this run evaluated val (a predictions-val.csv left by an earlier run in the directory is not this model's).
+  const bool val = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.split == "val"; });
+  std::optional<ThresholdSet> chosen = val ? report_thresholds(inputs) : std::nullopt;
+  if (chosen) {
+    chosen->data = dataset_->spec();
+    chosen->step = model_step;
+    write_thresholds_file(thresholds, *chosen);
+    inputs.thresholds = read_thresholds_file(thresholds);
+    info("operating-point thresholds chosen on val: ", thresholds.string());
+  }
   const fs::path html = output_ / "report.html";
-  write_text_file_atomically(html, training_report_html(read_run_directory(output_), ReportOptions{}));
+  write_text_file_atomically(html, training_report_html(inputs, ReportOptions{}));
   info("report: ", html.string(), " (predictions of the exported model: predictions-SPLIT.csv)");
 }
 

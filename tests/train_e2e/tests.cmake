@@ -3,7 +3,7 @@
 # an independent safetensors reader, a plain-torch ViT and scikit-learn; intensity_and_labels: the intensity policy
 # through export / predict / eval / the cache, masked labels and cross-dataset label mapping.
 foreach(check train_refuses_bad_flags train_learns_and_exports train_resume train_accumulation eval_matches_sklearn
-        intensity_and_labels train_same_at_every_level)
+        intensity_and_labels train_same_at_every_level eval_patients_and_thresholds)
   add_test(NAME train_e2e.${check} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/${check}.py)
   set_tests_properties(train_e2e.${check} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 600
                       SKIP_RETURN_CODE 77)
