@@ -14,6 +14,7 @@
 #include "cli/data_flags.h"
 #include "data/source_fingerprint.h"
 #include "inference/image_classifier.h"
+#include "serve/dicom_callers.h"
 #include "serve/dicom_identifiers.h"
 #include "serve/dicom_inference_worker.h"
 #include "serve/dicom_result_sender.h"
@@ -50,6 +51,8 @@ struct ServeOptions {
   double header_timeout = 10;
   std::string token_file;
   int dicom_port = 0;
+  std::string dicom_host;
+  std::string allowed_callers;
   std::string ae_title = "VITPIPE";
   std::string spool;
   std::string send_results_to;
@@ -176,7 +179,17 @@ void run_serve(const ServeOptions& o) {
       if (notify) notify->notify();
     });
     DicomStorageNodeOptions listen{*spool};
+    listen.host = o.dicom_host.empty() ? o.host : o.dicom_host;
     listen.port = static_cast<uint16_t>(o.dicom_port);
+    // By default only the PACS results go to may send: anyone else could file reports under any PatientID.
+    if (!o.allowed_callers.empty() && o.allowed_callers != "any")
+      listen.allowed_callers = parse_dicom_callers(o.allowed_callers, "--allowed-callers");
+    else if (o.allowed_callers.empty() && destination)
+      listen.allowed_callers =
+          parse_dicom_callers(concat(destination->ae_title, "@", destination->host), "--send-results-to");
+    else
+      warn("DICOM node: any caller that reaches ", listen.host, ":", o.dicom_port,
+           " may associate (give --allowed-callers AE@HOST,...)");
     listen.ae_title = o.ae_title;
     listen.max_associations = static_cast<uint16_t>(o.max_associations);
     node = std::make_unique<DicomStorageNode>(listen);
@@ -207,7 +220,8 @@ void run_serve(const ServeOptions& o) {
   if (node) {
     DicomInferenceWorker* queue = worker.get();
     node->start([queue](const std::filesystem::path& file, const std::string&) { queue->enqueue(file); });
-    std::fprintf(stderr, "DICOM node %s listening on port %d%s\n", o.ae_title.c_str(), o.dicom_port,
+    std::fprintf(stderr, "DICOM node %s listening on %s port %d%s\n", o.ae_title.c_str(),
+                 (o.dicom_host.empty() ? o.host : o.dicom_host).c_str(), o.dicom_port,
                  destination ? concat(", results to ", to_string(*destination)).c_str() : "");
   }
   service.set_ready(true);
@@ -269,6 +283,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--dicom-port", o->dicom_port,
                   "Also listen as a DICOM node (C-ECHO, C-STORE of CR, DX and "
                   "Secondary Capture images) on this port");
+  cmd->add_option("--dicom-host", o->dicom_host, "Address the DICOM node listens on (default: --host)");
+  cmd->add_option("--allowed-callers", o->allowed_callers,
+                  "AE@HOST,AE,...: who may associate with the DICOM node (default: the PACS of --send-results-to; "
+                  "'any' for anyone)");
   cmd->add_option("--ae-title", o->ae_title,
                   "The node's AE title: associations calling another are rejected; also "
                   "the calling AE title when sending results")

@@ -8,17 +8,22 @@
 #include <dcmtk/dcmdata/dcuid.h>
 #include <dcmtk/dcmdata/dcxfer.h>
 #include <dcmtk/dcmnet/assoc.h>
+#include <dcmtk/dcmnet/dul.h>
 #include <dcmtk/dcmnet/scpthrd.h>
 #include <dcmtk/oflog/oflog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <exception>
 #include <list>
+#include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
+#include "serve/dicom_connection_gate.h"
 #include "serve/dicom_identifiers.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -60,6 +65,9 @@ std::string trim_spaces(const std::string& text) {
   if (first == std::string::npos) return "";
   return text.substr(first, text.find_last_not_of(' ') - first + 1);
 }
+
+// dcmExternalSocketHandle is one for the process: whoever sets it holds this until it is unset.
+std::mutex external_socket_mutex;
 
 // What every association thread of one node shares; the Listener owning it joins them all before it goes.
 struct NodeContext {
@@ -155,37 +163,76 @@ class StorageAssociation : public DcmThreadSCP {
 
 // DCMTK's DcmSCPPool never joins a worker thread that ends while it listens, so each association would leak a
 // thread stack (8 MiB of address space) until the process runs out of mappings. This accept loop does what the pool
-// does, with threads it joins.
+// does, with threads it joins, behind a gate that hands over only connections whose request is already in.
 struct DicomStorageNode::Listener {
   struct Session {
     std::thread thread;
     std::atomic<bool> finished{false};
   };
 
-  Listener(NodeContext node_context, const DcmSCPConfig& scp_config, uint16_t max_sessions)
-      : context(std::move(node_context)), config(scp_config), max_associations(max_sessions) {}
+  Listener(NodeContext node_context, const DcmSCPConfig& scp_config, const DicomStorageNodeOptions& node_options)
+      : context(std::move(node_context)),
+        config(scp_config),
+        options(node_options),
+        gate(node_options.host, node_options.port,
+             DicomConnectionLimits{.request_timeout = node_options.acse_timeout}) {}
+
+  // DCMTK reads an association request from the socket in dcmExternalSocketHandle instead of accepting one (its
+  // inetd mode). The handle is process-wide, hence the lock; the read is quick, the request being already in.
+  OFCondition receive(int socket, T_ASC_Association** association) {
+    std::lock_guard lock(external_socket_mutex);
+    dcmExternalSocketHandle.set(socket);
+    OFCondition cond = ASC_receiveAssociation(network, association, config->getMaxReceivePDULength(), nullptr, nullptr,
+                                              OFFalse, DUL_NOBLOCK, static_cast<int>(options.acse_timeout.count()));
+    dcmExternalSocketHandle.set(-1);
+    return cond;
+  }
+
+  bool caller_allowed(const std::string& calling_ae, const std::string& address) const {
+    if (options.allowed_callers.empty()) return true;
+    for (const DicomCaller& caller : options.allowed_callers)
+      if (trim_spaces(calling_ae) == caller.ae_title &&
+          (caller.addresses.empty() ||
+           std::find(caller.addresses.begin(), caller.addresses.end(), address) != caller.addresses.end()))
+        return true;
+    return false;
+  }
+
+  void reject(T_ASC_Association* association, T_ASC_RejectParameters rejection) {
+    ASC_rejectAssociation(association, &rejection);
+    ASC_dropAssociation(association);
+    ASC_destroyAssociation(&association);
+  }
 
   void accept_until_stopped() {
     while (!stopping) {
       reap_finished_sessions();
+      // Waiting for a request costs no thread: a silent connection cannot hold up the next (gate's deadline).
+      std::optional<DicomConnectionGate::Ready> ready = gate.next(std::chrono::milliseconds(500));
+      if (!ready) continue;
       T_ASC_Association* association = nullptr;
-      // Non-blocking with a 1 s timeout, so that stop() is noticed within a second.
-      OFCondition cond = ASC_receiveAssociation(network, &association, config->getMaxReceivePDULength(), nullptr,
-                                                nullptr, OFFalse, DUL_NOBLOCK, 1);
-      if (cond == DUL_NOASSOCIATIONREQUEST) {
-        ASC_destroyAssociation(&association);
-      } else if (cond.bad()) {
-        warn("DICOM node: an association request could not be read: ", cond.text());
-        ASC_dropAssociation(association);
-        ASC_destroyAssociation(&association);
-      } else if (sessions.size() >= max_associations) {
-        warn("DICOM node: association from '", association->params->DULparams.callingAPTitle,
-             "' rejected: ", max_associations, " associations already running");
-        T_ASC_RejectParameters rejection{ASC_RESULT_REJECTEDTRANSIENT, ASC_SOURCE_SERVICEPROVIDER_PRESENTATION_RELATED,
-                                         ASC_REASON_SP_PRES_LOCALLIMITEXCEEDED};
-        ASC_rejectAssociation(association, &rejection);
-        ASC_dropAssociation(association);
-        ASC_destroyAssociation(&association);
+      OFCondition cond = receive(ready->socket, &association);
+      if (cond.bad()) {
+        warn("DICOM node: an association request from ", ready->address, " could not be read: ", cond.text());
+        if (association) {
+          ASC_dropAssociation(association);
+          ASC_destroyAssociation(&association);
+        } else {
+          ::close(ready->socket);
+        }
+        continue;
+      }
+      const std::string calling_ae = association->params->DULparams.callingAPTitle;
+      if (!caller_allowed(calling_ae, ready->address)) {
+        warn("DICOM node: association from '", calling_ae, "' at ", ready->address,
+             " rejected: not in --allowed-callers");
+        reject(association,
+               {ASC_RESULT_REJECTEDPERMANENT, ASC_SOURCE_SERVICEUSER, ASC_REASON_SU_CALLINGAETITLENOTRECOGNIZED});
+      } else if (sessions.size() >= options.max_associations) {
+        warn("DICOM node: association from '", calling_ae, "' rejected: ", options.max_associations,
+             " associations already running");
+        reject(association, {ASC_RESULT_REJECTEDTRANSIENT, ASC_SOURCE_SERVICEPROVIDER_PRESENTATION_RELATED,
+                             ASC_REASON_SP_PRES_LOCALLIMITEXCEEDED});
       } else {
         Session& session = sessions.emplace_back();
         try {
@@ -223,7 +270,8 @@ struct DicomStorageNode::Listener {
 
   NodeContext context;
   DcmSharedSCPConfig config;
-  uint16_t max_associations;
+  DicomStorageNodeOptions options;
+  DicomConnectionGate gate;  // binds in the constructor: a port in use is reported by start()
   T_ASC_Network* network = nullptr;
   std::list<Session> sessions;  // only the accepting thread touches it
   std::atomic<bool> stopping{false};
@@ -264,15 +312,23 @@ void DicomStorageNode::start(ReceivedCallback on_received) {
   }
   VP_REQUIRE(added.good(), "cannot configure the DICOM node's presentation contexts: ", added.text());
   auto listener = std::make_unique<Listener>(NodeContext{options_.spool, options_.ae_title, std::move(on_received)},
-                                             config, options_.max_associations);
-  // Binds and listens here, so that a port in use is reported to the caller.
-  OFCondition listening = ASC_initializeNetwork(NET_ACCEPTOR, options_.port,
-                                                static_cast<int>(options_.acse_timeout.count()), &listener->network);
-  VP_REQUIRE(listening.good(), "cannot listen for DICOM associations on port ", options_.port, ": ", listening.text());
+                                             config, options_);
+  // A network without a listening socket of DCMTK's own (dcmExternalSocketHandle set while it is made): the gate
+  // listens and DCMTK reads each request from the socket it is handed.
+  OFCondition network;
+  {
+    std::lock_guard lock(external_socket_mutex);
+    dcmExternalSocketHandle.set(0x7fffffff);
+    network = ASC_initializeNetwork(NET_ACCEPTOR, options_.port, static_cast<int>(options_.acse_timeout.count()),
+                                    &listener->network);
+    dcmExternalSocketHandle.set(-1);
+  }
+  VP_REQUIRE(network.good(), "cannot set up the DICOM network layer: ", network.text());
   Listener* running = listener.get();
   running->thread = std::thread([running] { running->accept_until_stopped(); });
   listener_ = std::move(listener);
-  info("DICOM node: AE title '", options_.ae_title, "' listening on port ", options_.port, " (spool ",
+  info("DICOM node: AE title '", options_.ae_title, "' listening on ", options_.host, " port ", options_.port,
+       options_.allowed_callers.empty() ? " (any caller" : " (allowed callers only", "; spool ",
        options_.spool.root().string(), ")");
 }
 

@@ -6,7 +6,9 @@
 // received/ directory and fsynced before the success status goes back, so nothing acknowledged is lost if the
 // process dies; one that cannot be written gets 0xA700 (out of resources) and the node keeps serving. A dataset
 // DCMTK cannot parse ends its association (A-ABORT), not the node. Associations run concurrently, each on a thread
-// of its own (a DcmThreadSCP), at most max_associations at once; more are rejected as transient.
+// of its own (a DcmThreadSCP), at most max_associations at once; more are rejected as transient. Connections are
+// accepted by a gate (serve/dicom_connection_gate.h) on the address asked, and callers outside allowed_callers are
+// rejected (permanent, "calling AE title not recognized").
 #pragma once
 
 #include <chrono>
@@ -17,17 +19,21 @@
 #include <string>
 #include <vector>
 
+#include "serve/dicom_callers.h"
 #include "serve/dicom_spool.h"
 
 namespace vitpipe {
 
 struct DicomStorageNodeOptions {
   DicomSpool spool;
+  std::string host = "127.0.0.1";  // the address listened on ("0.0.0.0" or "::" for all)
   uint16_t port = 104;
   std::string ae_title = "VITPIPE";
   uint16_t max_associations = 8;
-  // Waiting for association negotiation / release messages. Each A-ASSOCIATE-RQ is read on the accepting thread
-  // (DCMTK's ASC_receiveAssociation), so a connection that sends nothing holds up new ones this long: keep it short.
+  // Who may associate (calling AE title, and address when given); empty: anyone who reaches the port.
+  std::vector<DicomCaller> allowed_callers{};
+  // From connect to the whole A-ASSOCIATE-RQ (a connection waits for it without holding a thread), and for the
+  // association's negotiation and release messages.
   std::chrono::seconds acse_timeout{10};
   std::chrono::seconds dimse_timeout{60};  // an idle association is aborted after this; stop() may wait as long
 };
@@ -45,7 +51,7 @@ class DicomStorageNode {
   DicomStorageNode(const DicomStorageNode&) = delete;
   DicomStorageNode& operator=(const DicomStorageNode&) = delete;
 
-  // Listens on options.port (all interfaces) on a thread of its own; returns once the port accepts associations.
+  // Listens on options.host:port on a thread of its own; returns once the port accepts associations.
   // Throws vitpipe::Error if the AE title is invalid, the node already runs, or the port cannot be bound.
   void start(ReceivedCallback on_received);
   // Stops accepting associations, waits for the running ones to end (each is bounded by the DIMSE timeout) and

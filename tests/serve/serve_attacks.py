@@ -4,7 +4,8 @@ discloses, and a decompression bomb. Every attack is bounded in time and count; 
 worst a 4xx or 503 and keep serving. Attackers connect from 127.0.0.2 (any 127.x address is loopback on Linux), the
 probes from 127.0.0.1, as an attacker and a clinic would be two hosts.
 
-    serve_attacks.py --case non-utf8|pipelining|slow-clients|port-in-use|keep-alive|no-length|model-info|decode-bomb
+    serve_attacks.py --case non-utf8|pipelining|slow-clients|port-in-use|keep-alive|no-length|model-info|decode-bomb|
+                            dicom-node
 """
 
 import http.client
@@ -383,9 +384,61 @@ def case_decode_bomb(root, checks):
         checks.check(status == 413 and b"--decode-memory" in body, f"1M budget, 1200 px 16-bit PNG: {status} {body}")
 
 
+def echoscu(port, calling_ae="ECHOSCU", host="127.0.0.1"):
+    """echoscu's exit status and the seconds it took (DCMTK's tool, installed with the tests)."""
+    start = time.time()
+    result = subprocess.run(["echoscu", "-to", "5", "-ta", "5", "-aet", calling_ae, "-aec", "VITPIPE", host, str(port)],
+                            capture_output=True, timeout=60)
+    return result.returncode, time.time() - start
+
+
+def case_dicom_node(root, checks):
+    """The DICOM node: silent connections do not hold up an association; it listens only on the address asked; by
+    default only the PACS of --send-results-to may associate, and --allowed-callers names who else."""
+    import shutil
+    if not shutil.which("echoscu"):
+        print("SKIP: echoscu (dcmtk) is not installed")
+        raise SystemExit(77)
+    model = make_model(root)
+    dicom_port = free_port()
+    pacs_port = free_port()  # nothing listens there: results wait in the outbox, which is fine here
+    with Server(model, "--dicom-port", str(dicom_port), "--spool", os.path.join(root, "spool"),
+                "--send-results-to", f"PACS@127.0.0.1:{pacs_port}") as server:
+        code, _ = echoscu(dicom_port, "PACS")
+        checks.check(code == 0, f"echo from the PACS of --send-results-to: {code}")
+        code, _ = echoscu(dicom_port, "INTRUDER")
+        checks.check(code != 0, "echo from a caller that is not the PACS was accepted")
+        silent = [connect(dicom_port, ATTACKER) for _ in range(8)]
+        code, took = echoscu(dicom_port, "PACS")
+        checks.check(code == 0 and took < 3, f"echo with 8 silent connections open: {code} after {took:.1f} s")
+        for s in silent:
+            s.close()
+        with socket.socket() as other:
+            other.settimeout(3)
+            try:
+                other.connect(("127.0.0.2", dicom_port))
+                reached = True
+            except OSError:
+                reached = False
+        checks.check(not reached, "the node, asked to listen on 127.0.0.1, answers on 127.0.0.2")
+        server.stop()
+        checks.check("rejected: not in --allowed-callers" in server.output(), "the refused caller is not logged")
+    checks.check(server.exit_code == 0, f"exit {server.exit_code}")
+    with Server(model, "--dicom-port", str(dicom_port), "--spool", os.path.join(root, "spool2"),
+                "--allowed-callers", "MODALITY@127.0.0.1,ANYWHERE") as server:
+        checks.check(echoscu(dicom_port, "MODALITY")[0] == 0, "an allowed caller from its address is refused")
+        checks.check(echoscu(dicom_port, "ANYWHERE")[0] == 0, "an allowed caller without address is refused")
+        checks.check(echoscu(dicom_port, "PACS")[0] != 0, "a caller not in --allowed-callers is accepted")
+    result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", str(free_port()), "--dicom-port",
+                             str(free_port()), "--spool", os.path.join(root, "spool3"), "--allowed-callers", "A\\B"],
+                            capture_output=True, text=True, timeout=60)
+    checks.check(result.returncode == 1 and "--allowed-callers" in result.stderr,
+                 f"a malformed --allowed-callers: exit {result.returncode}: {result.stderr.strip()[-200:]}")
+
+
 CASES = {"non-utf8": case_non_utf8, "pipelining": case_pipelining, "slow-clients": case_slow_clients,
          "port-in-use": case_port_in_use, "keep-alive": case_keep_alive, "no-length": case_no_length,
-         "model-info": case_model_info, "decode-bomb": case_decode_bomb}
+         "model-info": case_model_info, "decode-bomb": case_decode_bomb, "dicom-node": case_dicom_node}
 
 
 if __name__ == "__main__":

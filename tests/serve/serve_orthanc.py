@@ -33,6 +33,10 @@ ORTHANC = shutil.which("Orthanc") or "/usr/sbin/Orthanc"
 DICOMWEB_PLUGIN = "/usr/share/orthanc/plugins/libOrthancDicomWeb.so"
 
 
+# Who the node lets associate in these tests: the PACS, and DCMTK's tools standing in for modalities.
+CALLERS = "ORTHANC@127.0.0.1,STORESCU@127.0.0.1,ECHOSCU@127.0.0.1"
+
+
 class Orthanc:
     def __init__(self, root, vitpipe_dicom_port=None, vitpipe_http_port=None, dicom_port=None):
         self.http_port = free_port()
@@ -162,7 +166,8 @@ def case_store_sr(root, checks):
     orthanc_dicom = free_port()
     with Orthanc(root, vitpipe_dicom_port=vitpipe_dicom, dicom_port=orthanc_dicom) as orthanc:
         with Server(model, "--dicom-port", str(vitpipe_dicom), "--spool", os.path.join(root, "spool"),
-                    "--send-results-to", f"ORTHANC@127.0.0.1:{orthanc_dicom}", "--send-heatmaps") as server:
+                    "--send-results-to", f"ORTHANC@127.0.0.1:{orthanc_dicom}", "--send-heatmaps",
+                    "--allowed-callers", CALLERS) as server:
             echo = subprocess.run(["echoscu", "-aec", "VITPIPE", "127.0.0.1", str(vitpipe_dicom)], capture_output=True)
             checks.check(echo.returncode == 0, f"echoscu to the node: {echo.returncode}")
             study = None
@@ -237,7 +242,7 @@ def case_refused(root, checks):
     with Orthanc(root, vitpipe_dicom_port=vitpipe_dicom, dicom_port=orthanc_dicom):
         # Orthanc checks the called AE title and rejects an association that calls another.
         with Server(model, "--dicom-port", str(vitpipe_dicom), "--spool", spool, "--send-results-to",
-                    f"NOTORTHANC@127.0.0.1:{orthanc_dicom}") as server:
+                    f"NOTORTHANC@127.0.0.1:{orthanc_dicom}", "--allowed-callers", CALLERS) as server:
             store = subprocess.run(["storescu", "-aec", "VITPIPE", "127.0.0.1", str(vitpipe_dicom), images[1]],
                                    capture_output=True, text=True)
             checks.check(store.returncode == 0, f"storescu to the node: {store.returncode} {store.stderr[-300:]}")
@@ -265,7 +270,7 @@ def case_resume(root, checks):
     orthanc_dicom = free_port()
     spool = os.path.join(root, "spool")
     options = ("--dicom-port", str(vitpipe_dicom), "--spool", spool, "--send-results-to",
-               f"ORTHANC@127.0.0.1:{orthanc_dicom}")
+               f"ORTHANC@127.0.0.1:{orthanc_dicom}", "--allowed-callers", CALLERS)
     with Server(model, *options) as server:  # no PACS listening yet: the SR waits in the outbox
         store = subprocess.run(["storescu", "-aec", "VITPIPE", "127.0.0.1", str(vitpipe_dicom), images[0]],
                                capture_output=True, text=True)
