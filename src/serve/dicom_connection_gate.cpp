@@ -77,6 +77,7 @@ DicomConnectionGate::DicomConnectionGate(const std::string& host, uint16_t port,
 
 DicomConnectionGate::~DicomConnectionGate() {
   for (const auto& [socket, waiting] : waiting_) ::close(socket);
+  for (const Ready& ready : ready_) ::close(ready.socket);
   if (listen_socket_ >= 0) ::close(listen_socket_);
   if (epoll_ >= 0) ::close(epoll_);
 }
@@ -151,6 +152,12 @@ std::optional<DicomConnectionGate::Ready> DicomConnectionGate::next(std::chrono:
   const auto until = Clock::now() + wait;
   std::vector<epoll_event> events(64);
   for (;;) {
+    // Every event of a wait is handled before any is returned: edge-triggered, an event left over is not repeated.
+    if (!ready_.empty()) {
+      Ready ready = std::move(ready_.front());
+      ready_.pop_front();
+      return ready;
+    }
     const auto now = Clock::now();
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       const int socket = it->first;
@@ -173,7 +180,7 @@ std::optional<DicomConnectionGate::Ready> DicomConnectionGate::next(std::chrono:
       waiting_.erase(fd);
       ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // DCMTK reads with its own timeouts
-      return ready;
+      ready_.push_back(std::move(ready));
     }
   }
 }

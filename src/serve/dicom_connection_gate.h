@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -51,6 +52,7 @@ class DicomConnectionGate {
   DicomConnectionLimits limits_;
   int listen_socket_ = -1, epoll_ = -1;
   std::unordered_map<int, Waiting> waiting_;
+  std::deque<Ready> ready_;  // requests in, not yet handed out
   std::unordered_map<std::string, int> per_address_;
   int64_t dropped_ = 0;
 };
