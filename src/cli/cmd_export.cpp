@@ -9,6 +9,7 @@
 #include "io/model_files.h"
 #include "io/onnx_export.h"
 #include "io/peft_adapter.h"
+#include "io/recorded_model_path.h"
 #include "model/initializer.h"
 #include "train/lora_export.h"
 #include "train/subset_checkpoint.h"
@@ -48,6 +49,8 @@ void export_subset_checkpoint(const std::filesystem::path& source, const ExportO
   load.problem_type = checkpoint.config.problem_type;
   load.image_size = options.image_size;
   load.allow_fresh_head = true;  // the classifier comes from the checkpoint
+  require_recorded_base(checkpoint.base_model, (source / "trainable.safetensors").string(),
+                        "put it back there to export this checkpoint");
   LoadedModel base = load_model(checkpoint.base_model, load);
   auto layout = std::make_shared<const ParameterLayout>(base.config, mode.lora);
   FlatParameters values = FlatParameters::whole_model(layout);

@@ -21,6 +21,7 @@
 #include "io/model_files.h"
 #include "io/onnx_export.h"
 #include "io/peft_adapter.h"
+#include "io/recorded_model_path.h"
 #include "model/initializer.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
@@ -1068,6 +1069,9 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports) {
 void run_training(const TrainOptions& options) {
   TrainOptions o = options;
   continue_peft_adapter(o);
+  // Run files (train_options.json, checkpoints, the adapter) must name the same model from any directory.
+  o.model = recorded_model_reference(o.model);
+  if (!o.initial_adapter.empty()) o.initial_adapter = recorded_model_reference(o.initial_adapter);
   complete_defaults(o);
   o.validate();
   // Every rank appends its line to the same file: on the host it runs on, the output directory is where a user
