@@ -773,7 +773,7 @@ void RankTrainer::save_checkpoint() {
   c.optimizer_metadata = gathered.optimizer_metadata;
   c.state = state_;
   c.state.options = o_.to_json();
-  const fs::path written = write_training_checkpoint(output_, c);
+  const fs::path written = write_training_checkpoint(output_, c, o_.keep_checkpoints);
   info("checkpoint: ", written.string());
 }
 
