@@ -944,7 +944,7 @@ void RankTrainer::finish() {
   const double measured = median_of(iteration_seconds_);  // of this process's steps after its first
   if (!predicted_ && !iteration_seconds_.empty()) {
     // Every layout reports it, so a hand-picked layout can be set beside `vitpipe plan`'s prediction for it.
-    info("step time: median ", measured, " s of ", iteration_seconds_.size(),
+    info("step time: median ", format_seconds(measured), " of ", iteration_seconds_.size(),
          " steps after the first (from waiting for the batch to the optimizer's end)");
     if (root()) {
       metrics_->write({{"type", "step_time"},

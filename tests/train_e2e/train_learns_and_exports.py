@@ -15,6 +15,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
@@ -60,7 +61,9 @@ step_times = [x for x in records if x["type"] == "step_time"]
 checks.check(len(step_times) == 1 and step_times[0]["step"] == steps and step_times[0]["measured_steps"] == steps - 1
              and step_times[0]["measured_step_seconds"] > 0, "one step_time record: the median of the steps after the "
              "first", f"{step_times}")
-checks.check(any(line.startswith("step time: median ") for line in lines), "the log ends with the median step time")
+step_line = [line for line in lines if line.startswith("step time: median ")]
+checks.check(len(step_line) == 1 and re.match(r"step time: median \d{1,3}(\.\d{1,2})? m?s of ", step_line[0]),
+             "the log ends with the median step time, to 3 significant digits (ms below a second)", str(step_line))
 keys = [(x["type"], x.get("split"), x["step"]) for x in records]
 checks.check(len(keys) == len(set(keys)), "no duplicate records")
 checks.check(all(np.isfinite(x["loss"]) and x["lr"] >= 0 and np.isfinite(x["grad_norm"]) for x in train),
