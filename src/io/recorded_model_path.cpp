@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "util/error.h"
+#include "util/recorded_path.h"
 
 namespace vitpipe {
 namespace fs = std::filesystem;
@@ -15,12 +16,7 @@ std::string recorded_model_reference(const std::string& reference) {
   }
   std::error_code error;
   if (reference.empty() || !fs::is_directory(path, error)) return reference;  // a repo id (or checked later)
-  fs::path absolute = fs::absolute(path, error).lexically_normal();
-  if (error) return reference;
-  if (!absolute.has_filename() && absolute.has_parent_path() && absolute != absolute.root_path()) {
-    absolute = absolute.parent_path();  // "mini/" -> ".../mini"
-  }
-  return absolute.string();
+  return recorded_path(path);
 }
 
 void require_recorded_base(const std::string& base, const std::string& recorded_in, const std::string& remedy) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "backend/backend.h"
 #include "backend/device_selection.h"
@@ -110,11 +111,14 @@ void check_resume_compatible(const TrainOptions& now, const nlohmann::json& save
                           "lora",
                           "lora_alpha",
                           "lora_targets"}) {
-    if (saved.contains(key) && saved[key] != current[key]) {
+    nlohmann::json was = saved.contains(key) ? saved[key] : current[key];
+    // Runs before absolute paths recorded --data as typed, relative to the directory resuming them.
+    if (std::string_view(key) == "data" && was.is_string()) was = recorded_data_spec(was.get<std::string>());
+    if (was != current[key]) {
       std::string flag = key;
       std::replace(flag.begin(), flag.end(), '_', '-');
-      fail(source, ": --", flag, " was ", saved[key].dump(), " when the checkpoint was written, now ",
-           current[key].dump(), "; resume with the same value (or start a new --output-dir)");
+      fail(source, ": --", flag, " was ", was.dump(), " when the checkpoint was written, now ", current[key].dump(),
+           "; resume with the same value (or start a new --output-dir)");
     }
   }
 }
@@ -1072,6 +1076,7 @@ void run_training(const TrainOptions& options) {
   // Run files (train_options.json, checkpoints, the adapter) must name the same model from any directory.
   o.model = recorded_model_reference(o.model);
   if (!o.initial_adapter.empty()) o.initial_adapter = recorded_model_reference(o.initial_adapter);
+  o.data = recorded_data_spec(o.data);
   complete_defaults(o);
   o.validate();
   // Every rank appends its line to the same file: on the host it runs on, the output directory is where a user

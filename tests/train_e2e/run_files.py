@@ -1,7 +1,8 @@
 """What a training run leaves behind, read back from elsewhere (issue 45, defects 1 and 2):
-- run files name a local model by its absolute path: train_options.json's "model", a checkpoint's base_model and the
-  adapter's base_model_name_or_path, for a run started from its directory with `--model mini`; from another
-  directory `predict --model RUN/adapter` and `export RUN` then work offline (before: "mini" taken for a Hub id);
+- run files name a local model by its absolute path: train_options.json's "model" (and "data"), a checkpoint's
+  base_model and the adapter's base_model_name_or_path, for a run started from its directory with `--model mini`;
+  from another directory `predict --model RUN/adapter` and `export RUN` then work offline (before: "mini" taken for
+  a Hub id); a run recorded before (relative --data) still resumes;
 - a base model moved away is refused with one line naming its recorded path (predict on the adapter, export of a
   checkpoint), not looked up on the Hub;
 - `export RUN` writes the run's best model (RUN/model), not its newest checkpoint (validation labels inverted, so
@@ -78,11 +79,20 @@ ok, detail = e2e.same_tensors(weights, e2e.read_safetensors(best_weights)[0]) if
     False, "not kept")
 checks.check(ok, "... and equals the kept checkpoint of the best step", detail)
 
+# A run recorded before absolute paths (--data as typed) resumes from its directory with the same relative --data.
+state_path = os.path.join(full, "checkpoints", "step-00000006", "trainer_state.json")
+state = json.load(open(state_path))
+state["options"]["data"] = "csv:data/inverted.csv"
+json.dump(state, open(state_path, "w"), indent=2)
+resumed = vitpipe("train", "--model", "mini", "--output-dir", "full", *COMMON[:-1], "7", "--resume", expect_ok=False)
+checks.check(resumed.returncode == 0, "an older run's relative --data still resumes", resumed.stderr.strip()[-300:])
+
 # --- defect 1: run files keep absolute local paths (a LoRA run: checkpoints hold only what trains) ---
 lora = os.path.join(root, "lora")
 vitpipe("train", "--model", "mini", "--output-dir", "lora", *COMMON, "--lora", "4", "--export-adapter")
 options = json.load(open(os.path.join(lora, "train_options.json")))
 checks.check(options["model"] == mini, "train_options.json names the model by its absolute path", options["model"])
+checks.check(options["data"] == "csv:" + inverted, "... and the data by theirs", options["data"])
 adapter_config = json.load(open(os.path.join(lora, "adapter", "adapter_config.json")))
 checks.check(adapter_config["base_model_name_or_path"] == mini, "the adapter names its base by its absolute path",
              adapter_config["base_model_name_or_path"])
