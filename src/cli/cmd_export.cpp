@@ -1,14 +1,15 @@
-// `vitpipe export CHECKPOINT --out DIR`: a training checkpoint (or a training output directory, meaning its latest
-// checkpoint) -> a Hugging Face model directory that transformers loads as is. A checkpoint that holds only what
-// trained (--freeze, --freeze-layers, --lora) is completed from its base model; LoRA is merged into the weights, and
-// --adapter DIR also writes peft's adapter files. `--format onnx --out model.onnx` writes one ONNX file instead
-// (io/onnx_export.h), from a checkpoint, a model directory, a Hub repo id or a peft adapter directory.
+// `vitpipe export CHECKPOINT --out DIR`: a training checkpoint (or a training output directory, meaning its best
+// model, OUTPUT/model) -> a Hugging Face model directory that transformers loads as is. A checkpoint that holds only
+// what trained (--freeze, --freeze-layers, --lora) is completed from its base model; LoRA is merged into the
+// weights, and --adapter DIR also writes peft's adapter files. `--format onnx --out model.onnx` writes one ONNX file
+// instead (io/onnx_export.h), from a checkpoint, a model directory, a Hub repo id or a peft adapter directory.
 #include <filesystem>
 
 #include "cli/commands.h"
 #include "io/model_files.h"
 #include "io/onnx_export.h"
 #include "io/peft_adapter.h"
+#include "io/recorded_model_path.h"
 #include "model/initializer.h"
 #include "train/lora_export.h"
 #include "train/subset_checkpoint.h"
@@ -48,6 +49,8 @@ void export_subset_checkpoint(const std::filesystem::path& source, const ExportO
   load.problem_type = checkpoint.config.problem_type;
   load.image_size = options.image_size;
   load.allow_fresh_head = true;  // the classifier comes from the checkpoint
+  require_recorded_base(checkpoint.base_model, (source / "trainable.safetensors").string(),
+                        "put it back there to export this checkpoint");
   LoadedModel base = load_model(checkpoint.base_model, load);
   auto layout = std::make_shared<const ParameterLayout>(base.config, mode.lora);
   FlatParameters values = FlatParameters::whole_model(layout);
@@ -65,12 +68,36 @@ void export_subset_checkpoint(const std::filesystem::path& source, const ExportO
   info("exported ", source.string(), " (", mode.describe(), ", base ", checkpoint.base_model, ") to ", o.out);
 }
 
+// A training output directory means its best model: model/, what `train` exported (the best validation ROC-AUC's,
+// or the last with --export-last), not its newest checkpoint. --adapter needs that model's checkpoint (what trained,
+// unmerged). Any other checkpoint is exported by naming it.
+std::filesystem::path best_model_of_run(const std::filesystem::path& run, const ExportOptions& o) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  VP_REQUIRE(fs::is_directory(run / "checkpoints", error) || fs::is_directory(run / "model", error),
+             "export: ", run.string(),
+             " is neither a checkpoint (no config.json) nor a training output directory (no checkpoints/ or model/)");
+  if (o.adapter.empty()) {
+    const auto latest = latest_checkpoint(run);
+    VP_REQUIRE(fs::exists(run / "model" / "config.json", error), "export: ", run.string(),
+               " has no exported model yet (model/); name a checkpoint to export it",
+               latest ? concat(", e.g. ", latest->string()) : std::string());
+    return run / "model";
+  }
+  const auto best = best_model_checkpoint(run);
+  VP_REQUIRE(best.has_value(), "export --adapter: ", run.string(),
+             " no longer holds the checkpoint of its best model (see --keep-checkpoints); name a checkpoint under ",
+             (run / "checkpoints").string());
+  return *best;
+}
+
 }  // namespace
 
 void add_export_command(CLI::App& app) {
   auto o = std::make_shared<ExportOptions>();
   auto* cmd = app.add_subcommand("export", "Turn a training checkpoint into a Hugging Face model directory");
-  cmd->add_option("checkpoint", o->checkpoint, "A checkpoint directory, or a training --output-dir (its latest)")
+  cmd->add_option("checkpoint", o->checkpoint,
+                  "A checkpoint directory, or a training --output-dir (its best model, OUTPUT/model)")
       ->required();
   cmd->add_option("--out", o->out, "Directory to write config.json, model.safetensors, preprocessor_config.json")
       ->required();
@@ -100,12 +127,7 @@ void add_export_command(CLI::App& app) {
     }
     VP_REQUIRE(fs::is_directory(source), "export: ", source.string(), " is not a directory");
     const bool adapter = is_peft_adapter_directory(source);  // merged into its base here
-    if (!fs::exists(source / "config.json") && !adapter) {
-      auto latest = latest_checkpoint(source);
-      VP_REQUIRE(latest.has_value(), "export: ", source.string(),
-                 " is neither a checkpoint (no config.json) nor a training output directory (no checkpoints/latest)");
-      source = *latest;
-    }
+    if (!fs::exists(source / "config.json") && !adapter) source = best_model_of_run(source, *o);
     if (fs::exists(source / "trainable.safetensors")) {
       VP_REQUIRE(o->image_size == 0, "export --image-size: ", source.string(),
                  " holds only what trained; export it to a model directory first, then that at another size");

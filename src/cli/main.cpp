@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "cli/suggestions.h"
 #include "util/error.h"
 
 int main(int argc, char** argv) {
@@ -27,6 +28,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // An unknown subcommand or flag near a known one: name the one meant.
+    const bool unknown = dynamic_cast<const CLI::ExtrasError*>(&e) || dynamic_cast<const CLI::RequiredError*>(&e);
+    if (const auto hint = unknown ? vitpipe::cli::suggest_correction(app, argc, argv) : std::nullopt) {
+      std::fprintf(stderr, "error: %s\n", hint->c_str());
+      return e.get_exit_code();
+    }
     return app.exit(e);
   } catch (const vitpipe::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

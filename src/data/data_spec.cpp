@@ -5,6 +5,7 @@
 #include "data/packed_cache.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/recorded_path.h"
 
 namespace vitpipe {
 
@@ -52,6 +53,18 @@ DataSpec parse_data_spec(const std::string& text) {
   for (const auto& entry : fs::directory_iterator(path))
     if (entry.path().filename().string().rfind("PADCHEST_", 0) == 0) return {"padchest", path};
   return {"folder", path};
+}
+
+std::string recorded_data_spec(const std::string& text) {
+  std::string kind, path = text;
+  const size_t colon = text.find(':');
+  if (colon != std::string::npos && known_kind(text.substr(0, colon))) {
+    kind = text.substr(0, colon + 1);
+    path = text.substr(colon + 1);
+  }
+  std::error_code error;
+  if (path.empty() || !fs::exists(path, error)) return text;
+  return kind + recorded_path(path);
 }
 
 std::shared_ptr<FileDataset> open_file_dataset(const DataSpec& spec, const DatasetOptions& options) {

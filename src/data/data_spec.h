@@ -20,6 +20,10 @@ struct DataSpec {
 
 DataSpec parse_data_spec(const std::string& text);
 
+// --data as a run file (train_options.json) records it: an existing path made absolute, the kind kept as typed
+// ("csv:data/x.csv" -> "csv:/home/me/data/x.csv"); anything else unchanged (open_dataset refuses it, naming it).
+std::string recorded_data_spec(const std::string& text);
+
 // Opens and checks the dataset: every listed image present (unless options say otherwise), splits assigned, labels
 // mapped onto options.labels when given.
 std::shared_ptr<Dataset> open_dataset(const std::string& spec, const DatasetOptions& options);

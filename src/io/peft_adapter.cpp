@@ -12,6 +12,7 @@
 #include "io/hf_config.h"
 #include "io/model_reference.h"
 #include "io/pytorch_bin.h"
+#include "io/recorded_model_path.h"
 #include "io/safetensors.h"
 #include "model/low_rank_update.h"
 #include "model/model_family.h"
@@ -182,6 +183,8 @@ AdapterConfig read_adapter_config(const fs::path& directory) {
     VP_REQUIRE(base.is_string() && !base.get<std::string>().empty(), c.path,
                ": base_model_name_or_path must name the base model (a directory or a Hub repo id)");
     c.base_model = base.get<std::string>();
+    // vitpipe records a local base by its absolute path: one that has moved is not a Hub id to download.
+    require_recorded_base(c.base_model, c.path, "put it back, or write its new path into base_model_name_or_path");
     const Json bias = j.value("bias", Json("none"));
     VP_REQUIRE(bias.is_string(), c.path, ": bias must be \"none\", \"all\" or \"lora_only\", got ", bias.dump());
     c.bias = bias.get<std::string>();

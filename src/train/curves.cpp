@@ -57,12 +57,13 @@ std::vector<CurvePoint> roc_curve(const RankedLabel& r) {
 
 std::vector<CurvePoint> pr_curve(const RankedLabel& r) {
   if (r.positives == 0) return {};
-  std::vector<CurvePoint> points;
+  // scikit-learn ends its arrays (lowest threshold first) with (recall 0, precision 1); in this order, highest
+  // threshold first, that point comes first (put last, it drew a false line from recall 1 back to (0, 1)).
+  std::vector<CurvePoint> points{{0.0, 1.0, std::numeric_limits<double>::infinity()}};
   const double p = static_cast<double>(r.positives);
   for_each_threshold(r, [&](double threshold, int64_t tp, int64_t fp) {
     points.push_back({static_cast<double>(tp) / p, static_cast<double>(tp) / static_cast<double>(tp + fp), threshold});
   });
-  points.push_back({0.0, 1.0, std::numeric_limits<double>::infinity()});
   return points;
 }
 

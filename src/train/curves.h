@@ -1,8 +1,8 @@
 // One label's ROC and precision-recall curves, its operating points and its calibration, as the report shows them.
 // Curves follow scikit-learn: roc_curve (drop_intermediate=False: a point per distinct score, from (0, 0) at an
-// infinite threshold) and precision_recall_curve (a point per distinct score, highest first, then (recall 0,
-// precision 1)). A row is positive at threshold t when its score >= t. Scores only need to be ordered like the
-// probabilities (logits are); thresholds come back in score units.
+// infinite threshold) and precision_recall_curve (reversed: from (recall 0, precision 1) at an infinite threshold, then
+// a point per distinct score, highest first, ending at recall 1). A row is positive at threshold t when its score >= t.
+// Scores only need to be ordered like the probabilities (logits are); thresholds come back in score units.
 #pragma once
 
 #include <cstdint>

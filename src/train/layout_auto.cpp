@@ -395,7 +395,8 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   o.recompute = l.recompute;
   o.shard_optimizer = l.shard;
   info(
-      "--layout auto chose ", l.describe(), ": predicted ", prediction.step_seconds, " s per step (flags: ",
+      "--layout auto chose ", l.describe(), ": predicted ", format_seconds(prediction.step_seconds),
+      " per step (flags: ",
       [&] {
         std::string flags;
         for (const auto& f : l.train_flags()) flags += (flags.empty() ? "" : " ") + f;

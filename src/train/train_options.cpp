@@ -189,6 +189,9 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.log_every = v.null ? defaults().log_every : v.integer(); }},
       {"checkpoint-every", "N", "Write a checkpoint every N steps; 0 = after each epoch (default 0)",
        [](O& o, const V& v) { o.checkpoint_every = v.null ? defaults().checkpoint_every : v.integer(); }},
+      {"keep-checkpoints", "N",
+       "Keep the newest N checkpoints, and always the one of the best model when it was written (default 2)",
+       [](O& o, const V& v) { o.keep_checkpoints = v.null ? defaults().keep_checkpoints : v.integer(); }},
       {"val-fraction", "F", "Fraction of the training patients held out for validation, in [0, 1) (default 0.1)",
        [](O& o, const V& v) { o.val_fraction = v.null ? defaults().val_fraction : v.number(); }},
       {"test", nullptr, "Also evaluate on the test split at the end",
@@ -588,6 +591,9 @@ void TrainOptions::validate() const {
              "--comm-timeout must be seconds in [0, 1e7] (0 = no deadline) (got ", comm_timeout.value_or(0), ")");
   VP_REQUIRE(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
   VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = each epoch) (got ", checkpoint_every, ")");
+  VP_REQUIRE(keep_checkpoints >= 1 && keep_checkpoints <= 1000000,
+             "--keep-checkpoints must be in [1, 1000000] (the newest is what --resume continues) (got ",
+             keep_checkpoints, ")");
   VP_REQUIRE(loader_threads >= 1 && loader_threads <= 256, "--loader-threads must be in [1, 256] (got ", loader_threads,
              ")");
   VP_REQUIRE(freeze_layers >= 0, "--freeze-layers must be >= 0 (got ", freeze_layers, ")");
@@ -681,6 +687,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["partial_batch"] = partial_batch;
   j["loader_threads"] = loader_threads;
   j["checkpoint_every"] = checkpoint_every;
+  j["keep_checkpoints"] = keep_checkpoints;
   j["virtual_stages"] = virtual_stages;
   j["pipeline_stages"] = pipeline_stages;
   j["layers_per_stage"] = layers_per_stage;

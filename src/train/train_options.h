@@ -86,6 +86,7 @@ struct TrainOptions {
   int64_t eval_every = 0;        // steps; 0 = at the end of each epoch
   int64_t log_every = 10;        // steps; 0 = no per-step log lines
   int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch
+  int64_t keep_checkpoints = 2;  // the newest N checkpoints stay (and the best model's, when one was written)
   double val_fraction = 0.1;
   bool test = false;  // also evaluate on the test split at the end
 

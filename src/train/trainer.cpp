@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "backend/backend.h"
 #include "backend/device_selection.h"
@@ -21,6 +22,7 @@
 #include "io/model_files.h"
 #include "io/onnx_export.h"
 #include "io/peft_adapter.h"
+#include "io/recorded_model_path.h"
 #include "model/initializer.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
@@ -109,11 +111,14 @@ void check_resume_compatible(const TrainOptions& now, const nlohmann::json& save
                           "lora",
                           "lora_alpha",
                           "lora_targets"}) {
-    if (saved.contains(key) && saved[key] != current[key]) {
+    nlohmann::json was = saved.contains(key) ? saved[key] : current[key];
+    // Runs before absolute paths recorded --data as typed, relative to the directory resuming them.
+    if (std::string_view(key) == "data" && was.is_string()) was = recorded_data_spec(was.get<std::string>());
+    if (was != current[key]) {
       std::string flag = key;
       std::replace(flag.begin(), flag.end(), '_', '-');
-      fail(source, ": --", flag, " was ", saved[key].dump(), " when the checkpoint was written, now ",
-           current[key].dump(), "; resume with the same value (or start a new --output-dir)");
+      fail(source, ": --", flag, " was ", was.dump(), " when the checkpoint was written, now ", current[key].dump(),
+           "; resume with the same value (or start a new --output-dir)");
     }
   }
 }
@@ -772,7 +777,7 @@ void RankTrainer::save_checkpoint() {
   c.optimizer_metadata = gathered.optimizer_metadata;
   c.state = state_;
   c.state.options = o_.to_json();
-  const fs::path written = write_training_checkpoint(output_, c);
+  const fs::path written = write_training_checkpoint(output_, c, o_.keep_checkpoints);
   info("checkpoint: ", written.string());
 }
 
@@ -943,7 +948,7 @@ void RankTrainer::finish() {
   const double measured = median_of(iteration_seconds_);  // of this process's steps after its first
   if (!predicted_ && !iteration_seconds_.empty()) {
     // Every layout reports it, so a hand-picked layout can be set beside `vitpipe plan`'s prediction for it.
-    info("step time: median ", measured, " s of ", iteration_seconds_.size(),
+    info("step time: median ", format_seconds(measured), " of ", iteration_seconds_.size(),
          " steps after the first (from waiting for the batch to the optimizer's end)");
     if (root()) {
       metrics_->write({{"type", "step_time"},
@@ -1083,6 +1088,10 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports, int
 void run_training(const TrainOptions& options) {
   TrainOptions o = options;
   continue_peft_adapter(o);
+  // Run files (train_options.json, checkpoints, the adapter) must name the same model from any directory.
+  o.model = recorded_model_reference(o.model);
+  if (!o.initial_adapter.empty()) o.initial_adapter = recorded_model_reference(o.initial_adapter);
+  o.data = recorded_data_spec(o.data);
   complete_defaults(o);
   o.validate();
   // Every rank appends its line to the same file: on the host it runs on, the output directory is where a user

@@ -70,7 +70,8 @@ void fsync_directory(const fs::path& dir) {
 
 }  // namespace
 
-fs::path write_training_checkpoint(const fs::path& output_dir, const TrainingCheckpoint& c, int keep) {
+fs::path write_training_checkpoint(const fs::path& output_dir, const TrainingCheckpoint& c, int64_t keep) {
+  VP_REQUIRE(keep >= 1, "internal: keep at least the newest checkpoint (got ", keep, ")");
   const fs::path root = checkpoints_dir(output_dir);
   fs::create_directories(root);
   const std::string name = step_name(c.state.step);
@@ -104,7 +105,8 @@ fs::path write_training_checkpoint(const fs::path& output_dir, const TrainingChe
     throw;
   }
   write_text_file_atomically(root / "latest", name + "\n");
-  // Keep the newest `keep` complete checkpoints.
+  // Keep the newest `keep` complete checkpoints, and the best model's: `export CHECKPOINT` and --adapter need it.
+  const std::string best = c.state.best_step >= 0 ? step_name(c.state.best_step) : std::string();
   std::vector<fs::path> complete;
   for (const auto& entry : fs::directory_iterator(root)) {
     const std::string n = entry.path().filename().string();
@@ -113,7 +115,9 @@ fs::path write_training_checkpoint(const fs::path& output_dir, const TrainingChe
     }
   }
   std::sort(complete.begin(), complete.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep) < complete.size(); ++i) fs::remove_all(complete[i], ignored);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < complete.size(); ++i) {
+    if (complete[i].filename() != best) fs::remove_all(complete[i], ignored);
+  }
   return final_dir;
 }
 
@@ -132,6 +136,24 @@ std::optional<fs::path> latest_checkpoint(const fs::path& output_dir) {
   VP_REQUIRE(fs::is_directory(dir, unusable) && fs::exists(dir / "trainer_state.json", unusable), pointer.string(),
              " names ", name, ", which is not a complete checkpoint");
   return dir;
+}
+
+std::optional<fs::path> best_model_checkpoint(const fs::path& output_dir) {
+  const auto latest = latest_checkpoint(output_dir);
+  if (!latest) return std::nullopt;
+  const fs::path state_path = *latest / "trainer_state.json";
+  nlohmann::json state_json;
+  try {
+    state_json = nlohmann::json::parse(read_text_file(state_path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(state_path.string(), ": invalid JSON (", e.what(), ")");
+  }
+  const TrainerState state = TrainerState::from_json(state_json, state_path.string());
+  if (state.best_step < 0) return latest;
+  const fs::path best = checkpoints_dir(output_dir) / step_name(state.best_step);
+  std::error_code error;
+  if (!fs::exists(best / "trainer_state.json", error)) return std::nullopt;
+  return best;
 }
 
 TrainingCheckpoint read_training_checkpoint(const fs::path& directory) {

@@ -53,12 +53,18 @@ struct TrainingCheckpoint {
 // A 64-bit hash of the values (FNV-1a over their bits, in layout order): which frozen weights a run used.
 uint64_t parameter_fingerprint(const FlatParameters& values);
 
-// Writes <output_dir>/checkpoints/step-<step>/ and points checkpoints/latest at it; keeps the newest `keep`.
+// Writes <output_dir>/checkpoints/step-<step>/ and points checkpoints/latest at it; keeps the newest `keep` (>= 1)
+// and the one of checkpoint.state.best_step (the best model's, when a checkpoint was written at that step).
 std::filesystem::path write_training_checkpoint(const std::filesystem::path& output_dir,
-                                                const TrainingCheckpoint& checkpoint, int keep = 2);
+                                                const TrainingCheckpoint& checkpoint, int64_t keep = 2);
 
 // The newest complete checkpoint under <output_dir>/checkpoints, if any.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& output_dir);
+
+// The checkpoint holding the weights of <output_dir>/model: the best step's (trainer_state.json's best_step of the
+// latest checkpoint), or the latest when the run has no best step (--export-last, no validation split); nullopt when
+// there is no checkpoint or the best step's was not written or not kept.
+std::optional<std::filesystem::path> best_model_checkpoint(const std::filesystem::path& output_dir);
 
 // Reads a checkpoint directory (throws naming the file on anything missing or malformed).
 TrainingCheckpoint read_training_checkpoint(const std::filesystem::path& directory);

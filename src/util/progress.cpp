@@ -90,6 +90,19 @@ std::string format_duration(double seconds) {
   return text;
 }
 
+std::string format_seconds(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  char text[32];
+  if (seconds < 0.9995) {
+    std::snprintf(text, sizeof(text), "%.3g ms", seconds * 1e3);
+  } else if (seconds < 999.5) {
+    std::snprintf(text, sizeof(text), "%.3g s", seconds);
+  } else {
+    std::snprintf(text, sizeof(text), "%.0f s", seconds);
+  }
+  return text;
+}
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int unit = 0;

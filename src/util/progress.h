@@ -30,6 +30,9 @@ class ProgressBar {
 };
 
 std::string format_duration(double seconds);
+// A short time to three significant digits, in ms below a second: "10.5 ms", "1.23 s" (a step time, not raw
+// "0.0104749 s"); format_duration is for the minutes and hours of a run.
+std::string format_seconds(double seconds);
 std::string format_bytes(double bytes);
 
 }  // namespace vitpipe

@@ -15,6 +15,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
@@ -60,7 +61,9 @@ step_times = [x for x in records if x["type"] == "step_time"]
 checks.check(len(step_times) == 1 and step_times[0]["step"] == steps and step_times[0]["measured_steps"] == steps - 1
              and step_times[0]["measured_step_seconds"] > 0, "one step_time record: the median of the steps after the "
              "first", f"{step_times}")
-checks.check(any(line.startswith("step time: median ") for line in lines), "the log ends with the median step time")
+step_line = [line for line in lines if line.startswith("step time: median ")]
+checks.check(len(step_line) == 1 and re.match(r"step time: median \d{1,3}(\.\d{1,2})? m?s of ", step_line[0]),
+             "the log ends with the median step time, to 3 significant digits (ms below a second)", str(step_line))
 keys = [(x["type"], x.get("split"), x["step"]) for x in records]
 checks.check(len(keys) == len(set(keys)), "no duplicate records")
 checks.check(all(np.isfinite(x["loss"]) and x["lr"] >= 0 and np.isfinite(x["grad_norm"]) for x in train),
@@ -171,13 +174,13 @@ train_split = json.loads(e2e.run("eval", "--model", model, "--data", data, "--sp
 checks.check(train_split["rows"] == 256 and train_split["split"] == "train" and train_split["mean_auc"] > 0.9,
              "eval --split train", f"{train_split['rows']} rows, mean AUC {train_split['mean_auc']:.4f}")
 
-# vitpipe export of the output directory = the latest checkpoint, bit for bit, as a Hugging Face directory.
+# vitpipe export of the output directory = its best model (model/), bit for bit, as a Hugging Face directory
+# (run_files.py checks it against a newest checkpoint that differs).
 exported = os.path.join(root, "exported")
 e2e.run("export", out, "--out", exported)
 ok, detail = e2e.same_tensors(e2e.read_safetensors(os.path.join(exported, "model.safetensors"))[0],
-                              e2e.read_safetensors(os.path.join(out, "checkpoints", f"step-{steps:08d}",
-                                                                "model.safetensors"))[0])
-checks.check(ok, "export OUTPUT_DIR writes the latest checkpoint's weights", detail)
+                              e2e.read_safetensors(os.path.join(out, "model", "model.safetensors"))[0])
+checks.check(ok, "export OUTPUT_DIR writes its best model's weights (model/)", detail)
 checks.check(json.load(open(os.path.join(exported, "config.json")))["id2label"] == config["id2label"] and
              os.path.exists(os.path.join(exported, "preprocessor_config.json")), "export writes config and preprocessor")
 r = e2e.run("export", os.path.join(root, "data"), "--out", os.path.join(root, "bad_export"), expect_ok=False)

@@ -70,6 +70,16 @@ for args, expected in [(["train", "--model", model, "--output-dir", out, "--epoc
     checks.check(r.returncode != 0 and expected in r.stderr and not os.path.exists(out),
                  f"{' '.join(args[-2:])}: refused with {expected!r}", f"rc {r.returncode}: {r.stderr.strip()[:200]}")
 
+# Typos: one line naming the nearest subcommand or flag (not CLI11's "A subcommand is required").
+for args, expected in [(["trian", "--model", model], "did you mean `vitpipe train`?"),
+                       (["data", "prepre"], "did you mean `vitpipe data prepare`?"),
+                       (e2e.train_args(model, data, out, "--epochs", "1", "--bach-size", "8"),
+                        "has no flag --bach-size; did you mean --batch-size?")]:
+    r = e2e.run(*args, expect_ok=False)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    checks.check(r.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+                 and not os.path.exists(out), f"{' '.join(args[:2])}: {expected!r}", r.stderr.strip()[:200])
+
 # Refusals that need the data or the model: still nothing written.
 data_cases = [
     (e2e.train_args(os.path.join(root, "no_model"), data, os.path.join(root, "d0"), "--epochs", "1", "--batch-size",

@@ -173,8 +173,11 @@ leftovers = [name for base in (killed, os.path.join(killed, "checkpoints")) for 
              if ".tmp" in name]
 checks.check(leftovers == ["notes.tmp-1"], "no temporaries of killed runs left behind (and no other file removed)",
              f"{leftovers}")
-kept = [name for name in os.listdir(os.path.join(killed, "checkpoints")) if name.startswith("step-")]
-checks.check(len(kept) <= 2, "old checkpoints are pruned", f"{sorted(kept)}")
+kept = sorted(name for name in os.listdir(os.path.join(killed, "checkpoints")) if name.startswith("step-"))
+best_step = json.load(open(os.path.join(killed, "checkpoints", kept[-1], "trainer_state.json")))["best_step"]
+newest_and_best = set(kept[-2:]) | ({f"step-{best_step:08d}"} & set(kept))
+checks.check(set(kept) == newest_and_best and len(kept) <= 3,
+             "old checkpoints are pruned (the newest 2 kept, and the best model's)", f"{kept}, best step {best_step}")
 
 # --- resuming a finished run with the same flags: nothing changes, nothing is duplicated ---
 before = tree_digest(os.path.join(straight, "checkpoints"))
