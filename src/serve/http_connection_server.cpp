@@ -109,6 +109,15 @@ HttpConnectionServer::~HttpConnectionServer() {
 
 void HttpConnectionServer::close_after_answer() { close_requested = true; }
 
+void HttpConnectionServer::answer_until_closed(int socket, const std::string& peer_address) {
+  {
+    std::lock_guard lock(mutex_);
+    ++open_;
+    ++per_address_[peer_address];
+  }
+  answer_connection(Ready{socket, peer_address, 0});
+}
+
 void HttpConnectionServer::bind(const std::string& host, int port) {
   VP_REQUIRE(port >= 1 && port <= 65535, "--port: expected 1..65535, got ", port);
   addrinfo hints{};
@@ -174,6 +183,7 @@ void HttpConnectionServer::stop() {
 void HttpConnectionServer::serve() {
   VP_REQUIRE(listen_socket_ >= 0, "serve: bind() first");
   watch_thread_ = std::this_thread::get_id();  // watch_loop runs here; set before any worker may read it
+  watching_ = true;
   for (int i = 0; i < limits_.threads; ++i) workers_.emplace_back([this] { worker_loop(); });
   watch_loop();
   {
@@ -405,14 +415,14 @@ void HttpConnectionServer::answer_connection(Ready connection) {
       if (on_refusal_) on_refusal_("header_timeout");
     }
     if (!answered || client_closes || close_requested || stopping_) break;
-    if (stream.buffered() > 0) continue;  // a pipelined request: answered next, in order
+    if (stream.buffered() > 0 || !watching_) continue;  // a pipelined request: answered next, in order
     std::lock_guard lock(mutex_);
     returned_.emplace_back(connection.socket, Waiting{connection.address, connection.port,
                                                       Clock::now() + limits_.idle_timeout, Phase::idle});
     wake();
     return;
   }
-  if (stopping_)
+  if (stopping_ || !watching_)
     release(connection.socket, connection.address);
   else
     close_gracefully(connection.socket, connection.address, connection.port);

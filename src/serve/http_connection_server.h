@@ -52,6 +52,9 @@ class HttpConnectionServer : public httplib::Server {
   void stop();
   // For a handler: close this connection after the answer (its body was not read to the end).
   static void close_after_answer();
+  // Answers every request on `socket` on the calling thread until the client closes, then closes it: the fuzz
+  // harness's way in (serve() hands connections out from its watcher instead).
+  void answer_until_closed(int socket, const std::string& peer_address);
 
  private:
   enum class Phase {
@@ -91,6 +94,7 @@ class HttpConnectionServer : public httplib::Server {
   int listen_socket_ = -1, epoll_ = -1, wake_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
+  bool watching_ = false;  // serve() runs its watcher: idle connections go back to it
   std::thread::id watch_thread_;
 
   std::unordered_map<int, Waiting> waiting_;  // watch thread only

@@ -210,6 +210,25 @@ def main(out):
             print(f"make_seeds: DICOM seed {name} not written ({e})", file=sys.stderr)
 
     multipart_seeds(out)
+    http_request_seeds(out)
+
+
+def http_request_seeds(out):
+    """fuzz_http_request: what one client sends on one connection, among them the attacks serve_attacks.py tries."""
+    put(out, "http_request", "get", b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    put(out, "http_request", "path_not_utf8", b"GET /%FB HTTP/1.1\r\nHost: x\r\n\r\nGET /\xfb\xfe HTTP/1.1\r\n\r\n")
+    put(out, "http_request", "method_not_utf8", b"G\xfbT /healthz HTTP/1.1\r\nHost: \xfb\xff\r\n\r\n")
+    put(out, "http_request", "param_not_utf8", b"POST /v1/predict?heatmap=%FB HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")
+    put(out, "http_request", "pipelined_gets", b"GET /healthz HTTP/1.1\r\n\r\nGET /readyz HTTP/1.1\r\n\r\n")
+    body = b"GET /stolen HTTP/1.1\r\n\r\n" * 2
+    put(out, "http_request", "pipelined_posts",
+        b"POST /v1/predict HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body) + body +
+        b"POST /v1/predict HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n" +
+        b"GET /healthz HTTP/1.1\r\n\r\n")
+    put(out, "http_request", "post_without_length", b"POST /v1/predict HTTP/1.1\r\nHost: x\r\n\r\n")
+    put(out, "http_request", "form_data",
+        b"POST /v1/predict HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 62\r\n\r\n"
+        b"--b\r\nContent-Disposition: form-data; name=\"a\"; filename=\"\xfb\"\r\n\r\nxy\r\n--b--\r\n")
 
 
 def multipart_seeds(out):

@@ -14,7 +14,7 @@ out=build-fuzz
 harnesses=("$@")
 if ((${#harnesses[@]} == 0)); then
   harnesses=(safetensors hf_config preprocessor_config weight_index unpickler pytorch_bin csv train_options
-             packed_cache training_checkpoint png jpeg dicom multipart)
+             packed_cache training_checkpoint png jpeg dicom multipart http_request)
 fi
 seed=()
 [[ -n "${FUZZ_SEED:-}" ]] && seed=(-seed="$FUZZ_SEED")
