@@ -94,7 +94,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t length = 0;
     const size_t field = answers.find("Content-Length: ", at);
     if (field != std::string::npos && field < end) length = std::strtoull(answers.c_str() + field + 16, nullptr, 10);
-    at = end + 4 + length;
+    // An answer to HEAD names its length but carries no body: then the next answer (or the end) follows at once.
+    auto next_answer_at = [&](size_t position) {
+      return position == answers.size() ||
+             (position < answers.size() && answers.compare(position, 9, "HTTP/1.1 ") == 0);
+    };
+    const bool bodiless = length > 0 && next_answer_at(end + 4) && !next_answer_at(end + 4 + length);
+    at = end + 4 + (bodiless ? 0 : length);
   }
   if (count > header_ends(data, size) + 1) {
     std::fprintf(stderr, "fuzz: %zu answers to at most %zu requests\n", count, header_ends(data, size));
