@@ -65,6 +65,37 @@ for l, name in enumerate(FINDINGS):
         checks.check(evaluation["auc"][name] is None, f"test: {name} has one class: null")
 checks.check(worst < 1e-12, "eval --json test AUC = sklearn roc_auc_score on the scores eval ranked, per finding",
              f"max difference {worst:.2e}")
+# Subgroups (sex, age band, view from the Data_Entry CSV): each subgroup's AUC is roc_auc_score on its rows.
+with open(os.path.join(sample, "Data_Entry_2017_v2020.csv")) as f:
+    entry = {row["Image Index"]: row for row in csv.DictReader(f)}
+
+
+def band(age):
+    return "" if age > 120 else "<40" if age < 40 else "40-59" if age < 60 else "60-79" if age < 80 else "80+"
+
+
+attribute_of = {"sex": lambda e: e["Patient Gender"], "age": lambda e: band(int(e["Patient Age"])),
+                "view": lambda e: e["View Position"]}
+expected_groups = {(a, g(entry[i])) for a, g in attribute_of.items() for i in test_images if g(entry[i])}
+listed = {(x["attribute"], x["group"]) for x in evaluation["subgroups"]}
+checks.check(listed == expected_groups, "eval --json: \"subgroups\" lists every sex, age band and view of the split",
+             f"{sorted(listed)}")
+worst, compared, too_few = 0.0, 0, 0
+for group in evaluation["subgroups"]:
+    member = np.array([attribute_of[group["attribute"]](entry[i]) == group["group"] for i in test_images])
+    checks.check(group["images"] == member.sum(), f"subgroup {group['attribute']}={group['group']}: image count")
+    for l, name in enumerate(FINDINGS):
+        t, s = targets[member, l], logits[member, l]
+        value = group["roc_auc"][name]["value"]
+        if 0 < t.sum() < len(t):
+            worst = max(worst, abs(value - roc_auc_score(t, s)))
+            compared += 1
+        else:
+            too_few += 1
+            checks.check(value is None and group["roc_auc"][name]["too_few"], f"{group['group']} {name}: too few")
+checks.check(compared > 20 and too_few > 0 and worst < 1e-9,
+             "subgroup AUCs = sklearn roc_auc_score on each subgroup's rows; one-class subgroups listed as too few",
+             f"{compared} compared, {too_few} too few, max difference {worst:.2e}")
 defined = [v for v in evaluation["auc"].values() if v is not None]
 checks.check(abs(evaluation["mean_auc"] - np.mean(defined)) < 1e-12, "mean_auc is the mean of the defined AUCs")
 spread = np.ptp(probabilities, axis=0).min()
