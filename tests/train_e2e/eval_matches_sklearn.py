@@ -96,6 +96,28 @@ for group in evaluation["subgroups"]:
 checks.check(compared > 20 and too_few > 0 and worst < 1e-9,
              "subgroup AUCs = sklearn roc_auc_score on each subgroup's rows; one-class subgroups listed as too few",
              f"{compared} compared, {too_few} too few, max difference {worst:.2e}")
+# Localization on boxes: the sample's copy of NIH's box list has 9 boxes, all on test images; whole-image boxes
+# (a generic list in the 64-pixel images' own coordinates) are always pointing-game hits.
+boxes = json.loads(e2e.run("eval", "--model", model, "--data", data, "--split", "test", "--json", "--threads", "1",
+                           "--boxes", os.path.join(sample, "BBox_List_2017.csv")).stdout)["localization"]
+per = {name: v["boxes"] for name, v in boxes["per_finding"].items()}
+checks.check(boxes["boxes"] == 9 and per == {"Atelectasis": 5, "Infiltration": 2, "Pneumonia": 2} and
+             not boxes["skipped"], "eval --boxes: the sample's 9 boxes evaluated (Infiltrate read as Infiltration)",
+             f"{boxes['boxes']} {per} {boxes['skipped']}")
+whole = os.path.join(root, "whole-image-boxes.csv")
+with open(os.path.join(sample, "BBox_List_2017.csv")) as f, open(whole, "w") as g:
+    g.write("image,finding,x,y,w,h\n")
+    for line in list(f)[1:]:
+        image, finding = line.split(",")[:2]
+        g.write(f"{image},{finding.replace('Infiltrate', 'Infiltration')},0,0,64,64\n")
+    g.write("00000001_000.png,Cardiomegaly,0,0,64,64\n")  # a train image: skipped and counted
+boxes = json.loads(e2e.run("eval", "--model", model, "--data", data, "--split", "test", "--json", "--threads", "1",
+                           "--boxes", whole).stdout)["localization"]
+checks.check(boxes["boxes"] == 9 and boxes["skipped"] == {"image not in the test split": 1} and
+             all(v["pointing_game"]["value"] == 1 and v["mass_inside"]["value"] > 0.999
+                 for v in boxes["per_finding"].values()),
+             "eval --boxes: whole-image boxes are all hits; a box of another split is skipped with its reason",
+             f"{boxes}"[:300])
 defined = [v for v in evaluation["auc"].values() if v is not None]
 checks.check(abs(evaluation["mean_auc"] - np.mean(defined)) < 1e-12, "mean_auc is the mean of the defined AUCs")
 spread = np.ptp(probabilities, axis=0).min()
