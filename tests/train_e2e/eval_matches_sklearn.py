@@ -96,6 +96,34 @@ for group in evaluation["subgroups"]:
 checks.check(compared > 20 and too_few > 0 and worst < 1e-9,
              "subgroup AUCs = sklearn roc_auc_score on each subgroup's rows; one-class subgroups listed as too few",
              f"{compared} compared, {too_few} too few, max difference {worst:.2e}")
+# --subgroup COLUMN on a csv: dataset (the same test images, a made-up "site" column, not read as a label): each
+# site's AUC is sklearn's on its rows; on a chestxray14: dataset the flag is refused in one line.
+site_csv = os.path.join(root, "sites.csv")
+site_of = {image: "A" if int(entry[image]["Patient ID"]) % 2 else "B" for image in test_images}
+with open(site_csv, "w") as f:
+    f.write("path,labels,patient,split,site\n")
+    for image in test_images:
+        f.write(f"{os.path.join(sample, 'images', image)},{entry[image]['Finding Labels']},"
+                f"{entry[image]['Patient ID']},test,{site_of[image]}\n")
+by_site = json.loads(e2e.run("eval", "--model", model, "--data", "csv:" + site_csv, "--split", "test", "--json",
+                             "--threads", "1", "--subgroup", "site").stdout)
+sites = [g for g in by_site["subgroups"] if g["attribute"] == "site"]
+worst, compared = 0.0, 0
+for g in sites:
+    member = np.array([site_of[i] == g["group"] for i in test_images])
+    for l, name in enumerate(FINDINGS):
+        t = targets[member, l]
+        if name in g["roc_auc"] and 0 < t.sum() < len(t):
+            worst, compared = max(worst, abs(g["roc_auc"][name]["value"] - roc_auc_score(t, logits[member, l]))), \
+                compared + 1
+checks.check(sorted(g["group"] for g in sites) == ["A", "B"] and "site" not in by_site["auc"] and compared > 5 and
+             worst < 1e-6, "eval --subgroup site on a csv: dataset: per-site AUCs = sklearn, site not a label",
+             f"{compared} compared, max difference {worst:.2e}")
+refused = e2e.run("eval", "--model", model, "--data", data, "--subgroup", "site", expect_ok=False)
+checks.check(refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1 and
+             "--subgroup" in refused.stderr, "eval --subgroup on a chestxray14: dataset: one line, exit 1",
+             refused.stderr.strip()[:200])
+
 # Localization on boxes: the sample's copy of NIH's box list has 9 boxes, all on test images; whole-image boxes
 # (a generic list in the 64-pixel images' own coordinates) are always pointing-game hits.
 boxes = json.loads(e2e.run("eval", "--model", model, "--data", data, "--split", "test", "--json", "--threads", "1",
