@@ -54,8 +54,8 @@ struct DatasetItem {
   std::string name;             // as listed: an image name, or a path relative to the CSV / folder root
   std::vector<int32_t> labels;  // indices into Dataset::label_names(), ascending (single-label: exactly one)
   Split split = Split::none;
-  std::string patient;  // "" when the source has no patient ids (then each image is its own patient)
-  std::string view;     // View Position ("PA", "AP", "LATERAL", ...) or ""
+  std::string patient;    // "" when the source has no patient ids (then each image is its own patient)
+  std::string view;       // View Position ("PA", "AP", "LATERAL", ...) or ""
   std::string sex;        // as the source codes it ("M" / "F" for NIH), or "" when not known
   double age_years = -1;  // -1 when not known; NIH's impossible ages (> 120) are kept, subgroups exclude them
   // The csv: columns named by --subgroup (DatasetOptions::subgroup_columns), in that order: this image's values.
