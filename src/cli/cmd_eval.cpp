@@ -2,7 +2,9 @@
 // loss, per-label ROC-AUC and PR-AUC (scikit-learn's definitions; null where a label has one class only), their
 // means, bootstrap confidence intervals (resampling patients where the dataset knows them: --bootstrap-unit), and
 // the operating points at thresholds chosen on another split (a run's thresholds.json, chosen on val), said where
-// they came from. The same evaluation code as training's.
+// they came from, every finding by subgroup (sex, age band, view, --subgroup COLUMN: evaluation/subgroups.h), and
+// with --boxes FILE the heatmaps scored on radiologists' boxes (explain/localize_boxes.h).
+// The same evaluation code as training's.
 #include <cstdio>
 #include <filesystem>
 
@@ -12,6 +14,10 @@
 #include "cli/device_flag.h"
 #include "data/data_spec.h"
 #include "data/label_harmonisation.h"
+#include "evaluation/box_list.h"
+#include "evaluation/subgroup_attributes.h"
+#include "evaluation/subgroups.h"
+#include "explain/localize_boxes.h"
 #include "io/model_files.h"
 #include "model/vit_stage.h"
 #include "parallel/pipeline_executor.h"
@@ -45,6 +51,9 @@ struct EvalOptions {
   int loader_threads = 2;
   int64_t image_size = 0;
   std::string save_predictions;
+  std::vector<std::string> subgroups;  // --subgroup COLUMN (csv datasets)
+  std::string boxes;                   // --boxes FILE: localization on radiologists' boxes
+  std::string explain_method = "grad-rollout";
 };
 
 void run_eval(const EvalOptions& o) {
@@ -58,6 +67,11 @@ void run_eval(const EvalOptions& o) {
   }
   VP_REQUIRE(split != Split::none, "--split: expected train, val or test");
   const BootstrapUnit unit = parse_bootstrap_unit(o.bootstrap_unit, "--bootstrap-unit");
+  VP_REQUIRE(o.explain_method == "rollout" || o.explain_method == "grad-rollout" || o.explain_method == "gradcam",
+             "--explain-method: expected rollout, grad-rollout or gradcam, got '", o.explain_method, "'");
+  const ExplainMethod explain_method = parse_explain_method(o.explain_method);
+  std::vector<FindingBox> boxes;
+  if (!o.boxes.empty()) boxes = read_box_list(o.boxes);
   std::optional<ThresholdSet> thresholds;
   if (!o.thresholds.empty()) thresholds = read_thresholds_file(o.thresholds);
   LoadOptions load;
@@ -65,9 +79,12 @@ void run_eval(const EvalOptions& o) {
   load.reference.revision = o.revision;
   LoadedModel model = load_model(o.model, load);
   DatasetOptions dataset_options = o.dataset;
+  dataset_options.subgroup_columns = o.subgroups;
   dataset_options.image_read = resolve_image_read(o.read, model.preprocessor, model.directory.string());
   model.preprocessor.vitpipe_intensity = image_read_options_json(dataset_options.image_read);
   auto dataset = open_dataset(o.data, dataset_options);
+  VP_REQUIRE(o.subgroups.empty() || dataset->kind() == "csv", "--subgroup: only for csv: datasets (", dataset->spec(),
+             " is ", dataset->kind(), "; its sex, age and view subgroups are reported anyway)");
   // Resolved (and `patient` refused without patient ids) even without --bootstrap, so the flag never passes unchecked.
   std::optional<BootstrapOptions> bootstrap = BootstrapOptions{o.bootstrap, 0.95, o.bootstrap_seed};
   std::vector<std::string> patients;  // the split's rows in the order evaluate_split returns them (dataset order)
@@ -111,16 +128,34 @@ void run_eval(const EvalOptions& o) {
   report.label_mapping = label_mapping;
   if (thresholds) report.apply(*thresholds, dataset->spec());
   if (!o.save_predictions.empty()) write_predictions_csv(o.save_predictions, report, *dataset);
+  // By sex, age band, view and the --subgroup columns, on the same patient resamples as the intervals above.
+  const std::vector<double> probabilities = report.probabilities();
+  SubgroupData rows{report.labels,  report.scores, report.targets,
+                    report.weights, probabilities, dataset->multi_label()};
+  const SubgroupAnalysis subgroups =
+      analyze_subgroups(item_attributes(*dataset, report.items, o.subgroups), rows, patients, bootstrap, thresholds);
+  std::optional<BoxLocalizationResult> localization;
+  if (!o.boxes.empty()) {
+    std::optional<BootstrapOptions> over_boxes;  // intervals over boxes where intervals were asked for
+    if (bootstrap) over_boxes = BootstrapOptions{bootstrap->resamples, 0.95, bootstrap->seed};
+    localization = localize_boxes(model, *dataset, split, boxes, explain_method, resolve_device(o.device), over_boxes);
+  }
   if (o.json) {
     nlohmann::json j = report.to_json();
+    if (localization) j["localization"] = localization_result_json(*localization);
     j["model"] = model.directory.string();
     j["data"] = dataset->spec();
+    j["subgroups"] = subgroups_json(subgroups);
+    j["subgroup_gaps"] = subgroup_gaps_json(subgroups);
+    j["subgroup_left_out"] = subgroup_left_out_json(subgroups);
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("%s split of %s: %lld images, loss %.4f\n%s", report.split.c_str(), dataset->spec().c_str(),
                 static_cast<long long>(report.rows), report.loss, report.table().c_str());
     if (!thresholds)
       std::printf("operating points: none (--thresholds RUN_DIR/thresholds.json applies those train chose on val)\n");
+    std::printf("%s", subgroups_table(subgroups).c_str());
+    if (localization) std::printf("%s", localization_table(*localization).c_str());
     if (!label_mapping.is_null()) {
       std::string mapped;
       for (const auto& [target, source] : label_mapping["mapped"].items())
@@ -156,6 +191,12 @@ void add_eval_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--thresholds", o->thresholds,
                   "Operating points at these thresholds (a run's thresholds.json, chosen on its val split)");
+  cmd->add_option("--subgroup", o->subgroups,
+                  "Also report by this column of a csv: dataset (repeatable; sex, age band and view always)");
+  cmd->add_option("--boxes", o->boxes,
+                  "Score the heatmaps on radiologists' boxes: NIH's BBox_List_2017.csv or image,finding,x,y,w,h");
+  cmd->add_option("--explain-method", o->explain_method, "Heatmaps for --boxes: rollout, grad-rollout or gradcam")
+      ->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "Images per forward pass")->capture_default_str();
   cmd->add_option("--image-size", o->image_size, "Evaluate at another resolution (position embeddings resized)");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");

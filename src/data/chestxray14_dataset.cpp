@@ -103,6 +103,8 @@ std::shared_ptr<FileDataset> open_chestxray14_dataset(const fs::path& root_in, c
     entry.item.labels = records[i].findings;
     entry.item.patient = std::to_string(records[i].patient_id);
     entry.item.view = records[i].view;
+    entry.item.sex = records[i].gender;
+    entry.item.age_years = records[i].age_years;
     entry.source_split = split_of[i];
     auto found = files.find(records[i].image);
     if (found == files.end()) {

@@ -59,9 +59,21 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
   const int split_col = table.find_column({"split", "subset", "set"});
   const int patient_col = table.find_column({"patient", "patient_id", "Patient ID", "subject", "subject_id"});
   const int view_col = table.find_column({"view", "view_position", "View Position"});
+  std::vector<int> subgroup_cols;
+  for (const std::string& name : options.subgroup_columns) {
+    const int c = table.column(name);
+    VP_REQUIRE(c >= 0, csv.string(), " line 1: --subgroup ", name, ": no such column");
+    VP_REQUIRE(c != path_col && c != split_col, csv.string(), ": --subgroup ", name,
+               ": the image path or split column cannot be a subgroup");
+    subgroup_cols.push_back(c);
+  }
+  auto is_subgroup = [&](int c) {
+    return std::find(subgroup_cols.begin(), subgroup_cols.end(), c) != subgroup_cols.end();
+  };
   std::vector<int> label_cols;
   for (int c = 0; c < static_cast<int>(table.header.size()); ++c)
-    if (c != path_col && c != split_col && c != patient_col && c != view_col) label_cols.push_back(c);
+    if (c != path_col && c != split_col && c != patient_col && c != view_col && !is_subgroup(c))
+      label_cols.push_back(c);
   VP_REQUIRE(!label_cols.empty(), csv.string(),
              " line 1: bad header: no label column (expected a path column and "
              "either one '|'-joined label column or one 0/1 column per label)");
@@ -151,6 +163,7 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
     if (entry.item.labels.size() != 1) every_row_one_label = false;
     if (patient_col >= 0) entry.item.patient = row[patient_col];
     if (view_col >= 0) entry.item.view = row[view_col];
+    for (const int c : subgroup_cols) entry.item.subgroup_values.push_back(row[c]);
     entry.source_split = SourceSplit::train_val;
     const bool pool = split_col >= 0 && (row[split_col] == "train_val" || row[split_col] == "trainval");
     if (split_col >= 0 && !pool) {  // train_val: the pool divided into train and val by patient (--val-fraction)

@@ -39,6 +39,8 @@ struct DatasetOptions {
   LabelVote label_vote = LabelVote::any;
   std::string mimic_labels = "chexpert";  // MIMIC-CXR-JPG's label file: chexpert or negbio
   std::string labels;                     // --labels chestxray14|chexpert|union|FILE; "" = the dataset's own
+  // csv: columns kept per image for subgroup evaluation (eval --subgroup), not read as labels.
+  std::vector<std::string> subgroup_columns;
 };
 
 const char* uncertain_policy_name(UncertainPolicy policy);  // "ones", "zeros", "ignore"
@@ -52,8 +54,12 @@ struct DatasetItem {
   std::string name;             // as listed: an image name, or a path relative to the CSV / folder root
   std::vector<int32_t> labels;  // indices into Dataset::label_names(), ascending (single-label: exactly one)
   Split split = Split::none;
-  std::string patient;  // "" when the source has no patient ids (then each image is its own patient)
-  std::string view;     // View Position ("PA", "AP", "LATERAL", ...) or ""
+  std::string patient;    // "" when the source has no patient ids (then each image is its own patient)
+  std::string view;       // View Position ("PA", "AP", "LATERAL", ...) or ""
+  std::string sex;        // as the source codes it ("M" / "F" for NIH), or "" when not known
+  double age_years = -1;  // -1 when not known; NIH's impossible ages (> 120) are kept, subgroups exclude them
+  // The csv: columns named by --subgroup (DatasetOptions::subgroup_columns), in that order: this image's values.
+  std::vector<std::string> subgroup_values;
   // As the source codes them, ascending; --uncertain and --blank decide what they mean (apply_dataset_options).
   std::vector<int32_t> uncertain;    // coded -1
   std::vector<int32_t> unmentioned;  // left blank / NaN

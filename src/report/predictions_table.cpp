@@ -28,6 +28,7 @@ PredictionsTable read_predictions_csv(const std::filesystem::path& path) {
   VP_REQUIRE(image >= 0 && patient >= 0, path.string(),
              ": not a predictions file: expected columns image, patient, true:<label>..., probability:<label>... "
              "(as vitpipe eval --save-predictions writes)");
+  const int view = table.column("view"), sex = table.column("sex"), age = table.column("age");
   std::vector<int> truth, logit, probability;
   for (size_t c = 0; c < table.header.size(); ++c) {
     const std::string& name = table.header[c];
@@ -52,6 +53,13 @@ PredictionsTable read_predictions_csv(const std::filesystem::path& path) {
   for (size_t r = 0; r < table.rows.size(); ++r) {
     p.images.push_back(table.rows[r][static_cast<size_t>(image)]);
     p.patients.push_back(table.rows[r][static_cast<size_t>(patient)]);
+    if (view >= 0) p.views.push_back(table.rows[r][static_cast<size_t>(view)]);
+    if (sex >= 0) p.sexes.push_back(table.rows[r][static_cast<size_t>(sex)]);
+    if (age >= 0) {
+      const bool blank = table.rows[r][static_cast<size_t>(age)].empty();
+      p.ages.push_back(blank ? -1.0 : number(table, r, age, "age in years (or blank)"));
+      VP_REQUIRE(p.ages.back() >= -1.0, table.where(r), ": column age: expected years >= 0 or blank");
+    }
     for (size_t l = 0; l < labels; ++l) {
       const std::string& t = table.rows[r][static_cast<size_t>(truth[l])];
       VP_REQUIRE(t == "0" || t == "1" || t.empty(), table.where(r), ": column true:", p.labels[l],

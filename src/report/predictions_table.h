@@ -12,6 +12,9 @@ struct PredictionsTable {
   std::string source;
   std::vector<std::string> labels;
   std::vector<std::string> images, patients;
+  // Per row where the file has the columns (view, sex, age; else empty): the subgroups. Age -1 where blank.
+  std::vector<std::string> views, sexes;
+  std::vector<double> ages;
   // [rows, labels] row-major: targets 0/1; weights 1 known / 0 unknown (a blank true: cell); scores as ranked
   // (the logits when the file has them, else the probabilities); probabilities.
   std::vector<float> targets, weights;
@@ -21,7 +24,7 @@ struct PredictionsTable {
 };
 
 // Needs columns image, patient, true:<label> and probability:<label> for each label (logit:<label> optional, all
-// or none); one clear error naming the file and the missing or malformed column otherwise.
+// or none; view, sex and age optional); one clear error naming the file and the missing or malformed column otherwise.
 PredictionsTable read_predictions_csv(const std::filesystem::path& path);
 
 }  // namespace vitpipe

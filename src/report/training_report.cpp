@@ -8,6 +8,9 @@
 #include <fstream>
 #include <set>
 
+#include "evaluation/subgroup_attributes.h"
+#include "evaluation/subgroups.h"
+#include "report/subgroup_section.h"
 #include "report/svg_chart.h"
 #include "train/curves.h"
 #include "train/metrics.h"
@@ -573,6 +576,28 @@ std::string heatmap_section(const std::vector<ReportHeatmap>& heatmaps) {
   return out + "</div></section>\n";
 }
 
+}  // namespace
+
+SubgroupAnalysis predictions_subgroups(const PredictionsTable& p, const ReportOptions& options,
+                                       const std::optional<ThresholdSet>& thresholds) {
+  std::vector<SubgroupAttribute> attributes;
+  if (!p.sexes.empty()) attributes.push_back(sex_attribute(p.sexes));
+  if (!p.ages.empty()) attributes.push_back(age_attribute(p.ages));
+  if (!p.views.empty()) attributes.push_back(view_attribute(p.views));
+  std::optional<BootstrapOptions> bootstrap;
+  if (options.bootstrap > 0) {
+    bootstrap = BootstrapOptions{options.bootstrap, 0.95, options.seed};
+    set_bootstrap_unit(*bootstrap, options.bootstrap_unit, p.patients, p.source);
+  }
+  const std::vector<float> scores(p.scores.begin(), p.scores.end());
+  const SubgroupData data{p.labels,        scores,
+                          p.targets,       p.has_unknown ? std::span<const float>(p.weights) : std::span<const float>(),
+                          p.probabilities, true};
+  return analyze_subgroups(attributes, data, p.patients, bootstrap, thresholds);
+}
+
+namespace {
+
 std::vector<nlohmann::json> read_metrics_file(const fs::path& path) {
   std::ifstream in(path);
   VP_REQUIRE(in, path.string(), ": cannot open");
@@ -681,6 +706,19 @@ std::string training_report_html(const ReportInputs& in, const ReportOptions& op
     add("validation", validation_section(in.metrics));
   }
   add("evaluation", evaluation_section(splits, options));
+  // Subgroups of the test split (else of the last split shown), at the thresholds its operating points use.
+  if (!splits.empty()) {
+    const SplitSummary& shown = *std::find_if(
+        splits.begin(), splits.end(), [&](const SplitSummary& s) { return s.name == "test" || &s == &splits.back(); });
+    const SubgroupAnalysis subgroups = predictions_subgroups(in.splits.at(shown.name), options, shown.thresholds);
+    if (!subgroups.groups.empty()) {
+      data["subgroups"] = {{"split", shown.name},
+                           {"groups", subgroups_json(subgroups)},
+                           {"gaps", subgroup_gaps_json(subgroups)},
+                           {"left_out", subgroup_left_out_json(subgroups)}};
+    }
+    add("subgroups", subgroup_section(shown.name, subgroups));
+  }
   add("parallelism", parallel_section(in.metrics));
   add("heatmaps", heatmap_section(in.heatmaps));
   data["sections"] = sections;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "evaluation/subgroups.h"
 #include "report/predictions_table.h"
 #include "train/bootstrap_unit.h"
 #include "train/operating_thresholds.h"
@@ -50,6 +51,11 @@ ReportInputs read_run_directory(const std::filesystem::path& run_dir);
 // embedded in the page as <script type="application/json" id="report-data">).
 std::string training_report_html(const ReportInputs& inputs, const ReportOptions& options,
                                  nlohmann::json* summary = nullptr);
+
+// The subgroups of one split's predictions (sex, age band, view where the file has them), on the same patient
+// resamples as the report's intervals (options) and at `thresholds`: what the report's subgroup section shows.
+SubgroupAnalysis predictions_subgroups(const PredictionsTable& p, const ReportOptions& options,
+                                       const std::optional<ThresholdSet>& thresholds);
 
 // The thresholds the report applies to every split: `inputs.thresholds`, else those chosen on its val split, else
 // none (each split then chooses its own).

@@ -253,10 +253,11 @@ std::vector<uint32_t> cluster_bootstrap_counts(std::span<const uint32_t> cluster
 }
 
 BootstrapDistribution bootstrap_distribution(std::span<const float> scores, std::span<const float> targets,
-                                             int64_t num_labels, const BootstrapOptions& options) {
-  check_inputs(scores, targets, num_labels);
+                                             int64_t num_labels, const BootstrapOptions& options,
+                                             std::span<const float> weights) {
+  check_inputs(scores, targets, num_labels, weights);
   const int64_t rows = static_cast<int64_t>(scores.size()) / num_labels;
-  return resample(sort_all(scores, targets, num_labels), rows, options);
+  return resample(sort_all(scores, targets, num_labels, weights), rows, options);
 }
 
 EvaluationMetrics evaluate_multilabel(std::span<const float> scores, std::span<const float> targets, int64_t num_labels,

@@ -79,8 +79,11 @@ struct BootstrapDistribution {
   std::vector<std::vector<std::optional<double>>> roc_auc;
   std::vector<std::vector<std::optional<double>>> average_precision;
 };
+// `weights` as evaluate_multilabel's: a label uses only its known rows of each resample (subgroups pass 0 for the rows
+// outside the subgroup, so every subgroup is scored on the same resamples).
 BootstrapDistribution bootstrap_distribution(std::span<const float> scores, std::span<const float> targets,
-                                             int64_t num_labels, const BootstrapOptions& options);
+                                             int64_t num_labels, const BootstrapOptions& options,
+                                             std::span<const float> weights = {});
 
 // The clusters drawn in resample `index`: `clusters` draws with replacement from Rng({seed, index}), in draw order.
 std::vector<uint32_t> bootstrap_draws(int64_t clusters, uint64_t seed, int64_t index);

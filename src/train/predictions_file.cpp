@@ -23,7 +23,7 @@ void write_predictions_csv(const std::filesystem::path& path, const EvaluationRe
   const size_t labels = report.labels.size();
   VP_REQUIRE(report.scores.size() == report.items.size() * labels && report.targets.size() == report.scores.size(),
              "--save-predictions: the evaluation kept no per-image scores");
-  std::string text = "image,patient";
+  std::string text = "image,patient,view,sex,age";  // view, sex, age: the report's subgroups (blank: not known)
   auto header = [&](const char* kind) {
     for (const auto& label : report.labels) {
       text += ',';
@@ -40,6 +40,11 @@ void write_predictions_csv(const std::filesystem::path& path, const EvaluationRe
     text += csv_escape(file.empty() ? item.name : file.string());
     text += ',';
     text += csv_escape(item.patient);
+    text += ',';
+    text += csv_escape(item.view);
+    text += ',';
+    text += csv_escape(item.sex);
+    text += item.age_years >= 0 ? number(",%.6g", item.age_years) : std::string(",");
     const float* scores = report.scores.data() + r * labels;
     const float* targets = report.targets.data() + r * labels;
     const float* weights = report.weights.empty() ? nullptr : report.weights.data() + r * labels;

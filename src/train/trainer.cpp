@@ -1078,6 +1078,12 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports, int
     inputs.thresholds = read_thresholds_file(thresholds);
     info("operating-point thresholds chosen on val: ", thresholds.string());
   }
+  const bool test = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.split == "test"; });
+  if (test && inputs.splits.count("test")) {  // train --test: the test split by subgroup, as the report shows it
+    const auto& test = inputs.splits.at("test");
+    info("\ntest split by subgroup:\n",
+         subgroups_table(predictions_subgroups(test, ReportOptions{}, report_thresholds(inputs))));
+  }
   const fs::path html = output_ / "report.html";
   write_text_file_atomically(html, training_report_html(inputs, ReportOptions{}));
   info("report: ", html.string(), " (predictions of the exported model: predictions-SPLIT.csv)");

@@ -107,6 +107,41 @@ split_name = next(iter(alone_data["splits"]))
 checks.check(all(close(alone_data["splits"][split_name]["auc"][label], report["splits"]["test"]["auc"][label])
                  for label in e2e.BLOB_LABELS), "report --predictions: the same AUCs as the run's report")
 
+# Subgroups: the saved test predictions given a sex, an age and a view per image (the blob task has none), through
+# `vitpipe report --predictions`: each subgroup's AUC is roc_auc_score on its rows, impossible ages are left out and
+# counted, and the page gets a subgroup section with a forest plot per finding (checked in the browser below).
+with open(os.path.join(run, "predictions-test.csv")) as f:
+    reader = csv.DictReader(f)
+    fields, saved = reader.fieldnames, list(reader)
+ages = ["25", "45", "65", "85", "412", ""]
+for i, r in enumerate(saved):
+    r["sex"], r["age"], r["view"] = ("F" if i % 2 else "M"), ages[i % 6], ("AP" if i % 3 == 0 else "PA")
+with_groups = os.path.join(root, "subgroups.csv")
+with open(with_groups, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(saved)
+subgroup_html = os.path.join(root, "subgroups.html")
+e2e.run("report", "--predictions", with_groups, "--out", subgroup_html)
+sub = json.loads(re.search(r'id="report-data">(.*?)</script>', open(subgroup_html).read(), re.S).group(1))
+band = {"25": "<40", "45": "40-59", "65": "60-79", "85": "80+"}
+group_of = {"sex": lambda i, r: r["sex"], "age": lambda i, r: band.get(r["age"], ""), "view": lambda i, r: r["view"]}
+worst, compared = 0.0, 0
+for g in sub.get("subgroups", {}).get("groups", []):
+    member = [r for i, r in enumerate(saved) if group_of[g["attribute"]](i, r) == g["group"]]
+    for label in e2e.BLOB_LABELS:
+        y = np.array([int(r["true:" + label]) for r in member])
+        p = np.array([float(r["logit:" + label]) for r in member])
+        if 0 < y.sum() < len(y):
+            worst, compared = max(worst, abs(g["roc_auc"][label]["value"] - roc_auc_score(y, p))), compared + 1
+checks.check(compared == 8 * len(e2e.BLOB_LABELS) and worst < 1e-9,
+             "report: each subgroup's ROC-AUC = sklearn on its rows (2 sexes, 4 age bands, 2 views)",
+             f"{compared} compared, max difference {worst:.2e}")
+left_out = sub.get("subgroups", {}).get("left_out", {}).get("age", {})
+checks.check(left_out.get("impossible age (> 120 years)") == sum(r["age"] == "412" for r in saved) and
+             left_out.get("unknown") == sum(r["age"] == "" for r in saved), "report: impossible and unknown ages "
+             "left out and counted", f"{left_out}")
+
 # A real browser, offline.
 browser = shutil.which("chromium") or shutil.which("chromium-browser")
 if not browser:
@@ -136,6 +171,14 @@ checks.check(len(charts) >= 3 + 2 * len(e2e.BLOB_LABELS) + 2, "the page has its 
 empty = [c[:80] for c in charts if 'data-empty=' not in c.split(">", 1)[0] and
          not any(int(n) > 0 for n in re.findall(r'data-points="(\d+)"', c))]
 checks.check(not empty, "every chart has data or says why not (data-empty)", f"{empty[:2]}")
+sub_dom = subprocess.run(common + ["--dump-dom", "file://" + subgroup_html], capture_output=True, text=True,
+                         timeout=120)
+forests = re.findall(r'<svg class="chart forest"[^>]*data-rows="(\d+)"[^>]*>(.*?)</svg>', sub_dom.stdout, re.S)
+checks.check('id="subgroups"' in sub_dom.stdout and not [l for l in sub_dom.stderr.splitlines() if "CONSOLE" in l],
+             "the rendered subgroup page has its subgroups section, without console messages")
+checks.check(len(forests) == len(e2e.BLOB_LABELS) and
+             all(int(n) == 9 and body.count('class="estimate"') >= 1 for n, body in forests),
+             "a forest plot per finding: all images and 8 subgroups, with estimates drawn", f"{len(forests)}")
 images = re.findall(r'<img [^>]*src="data:image/png;base64,', dom.stdout)
 checks.check(len(images) >= 1, "the heatmaps are inlined as data URLs", f"{len(images)}")
 shot = os.path.join(root, "report.png")
@@ -156,7 +199,7 @@ checks.check(bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 a
 broken = os.path.join(root, "broken.csv")
 with open(os.path.join(run, "predictions-test.csv")) as f, open(broken, "w") as g:
     for line in f:
-        g.write(",".join(line.rstrip("\n").split(",")[:2 + len(e2e.BLOB_LABELS)]) + "\n")  # image, patient, true:*
+        g.write(",".join(line.rstrip("\n").split(",")[:5 + len(e2e.BLOB_LABELS)]) + "\n")  # image .. age, true:*
 bad = e2e.run("report", "--predictions", broken, expect_ok=False)
 checks.check(bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "broken.csv" in bad.stderr,
              "report on a predictions CSV without probability columns: one line naming the file, exit 1",
