@@ -119,7 +119,7 @@ void HttpConnectionServer::answer_until_closed(int socket, const std::string& pe
 }
 
 void HttpConnectionServer::bind(const std::string& host, int port) {
-  VP_REQUIRE(port >= 1 && port <= 65535, "--port: expected 1..65535, got ", port);
+  VP_REQUIRE(port >= 0 && port <= 65535, "--port: expected 1..65535, got ", port);  // 0: any free port
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

@@ -43,7 +43,7 @@ class HttpConnectionServer : public httplib::Server {
   HttpConnectionServer(HttpConnectionLimits limits, RefusalObserver on_refusal);
   ~HttpConnectionServer() override;
 
-  // Binds HOST:PORT without SO_REUSEPORT; throws vitpipe::Error with one line naming --host/--port when it cannot
+  // Binds HOST:PORT (0: a free port, then port() says which) without SO_REUSEPORT; throws vitpipe::Error with one line naming --host/--port when it cannot
   // ("port P is in use" when another process has it).
   void bind(const std::string& host, int port);
   int port() const { return port_; }
