@@ -213,6 +213,10 @@ CardInputs read_inputs(const fs::path& model_dir, const ModelCardOptions& option
     in.train_options = read_json_file(run / "train_options.json");
     VP_REQUIRE(in.train_options.is_object(), (run / "train_options.json").string(), ": expected a JSON object");
   }
+  // The license the run declared (train --license) carries over to its exports unless another is given.
+  if (in.options.license.empty() && in.train_options.is_object() &&
+      in.train_options.value("license", json()).is_string())
+    in.options.license = in.train_options["license"].get<std::string>();
   if (in.base_model.empty() && in.train_options.is_object()) {
     const std::string model = in.train_options.value("model", "");
     if (looks_like_repo_id(model) && !fs::exists(run / model) && !fs::exists(model)) in.base_model = model;
@@ -226,6 +230,8 @@ CardInputs read_inputs(const fs::path& model_dir, const ModelCardOptions& option
   if (options.step) {
     if (!in.thresholds || !in.thresholds->step) {
       in.results_withheld = "the run did not record which step its evaluated model came from";
+    } else if (*options.step < 0) {
+      in.results_withheld = "the training step of these weights is not known";
     } else if (*in.thresholds->step != *options.step) {
       in.results_withheld = "these weights are step " + std::to_string(*options.step) + "; the run evaluated step " +
                             std::to_string(*in.thresholds->step);

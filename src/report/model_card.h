@@ -15,8 +15,8 @@ namespace vitpipe {
 struct ModelCardOptions {
   // The training output directory the model came from ("" = none known: no data, protocol or results).
   std::filesystem::path run_dir;
-  // The training step of the weights in the directory when it is an export of one checkpoint: results are shown
-  // only when the run evaluated those very weights (thresholds.json's step). nullopt: the run's own model/.
+  // The training step of the weights in the directory when it is an export of one checkpoint (-1: not known): results
+  // are shown only when the run evaluated those very weights (thresholds.json's step). nullopt: the run's own model/.
   std::optional<int64_t> step;
   std::string license;      // "" = not known (then read from the base model's cached card, else omitted)
   std::string base_model;   // overrides train_options.json's model (a Hub repo id, when it was one)
