@@ -1090,8 +1090,7 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports, int
 // written. Like the heatmaps, a card that cannot be written costs the run nothing but the card.
 void RankTrainer::write_model_cards() {
   ModelCardOptions card;
-  card.run_dir = output_;
-  card.license = o_.license;
+  card.run_dir = output_;  // its train_options.json holds --license, so `vitpipe card` finds the same one
   std::vector<std::pair<fs::path, bool>> targets = {{output_ / "model", false}};
   if (o_.export_adapter) targets.emplace_back(output_ / "adapter", true);
   for (const auto& [directory, adapter] : targets) {
