@@ -503,10 +503,12 @@ std::string how_to_use(const CardInputs& in) {
     return out;
   }
   out +=
-      "With transformers (multi-label: read each finding's sigmoid probability, not a softmax):\n\n"
+      "With transformers (multi-label: each finding's own sigmoid probability, not a softmax; top_k: every label):\n\n"
       "```python\nfrom transformers import pipeline\n"
       "classifier = pipeline(\"image-classification\", model=\"PATH_OR_REPO\", function_to_apply=\"sigmoid\", "
-      "top_k=None)\n"
+      "top_k=" +
+      std::to_string(in.config ? std::max<int64_t>(in.config->num_labels(), 1) : 5) +  // the default, 5, drops labels
+      ")\n"
       "print(classifier(\"chest_xray.png\"))\n```\n\n"
       "With vitpipe (PNG, JPEG or DICOM; `--heatmap DIR` also writes where the model looked):\n\n"
       "```sh\nvitpipe predict --model PATH_OR_REPO chest_xray.png\n```\n\n"
