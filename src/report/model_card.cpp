@@ -1,5 +1,7 @@
 #include "report/model_card.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +12,8 @@
 #include <vector>
 
 #include "io/hf_config.h"
+#include "io/hub_settings.h"
+#include "io/hub_snapshot.h"
 #include "io/safetensors.h"
 #include "report/predictions_table.h"
 #include "train/bootstrap_unit.h"
@@ -175,6 +179,7 @@ struct CardInputs {
   std::vector<SplitResult> results;  // val then test; empty: not evaluated
   std::string results_withheld;      // why a run's results do not describe these weights ("" = they do)
   std::string base_model;
+  std::string license_source;  // "" = given (--license), else where it was read
 };
 
 std::optional<int64_t> count_parameters(const fs::path& file) {
@@ -185,13 +190,27 @@ std::optional<int64_t> count_parameters(const fs::path& file) {
   return n;
 }
 
-// A Hub repo id ("org/name"): what `base_model` may name. A local path is not one.
+// A Hub repo id ("org/name"): what `base_model` may name. A local path is not one (a bare "name" is more likely a
+// directory than one of the Hub's few unprefixed models, so it is not declared).
 bool looks_like_repo_id(const std::string& s) {
-  if (s.empty() || s.front() == '/' || s.front() == '.' || s.find("..") != std::string::npos) return false;
-  if (std::count(s.begin(), s.end(), '/') > 1) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '/';
-  });
+  return std::count(s.begin(), s.end(), '/') == 1 && is_valid_repo_id(s) && !fs::exists(s);
+}
+
+// The license the base model's own card declares, when the local Hugging Face cache holds that card (no network).
+std::string base_model_license(const std::string& repo_id) {
+  std::string why;
+  const auto snapshot = find_cached_model(repo_id, "main", HubSettings::from_environment(), &why);
+  if (!snapshot || !fs::exists(*snapshot / "README.md")) return "";
+  const std::string text = read_text_file(*snapshot / "README.md");
+  if (text.rfind("---", 0) != 0) return "";
+  const size_t end = text.find("\n---", 3);
+  if (end == std::string::npos) return "";
+  try {
+    const YAML::Node meta = YAML::Load(text.substr(3, end - 3));
+    if (meta.IsMap() && meta["license"] && meta["license"].IsScalar()) return meta["license"].as<std::string>();
+  } catch (const YAML::Exception&) {
+  }
+  return "";  // a card we cannot read declares nothing we can repeat
 }
 
 CardInputs read_inputs(const fs::path& model_dir, const ModelCardOptions& options) {
@@ -204,6 +223,12 @@ CardInputs read_inputs(const fs::path& model_dir, const ModelCardOptions& option
     in.preprocessor = read_json_file(model_dir / "preprocessor_config.json");
   in.parameters = count_parameters(model_dir / (options.adapter ? "adapter_model.safetensors" : "model.safetensors"));
   in.base_model = options.base_model;
+  // peft names the adapter's base in adapter_config.json; only a Hub repo id is worth declaring.
+  if (in.base_model.empty() && options.adapter && fs::exists(model_dir / "adapter_config.json")) {
+    const json adapter = read_json_file(model_dir / "adapter_config.json");
+    const json base = adapter.is_object() ? adapter.value("base_model_name_or_path", json()) : json();
+    if (base.is_string() && looks_like_repo_id(base.get<std::string>())) in.base_model = base.get<std::string>();
+  }
   if (options.run_dir.empty()) return in;
 
   const fs::path run = options.run_dir;
@@ -219,7 +244,11 @@ CardInputs read_inputs(const fs::path& model_dir, const ModelCardOptions& option
     in.options.license = in.train_options["license"].get<std::string>();
   if (in.base_model.empty() && in.train_options.is_object()) {
     const std::string model = in.train_options.value("model", "");
-    if (looks_like_repo_id(model) && !fs::exists(run / model) && !fs::exists(model)) in.base_model = model;
+    if (looks_like_repo_id(model) && !fs::exists(run / model)) in.base_model = model;
+  }
+  if (in.options.license.empty() && !in.base_model.empty()) {
+    in.options.license = base_model_license(in.base_model);
+    in.license_source = in.options.license.empty() ? "" : "the base model's card";
   }
   for (const json& record : read_metrics_records(run / "metrics.jsonl")) {
     if (record.value("type", "") == "data") in.data = record;
@@ -271,8 +300,9 @@ std::string model_name(const CardInputs& in) {
   std::string name = dir.filename().string();
   if (name.empty()) name = dir.parent_path().filename().string();
   // A run's model/ is better named by its run.
-  if (name == "model" && !in.options.run_dir.empty())
-    name = fs::absolute(in.options.run_dir).lexically_normal().filename().string();
+  if ((name == "model" || name == "adapter") && !in.options.run_dir.empty())
+    name = fs::absolute(in.options.run_dir).lexically_normal().filename().string() +
+           (name == "adapter" ? "-lora-adapter" : "");
   return name.empty() ? "vitpipe-model" : name;
 }
 
@@ -578,6 +608,12 @@ std::string model_card_markdown(const fs::path& model_dir, const ModelCardOption
           "; its architecture is that of its base model.\n\n";
   }
 
+  md +=
+      "License: " +
+      (in.options.license.empty()
+           ? std::string("not declared (pass --license; the base model's and the data's terms apply)")
+           : "`" + in.options.license + "`" + (in.license_source.empty() ? "" : " (from " + in.license_source + ")")) +
+      ".\n\n";
   md +=
       "## Intended use\n\n"
       "Research on automated chest X-ray reading: benchmarking, method development, teaching. **This model is not a "
