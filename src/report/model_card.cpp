@@ -528,7 +528,9 @@ std::string how_to_use(const CardInputs& in) {
   if (in.options.adapter) {
     out += "A peft LoRA adapter" + (in.base_model.empty() ? "" : " for `" + in.base_model + "`") +
            ":\n\n```python\nfrom peft import PeftModel\nfrom transformers import AutoModelForImageClassification\n"
-           "base = AutoModelForImageClassification.from_pretrained(\"BASE_MODEL\")\n"
+           "base = AutoModelForImageClassification.from_pretrained(\"" +
+           (in.base_model.empty() ? std::string("BASE_MODEL") : in.base_model) +
+           "\")\n"
            "model = PeftModel.from_pretrained(base, \"PATH_OR_REPO\")\n```\n\n";
     return out;
   }

@@ -161,5 +161,25 @@ for directory, what in ((os.path.join(quiet, "model"), "a run that evaluated not
                  f"{what}: no model-index, metrics or license", f"{sorted(meta_n)}")
     checks.check("Not evaluated" in body_n and "| **mean**" not in body_n, f"{what}: says not evaluated")
 
+# A base model from the Hub (an offline cache holding its card): base_model and its license; a LoRA run's adapter/
+# gets a peft card naming the same base.
+commit = "0123456789abcdef0123456789abcdef01234567"
+snapshot = os.path.join(root, "hub", "models--acme--vit-micro-cxr", "snapshots", commit)
+shutil.copytree(init, snapshot)
+os.remove(os.path.join(snapshot, "README.md"))  # the card `vitpipe card init` wrote above
+open(os.path.join(snapshot, "README.md"), "w").write("---\nlicense: mit\ntags:\n- vision\n---\n# The base\n")
+os.makedirs(os.path.join(root, "hub", "models--acme--vit-micro-cxr", "refs"))
+open(os.path.join(root, "hub", "models--acme--vit-micro-cxr", "refs", "main"), "w").write(commit)
+env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=os.path.join(root, "hub"))
+lora = os.path.join(root, "lora")
+e2e.run(*e2e.train_args("acme/vit-micro-cxr", data, lora, "--max-steps", "4", "--batch-size", "32", "--lora", "4",
+                        "--export-adapter"), env=env)
+for directory, library in (("model", "transformers"), ("adapter", "peft")):
+    meta_h, body_h = front_matter(os.path.join(lora, directory, "README.md"))
+    checks.check(meta_h.get("base_model") == "acme/vit-micro-cxr" and meta_h.get("library_name") == library,
+                 f"{directory}/: base_model is the Hub repo, library_name {library}", f"{meta_h}")
+    checks.check(meta_h.get("license") == "mit" and "from the base model's card" in body_h,
+                 f"{directory}/: the license the base model's card declares", f"{meta_h.get('license')}")
+
 e2e.cleanup(root)
 checks.finish()
