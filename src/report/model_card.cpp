@@ -49,8 +49,11 @@ std::string yaml_number(double v) {
   return text;
 }
 
+// Bytes that are not UTF-8 (a path, a flag) become U+FFFD instead of failing the card.
+std::string safe_dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 // JSON strings are YAML double-quoted scalars.
-std::string yaml_string(const std::string& s) { return json(s).dump(); }
+std::string yaml_string(const std::string& s) { return safe_dump(json(s)); }
 
 std::string markdown_cell(std::string s) {
   std::string out;
@@ -567,7 +570,7 @@ std::string marker(const ModelCardOptions& o) {
   if (!o.base_model.empty()) source["base_model"] = o.base_model;
   if (o.adapter) source["adapter"] = true;
   // "--" may not appear inside an HTML comment.
-  std::string text = source.dump();
+  std::string text = safe_dump(source);
   for (size_t at = text.find("--"); at != std::string::npos; at = text.find("--", at)) text.replace(at, 2, "-\\u002d");
   return std::string(kMarker) + " generated from the run's files; `vitpipe card DIR` regenerates it. source: " + text +
          " -->\n";

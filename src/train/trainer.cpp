@@ -1097,7 +1097,7 @@ void RankTrainer::write_model_cards() {
     try {
       card.adapter = adapter;
       info("model card: ", write_model_card(directory, card).string());
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       warn("model card for ", directory.string(), " not written: ", e.what());
     }
   }
