@@ -1,10 +1,11 @@
 """The model card (README.md) that train and export write beside every model, and `vitpipe card` regenerates.
 After a short training on the bundled ChestX-ray14 sample with --test: the card's YAML front matter parses with PyYAML,
 carries the Hub's keys, and its model-index follows huggingface_hub's schema (repocard_data.py, transcribed below);
-its roc_auc values equal `vitpipe eval --json` on the same split, per finding and the mean; `vitpipe card` reproduces
-it byte for byte. A run that evaluated nothing, and a model with no run, say "not evaluated" and carry no
-model-index; an export of a checkpoint the run did not evaluate withholds the run's numbers. A hand-written
-README.md is not replaced without --force (card and export), and --license reaches the front matter."""
+its roc_auc values equal the run's final evaluation exactly and `vitpipe eval --json` on the same split (to 1e-3, see
+below), per finding and the mean; `vitpipe card` reproduces it byte for byte. A run that evaluated nothing, and a
+model with no run, say "not evaluated" and carry no model-index; an export of a checkpoint the run did not evaluate
+withholds the run's numbers. A hand-written README.md is not replaced without --force (card and export); --license,
+or a Hub base model's cached card, gives the license; a LoRA run's adapter/ gets a peft card."""
 
 import json
 import os
@@ -135,6 +136,13 @@ checks.check(refused.returncode == 1 and "--force" in refused.stderr and
              "export: refused before writing anything over a hand-written README.md", refused.stderr.strip())
 e2e.run("card", model, "--force")
 checks.check(open(readme).read() == original, "card --force replaces it with the card")
+
+# Bad input: one line naming what is wrong, exit 1.
+for args, says in (((os.path.join(root, "nowhere"),), "is not a directory"),
+                   ((model, "--run", init), "is not a training run (no metrics.jsonl)")):
+    bad = e2e.run("card", *args, expect_ok=False)
+    checks.check(bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr,
+                 f"card {' '.join(map(os.path.basename, args))}: one line, exit 1", bad.stderr.strip())
 
 # An export of the evaluated checkpoint keeps the run's numbers; one of other weights withholds them.
 thresholds = json.load(open(os.path.join(run, "thresholds.json")))
