@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "io/hub_settings.h"
 #include "io/peft_adapter.h"
 #include "report/model_card.h"
 #include "util/atomic_file.h"
@@ -48,7 +49,11 @@ void run_card(const CardOptions& o) {
     options.step.reset();
   }
   if (!o.license.empty()) options.license = o.license;
-  if (!o.base_model.empty()) options.base_model = o.base_model;
+  if (!o.base_model.empty()) {
+    VP_REQUIRE(is_valid_repo_id(o.base_model) && o.base_model.find('/') != std::string::npos,
+               "card --base-model: expected a Hub repo id (org/name), got \"", o.base_model, "\"");
+    options.base_model = o.base_model;
+  }
   options.adapter = is_peft_adapter_directory(dir);
   options.force = o.force;
   if (o.print) {

@@ -202,7 +202,12 @@ bool looks_like_repo_id(const std::string& s) {
 // The license the base model's own card declares, when the local Hugging Face cache holds that card (no network).
 std::string base_model_license(const std::string& repo_id) {
   std::string why;
-  const auto snapshot = find_cached_model(repo_id, "main", HubSettings::from_environment(), &why);
+  std::optional<fs::path> snapshot;
+  try {
+    snapshot = find_cached_model(repo_id, "main", HubSettings::from_environment(), &why);
+  } catch (const Error&) {
+    return "";  // no cache to read: nothing declared
+  }
   if (!snapshot || !fs::exists(*snapshot / "README.md")) return "";
   const std::string text = read_text_file(*snapshot / "README.md");
   if (text.rfind("---", 0) != 0) return "";
@@ -225,7 +230,8 @@ CardInputs read_inputs(const fs::path& model_dir, const ModelCardOptions& option
   if (fs::exists(model_dir / "preprocessor_config.json"))
     in.preprocessor = read_json_file(model_dir / "preprocessor_config.json");
   in.parameters = count_parameters(model_dir / (options.adapter ? "adapter_model.safetensors" : "model.safetensors"));
-  in.base_model = options.base_model;
+  // Only a Hub repo id is a base_model (an export passes its checkpoint's base, which may be a local directory).
+  if (looks_like_repo_id(options.base_model)) in.base_model = options.base_model;
   // peft names the adapter's base in adapter_config.json; only a Hub repo id is worth declaring.
   if (in.base_model.empty() && options.adapter && fs::exists(model_dir / "adapter_config.json")) {
     const json adapter = read_json_file(model_dir / "adapter_config.json");

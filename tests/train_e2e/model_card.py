@@ -188,6 +188,13 @@ for directory, library in (("model", "transformers"), ("adapter", "peft")):
                  f"{directory}/: base_model is the Hub repo, library_name {library}", f"{meta_h}")
     checks.check(meta_h.get("license") == "mit" and "from the base model's card" in body_h,
                  f"{directory}/: the license the base model's card declares", f"{meta_h.get('license')}")
+# `export --adapter` of that run's checkpoint: a card in both directories, the base named in each.
+e2e.run("export", lora, "--out", os.path.join(root, "lora-merged"), "--adapter", os.path.join(root, "lora-adapter"),
+        env=env)
+for directory, library in (("lora-merged", "transformers"), ("lora-adapter", "peft")):
+    meta_e, _ = front_matter(os.path.join(root, directory, "README.md"))
+    checks.check(meta_e.get("base_model") == "acme/vit-micro-cxr" and meta_e.get("library_name") == library,
+                 f"export --adapter: {directory}/ card, library_name {library}", f"{meta_e}")
 
 e2e.cleanup(root)
 checks.finish()
