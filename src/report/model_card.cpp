@@ -417,11 +417,13 @@ std::string results_section(const CardInputs& in) {
   std::string out = "## Results\n\n";
   if (!in.results_withheld.empty()) {
     return out + "Not evaluated: " + in.results_withheld +
-           ". Evaluate these weights with `vitpipe eval --model DIR --data SPEC --split test --bootstrap 1000`.\n\n";
+           ". Evaluate these weights with `vitpipe eval --model DIR --data SPEC --split test --bootstrap 1000`.\n\n" +
+           "## Calibration\n\nNot evaluated.\n\n";
   }
   if (in.results.empty()) {
     return out + "Not evaluated: no split was evaluated for this model" +
-           (in.options.run_dir.empty() ? " (no training run is known for it)" : "") + ".\n\n";
+           (in.options.run_dir.empty() ? " (no training run is known for it)" : "") + ".\n\n" +
+           "## Calibration\n\nNot evaluated.\n\n";
   }
   bool has_test = false;
   for (const SplitResult& r : in.results) {
@@ -598,9 +600,10 @@ std::string model_card_markdown(const fs::path& model_dir, const ModelCardOption
     const ViTConfig& c = *in.config;
     md +=
         "A " + family_name(c.model_type) + " image classifier" + (in.options.adapter ? " adapter (peft LoRA)" : "") +
-        " fine-tuned with vitpipe" +
+        (in.train_options.is_object() ? " fine-tuned with vitpipe" : "") +
         (in.base_model.empty() ? "" : " from [`" + in.base_model + "`](https://huggingface.co/" + in.base_model + ")") +
-        " to flag findings on chest radiographs.\n\n";
+        " to flag findings on chest radiographs" +
+        (in.train_options.is_object() ? "" : "; how it was trained is not recorded with it") + ".\n\n";
     md += "- Family: " + family_name(c.model_type) + " (`" + c.model_type + "`), " +
           std::to_string(c.num_hidden_layers) + " layers, hidden size " + std::to_string(c.hidden_size) + ", " +
           std::to_string(c.num_attention_heads) + " heads, patch " + std::to_string(c.patch_size) + "\n";
