@@ -34,19 +34,18 @@ void run_card(const CardOptions& o) {
   if (fs::exists(readme)) {
     if (auto previous = model_card_source(read_text_file(readme))) options = *previous;
   }
-  if (options.run_dir.empty()) {
-    const fs::path parent = fs::absolute(dir).lexically_normal().parent_path();
-    if (fs::exists(parent / "metrics.jsonl")) options.run_dir = parent;
+  if (!options.run_dir.empty() && !fs::exists(options.run_dir / "metrics.jsonl")) {
+    warn("card: the run the existing card names, ", options.run_dir.string(), ", is gone (moved?)");
+    options.run_dir.clear();  // a moved run/model/ finds its run beside it below
   }
+  const fs::path parent = fs::absolute(dir).lexically_normal().parent_path();
+  if (options.run_dir.empty() && fs::exists(parent / "metrics.jsonl")) options.run_dir = parent;
+  if (options.run_dir.empty()) options.step.reset();
   if (!o.run.empty()) {
+    VP_REQUIRE(fs::exists(fs::path(o.run) / "metrics.jsonl"), "card --run: ", o.run,
+               " is not a training run (no metrics.jsonl)");
     options.run_dir = o.run;
     options.step.reset();  // a run named by hand describes its own model/
-  }
-  if (!options.run_dir.empty() && !fs::exists(options.run_dir / "metrics.jsonl")) {
-    VP_REQUIRE(o.run.empty(), "card --run: ", o.run, " is not a training run (no metrics.jsonl)");
-    warn("card: ", options.run_dir.string(), " (named by the existing card) is gone; writing a card without a run");
-    options.run_dir.clear();
-    options.step.reset();
   }
   if (!o.license.empty()) options.license = o.license;
   if (!o.base_model.empty()) {

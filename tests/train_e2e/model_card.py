@@ -144,6 +144,19 @@ for args, says in (((os.path.join(root, "nowhere"),), "is not a directory"),
     checks.check(bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr,
                  f"card {' '.join(map(os.path.basename, args))}: one line, exit 1", bad.stderr.strip())
 
+# A moved run: the card of its model/ is regenerated from the run beside it (the one it named is gone).
+moved = os.path.join(root, "moved")
+shutil.copytree(run, os.path.join(root, "to-move"))
+os.remove(os.path.join(root, "to-move", "model", "README.md"))  # the copy's card names the original run
+e2e.run("card", os.path.join(root, "to-move", "model"))
+os.rename(os.path.join(root, "to-move"), moved)
+e2e.run("card", os.path.join(moved, "model"))
+meta_m, _ = front_matter(os.path.join(moved, "model", "README.md"))
+checks.check(meta_m["model-index"][0]["results"] == meta["model-index"][0]["results"] and
+             moved in open(os.path.join(moved, "model", "README.md")).read(),
+             "a moved run's card is regenerated from the run beside its model/")
+shutil.rmtree(moved)
+
 # An export of the evaluated checkpoint keeps the run's numbers; one of other weights withholds them.
 thresholds = json.load(open(os.path.join(run, "thresholds.json")))
 checkpoints = sorted(d for d in os.listdir(os.path.join(run, "checkpoints")) if d.startswith("step-"))
