@@ -43,7 +43,8 @@ $vitpipe explain --model "$out/view/model" --method grad-rollout --method gradca
 cat <<MSG
 
 Done. The 14 findings: model in $out/run/model (config.json, model.safetensors, preprocessor_config.json;
-transformers loads it with AutoModelForImageClassification.from_pretrained), report $out/run/report.html. A model
+transformers loads it with AutoModelForImageClassification.from_pretrained; README.md is its model card, as the
+Hugging Face Hub reads it), report $out/run/report.html. A model
 this small trained on 621 images stays near chance on them: a demonstration of the pipeline, not a diagnostic model.
 The projection task: $out/view/report.html (ROC, PR, calibration, operating points, heatmaps; open it in a browser,
 it needs no network), heatmaps of a full-size film in $out/view/heatmaps-full-size/.

@@ -21,7 +21,7 @@ packages=(build-essential cmake pkg-config ninja-build ccache  # ccache: rebuild
   libgtest-dev libbenchmark-dev)    # unit tests, micro-benchmarks
 if [[ "${1:-}" == "--tests" ]]; then
   # Reference implementations the tests check against; OpenBLAS so the PyTorch peer runs at its real speed.
-  packages+=(python3 python3-torch python3-pil python3-sklearn python3-numpy libopenblas0-pthread
+  packages+=(python3 python3-torch python3-pil python3-sklearn python3-numpy python3-yaml libopenblas0-pthread
     qemu-user)                      # runs the binary on an emulated AVX2-only and a pre-AVX2 CPU
   # DICOM references: pydicom reads the test files, DCMTK's tools compress them (dcmcjpeg, dcmcjpls, dcmcrle).
   packages+=(python3-pydicom dcmtk)

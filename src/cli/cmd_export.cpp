@@ -4,6 +4,7 @@
 // weights, and --adapter DIR also writes peft's adapter files. `--format onnx --out model.onnx` writes one ONNX file
 // instead (io/onnx_export.h), from a checkpoint, a model directory, a Hub repo id or a peft adapter directory.
 #include <filesystem>
+#include <optional>
 
 #include "cli/commands.h"
 #include "io/model_files.h"
@@ -11,10 +12,12 @@
 #include "io/peft_adapter.h"
 #include "io/recorded_model_path.h"
 #include "model/initializer.h"
+#include "report/model_card.h"
 #include "train/lora_export.h"
 #include "train/subset_checkpoint.h"
 #include "train/train_options.h"
 #include "train/training_checkpoint.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -28,7 +31,59 @@ struct ExportOptions {
   std::string format = "hf";
   int64_t image_size = 0;
   bool external_data = false;
+  std::string license;
+  bool force = false;
 };
+
+// The run a source came from: RUN/checkpoints/step-N/, RUN/model/ or RUN/adapter/ (a directory with metrics.jsonl).
+std::filesystem::path run_of(const std::filesystem::path& source) {
+  namespace fs = std::filesystem;
+  const fs::path absolute = fs::absolute(source).lexically_normal();
+  for (const fs::path& candidate : {absolute.parent_path(), absolute.parent_path().parent_path()}) {
+    if (!candidate.empty() && fs::exists(candidate / "metrics.jsonl")) return candidate;
+  }
+  return {};
+}
+
+// A checkpoint's training step (trainer_state.json), so the card shows the run's results only for those weights.
+std::optional<int64_t> checkpoint_step(const std::filesystem::path& source) {
+  const auto state = source / "trainer_state.json";
+  if (!std::filesystem::exists(state)) return std::nullopt;
+  try {
+    const auto j = nlohmann::json::parse(read_text_file(state));
+    if (j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
+  } catch (const nlohmann::json::exception&) {
+  }
+  return std::nullopt;
+}
+
+// Refused before anything is exported: a README.md someone wrote by hand in a target directory.
+void check_card_target(const std::filesystem::path& directory, bool force) {
+  const auto readme = directory / "README.md";
+  if (force || !std::filesystem::exists(readme)) return;
+  VP_REQUIRE(is_vitpipe_model_card(read_text_file(readme)), "export: ", readme.string(),
+             ": a README.md vitpipe did not write is there; not replaced (pass --force to replace it)");
+}
+
+// The model card of an hf export (and of its peft adapter), from the run the source came from when there is one.
+void write_export_cards(const ExportOptions& o, const std::filesystem::path& source, const std::string& base_model) {
+  if (o.format != "hf") return;
+  ModelCardOptions card;
+  card.run_dir = run_of(source);
+  // A checkpoint is described by the run's results only if it is the evaluated model; RUN/model/ always is.
+  if (!card.run_dir.empty() && std::filesystem::exists(source / "trainer_state.json")) {
+    card.step = checkpoint_step(source);
+    if (!card.step) card.step = -1;  // unknown step: results withheld
+  }
+  card.license = o.license;
+  card.base_model = base_model;
+  card.force = o.force;
+  info("model card: ", write_model_card(o.out, card).string());
+  if (!o.adapter.empty()) {
+    card.adapter = true;
+    info("model card: ", write_model_card(o.adapter, card).string());
+  }
+}
 
 // hf: the Hugging Face directory; onnx: one .onnx file (with --external-data, its weights beside it).
 void write_export(const ExportOptions& o, const LoadedModel& model, const std::string& source) {
@@ -65,6 +120,7 @@ void export_subset_checkpoint(const std::filesystem::path& source, const ExportO
     write_peft_adapter(o.adapter, values, checkpoint.base_model);
     info("wrote peft's adapter files to ", o.adapter);
   }
+  write_export_cards(o, source, checkpoint.base_model);
   info("exported ", source.string(), " (", mode.describe(), ", base ", checkpoint.base_model, ") to ", o.out);
 }
 
@@ -110,6 +166,8 @@ void add_export_command(CLI::App& app) {
                   "onnx: the input side the file takes (positions resampled once, at export); default the model's");
   cmd->add_flag("--external-data", o->external_data,
                 "onnx: weights in OUT.data beside the file (always past protobuf's 2 GiB limit)");
+  cmd->add_option("--license", o->license, "hf: the license the model card declares (a Hub license id)");
+  cmd->add_flag("--force", o->force, "hf: replace a README.md vitpipe did not write in --out or --adapter");
   cmd->callback([o] {
     namespace fs = std::filesystem;
     VP_REQUIRE(o->format == "hf" || o->format == "onnx", "export --format: expected hf or onnx, got \"", o->format,
@@ -119,6 +177,10 @@ void add_export_command(CLI::App& app) {
     VP_REQUIRE(o->format == "hf" || o->adapter.empty(), "export --adapter: peft's files go with --format hf");
     VP_REQUIRE(o->image_size >= 0, "export --image-size: expected a positive size, got ", o->image_size);
     fs::path source = o->checkpoint;
+    if (o->format == "hf") {
+      check_card_target(o->out, o->force);
+      if (!o->adapter.empty()) check_card_target(o->adapter, o->force);
+    }
     if (o->format == "onnx" && !fs::is_directory(source)) {  // a Hub repo id
       LoadOptions load;
       load.image_size = o->image_size;
@@ -141,6 +203,7 @@ void add_export_command(CLI::App& app) {
     LoadedModel model = load_model(source.string(), load);
     VP_REQUIRE(model.config.num_labels() > 0, "export: ", source.string(), " has no classifier labels");
     write_export(*o, model, source.string());
+    write_export_cards(*o, source, "");
     info("exported ", source.string(), " to ", o->out);
   });
 }

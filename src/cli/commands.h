@@ -20,5 +20,6 @@ void add_report_command(CLI::App& app);
 void add_image_command(CLI::App& app);
 void add_explain_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_card_command(CLI::App& app);
 
 }  // namespace vitpipe::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   vitpipe::cli::add_explain_command(app);
   vitpipe::cli::add_image_command(app);
   vitpipe::cli::add_serve_command(app);
+  vitpipe::cli::add_card_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

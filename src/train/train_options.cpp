@@ -337,6 +337,8 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.export_adapter = v.null ? defaults().export_adapter : v.boolean(); }},
       {"export-onnx", nullptr, "Also write the exported model as <output-dir>/model.onnx (pixel_values -> logits)",
        [](O& o, const V& v) { o.export_onnx = v.null ? defaults().export_onnx : v.boolean(); }},
+      {"license", "ID", "The license the model card declares (a Hub license id, e.g. apache-2.0); default none",
+       [](O& o, const V& v) { o.license = v.null ? defaults().license : v.scalar(); }},
   };
   return table;
 }
@@ -714,6 +716,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["lora_targets"] = lora_targets;
   j["export_adapter"] = export_adapter;
   j["export_onnx"] = export_onnx;
+  j["license"] = license;
   return j;
 }
 

@@ -33,6 +33,7 @@
 #include "parallel/process_grid.h"
 #include "parallel/trace.h"
 #include "plan/rank_placement.h"
+#include "report/model_card.h"
 #include "report/training_report.h"
 #include "train/batch_source.h"
 #include "train/distributed_state.h"
@@ -156,6 +157,7 @@ class RankTrainer {
   void write_report_heatmaps(const EvaluationReport& report);
   void save_checkpoint();
   void export_model(const fs::path& directory);
+  void write_model_cards();
   void after_evaluation(const EvaluationReport& report);
   void finish();
   bool root() const { return world_.rank() == 0; }
@@ -1087,6 +1089,24 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports, int
   const fs::path html = output_ / "report.html";
   write_text_file_atomically(html, training_report_html(inputs, ReportOptions{}));
   info("report: ", html.string(), " (predictions of the exported model: predictions-SPLIT.csv)");
+  write_model_cards();
+}
+
+// The model card beside every model this run wrote (model/, and adapter/ with --export-adapter), from the files just
+// written. Like the heatmaps, a card that cannot be written costs the run nothing but the card.
+void RankTrainer::write_model_cards() {
+  ModelCardOptions card;
+  card.run_dir = output_;  // its train_options.json holds --license, so `vitpipe card` finds the same one
+  std::vector<std::pair<fs::path, bool>> targets = {{output_ / "model", false}};
+  if (o_.export_adapter) targets.emplace_back(output_ / "adapter", true);
+  for (const auto& [directory, adapter] : targets) {
+    try {
+      card.adapter = adapter;
+      info("model card: ", write_model_card(directory, card).string());
+    } catch (const std::exception& e) {
+      warn("model card for ", directory.string(), " not written: ", e.what());
+    }
+  }
 }
 
 }  // namespace

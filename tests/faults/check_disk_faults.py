@@ -49,9 +49,13 @@ def latest(out):
 
 
 def digest(directory):
+    """The model's files by content. README.md (the model card) is left out: a finished run writes it from its own
+    run directory's files, so it names that run; a run stopped by a fault never gets that far."""
     result = {}
     for base, _, files in os.walk(directory):
         for name in files:
+            if name == "README.md" and base == directory:
+                continue
             path = os.path.join(base, name)
             result[os.path.relpath(path, directory)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
     return result
