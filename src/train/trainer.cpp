@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -51,6 +52,7 @@
 #include "util/log.h"
 #include "util/median.h"
 #include "util/progress.h"
+#include "util/stop_request.h"
 #include "util/threads.h"
 
 namespace vitpipe {
@@ -136,6 +138,8 @@ class RankTrainer {
     if (o_.precision_auto && device_ == Device::cuda) o_.precision = DType::bf16;
   }
   void run();
+  // The signal that stopped the run before its end (util/stop_request.h), or 0.
+  int stopped_by() const { return stopped_by_; }
 
  private:
   ParallelConfig parallel_config(int layers) const;
@@ -147,7 +151,7 @@ class RankTrainer {
   void build_pipeline();
   RankPlacement place_ranks(const ParallelConfig& pc) const;
   void plan_epochs();
-  void train_loop();
+  bool train_loop();
   StepShape step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* batch);
   void optimizer_step(const StepResult& result, nlohmann::json* record);
   EvaluationReport evaluate(Split split);
@@ -208,6 +212,7 @@ class RankTrainer {
   // Communication summed over ranks and measured steps (optimizer_step's order), for the end-of-run summary.
   std::array<double, 10> comm_sums_{};
   int64_t comm_steps_ = 0;
+  int stopped_by_ = 0;
 };
 
 void RankTrainer::run() {
@@ -235,7 +240,7 @@ void RankTrainer::run() {
     predicted_ = choose_training_layout(world_, o_, model_.config, topology_, [&] { return time_data_path(); });
   build_pipeline();
   plan_epochs();
-  train_loop();
+  if (!train_loop()) return;  // stopped by a signal, with a checkpoint: the export and report wait for the end
   finish();
 }
 
@@ -814,7 +819,7 @@ void RankTrainer::after_evaluation(const EvaluationReport& report) {
   }
 }
 
-void RankTrainer::train_loop() {
+bool RankTrainer::train_loop() {
   const bool has_val = !dataset_->split_indices(Split::val).empty();
   if (!has_val) info("no validation images (--val-fraction 0?): exporting the last weights");
   ProgressBar progress("training", state_.total_steps, "step");
@@ -881,10 +886,24 @@ void RankTrainer::train_loop() {
     if (evaluate_now || (last && has_val && !(o_.eval_every > 0 ? state_.step % o_.eval_every == 0 : epoch_end))) {
       after_evaluation(evaluate(Split::val));
     }
+    // A stop request (util/stop_request.h) counts when every rank has seen it: the largest signal number of any
+    // rank, so all ranks stop after the same step (evaluated as scheduled, so a resumed run stays exact).
+    double stop = stop_signal();
+    world_.allreduce(&stop, 1, ReduceOp::max);
     const bool checkpoint_now = o_.checkpoint_every > 0 ? state_.step % o_.checkpoint_every == 0 : epoch_end;
-    if (checkpoint_now || last) save_checkpoint();
+    if (checkpoint_now || last || stop != 0) save_checkpoint();
+    if (stop != 0) {
+      stopped_by_ = static_cast<int>(stop);
+      progress.finish(detail);
+      if (root()) {
+        info("stopped by ", stop_signal_name(stopped_by_), " after step ", state_.step, " of ", state_.total_steps,
+             ", checkpoint written; continue with --resume auto (exit status ", stop_exit_status(stopped_by_), ")");
+      }
+      return false;
+    }
   }
   progress.finish(detail);
+  return true;
 }
 
 void RankTrainer::finish() {
@@ -1091,7 +1110,7 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports, int
 
 }  // namespace
 
-void run_training(const TrainOptions& options) {
+int run_training(const TrainOptions& options) {
   TrainOptions o = options;
   continue_peft_adapter(o);
   // Run files (train_options.json, checkpoints, the adapter) must name the same model from any directory.
@@ -1105,10 +1124,14 @@ void run_training(const TrainOptions& options) {
   configure_comm_deadline(resolve_comm_timeout(o.comm_timeout.value_or(-1)),
                           (std::filesystem::path(o.output_dir) / "failures.log").string());
   // Without mpirun, the pipeline's stages run as threads of this process.
+  std::atomic<int> stopped_by{0};
   run_on_world(o.pipeline_stages, o.threads, [&](Communicator& world) {
+    install_stop_handlers();  // here, after MPI_Init (which may install handlers of its own)
     RankTrainer trainer(world, o);
     trainer.run();
+    if (trainer.stopped_by() != 0) stopped_by = trainer.stopped_by();
   });
+  return stopped_by != 0 ? stop_exit_status(stopped_by) : 0;
 }
 
 }  // namespace vitpipe

@@ -19,3 +19,10 @@ set_tests_properties(train_e2e.train_modes PROPERTIES ENVIRONMENT "${VITPIPE_TES
 add_test(NAME train_e2e.lost_peer
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/lost_peer.py --mpiexec ${MPIEXEC_EXECUTABLE})
 set_tests_properties(train_e2e.lost_peer PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 600)
+
+# SIGINT / SIGTERM / SIGUSR1 mid-run (one process, stages as threads, 2 mpirun ranks): exit 128 + signal, a complete
+# checkpoint, resumed bit for bit; a second signal in the middle of the checkpoint (fsyncs slowed by the fault shim).
+add_test(NAME train_e2e.train_stop_signals
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/train_stop_signals.py --mpiexec ${MPIEXEC_EXECUTABLE})
+set_tests_properties(train_e2e.train_stop_signals PROPERTIES
+  ENVIRONMENT "${VITPIPE_TEST_ENV};FAULT_SHIM=$<TARGET_FILE:vitpipe_fault_shim>" LABELS train_e2e TIMEOUT 600)
