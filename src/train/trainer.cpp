@@ -59,6 +59,31 @@ namespace vitpipe {
 namespace fs = std::filesystem;
 namespace {
 
+// The options check_resume_compatible compares (JSON keys).
+const std::array<std::string_view, 23> kMustAgree = {"data",
+                                                     "batch_size",
+                                                     "seed",
+                                                     "data_seed",
+                                                     "val_fraction",
+                                                     "view",
+                                                     "add_no_finding",
+                                                     "optimizer",
+                                                     "partial_batch",
+                                                     "image_size",
+                                                     "intensity",
+                                                     "dicom_window",
+                                                     "dicom_first_frame",
+                                                     "uncertain",
+                                                     "blank",
+                                                     "label_vote",
+                                                     "mimic_labels",
+                                                     "labels",
+                                                     "freeze",
+                                                     "freeze_layers",
+                                                     "lora",
+                                                     "lora_alpha",
+                                                     "lora_targets"};
+
 constexpr int kMaxTracedSteps = 50;  // a trace of every step of a long run would not fit in memory
 
 ScheduleKind schedule_of(const TrainOptions& o) { return parse_schedule_kind(o.pipeline_schedule); }
@@ -87,42 +112,25 @@ AugmentationSettings augmentation_settings(const AugmentOptions& a) {
 }
 
 // Options a resumed run must share with the run that wrote the checkpoint, or the data order and the meaning of
-// "step" would change under it.
+// "step" would change under it. Every difference is named at once.
 void check_resume_compatible(const TrainOptions& now, const nlohmann::json& saved, const std::string& source) {
+  std::vector<std::string> changeable;
   const nlohmann::json current = now.to_json();
-  for (const char* key : {"data",
-                          "batch_size",
-                          "seed",
-                          "data_seed",
-                          "val_fraction",
-                          "view",
-                          "add_no_finding",
-                          "optimizer",
-                          "partial_batch",
-                          "image_size",
-                          "intensity",
-                          "dicom_window",
-                          "dicom_first_frame",
-                          "uncertain",
-                          "blank",
-                          "label_vote",
-                          "mimic_labels",
-                          "labels",
-                          "freeze",
-                          "freeze_layers",
-                          "lora",
-                          "lora_alpha",
-                          "lora_targets"}) {
-    nlohmann::json was = saved.contains(key) ? saved[key] : current[key];
-    // Runs before absolute paths recorded --data as typed, relative to the directory resuming them.
-    if (std::string_view(key) == "data" && was.is_string()) was = recorded_data_spec(was.get<std::string>());
-    if (was != current[key]) {
-      std::string flag = key;
-      std::replace(flag.begin(), flag.end(), '_', '-');
-      fail(source, ": --", flag, " was ", was.dump(), " when the checkpoint was written, now ", current[key].dump(),
-           "; resume with the same value (or start a new --output-dir)");
-    }
+  for (const auto& [key, value] : current.items()) {
+    if (std::find(kMustAgree.begin(), kMustAgree.end(), key) != kMustAgree.end()) continue;
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    changeable.push_back(flag);
   }
+  nlohmann::json was = saved;
+  // Runs before absolute paths recorded --data as typed, relative to the directory resuming them.
+  if (was.contains("data") && was["data"].is_string()) was["data"] = recorded_data_spec(was["data"].get<std::string>());
+  const std::vector<std::string> differing = differing_options(now, was, changeable);
+  if (differing.empty()) return;
+  std::string list;
+  for (const auto& d : differing) list += (list.empty() ? "" : ", ") + d;
+  fail(source, ": ", differing.size() == 1 ? "this option differs" : "these options differ",
+       " from when the checkpoint was written: ", list, "; resume with the same values (or start a new --output-dir)");
 }
 
 struct Stopwatch {
@@ -220,11 +228,14 @@ void RankTrainer::run() {
   VP_REQUIRE(!o_.data.empty(), "--data is required");
   VP_REQUIRE(!o_.output_dir.empty(), "--output-dir is required");
   output_ = o_.output_dir;
-  if (o_.resume) {
-    resume_from_ = latest_checkpoint(output_);
+  if (o_.resume) resume_from_ = latest_checkpoint(output_);
+  if (o_.resume && !o_.resume_auto) {
     VP_REQUIRE(resume_from_.has_value(), "--resume: no checkpoint in ", (output_ / "checkpoints").string(),
-               " (train without --resume to start)");
+               " (train without --resume to start, or with --resume auto to start when there is none)");
+  } else if (o_.resume_auto && resume_from_) {
+    if (root()) info("--resume auto: continuing ", resume_from_->string());
   } else if (root()) {
+    if (o_.resume_auto) info("--resume auto: no checkpoint in ", (output_ / "checkpoints").string(), ": starting");
     VP_REQUIRE(!latest_checkpoint(output_).has_value(), "--output-dir ", output_.string(),
                " already holds a training run; add --resume to continue it or choose another directory");
     // A run whose checkpoints were deleted still holds its exported model, which a new run would replace.

@@ -2,7 +2,10 @@
 - SIGINT (one process), SIGTERM (2 pipeline stages as threads), SIGTERM to one rank of a 2-rank mpirun job, and
   SIGUSR1 to mpirun (which forwards it to every rank) stop the run at a step boundary: exit status 128 + the signal
   (130, 143, 138), one "stopped by" line, every rank at the same step, and a complete checkpoint of that step;
-- the same command run again resumes it and ends with exactly the weights of an uninterrupted run (bit for bit);
+- every run is started with --resume auto: in an empty --output-dir it starts afresh, and the same command run again
+  after the stop resumes it and ends with exactly the weights of an uninterrupted run (bit for bit); so does
+  `train --resume --output-dir DIR` alone (the run's own train_options.json), while flags beside it that disagree
+  with the run are refused, every one named in one message, with nothing touched;
 - a second SIGTERM while that checkpoint is being written changes nothing (exit 143, the checkpoint complete); a
   second SIGINT then stops at once (exit 130) and leaves the previous checkpoint, which resumes exactly. The
   checkpoint's fsyncs are slowed by the fault shim (VITPIPE_FAULT_OP=delay) so the second signal lands mid-write.
@@ -84,6 +87,8 @@ def interrupted(name, command, send, env=None, wait_for=None):
 
 
 def check_stopped(name, status, stderr, expected_status, signal_name, out, ranks=1):
+    checks.check("--resume auto: no checkpoint in " in stderr and ": starting" in stderr,
+                 f"{name}: --resume auto in an empty --output-dir starts afresh", stderr[-800:])
     checks.check(status == expected_status, f"{name}: exit status {expected_status}", f"{status}\n{stderr[-1500:]}")
     stopped = [line for line in stderr.splitlines() if f"stopped by {signal_name} after step " in line]
     checks.check(len(stopped) == 1, f"{name}: one 'stopped by {signal_name}' line", "\n".join(stopped))
@@ -101,7 +106,8 @@ def check_stopped(name, status, stderr, expected_status, signal_name, out, ranks
 def check_resumes_exactly(name, command, expected):
     out = command[command.index("--output-dir") + 1]
     resumed = subprocess.run(command, capture_output=True, text=True)
-    checks.check(resumed.returncode == 0, f"{name}: the same command with --resume runs to the end",
+    checks.check(resumed.returncode == 0 and "--resume auto: continuing " in resumed.stderr,
+                 f"{name}: the same command (--resume auto) continues the run to the end",
                  resumed.stderr[-1500:])
     if resumed.returncode == 0:
         same, detail = e2e.same_tensors(expected, final_weights(out))
@@ -117,17 +123,33 @@ two_stages = reference("2")
 
 # One process, Ctrl-C.
 out = os.path.join(root, "sigint")
-command = [e2e.VITPIPE, *e2e.train_args(init, data, out, *common)]
+command = [e2e.VITPIPE, *e2e.train_args(init, data, out, *common), "--resume", "auto"]
 status, stderr = interrupted("SIGINT", command, signal_once(signal.SIGINT))
 check_stopped("SIGINT", status, stderr, 130, "SIGINT", out)
-check_resumes_exactly("SIGINT", command + ["--resume"], one_stage)
+before = {name: open(os.path.join(out, name), "rb").read() for name in ("train_options.json", "metrics.jsonl")}
+refused = subprocess.run([e2e.VITPIPE, "train", "--resume", "--output-dir", out, "--lr", "0.5", "--seed", "9",
+                          "--epochs", "30"], capture_output=True, text=True)
+checks.check(refused.returncode == 1 and "--lr 0.5 (the run: 0.0002)" in refused.stderr and
+             "--seed 9 (the run: 42)" in refused.stderr and "--epochs" not in refused.stderr and
+             refused.stderr.count("error:") == 1,
+             "--resume with flags that disagree with the run: one message naming each (--epochs may change)",
+             refused.stderr[-800:])
+checks.check(all(open(os.path.join(out, name), "rb").read() == data_ for name, data_ in before.items()),
+             "the refused command touched nothing")
+alone = subprocess.run([e2e.VITPIPE, "train", "--resume", "--output-dir", out], capture_output=True, text=True)
+checks.check(alone.returncode == 0, "`train --resume --output-dir DIR` alone continues the run", alone.stderr[-1500:])
+if alone.returncode == 0:
+    same, detail = e2e.same_tensors(one_stage, final_weights(out))
+    checks.check(same, "SIGINT, resumed by --resume --output-dir alone: exactly the uninterrupted run's weights",
+                 detail)
 
 # Two pipeline stages as threads of one process, SIGTERM.
 out = os.path.join(root, "sigterm")
-command = [e2e.VITPIPE, *e2e.train_args(init, data, out, *common, "--pipeline-stages", "2")]
+command = [e2e.VITPIPE, *e2e.train_args(init, data, out, *common, "--pipeline-stages", "2"), "--resume",
+               "auto"]
 status, stderr = interrupted("SIGTERM, 2 stages", command, signal_once(signal.SIGTERM))
 check_stopped("SIGTERM, 2 stages", status, stderr, 143, "SIGTERM", out)
-check_resumes_exactly("SIGTERM, 2 stages", command + ["--resume"], two_stages)
+check_resumes_exactly("SIGTERM, 2 stages", command, two_stages)
 
 
 # Two MPI ranks: SIGTERM to rank 1 alone (rank 0 must stop at the same step, through the collective flag), and
@@ -141,10 +163,11 @@ for name, send, expected_status, signal_name in (
         ("SIGTERM to rank 1 of 2", rank_one, 143, "SIGTERM"),
         ("SIGUSR1 to mpirun, 2 ranks", signal_once(signal.SIGUSR1), 138, "SIGUSR1")):
     out = os.path.join(root, "mpi_" + signal_name)
-    command = [*mpirun, e2e.VITPIPE, *e2e.train_args(init, data, out, *common, "--pipeline-stages", "2")]
+    command = [*mpirun, e2e.VITPIPE, *e2e.train_args(init, data, out, *common, "--pipeline-stages", "2"), "--resume",
+               "auto"]
     status, stderr = interrupted(name, command, send)
     check_stopped(name, status, stderr, expected_status, signal_name, out, ranks=2)
-    check_resumes_exactly(name, command + ["--resume"], two_stages)
+    check_resumes_exactly(name, command, two_stages)
 
 # A second signal while the stop's checkpoint is being written (its fsyncs slowed down by the fault shim).
 shim = os.environ.get("FAULT_SHIM")
@@ -164,13 +187,13 @@ if shim:
         return send
 
     out = os.path.join(root, "sigterm_twice")
-    command = [e2e.VITPIPE, *e2e.train_args(init, data, out, *common)]
+    command = [e2e.VITPIPE, *e2e.train_args(init, data, out, *common), "--resume", "auto"]
     status, stderr = interrupted("SIGTERM twice", command, twice(signal.SIGTERM), env=slow)
     check_stopped("SIGTERM twice", status, stderr, 143, "SIGTERM", out)
-    check_resumes_exactly("SIGTERM twice", command + ["--resume"], one_stage)
+    check_resumes_exactly("SIGTERM twice", command, one_stage)
 
     out = os.path.join(root, "sigint_twice")
-    command = [e2e.VITPIPE, *e2e.train_args(init, data, out, *common)]
+    command = [e2e.VITPIPE, *e2e.train_args(init, data, out, *common), "--resume", "auto"]
     status, stderr = interrupted("SIGINT twice", command, twice(signal.SIGINT), env=slow)
     checks.check(status == 130, "SIGINT twice: exit status 130 at once", f"{status}\n{stderr[-1500:]}")
     checks.check("SIGINT again: stopping now" in stderr and "stopped by" not in stderr,
@@ -179,7 +202,7 @@ if shim:
     checks.check(directory is not None, "SIGINT twice: checkpoints/latest names a checkpoint", str(directory))
     if directory:
         e2e.read_safetensors(os.path.join(directory, "model.safetensors"))
-    check_resumes_exactly("SIGINT twice", command + ["--resume"], one_stage)
+    check_resumes_exactly("SIGINT twice", command, one_stage)
 else:
     print("skipped: the second-signal cases (FAULT_SHIM not set)")
 
