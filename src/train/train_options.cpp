@@ -194,11 +194,17 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.eval_every = v.null ? defaults().eval_every : v.integer(); }},
       {"log-every", "N", "Log the training loss every N steps; 0 = never (default 10)",
        [](O& o, const V& v) { o.log_every = v.null ? defaults().log_every : v.integer(); }},
-      {"checkpoint-every", "N", "Write a checkpoint every N steps; 0 = after each epoch (default 0)",
+      {"checkpoint-every", "N",
+       "Write a checkpoint every N steps; 0 = every --checkpoint-minutes of work instead (default 0). There is always "
+       "one at the end, and one when a signal stops the run",
        [](O& o, const V& v) { o.checkpoint_every = v.null ? defaults().checkpoint_every : v.integer(); }},
       {"keep-checkpoints", "N",
        "Keep the newest N checkpoints, and always the one of the best model when it was written (default 2)",
        [](O& o, const V& v) { o.keep_checkpoints = v.null ? defaults().keep_checkpoints : v.integer(); }},
+      {"checkpoint-minutes", "M",
+       "Without --checkpoint-every: write a checkpoint every M minutes of work (default 30; fractions allowed; 0 = "
+       "only at the end)",
+       [](O& o, const V& v) { o.checkpoint_minutes = v.null ? defaults().checkpoint_minutes : v.number(); }},
       {"val-fraction", "F", "Fraction of the training patients held out for validation, in [0, 1) (default 0.1)",
        [](O& o, const V& v) { o.val_fraction = v.null ? defaults().val_fraction : v.number(); }},
       {"test", nullptr, "Also evaluate on the test split at the end",
@@ -597,10 +603,13 @@ void TrainOptions::validate() const {
   VP_REQUIRE(!comm_timeout || (*comm_timeout >= 0 && *comm_timeout <= 1e7),
              "--comm-timeout must be seconds in [0, 1e7] (0 = no deadline) (got ", comm_timeout.value_or(0), ")");
   VP_REQUIRE(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
-  VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = each epoch) (got ", checkpoint_every, ")");
   VP_REQUIRE(keep_checkpoints >= 1 && keep_checkpoints <= 1000000,
              "--keep-checkpoints must be in [1, 1000000] (the newest is what --resume continues) (got ",
              keep_checkpoints, ")");
+  VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = by time, --checkpoint-minutes) (got ",
+             checkpoint_every, ")");
+  VP_REQUIRE(std::isfinite(checkpoint_minutes) && checkpoint_minutes >= 0, "--checkpoint-minutes must be >= 0 (got ",
+             checkpoint_minutes, ")");
   VP_REQUIRE(loader_threads >= 1 && loader_threads <= 256, "--loader-threads must be in [1, 256] (got ", loader_threads,
              ")");
   VP_REQUIRE(freeze_layers >= 0, "--freeze-layers must be >= 0 (got ", freeze_layers, ")");
@@ -695,6 +704,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["loader_threads"] = loader_threads;
   j["checkpoint_every"] = checkpoint_every;
   j["keep_checkpoints"] = keep_checkpoints;
+  j["checkpoint_minutes"] = checkpoint_minutes;
   j["virtual_stages"] = virtual_stages;
   j["pipeline_stages"] = pipeline_stages;
   j["layers_per_stage"] = layers_per_stage;
@@ -871,6 +881,7 @@ const std::vector<std::string>& resume_changeable_options() {
                                                  "eval-every",
                                                  "checkpoint-every",
                                                  "checkpoint-minutes",
+                                                 "keep-checkpoints",
                                                  "comm-timeout",
                                                  "trace",
                                                  "test",

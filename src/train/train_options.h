@@ -87,10 +87,11 @@ struct TrainOptions {
   bool allow_tf32 = false;     // --allow-tf32: TF32 GEMMs for fp32 on a GPU
 
   // Evaluation and logging.
-  int64_t eval_every = 0;        // steps; 0 = at the end of each epoch
-  int64_t log_every = 10;        // steps; 0 = no per-step log lines
-  int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch
-  int64_t keep_checkpoints = 2;  // the newest N checkpoints stay (and the best model's, when one was written)
+  int64_t eval_every = 0;            // steps; 0 = at the end of each epoch
+  int64_t log_every = 10;            // steps; 0 = no per-step log lines
+  int64_t checkpoint_every = 0;      // steps; 0 = by time (checkpoint_minutes)
+  double checkpoint_minutes = 30.0;  // without --checkpoint-every: every M minutes of work; 0 = only at the end
+  int64_t keep_checkpoints = 2;      // the newest N checkpoints stay (and the best model's, when one was written)
   double val_fraction = 0.1;
   bool test = false;  // also evaluate on the test split at the end
 

@@ -841,6 +841,9 @@ bool RankTrainer::train_loop() {
   double loss_since_log = 0;
   int64_t steps_since_log = 0;
   std::string detail;  // the progress line's epoch, loss and rate
+  // Minutes of work since this process's last checkpoint (or its start), for --checkpoint-minutes: a long epoch on
+  // the full data set would otherwise leave hours unsaved.
+  Stopwatch since_checkpoint;
   while (state_.step < state_.total_steps) {
     const Stopwatch iteration;
     const int64_t epoch = state_.epoch, index = state_.batch_in_epoch;
@@ -899,10 +902,17 @@ bool RankTrainer::train_loop() {
     }
     // A stop request (util/stop_request.h) counts when every rank has seen it: the largest signal number of any
     // rank, so all ranks stop after the same step (evaluated as scheduled, so a resumed run stays exact).
-    double stop = stop_signal();
-    world_.allreduce(&stop, 1, ReduceOp::max);
-    const bool checkpoint_now = o_.checkpoint_every > 0 ? state_.step % o_.checkpoint_every == 0 : epoch_end;
-    if (checkpoint_now || last || stop != 0) save_checkpoint();
+    // The time-based checkpoint is agreed the same way: due when any rank's clock says so.
+    const bool time_due = o_.checkpoint_every == 0 && o_.checkpoint_minutes > 0 &&
+                          since_checkpoint.seconds() >= 60.0 * o_.checkpoint_minutes;
+    double agreed[2] = {static_cast<double>(stop_signal()), time_due ? 1.0 : 0.0};
+    world_.allreduce(agreed, 2, ReduceOp::max);
+    const double stop = agreed[0];
+    const bool checkpoint_now = o_.checkpoint_every > 0 ? state_.step % o_.checkpoint_every == 0 : agreed[1] != 0;
+    if (checkpoint_now || last || stop != 0) {
+      save_checkpoint();
+      since_checkpoint = Stopwatch{};
+    }
     if (stop != 0) {
       stopped_by_ = static_cast<int>(stop);
       progress.finish(detail);
