@@ -160,7 +160,10 @@ void set_comm_deadline_rank(int world_rank) {
   if (!s.configured) s.seconds = default_seconds;
   s.world_rank = world_rank;
   s.host = host;
-  if (!s.watchdog.joinable() && !s.watchdog_ending) s.watchdog = std::thread(watch);
+  if (!s.watchdog.joinable()) {
+    s.watchdog_ending = false;
+    s.watchdog = std::thread(watch);
+  }
 }
 
 void end_comm_watchdog() {
