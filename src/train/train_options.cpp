@@ -12,8 +12,10 @@
 #include <numeric>
 #include <set>
 
+#include "data/data_spec.h"
 #include "data/image_read_options.h"
 #include "io/peft_adapter.h"
+#include "io/recorded_model_path.h"
 #include "model/precision.h"
 #include "train/training_checkpoint.h"
 #include "util/error.h"
@@ -855,7 +857,15 @@ TrainOptions TrainOptionsParser::resolve(bool validate) const {
     continue_peft_adapter(run);
     complete_defaults(run);
     options = layered(&saved, saved_path.string());
-    const std::vector<std::string> differing = differing_options(options, run.to_json(), resume_changeable_options());
+    // Compared as run files record them (run_training does the same): a relative --model or --data given beside
+    // --resume names the same run as the absolute path in train_options.json.
+    const auto recorded = [](TrainOptions o) {
+      o.model = recorded_model_reference(o.model);
+      o.data = recorded_data_spec(o.data);
+      return o;
+    };
+    const std::vector<std::string> differing =
+        differing_options(recorded(options), recorded(run).to_json(), resume_changeable_options());
     if (!differing.empty()) {
       std::string list;
       for (const auto& d : differing) list += (list.empty() ? "" : ", ") + d;

@@ -445,6 +445,18 @@ TEST(TrainOptions, ResumeContinuesTheRunsOwnOptionsAndNamesEveryDifference) {
   EXPECT_NE(error.find("--seed 4 (the run: 3)"), std::string::npos) << error;
   EXPECT_NE(error.find("--model \"other\" (the run: \"m\")"), std::string::npos) << error;
   EXPECT_EQ(error.find("--epochs"), std::string::npos) << error;
+  // A relative --model or --data beside --resume names the run's absolute one (as run files record them).
+  std::filesystem::create_directories(dir.path() / "base");
+  write_file(dir.path() / "d.csv", "image,label\n");
+  const TrainOptions absolute = parse_train_options(
+      {"--model", (dir.path() / "base").string(), "--data", "csv:" + (dir.path() / "d.csv").string(), "--output-dir",
+       out});
+  write_file(dir.path() / "run" / "train_options.json", absolute.to_json().dump(2));
+  const std::filesystem::path was = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  const std::string relative = error_of({"--resume", "--output-dir", out, "--model", "base", "--data", "csv:d.csv"});
+  std::filesystem::current_path(was);
+  EXPECT_EQ(relative, "no error");
   // Without a checkpoint (a run stopped before its first), --resume auto starts afresh with the options as given.
   std::filesystem::remove_all(dir.path() / "run" / "checkpoints");
   TrainOptions fresh = parse_train_options(
