@@ -10,12 +10,15 @@ void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "train",
       "Fine-tune a model on a dataset: evaluate on the validation split, checkpoint, export the best model in Hugging "
-      "Face format. Under mpirun: pipeline stages x data-parallel replicas");
+      "Face format. Under mpirun: pipeline stages x data-parallel replicas. SIGINT, SIGTERM and SIGUSR1 stop it at the "
+      "next step with a checkpoint and exit 128 + the signal (130, 143, 138; a second Ctrl-C stops at once, exit "
+      "130); the same command with --resume auto continues it");
   auto parser = add_train_options(cmd);
   cmd->callback([parser] {
     const TrainOptions options = parser->resolve();
     resolve_device(options.device);  // a --device cuda that cannot run says so before any work
-    run_training(options);
+    // Stopped by a signal, with a checkpoint: exit 128 + the signal (CLI11 returns a RuntimeError's code silently).
+    if (const int status = run_training(options); status != 0) throw CLI::RuntimeError(status);
   });
 }
 

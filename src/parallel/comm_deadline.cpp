@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "util/error.h"
+#include "util/stop_request.h"
 
 namespace vitpipe {
 namespace {
@@ -29,7 +30,9 @@ struct DeadlineState {
   std::string failure_log;
   int world_rank = -1;
   std::string host;
-  bool watchdog_started = false;
+  std::thread watchdog;  // joined by end_comm_watchdog(), so no thread of ours outlives the run
+  bool watchdog_ending = false;
+  bool stop_reported = false;
   bool blocked = false;
   std::string what;
   Clock::time_point since;
@@ -39,10 +42,6 @@ DeadlineState& state() {
   static auto* instance = new DeadlineState;
   return *instance;
 }
-
-// Set by the SIGTERM handler (the only thing it may safely do); the watchdog writes the line.
-volatile std::sig_atomic_t g_terminated = 0;
-void on_sigterm(int) { g_terminated = 1; }
 
 std::string hostname_and_addresses() {
   char name[256] = {};
@@ -86,22 +85,23 @@ void append_line(const std::string& path, const std::string& line, bool create_d
 
 // mpirun's daemon ends a job's ranks with SIGTERM and, 1 s later, SIGKILL (odls_base_sigkill_timeout): when a
 // daemon loses mpirun (the keepalives of the launch recipe notice a cut link within 25 s, before a 30 s deadline),
-// its ranks would otherwise vanish without a word. The line says what the rank was waiting for.
-void report_termination() {
+// a rank blocked on the lost peer never reaches the step boundary where it would stop (util/stop_request.h). The
+// line in the failure log says what it was waiting for. Only a line: the rank itself ends on the trainer's path.
+void report_sigterm() {
   DeadlineState& s = state();
-  std::string reason =
-      "ended by SIGTERM (mpirun or its daemon is taking the job down: another rank failed, or a "
-      "host or link was lost)";
+  std::string reason = "SIGTERM (mpirun taking the job down, or a scheduler ending it)";
   {
     std::lock_guard lock(s.mutex);
+    if (s.stop_reported) return;
+    s.stop_reported = true;
     if (s.blocked) {
       reason +=
           concat(" while waiting ", std::chrono::duration<double>(Clock::now() - s.since).count(), " s for ", s.what);
     }
   }
+  reason += ": stopping at the next step boundary with a checkpoint";
   // Not made here: mpirun also sends SIGTERM when another rank refused the configuration at the start.
-  report_rank_failure(reason, false);
-  std::_Exit(128 + SIGTERM);
+  report_rank_failure(reason, false, /*to_stderr=*/false);
 }
 
 // Checks the blocked operation a few times a second; the only thread here that never touches MPI.
@@ -109,10 +109,11 @@ void watch() {
   DeadlineState& s = state();
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (g_terminated) report_termination();
+    if (stop_signal() == SIGTERM) report_sigterm();
     std::string reason;
     {
       std::lock_guard lock(s.mutex);
+      if (s.watchdog_ending) return;
       if (!s.blocked || s.seconds <= 0) continue;
       if (std::chrono::duration<double>(Clock::now() - s.since).count() <= s.seconds) continue;
       reason = concat(s.what, " did not complete in ", s.seconds,
@@ -159,14 +160,21 @@ void set_comm_deadline_rank(int world_rank) {
   if (!s.configured) s.seconds = default_seconds;
   s.world_rank = world_rank;
   s.host = host;
-  struct sigaction action = {};
-  action.sa_handler = on_sigterm;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
-  if (!s.watchdog_started) {
-    std::thread(watch).detach();
-    s.watchdog_started = true;
+  if (!s.watchdog.joinable()) {
+    s.watchdog_ending = false;
+    s.watchdog = std::thread(watch);
   }
+}
+
+void end_comm_watchdog() {
+  DeadlineState& s = state();
+  std::thread watchdog;
+  {
+    std::lock_guard lock(s.mutex);
+    s.watchdog_ending = true;
+    watchdog = std::move(s.watchdog);
+  }
+  if (watchdog.joinable()) watchdog.join();
 }
 
 const std::string& this_host_identity() {
@@ -190,7 +198,7 @@ BlockingCommunication::~BlockingCommunication() {
   s.blocked = false;
 }
 
-void report_rank_failure(const std::string& reason, bool create_output_directory) {
+void report_rank_failure(const std::string& reason, bool create_output_directory, bool to_stderr) {
   std::string host, log;
   int rank = -1;
   {
@@ -201,8 +209,10 @@ void report_rank_failure(const std::string& reason, bool create_output_directory
     rank = s.world_rank;
   }
   const std::string line = concat("error: rank ", rank, ": ", reason, " [host ", host, "]\n");
-  std::fputs(line.c_str(), stderr);
-  std::fflush(stderr);
+  if (to_stderr) {
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+  }
   append_line(log, line, create_output_directory);
 }
 

@@ -26,12 +26,16 @@ void configure_comm_deadline(double seconds, const std::string& failure_log);
 double comm_timeout_seconds();
 
 // This process's rank in MPI_COMM_WORLD and its host, for the line; also applies resolve_comm_timeout(-1) when
-// configure_comm_deadline was not called, and starts the watchdog. From then on SIGTERM (how mpirun's daemons end
-// ranks) also writes the line, with the operation the rank was waiting in, and exits 143. The host is named by its
+// configure_comm_deadline was not called, and starts the watchdog. From then on a SIGTERM (how mpirun's daemons end
+// ranks; a stop request, util/stop_request.h) also appends a line to the failure log with the operation the rank was
+// waiting in; the rank stops on the trainer's path, not from the watchdog. The host is named by its
 // hostname and its non-loopback IPv4 addresses: network namespaces (and cloned VMs) share hostnames, so a name
 // alone may not say which machine it is.
 void set_comm_deadline_rank(int world_rank);
 const std::string& this_host_identity();
+
+// Stops and joins the watchdog (after MPI_Finalize): the exit path then runs on the main thread alone.
+void end_comm_watchdog();
 
 // Marks the calling thread (MPI's thread) as blocked in `what` from now until the object is destroyed; the
 // watchdog ends the process when that lasts longer than the deadline. One at a time; before
@@ -47,6 +51,6 @@ class BlockingCommunication {
 // Writes "error: rank R: REASON [host H]" to stderr and appends it to the failure log (O_APPEND, fsync). The log's
 // directory is made only for a deadline that expired (`create_output_directory`); other failures are logged there only
 // once the run has made it, so a configuration refused at the start leaves no output directory.
-void report_rank_failure(const std::string& reason, bool create_output_directory = false);
+void report_rank_failure(const std::string& reason, bool create_output_directory = false, bool to_stderr = true);
 
 }  // namespace vitpipe

@@ -450,6 +450,7 @@ void finalize_mpi() {
   BlockingCommunication blocked(
       "MPI_Finalize: the job's end, with every rank (rank 0 writes the final report and evaluation first)");
   check(MPI_Finalize(), "Finalize");
+  end_comm_watchdog();
 }
 
 }  // namespace vitpipe

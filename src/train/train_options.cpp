@@ -12,9 +12,12 @@
 #include <numeric>
 #include <set>
 
+#include "data/data_spec.h"
 #include "data/image_read_options.h"
 #include "io/peft_adapter.h"
+#include "io/recorded_model_path.h"
 #include "model/precision.h"
+#include "train/training_checkpoint.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -118,8 +121,14 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.data = v.null ? defaults().data : v.scalar(); }},
       {"output-dir", "DIR", "Where checkpoints, logs, metrics and the exported model go",
        [](O& o, const V& v) { o.output_dir = v.null ? defaults().output_dir : v.scalar(); }},
-      {"resume", nullptr, "Continue from the latest checkpoint in --output-dir (bit for bit as if never stopped)",
-       [](O& o, const V& v) { o.resume = v.null ? defaults().resume : v.boolean(); }},
+      {"resume", "[auto]",
+       "Continue the run in --output-dir from its latest checkpoint, bit for bit as if never stopped, with the "
+       "options of its train_options.json (flags given beside it must agree with them, except length, machine, "
+       "layout and cadences); `--resume auto`: the same if --output-dir holds a checkpoint, else start afresh",
+       [](O& o, const V& v) {
+         o.resume_auto = !v.null && v.scalar() == "auto";
+         o.resume = v.null ? defaults().resume : o.resume_auto || v.boolean();
+       }},
       {"export-last", nullptr, "Export the last step's weights instead of the best validation ROC-AUC's",
        [](O& o, const V& v) { o.export_last = v.null ? defaults().export_last : v.boolean(); }},
       {"epochs", "N", "Train for N epochs (default 3; exclusive with --max-steps)",
@@ -187,11 +196,17 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.eval_every = v.null ? defaults().eval_every : v.integer(); }},
       {"log-every", "N", "Log the training loss every N steps; 0 = never (default 10)",
        [](O& o, const V& v) { o.log_every = v.null ? defaults().log_every : v.integer(); }},
-      {"checkpoint-every", "N", "Write a checkpoint every N steps; 0 = after each epoch (default 0)",
+      {"checkpoint-every", "N",
+       "Write a checkpoint every N steps; 0 = every --checkpoint-minutes of work instead (default 0). There is always "
+       "one at the end, and one when a signal stops the run",
        [](O& o, const V& v) { o.checkpoint_every = v.null ? defaults().checkpoint_every : v.integer(); }},
       {"keep-checkpoints", "N",
        "Keep the newest N checkpoints, and always the one of the best model when it was written (default 2)",
        [](O& o, const V& v) { o.keep_checkpoints = v.null ? defaults().keep_checkpoints : v.integer(); }},
+      {"checkpoint-minutes", "M",
+       "Without --checkpoint-every: write a checkpoint every M minutes of work (default 30; fractions allowed; 0 = "
+       "only at the end)",
+       [](O& o, const V& v) { o.checkpoint_minutes = v.null ? defaults().checkpoint_minutes : v.number(); }},
       {"val-fraction", "F", "Fraction of the training patients held out for validation, in [0, 1) (default 0.1)",
        [](O& o, const V& v) { o.val_fraction = v.null ? defaults().val_fraction : v.number(); }},
       {"test", nullptr, "Also evaluate on the test split at the end",
@@ -592,10 +607,13 @@ void TrainOptions::validate() const {
   VP_REQUIRE(!comm_timeout || (*comm_timeout >= 0 && *comm_timeout <= 1e7),
              "--comm-timeout must be seconds in [0, 1e7] (0 = no deadline) (got ", comm_timeout.value_or(0), ")");
   VP_REQUIRE(virtual_stages >= 1, "--virtual-stages must be >= 1 (got ", virtual_stages, ")");
-  VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = each epoch) (got ", checkpoint_every, ")");
   VP_REQUIRE(keep_checkpoints >= 1 && keep_checkpoints <= 1000000,
              "--keep-checkpoints must be in [1, 1000000] (the newest is what --resume continues) (got ",
              keep_checkpoints, ")");
+  VP_REQUIRE(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0 = by time, --checkpoint-minutes) (got ",
+             checkpoint_every, ")");
+  VP_REQUIRE(std::isfinite(checkpoint_minutes) && checkpoint_minutes >= 0, "--checkpoint-minutes must be >= 0 (got ",
+             checkpoint_minutes, ")");
   VP_REQUIRE(loader_threads >= 1 && loader_threads <= 256, "--loader-threads must be in [1, 256] (got ", loader_threads,
              ")");
   VP_REQUIRE(freeze_layers >= 0, "--freeze-layers must be >= 0 (got ", freeze_layers, ")");
@@ -636,7 +654,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["model"] = model;
   j["data"] = data;
   j["output_dir"] = output_dir;
-  j["resume"] = resume;
+  j["resume"] = resume_auto ? nlohmann::json("auto") : nlohmann::json(resume);
   j["export_last"] = export_last;
   j["epochs"] = optional_json(epochs);
   j["max_steps"] = optional_json(max_steps);
@@ -690,6 +708,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["loader_threads"] = loader_threads;
   j["checkpoint_every"] = checkpoint_every;
   j["keep_checkpoints"] = keep_checkpoints;
+  j["checkpoint_minutes"] = checkpoint_minutes;
   j["virtual_stages"] = virtual_stages;
   j["pipeline_stages"] = pipeline_stages;
   j["layers_per_stage"] = layers_per_stage;
@@ -778,6 +797,9 @@ TrainOptionsParser::TrainOptionsParser(CLI::App* app) {
     const std::string flag = std::string("--") + def.name;
     if (def.is_flag()) {
       entry->option = app->add_flag(flag + ",!--no-" + def.name, entry->flag, def.help);
+    } else if (std::string(def.name) == "resume") {
+      // --resume alone (a flag) or --resume auto: an optional value; "" stands for "given without one".
+      entry->option = app->add_option(flag, entry->value, def.help)->type_name(def.hint)->expected(0, 1);
     } else {
       entry->option = app->add_option(flag, entry->value, def.help)->type_name(def.hint);
     }
@@ -805,21 +827,106 @@ void continue_peft_adapter(TrainOptions& o) {
 }
 
 TrainOptions TrainOptionsParser::resolve(bool validate) const {
-  TrainOptions options;
-  if (!config_path_.empty()) apply_config_file(options, config_path_);
   Entries given;
   for (const auto& entry : registered_) {
     if (entry->option->count() == 0) continue;
     RawValue raw;
     raw.where = std::string("--") + entry->def->name;
-    raw.items.push_back(entry->def->is_flag() ? (entry->flag ? "true" : "false") : entry->value);
+    raw.items.push_back(entry->def->is_flag()                                ? (entry->flag ? "true" : "false")
+                        : entry->value.empty() && entry->def->hint[0] == '[' ? "true"  // --resume without a value
+                                                                             : entry->value);
     given.emplace_back(entry->def->name, std::move(raw));
   }
-  apply_entries(options, given, "the command line", true);
-  continue_peft_adapter(options);
-  complete_defaults(options);
+  // defaults <- `base` (a run's own options, when it continues) <- --config <- the command line.
+  const auto layered = [&](const nlohmann::json* base, const std::string& base_source) {
+    TrainOptions options;
+    if (base != nullptr) apply_config_json(options, *base, base_source);
+    if (!config_path_.empty()) apply_config_file(options, config_path_);
+    apply_entries(options, given, "the command line", true);
+    continue_peft_adapter(options);
+    complete_defaults(options);
+    return options;
+  };
+  TrainOptions options = layered(nullptr, "");
+  // A run that continues takes its own options first: `train --resume --output-dir DIR` alone is the whole command.
+  // Only where there is a checkpoint to continue: --resume auto in a run stopped before its first one starts afresh
+  // with the options as given.
+  const std::filesystem::path saved_path = std::filesystem::path(options.output_dir) / "train_options.json";
+  if (options.resume && !options.output_dir.empty() && std::filesystem::is_regular_file(saved_path) &&
+      latest_checkpoint(options.output_dir)) {
+    const nlohmann::json saved = parse_json_file(saved_path);
+    TrainOptions run;
+    apply_config_json(run, saved, saved_path.string());
+    continue_peft_adapter(run);
+    complete_defaults(run);
+    options = layered(&saved, saved_path.string());
+    // Compared as run files record them (run_training does the same): a relative --model or --data given beside
+    // --resume names the same run as the absolute path in train_options.json.
+    const auto recorded = [](TrainOptions o) {
+      o.model = recorded_model_reference(o.model);
+      o.data = recorded_data_spec(o.data);
+      return o;
+    };
+    const std::vector<std::string> differing =
+        differing_options(recorded(options), recorded(run).to_json(), resume_changeable_options());
+    if (!differing.empty()) {
+      std::string list;
+      for (const auto& d : differing) list += (list.empty() ? "" : ", ") + d;
+      fail("--resume: ", differing.size() == 1 ? "this option differs" : "these options differ", " from the run's own ",
+           saved_path.string(), ": ", list,
+           "; leave them out to continue the run as it was (or start a new --output-dir)");
+    }
+  }
   if (validate) options.validate();
   return options;
+}
+
+const std::vector<std::string>& resume_changeable_options() {
+  static const std::vector<std::string> names = {"output-dir",
+                                                 "resume",
+                                                 "epochs",
+                                                 "max-steps",
+                                                 "threads",
+                                                 "loader-threads",
+                                                 "device",
+                                                 "allow-tf32",
+                                                 "log-every",
+                                                 "eval-every",
+                                                 "checkpoint-every",
+                                                 "checkpoint-minutes",
+                                                 "keep-checkpoints",
+                                                 "comm-timeout",
+                                                 "trace",
+                                                 "test",
+                                                 "export-last",
+                                                 "export-onnx",
+                                                 "export-adapter",
+                                                 "layout",
+                                                 "pipeline-stages",
+                                                 "layers-per-stage",
+                                                 "pipeline-schedule",
+                                                 "virtual-stages",
+                                                 "recompute",
+                                                 "shard-optimizer",
+                                                 "micro-batch-size",
+                                                 "memory-per-process",
+                                                 "link",
+                                                 "profile-cache"};
+  return names;
+}
+
+std::vector<std::string> differing_options(const TrainOptions& now, const nlohmann::json& run,
+                                           const std::vector<std::string>& changeable) {
+  const nlohmann::json current = now.to_json();
+  std::vector<std::string> differing;
+  for (const auto& [key, value] : current.items()) {
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (std::find(changeable.begin(), changeable.end(), flag) != changeable.end()) continue;
+    if (!run.contains(key) || run[key] == value) continue;
+    differing.push_back(concat("--", flag, " ", value.dump(), " (the run: ", run[key].dump(), ")"));
+  }
+  return differing;
 }
 
 std::shared_ptr<TrainOptionsParser> add_train_options(CLI::App* app) {

@@ -44,10 +44,14 @@ struct AugmentOptions {
 
 struct TrainOptions {
   // What and where.
-  std::string model;         // --model: a model directory or a Hugging Face repo id (resolved from the cache)
-  std::string data;          // --data: the data set directory
-  std::string output_dir;    // --output-dir
-  bool resume = false;       // --resume: continue from the latest checkpoint in output_dir
+  std::string model;       // --model: a model directory or a Hugging Face repo id (resolved from the cache)
+  std::string data;        // --data: the data set directory
+  std::string output_dir;  // --output-dir
+  // --resume: continue the run in output_dir from its latest checkpoint, with its own train_options.json as the base
+  // of the options (flags given beside it must agree with it, resume_changeable_options() excepted). --resume auto:
+  // the same when output_dir holds a checkpoint, else a fresh start (one command that can be submitted again).
+  bool resume = false;
+  bool resume_auto = false;
   bool export_last = false;  // --export-last: export the last step's weights, not the best validation's
 
   // How long and how much. Exactly one of epochs / max_steps is set after loading (default: 3 epochs).
@@ -83,10 +87,11 @@ struct TrainOptions {
   bool allow_tf32 = false;     // --allow-tf32: TF32 GEMMs for fp32 on a GPU
 
   // Evaluation and logging.
-  int64_t eval_every = 0;        // steps; 0 = at the end of each epoch
-  int64_t log_every = 10;        // steps; 0 = no per-step log lines
-  int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch
-  int64_t keep_checkpoints = 2;  // the newest N checkpoints stay (and the best model's, when one was written)
+  int64_t eval_every = 0;            // steps; 0 = at the end of each epoch
+  int64_t log_every = 10;            // steps; 0 = no per-step log lines
+  int64_t checkpoint_every = 0;      // steps; 0 = by time (checkpoint_minutes)
+  double checkpoint_minutes = 30.0;  // without --checkpoint-every: every M minutes of work; 0 = only at the end
+  int64_t keep_checkpoints = 2;      // the newest N checkpoints stay (and the best model's, when one was written)
   double val_fraction = 0.1;
   bool test = false;  // also evaluate on the test split at the end
 
@@ -157,6 +162,16 @@ struct TrainOptions {
   TrainingMode training_mode() const;
   int64_t micro_batches() const { return batch_size / micro_batch_size.value_or(batch_size); }
 };
+
+// Options a resumed run may change (long flag names): length (--epochs, --max-steps), the machine and the layout
+// (a checkpoint is layout-free), cadences and what is written besides the model. Every other one must agree with the
+// run's own train_options.json.
+const std::vector<std::string>& resume_changeable_options();
+
+// The options of `now` that differ from `run`'s (long flag names with their two values), outside `changeable`
+// (long flag names): "--lr 0.001 (the run: 0.0002)". Empty when they agree.
+std::vector<std::string> differing_options(const TrainOptions& now, const nlohmann::json& run,
+                                           const std::vector<std::string>& changeable);
 
 // The options --layout auto chooses (long flag names).
 const std::vector<std::string>& layout_option_names();

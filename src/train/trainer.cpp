@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -52,11 +53,37 @@
 #include "util/log.h"
 #include "util/median.h"
 #include "util/progress.h"
+#include "util/stop_request.h"
 #include "util/threads.h"
 
 namespace vitpipe {
 namespace fs = std::filesystem;
 namespace {
+
+// The options check_resume_compatible compares (JSON keys).
+const std::array<std::string_view, 23> kMustAgree = {"data",
+                                                     "batch_size",
+                                                     "seed",
+                                                     "data_seed",
+                                                     "val_fraction",
+                                                     "view",
+                                                     "add_no_finding",
+                                                     "optimizer",
+                                                     "partial_batch",
+                                                     "image_size",
+                                                     "intensity",
+                                                     "dicom_window",
+                                                     "dicom_first_frame",
+                                                     "uncertain",
+                                                     "blank",
+                                                     "label_vote",
+                                                     "mimic_labels",
+                                                     "labels",
+                                                     "freeze",
+                                                     "freeze_layers",
+                                                     "lora",
+                                                     "lora_alpha",
+                                                     "lora_targets"};
 
 constexpr int kMaxTracedSteps = 50;  // a trace of every step of a long run would not fit in memory
 
@@ -86,42 +113,25 @@ AugmentationSettings augmentation_settings(const AugmentOptions& a) {
 }
 
 // Options a resumed run must share with the run that wrote the checkpoint, or the data order and the meaning of
-// "step" would change under it.
+// "step" would change under it. Every difference is named at once.
 void check_resume_compatible(const TrainOptions& now, const nlohmann::json& saved, const std::string& source) {
+  std::vector<std::string> changeable;
   const nlohmann::json current = now.to_json();
-  for (const char* key : {"data",
-                          "batch_size",
-                          "seed",
-                          "data_seed",
-                          "val_fraction",
-                          "view",
-                          "add_no_finding",
-                          "optimizer",
-                          "partial_batch",
-                          "image_size",
-                          "intensity",
-                          "dicom_window",
-                          "dicom_first_frame",
-                          "uncertain",
-                          "blank",
-                          "label_vote",
-                          "mimic_labels",
-                          "labels",
-                          "freeze",
-                          "freeze_layers",
-                          "lora",
-                          "lora_alpha",
-                          "lora_targets"}) {
-    nlohmann::json was = saved.contains(key) ? saved[key] : current[key];
-    // Runs before absolute paths recorded --data as typed, relative to the directory resuming them.
-    if (std::string_view(key) == "data" && was.is_string()) was = recorded_data_spec(was.get<std::string>());
-    if (was != current[key]) {
-      std::string flag = key;
-      std::replace(flag.begin(), flag.end(), '_', '-');
-      fail(source, ": --", flag, " was ", was.dump(), " when the checkpoint was written, now ", current[key].dump(),
-           "; resume with the same value (or start a new --output-dir)");
-    }
+  for (const auto& [key, value] : current.items()) {
+    if (std::find(kMustAgree.begin(), kMustAgree.end(), key) != kMustAgree.end()) continue;
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    changeable.push_back(flag);
   }
+  nlohmann::json was = saved;
+  // Runs before absolute paths recorded --data as typed, relative to the directory resuming them.
+  if (was.contains("data") && was["data"].is_string()) was["data"] = recorded_data_spec(was["data"].get<std::string>());
+  const std::vector<std::string> differing = differing_options(now, was, changeable);
+  if (differing.empty()) return;
+  std::string list;
+  for (const auto& d : differing) list += (list.empty() ? "" : ", ") + d;
+  fail(source, ": ", differing.size() == 1 ? "this option differs" : "these options differ",
+       " from when the checkpoint was written: ", list, "; resume with the same values (or start a new --output-dir)");
 }
 
 struct Stopwatch {
@@ -137,6 +147,8 @@ class RankTrainer {
     if (o_.precision_auto && device_ == Device::cuda) o_.precision = DType::bf16;
   }
   void run();
+  // The signal that stopped the run before its end (util/stop_request.h), or 0.
+  int stopped_by() const { return stopped_by_; }
 
  private:
   ParallelConfig parallel_config(int layers) const;
@@ -148,7 +160,7 @@ class RankTrainer {
   void build_pipeline();
   RankPlacement place_ranks(const ParallelConfig& pc) const;
   void plan_epochs();
-  void train_loop();
+  bool train_loop();
   StepShape step_shape(int64_t epoch, int64_t batch_in_epoch, Batch* batch);
   void optimizer_step(const StepResult& result, nlohmann::json* record);
   EvaluationReport evaluate(Split split);
@@ -210,6 +222,7 @@ class RankTrainer {
   // Communication summed over ranks and measured steps (optimizer_step's order), for the end-of-run summary.
   std::array<double, 10> comm_sums_{};
   int64_t comm_steps_ = 0;
+  int stopped_by_ = 0;
 };
 
 void RankTrainer::run() {
@@ -217,11 +230,14 @@ void RankTrainer::run() {
   VP_REQUIRE(!o_.data.empty(), "--data is required");
   VP_REQUIRE(!o_.output_dir.empty(), "--output-dir is required");
   output_ = o_.output_dir;
-  if (o_.resume) {
-    resume_from_ = latest_checkpoint(output_);
+  if (o_.resume) resume_from_ = latest_checkpoint(output_);
+  if (o_.resume && !o_.resume_auto) {
     VP_REQUIRE(resume_from_.has_value(), "--resume: no checkpoint in ", (output_ / "checkpoints").string(),
-               " (train without --resume to start)");
+               " (train without --resume to start, or with --resume auto to start when there is none)");
+  } else if (o_.resume_auto && resume_from_) {
+    if (root()) info("--resume auto: continuing ", resume_from_->string());
   } else if (root()) {
+    if (o_.resume_auto) info("--resume auto: no checkpoint in ", (output_ / "checkpoints").string(), ": starting");
     VP_REQUIRE(!latest_checkpoint(output_).has_value(), "--output-dir ", output_.string(),
                " already holds a training run; add --resume to continue it or choose another directory");
     // A run whose checkpoints were deleted still holds its exported model, which a new run would replace.
@@ -237,7 +253,7 @@ void RankTrainer::run() {
     predicted_ = choose_training_layout(world_, o_, model_.config, topology_, [&] { return time_data_path(); });
   build_pipeline();
   plan_epochs();
-  train_loop();
+  if (!train_loop()) return;  // stopped by a signal, with a checkpoint: the export and report wait for the end
   finish();
 }
 
@@ -816,7 +832,7 @@ void RankTrainer::after_evaluation(const EvaluationReport& report) {
   }
 }
 
-void RankTrainer::train_loop() {
+bool RankTrainer::train_loop() {
   const bool has_val = !dataset_->split_indices(Split::val).empty();
   if (!has_val) info("no validation images (--val-fraction 0?): exporting the last weights");
   ProgressBar progress("training", state_.total_steps, "step");
@@ -827,6 +843,9 @@ void RankTrainer::train_loop() {
   double loss_since_log = 0;
   int64_t steps_since_log = 0;
   std::string detail;  // the progress line's epoch, loss and rate
+  // Minutes of work since this process's last checkpoint (or its start), for --checkpoint-minutes: a long epoch on
+  // the full data set would otherwise leave hours unsaved.
+  Stopwatch since_checkpoint;
   while (state_.step < state_.total_steps) {
     const Stopwatch iteration;
     const int64_t epoch = state_.epoch, index = state_.batch_in_epoch;
@@ -883,10 +902,31 @@ void RankTrainer::train_loop() {
     if (evaluate_now || (last && has_val && !(o_.eval_every > 0 ? state_.step % o_.eval_every == 0 : epoch_end))) {
       after_evaluation(evaluate(Split::val));
     }
-    const bool checkpoint_now = o_.checkpoint_every > 0 ? state_.step % o_.checkpoint_every == 0 : epoch_end;
-    if (checkpoint_now || last) save_checkpoint();
+    // A stop request (util/stop_request.h) counts when every rank has seen it: the largest signal number of any
+    // rank, so all ranks stop after the same step (evaluated as scheduled, so a resumed run stays exact).
+    // The time-based checkpoint is agreed the same way: due when any rank's clock says so.
+    const bool time_due = o_.checkpoint_every == 0 && o_.checkpoint_minutes > 0 &&
+                          since_checkpoint.seconds() >= 60.0 * o_.checkpoint_minutes;
+    double agreed[2] = {static_cast<double>(stop_signal()), time_due ? 1.0 : 0.0};
+    world_.allreduce(agreed, 2, ReduceOp::max);
+    const double stop = agreed[0];
+    const bool checkpoint_now = o_.checkpoint_every > 0 ? state_.step % o_.checkpoint_every == 0 : agreed[1] != 0;
+    if (checkpoint_now || last || stop != 0) {
+      save_checkpoint();
+      since_checkpoint = Stopwatch{};
+    }
+    if (stop != 0) {
+      stopped_by_ = static_cast<int>(stop);
+      progress.finish(detail);
+      if (root()) {
+        info("stopped by ", stop_signal_name(stopped_by_), " after step ", state_.step, " of ", state_.total_steps,
+             ", checkpoint written; continue with --resume auto (exit status ", stop_exit_status(stopped_by_), ")");
+      }
+      return false;
+    }
   }
   progress.finish(detail);
+  return true;
 }
 
 void RankTrainer::finish() {
@@ -1111,7 +1151,7 @@ void RankTrainer::write_model_cards() {
 
 }  // namespace
 
-void run_training(const TrainOptions& options) {
+int run_training(const TrainOptions& options) {
   TrainOptions o = options;
   continue_peft_adapter(o);
   // Run files (train_options.json, checkpoints, the adapter) must name the same model from any directory.
@@ -1125,10 +1165,14 @@ void run_training(const TrainOptions& options) {
   configure_comm_deadline(resolve_comm_timeout(o.comm_timeout.value_or(-1)),
                           (std::filesystem::path(o.output_dir) / "failures.log").string());
   // Without mpirun, the pipeline's stages run as threads of this process.
+  std::atomic<int> stopped_by{0};
   run_on_world(o.pipeline_stages, o.threads, [&](Communicator& world) {
+    install_stop_handlers();  // here, after MPI_Init (which may install handlers of its own)
     RankTrainer trainer(world, o);
     trainer.run();
+    if (trainer.stopped_by() != 0) stopped_by = trainer.stopped_by();
   });
+  return stopped_by != 0 ? stop_exit_status(stopped_by) : 0;
 }
 
 }  // namespace vitpipe

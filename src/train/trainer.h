@@ -8,7 +8,9 @@
 namespace vitpipe {
 
 // Runs the whole job described by `options` (as resolved by TrainOptionsParser). Under mpirun every process calls
-// this; without mpirun a pipeline of P stages runs as P threads of this process.
-void run_training(const TrainOptions& options);
+// this; without mpirun a pipeline of P stages runs as P threads of this process. Returns the exit status: 0 when
+// training ran to its end, 128 + the signal's number when SIGINT, SIGTERM or SIGUSR1 stopped it at a step boundary
+// with a checkpoint (util/stop_request.h).
+int run_training(const TrainOptions& options);
 
 }  // namespace vitpipe

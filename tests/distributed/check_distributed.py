@@ -730,18 +730,20 @@ def case_rank_killed(job):
         sys.exit(f"FAIL: ranks still alive after mpirun exited: {survivors}")
 
 
+# A resumed run keeps its own layout unless the command gives another (train_options.json is the base of its options),
+# so each second layout names what it changes.
 RESUMES = {  # name: (first layout, second layout), each (processes, flags)
-    "2x2-to-1": ((4, ["--pipeline-stages", "2"]), (0, [])),
+    "2x2-to-1": ((4, ["--pipeline-stages", "2"]), (0, ["--pipeline-stages", "1"])),
     "1-to-2x2": ((0, []), (4, ["--pipeline-stages", "2"])),
     "4stages-gpipe-to-2x2-interleaved": ((4, ["--pipeline-stages", "4", "--pipeline-schedule", "gpipe"]),
                                          (4, ["--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
                                               "--virtual-stages", "2"])),
     # Sharded optimizer state written as the whole model's moments and read back by any layout, and back.
-    "sharded-replicas4-to-1": ((4, ["--shard-optimizer"]), (0, [])),
+    "sharded-replicas4-to-1": ((4, ["--shard-optimizer"]), (0, ["--no-shard-optimizer"])),
     "1-to-sharded-2x2-zb-h1": ((0, []), (4, ["--pipeline-stages", "2", "--pipeline-schedule", "zb-h1",
                                              "--shard-optimizer"])),
     "sharded-2x2-to-sharded-replicas2": ((4, ["--pipeline-stages", "2", "--shard-optimizer"]),
-                                         (2, ["--shard-optimizer"])),
+                                         (2, ["--pipeline-stages", "1", "--shard-optimizer"])),
 }
 
 

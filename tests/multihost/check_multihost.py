@@ -179,7 +179,7 @@ def case_lost_peer(work, fault, comm_timeout=COMM_TIMEOUT):
         for rank, host in ((0, 0), (1, 1)) if fault != "kill" else ((0, 0),):
             expected = [line for line in lines if line.startswith(f"error: rank {rank}: ") and
                         (f"did not complete in {comm_timeout} s" in line or
-                         (fault != "silent" and "ended by SIGTERM" in line and
+                         (fault != "silent" and "SIGTERM (" in line and
                          (" while waiting " in line or fault == "kill"))) and
                         f"[host {hosts.hostname(host)} {namespaced_hosts.address(host)}]" in line]
             assert expected, (f"rank {rank} on host {host} did not write its line to {failures_log}; mpirun's stderr:\n"

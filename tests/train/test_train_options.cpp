@@ -392,3 +392,78 @@ TEST(TrainOptions, RefusesBadConfigFiles) {
 
 }  // namespace
 }  // namespace vitpipe
+
+namespace vitpipe {
+namespace {
+
+TEST(TrainOptions, ResumeTakesAnOptionalAuto) {
+  TrainOptions alone = parse_train_options(with_required({"--resume"}));
+  EXPECT_TRUE(alone.resume);
+  EXPECT_FALSE(alone.resume_auto);
+  EXPECT_EQ(alone.to_json()["resume"], true);
+  TrainOptions automatic = parse_train_options(with_required({"--resume", "auto"}));
+  EXPECT_TRUE(automatic.resume);
+  EXPECT_TRUE(automatic.resume_auto);
+  EXPECT_EQ(automatic.to_json()["resume"], "auto");
+  // --resume followed by another flag does not swallow it.
+  TrainOptions first = parse_train_options({"--resume", "--model", "m", "--data", "d", "--output-dir", "/tmp/run"});
+  EXPECT_TRUE(first.resume);
+  EXPECT_EQ(first.model, "m");
+  TrainOptions from_config;
+  apply_config_json(from_config, {{"resume", "auto"}}, "c.json");
+  EXPECT_TRUE(from_config.resume_auto);
+  EXPECT_NE(error_of(with_required({"--resume", "later"})).find("--resume"), std::string::npos);
+}
+
+TEST(TrainOptions, ResumeContinuesTheRunsOwnOptionsAndNamesEveryDifference) {
+  testing::ScratchDir dir("options_resume");
+  const std::string out = (dir.path() / "run").string();
+  const TrainOptions run = parse_train_options({"--model", "m", "--data", "csv:/d.csv", "--output-dir", out, "--lr",
+                                                "0.001", "--seed", "3", "--batch-size", "16", "--epochs", "2"});
+  std::filesystem::create_directories(dir.path() / "run" / "checkpoints" / "step-00000004");
+  write_file(dir.path() / "run" / "checkpoints" / "step-00000004" / "trainer_state.json", "{}");
+  write_file(dir.path() / "run" / "checkpoints" / "latest", "step-00000004\n");
+  write_file(dir.path() / "run" / "train_options.json", run.to_json().dump(2));
+
+  // The whole command: --resume and the directory.
+  TrainOptions continued = parse_train_options({"--resume", "--output-dir", out});
+  EXPECT_TRUE(continued.resume);
+  EXPECT_EQ(continued.model, "m");
+  EXPECT_EQ(continued.data, "csv:/d.csv");
+  EXPECT_EQ(continued.lr, 0.001);
+  EXPECT_EQ(continued.seed, 3u);
+  EXPECT_EQ(continued.batch_size, 16);
+  // Length and machine may change; the same value given again is no difference.
+  TrainOptions longer = parse_train_options(
+      {"--resume", "auto", "--output-dir", out, "--epochs", "4", "--threads", "1", "--lr", "0.001"});
+  EXPECT_EQ(longer.epochs, 4);
+  EXPECT_EQ(longer.threads, 1);
+  // Every disagreement at once, with both values.
+  const std::string error =
+      error_of({"--resume", "--output-dir", out, "--lr", "0.002", "--seed", "4", "--model", "other", "--epochs", "5"});
+  EXPECT_NE(error.find("--lr 0.002 (the run: 0.001)"), std::string::npos) << error;
+  EXPECT_NE(error.find("--seed 4 (the run: 3)"), std::string::npos) << error;
+  EXPECT_NE(error.find("--model \"other\" (the run: \"m\")"), std::string::npos) << error;
+  EXPECT_EQ(error.find("--epochs"), std::string::npos) << error;
+  // A relative --model or --data beside --resume names the run's absolute one (as run files record them).
+  std::filesystem::create_directories(dir.path() / "base");
+  write_file(dir.path() / "d.csv", "image,label\n");
+  const TrainOptions absolute = parse_train_options(
+      {"--model", (dir.path() / "base").string(), "--data", "csv:" + (dir.path() / "d.csv").string(), "--output-dir",
+       out});
+  write_file(dir.path() / "run" / "train_options.json", absolute.to_json().dump(2));
+  const std::filesystem::path was = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  const std::string relative = error_of({"--resume", "--output-dir", out, "--model", "base", "--data", "csv:d.csv"});
+  std::filesystem::current_path(was);
+  EXPECT_EQ(relative, "no error");
+  // Without a checkpoint (a run stopped before its first), --resume auto starts afresh with the options as given.
+  std::filesystem::remove_all(dir.path() / "run" / "checkpoints");
+  TrainOptions fresh = parse_train_options(
+      {"--resume", "auto", "--output-dir", out, "--model", "other", "--data", "csv:/e.csv", "--seed", "4"});
+  EXPECT_EQ(fresh.model, "other");
+  EXPECT_EQ(fresh.seed, 4u);
+}
+
+}  // namespace
+}  // namespace vitpipe

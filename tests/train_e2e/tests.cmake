@@ -6,6 +6,7 @@
 # model_card: the README.md train / export / `vitpipe card` write (PyYAML, huggingface_hub's model-index schema,
 # eval's numbers).
 foreach(check train_refuses_bad_flags train_learns_and_exports train_resume train_accumulation eval_matches_sklearn
+        train_checkpoint_cadence sbatch_template
         intensity_and_labels train_same_at_every_level eval_patients_and_thresholds run_files model_card)
   add_test(NAME train_e2e.${check} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/${check}.py)
   set_tests_properties(train_e2e.${check} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 600
@@ -21,3 +22,10 @@ set_tests_properties(train_e2e.train_modes PROPERTIES ENVIRONMENT "${VITPIPE_TES
 add_test(NAME train_e2e.lost_peer
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/lost_peer.py --mpiexec ${MPIEXEC_EXECUTABLE})
 set_tests_properties(train_e2e.lost_peer PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 600)
+
+# SIGINT / SIGTERM / SIGUSR1 mid-run (one process, stages as threads, 2 mpirun ranks): exit 128 + signal, a complete
+# checkpoint, resumed bit for bit; a second signal in the middle of the checkpoint (fsyncs slowed by the fault shim).
+add_test(NAME train_e2e.train_stop_signals
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/train_stop_signals.py --mpiexec ${MPIEXEC_EXECUTABLE})
+set_tests_properties(train_e2e.train_stop_signals PROPERTIES
+  ENVIRONMENT "${VITPIPE_TEST_ENV};FAULT_SHIM=$<TARGET_FILE:vitpipe_fault_shim>" LABELS train_e2e TIMEOUT 600)

@@ -205,7 +205,7 @@ checks.check(r.returncode != 0 and "already holds an exported model" in r.stderr
 checks.check(tree_digest(without_checkpoints) == before_copy, "... and touches nothing in it")
 common_b32 = [x if x != "16" else "32" for x in common]
 r = e2e.run(*e2e.train_args(init, data, straight, *common_b32, "--resume"), expect_ok=False)
-checks.check(r.returncode != 0 and "--batch-size was 16" in r.stderr,
+checks.check(r.returncode != 0 and "--batch-size 32 (the run: 16)" in r.stderr,
              "--resume with another --batch-size is refused", r.stderr.strip()[-200:])
 checks.check(tree_digest(straight) == before, "... and touches nothing")
 

@@ -24,6 +24,7 @@ if(VITPIPE_TSAN_TESTS)
     ${PROJECT_SOURCE_DIR}/tests/parallel/test_local_communicator.cpp
     ${PROJECT_SOURCE_DIR}/tests/parallel/test_gradient_buckets.cpp
     ${PROJECT_SOURCE_DIR}/tests/parallel/test_chain_collectives.cpp
+    ${PROJECT_SOURCE_DIR}/tests/parallel/test_stop_request.cpp
     ${PROJECT_SOURCE_DIR}/tests/data/test_cache_and_loader.cpp
     ${PROJECT_SOURCE_DIR}/tests/serve/test_inference_batcher_threads.cpp
     ${PROJECT_SOURCE_DIR}/tests/serve/test_http_connection_server_threads.cpp)

@@ -10,6 +10,9 @@
 //                              there (as a filling disk does), the next one fails
 //   VITPIPE_FAULT_AFTER_CALLS  fsync, rename: matching calls that still succeed (default 0)
 //   VITPIPE_FAULT_ERRNO        ENOSPC (default) or EIO
+//   VITPIPE_FAULT_OP=delay     no failure: each matching fsync / fdatasync first sleeps VITPIPE_FAULT_DELAY_MS
+//                              (default 500) after printing "fault_shim: delay on fsync of <path>", so a test can
+//                              act while a file is being written (a second signal in the middle of a checkpoint)
 //
 // Each injected fault prints one line "fault_shim: <errno name> on <call> of <path>" on stderr, so a test can tell
 // that the fault really happened. Only calls through the dynamic linker are seen (vitpipe's own write/fsync/rename
@@ -24,13 +27,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
-enum fault_op { op_none, op_write, op_fsync, op_rename };
+enum fault_op { op_none, op_write, op_fsync, op_rename, op_delay };
 
 static enum fault_op configured_op = op_none;
 static const char* fault_path = NULL;
 static int fault_errno = ENOSPC;
+static long delay_ms = 500;          // op_delay
 static long long budget = 0;         // bytes that may still be written to matching files
 static long long calls_allowed = 0;  // fsync / rename calls that may still succeed
 static atomic_llong written;
@@ -45,7 +50,10 @@ __attribute__((constructor)) static void read_configuration(void) {
   configured_op = (op == NULL || strcmp(op, "write") == 0) ? op_write
                   : strcmp(op, "fsync") == 0               ? op_fsync
                   : strcmp(op, "rename") == 0              ? op_rename
+                  : strcmp(op, "delay") == 0               ? op_delay
                                                            : op_none;
+  const char* delay = getenv("VITPIPE_FAULT_DELAY_MS");
+  if (delay != NULL) delay_ms = atol(delay);
   const char* after = getenv("VITPIPE_FAULT_AFTER_BYTES");
   budget = after != NULL ? atoll(after) : 0;
   const char* after_calls = getenv("VITPIPE_FAULT_AFTER_CALLS");
@@ -56,7 +64,7 @@ __attribute__((constructor)) static void read_configuration(void) {
   const char* code = getenv("VITPIPE_FAULT_ERRNO");
   fault_errno = (code != NULL && strcmp(code, "EIO") == 0) ? EIO : ENOSPC;
   if (configured_op == op_none) {
-    fprintf(stderr, "fault_shim: unknown VITPIPE_FAULT_OP '%s' (write, fsync or rename)\n", op);
+    fprintf(stderr, "fault_shim: unknown VITPIPE_FAULT_OP '%s' (write, fsync, rename or delay)\n", op);
     abort();
   }
 }
@@ -93,8 +101,8 @@ static int fd_matches(int fd, char* path, size_t size) {
 
 static void report(const char* call, const char* path) {
   char line[4200];
-  int n = snprintf(line, sizeof line, "fault_shim: %s on %s of %s\n", fault_errno == EIO ? "EIO" : "ENOSPC", call,
-                   path);
+  int n =
+      snprintf(line, sizeof line, "fault_shim: %s on %s of %s\n", fault_errno == EIO ? "EIO" : "ENOSPC", call, path);
   ssize_t (*real_write)(int, const void*, size_t) = next_symbol("write");
   if (n > 0) (void)real_write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
@@ -151,6 +159,16 @@ ssize_t writev(int fd, const struct iovec* iov, int count) {
 
 static int fsync_fault(int fd, const char* call) {
   char path[4096];
+  if (configured_op == op_delay && fd_matches(fd, path, sizeof path)) {
+    char line[4200];
+    int n = snprintf(line, sizeof line, "fault_shim: delay on %s of %s\n", call, path);
+    ssize_t (*real_write)(int, const void*, size_t) = next_symbol("write");
+    if (n > 0) (void)real_write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    struct timespec pause = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+    while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+    }
+    return 0;
+  }
   if (configured_op != op_fsync || !fd_matches(fd, path, sizeof path) || !call_fails()) return 0;
   report(call, path);
   errno = fault_errno;
