@@ -17,6 +17,7 @@
 #include "train/training_checkpoint.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/output_folder.h"
 
 namespace vitpipe::cli {
 namespace {
@@ -28,14 +29,27 @@ struct ExportOptions {
   std::string format = "hf";
   int64_t image_size = 0;
   bool external_data = false;
+  bool force = false;
+  OutputFolder out_folder, adapter_folder;  // checked by the overwrite rule before any work (hf only)
 };
+
+// Replaces a previous export in the folder (shards of another size would otherwise stay beside the new files).
+template <class Write>
+void write_output_folder(const OutputFolder& folder, Write write) {
+  remove_previous_output(folder);
+  create_output_folder(folder);
+  write();
+  mark_output_folder(folder, output_folder_files(folder.dir));
+}
 
 // hf: the Hugging Face directory; onnx: one .onnx file (with --external-data, its weights beside it).
 void write_export(const ExportOptions& o, const LoadedModel& model, const std::string& source) {
   if (o.format == "onnx") {
     export_onnx(model, o.out, {source, o.external_data});
   } else {
-    save_model(o.out, model.config, model.preprocessor, model.parameters);  // each file atomically
+    write_output_folder(o.out_folder, [&] {
+      save_model(o.out, model.config, model.preprocessor, model.parameters);  // each file atomically
+    });
   }
 }
 
@@ -62,7 +76,7 @@ void export_subset_checkpoint(const std::filesystem::path& source, const ExportO
   write_export(o, base, source.string());
   if (!o.adapter.empty()) {
     VP_REQUIRE(layout->lora().enabled(), "export --adapter: ", source.string(), " was not trained with --lora");
-    write_peft_adapter(o.adapter, values, checkpoint.base_model);
+    write_output_folder(o.adapter_folder, [&] { write_peft_adapter(o.adapter, values, checkpoint.base_model); });
     info("wrote peft's adapter files to ", o.adapter);
   }
   info("exported ", source.string(), " (", mode.describe(), ", base ", checkpoint.base_model, ") to ", o.out);
@@ -108,6 +122,9 @@ void add_export_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--image-size", o->image_size,
                   "onnx: the input side the file takes (positions resampled once, at export); default the model's");
+  cmd->add_flag("--force", o->force,
+                "Write into --out (or --adapter) even though it holds other files; without it, a folder must be new, "
+                "empty or a previous export (replaced)");
   cmd->add_flag("--external-data", o->external_data,
                 "onnx: weights in OUT.data beside the file (always past protobuf's 2 GiB limit)");
   cmd->callback([o] {
@@ -118,6 +135,8 @@ void add_export_command(CLI::App& app) {
                "export: --image-size and --external-data belong to --format onnx");
     VP_REQUIRE(o->format == "hf" || o->adapter.empty(), "export --adapter: peft's files go with --format hf");
     VP_REQUIRE(o->image_size >= 0, "export --image-size: expected a positive size, got ", o->image_size);
+    if (o->format == "hf") o->out_folder = check_output_folder(o->out, "export", "--out", o->force);
+    if (!o->adapter.empty()) o->adapter_folder = check_output_folder(o->adapter, "export", "--adapter", o->force);
     fs::path source = o->checkpoint;
     if (o->format == "onnx" && !fs::is_directory(source)) {  // a Hub repo id
       LoadOptions load;

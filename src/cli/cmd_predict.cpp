@@ -68,6 +68,8 @@ void run_predict(const PredictOptions& o) {
   VP_REQUIRE(o.format == "json" || o.format == "csv", "--format: expected json or csv, got \"", o.format, "\"");
   VP_REQUIRE(o.batch_size >= 1 && o.batch_size <= 1024, "--batch-size: expected 1..1024, got ", o.batch_size);
   configure_threads(o.threads);
+  OutputFolder heatmaps;  // checked before any work: the overwrite rule of explain --out
+  if (!o.heatmap_dir.empty()) heatmaps = check_output_folder(o.heatmap_dir, "explain", "--heatmap", false);
   ImageInputs inputs(o.images);
   const int64_t batch = inputs.only_files()
                             ? std::min<int64_t>(o.batch_size, static_cast<int64_t>(inputs.argument_count()))
@@ -126,6 +128,7 @@ void run_predict(const PredictOptions& o) {
   if (!o.heatmap_dir.empty()) {
     ExplainRequest request;
     request.out_dir = o.heatmap_dir;
+    request.out_folder = heatmaps;
     request.reading = reading;
     request.device = resolve_device(o.device);
     request.allow_tf32 = o.allow_tf32;

@@ -120,6 +120,9 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.output_dir = v.null ? defaults().output_dir : v.scalar(); }},
       {"resume", nullptr, "Continue from the latest checkpoint in --output-dir (bit for bit as if never stopped)",
        [](O& o, const V& v) { o.resume = v.null ? defaults().resume : v.boolean(); }},
+      {"force", nullptr,
+       "Start in an --output-dir that holds other files (never over a training run: --resume it or remove it)",
+       [](O& o, const V& v) { o.force = v.null ? defaults().force : v.boolean(); }},
       {"export-last", nullptr, "Export the last step's weights instead of the best validation ROC-AUC's",
        [](O& o, const V& v) { o.export_last = v.null ? defaults().export_last : v.boolean(); }},
       {"epochs", "N", "Train for N epochs (default 3; exclusive with --max-steps)",
@@ -635,6 +638,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["data"] = data;
   j["output_dir"] = output_dir;
   j["resume"] = resume;
+  j["force"] = force;
   j["export_last"] = export_last;
   j["epochs"] = optional_json(epochs);
   j["max_steps"] = optional_json(max_steps);

@@ -48,6 +48,7 @@ struct TrainOptions {
   std::string data;          // --data: the data set directory
   std::string output_dir;    // --output-dir
   bool resume = false;       // --resume: continue from the latest checkpoint in output_dir
+  bool force = false;        // --force: start in an output_dir holding other files (util/output_folder.h)
   bool export_last = false;  // --export-last: export the last step's weights, not the best validation's
 
   // How long and how much. Exactly one of epochs / max_steps is set after loading (default: 3 epochs).

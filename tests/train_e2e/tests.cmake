@@ -2,9 +2,11 @@
 # Python script driving the binary ($VITPIPE) on generated data or the bundled ChestX-ray14 sample, checked against
 # an independent safetensors reader, a plain-torch ViT and scikit-learn; intensity_and_labels: the intensity policy
 # through export / predict / eval / the cache, masked labels and cross-dataset label mapping; run_files: what a run
-# writes read back from another directory (absolute model paths, `export RUN` = its best model, --keep-checkpoints).
+# writes read back from another directory (absolute model paths, `export RUN` = its best model, --keep-checkpoints);
+# output_folders: one overwrite rule for every command that writes a folder.
 foreach(check train_refuses_bad_flags train_learns_and_exports train_resume train_accumulation eval_matches_sklearn
-        intensity_and_labels train_same_at_every_level eval_patients_and_thresholds run_files)
+        intensity_and_labels train_same_at_every_level eval_patients_and_thresholds run_files
+        output_folders)
   add_test(NAME train_e2e.${check} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/${check}.py)
   set_tests_properties(train_e2e.${check} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 600
                       SKIP_RETURN_CODE 77)
