@@ -14,6 +14,7 @@
 #include "io/model_files.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/output_folder.h"
 #include "util/progress.h"
 
 namespace vitpipe::cli {
@@ -59,7 +60,9 @@ void add_data_command(CLI::App& app) {
                    "Dataset: chestxray14:ROOT, chexpert:ROOT, mimic-cxr-jpg:ROOT, padchest:ROOT, vindr-cxr:ROOT, "
                    "csv:FILE or folder:ROOT")
       ->required();
-  prepare->add_option("--out", prepare_args->out, "Cache directory to write")->required();
+  prepare->add_option("--out", prepare_args->out, "Cache directory to write: new, empty or a previous cache")
+      ->required();
+  prepare->add_flag("--force", prepare_args->prepare.force, "Write into --out even though it holds other files");
   prepare->add_option("--model", prepare_args->model,
                       "Prepare with this model's preprocessing (its preprocessor_config.json: resize, crop; "
                       "a cache is refused by a model whose preprocessing differs)");
@@ -88,6 +91,8 @@ void add_data_command(CLI::App& app) {
   add_image_read_flags(prepare, &prepare_args->read);
   prepare->callback([prepare_args, image_size] {
     const bool image_size_given = image_size->count() > 0;
+    // The overwrite rule before the source is listed (prepare_packed_cache applies it again, as a library call).
+    check_output_folder(prepare_args->out, "data prepare", "--out", prepare_args->prepare.force, packed_cache_files());
     DataSpec spec = parse_data_spec(prepare_args->spec);
     VP_REQUIRE(spec.kind != "cache", "--data ", prepare_args->spec, ": already a cache (prepare reads image files)");
     DatasetOptions dataset_options = prepare_args->options;

@@ -28,11 +28,13 @@ struct ExplainOptions {
   int threads = 0;
   std::string device = "cpu";  // --device cpu|cuda|auto
   bool allow_tf32 = false;
+  bool force = false;
 };
 
 void run_explain(const ExplainOptions& o) {
   configure_threads(o.threads);
   ExplainRequest request;
+  request.out_folder = check_output_folder(o.out, "explain", "--out", o.force);  // before the model loads
   request.methods.clear();
   for (const auto& m : o.methods) request.methods.push_back(parse_explain_method(m));
   request.rollout.head_fusion = parse_head_fusion(o.head_fusion);
@@ -80,7 +82,9 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--top", o->top, "Explain each image's K most probable labels")
       ->capture_default_str()
       ->excludes(finding);
-  cmd->add_option("--out", o->out, "Output directory")->required();
+  cmd->add_option("--out", o->out, "Output directory: new, empty or a previous explain output (replaced), else --force")
+      ->required();
+  cmd->add_flag("--force", o->force, "Write into --out even though it holds other files");
   cmd->add_option("--threads", o->threads, "CPU threads (0 = all cores)");
   add_image_read_flags(cmd, &o->read);
   cmd->add_option("images", o->images, "Image files (PNG, JPEG or DICOM)")->required();

@@ -20,6 +20,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/output_folder.h"
 
 namespace vitpipe::cli {
 namespace {
@@ -33,6 +34,7 @@ struct ExportOptions {
   bool external_data = false;
   std::string license;
   bool force = false;
+  OutputFolder out_folder, adapter_folder;  // checked by the overwrite rule before any work (hf only)
 };
 
 // The run a source came from: RUN/checkpoints/step-N/, RUN/model/ or RUN/adapter/ (a directory with metrics.jsonl).
@@ -79,10 +81,22 @@ void write_export_cards(const ExportOptions& o, const std::filesystem::path& sou
   card.base_model = base_model;
   card.force = o.force;
   info("model card: ", write_model_card(o.out, card).string());
+  // The card is part of the export: listed in the folder's marker, so the next export replaces it too.
+  if (!o.out_folder.forced) mark_output_folder(o.out_folder, output_folder_files(o.out));
   if (!o.adapter.empty()) {
     card.adapter = true;
     info("model card: ", write_model_card(o.adapter, card).string());
+    if (!o.adapter_folder.forced) mark_output_folder(o.adapter_folder, output_folder_files(o.adapter));
   }
+}
+
+// Replaces a previous export in the folder (shards of another size would otherwise stay beside the new files).
+template <class Write>
+void write_output_folder(const OutputFolder& folder, Write write) {
+  remove_previous_output(folder);
+  create_output_folder(folder);
+  write();
+  mark_output_folder(folder, output_folder_files(folder.dir));
 }
 
 // hf: the Hugging Face directory; onnx: one .onnx file (with --external-data, its weights beside it).
@@ -90,7 +104,9 @@ void write_export(const ExportOptions& o, const LoadedModel& model, const std::s
   if (o.format == "onnx") {
     export_onnx(model, o.out, {source, o.external_data});
   } else {
-    save_model(o.out, model.config, model.preprocessor, model.parameters);  // each file atomically
+    write_output_folder(o.out_folder, [&] {
+      save_model(o.out, model.config, model.preprocessor, model.parameters);  // each file atomically
+    });
   }
 }
 
@@ -117,7 +133,7 @@ void export_subset_checkpoint(const std::filesystem::path& source, const ExportO
   write_export(o, base, source.string());
   if (!o.adapter.empty()) {
     VP_REQUIRE(layout->lora().enabled(), "export --adapter: ", source.string(), " was not trained with --lora");
-    write_peft_adapter(o.adapter, values, checkpoint.base_model);
+    write_output_folder(o.adapter_folder, [&] { write_peft_adapter(o.adapter, values, checkpoint.base_model); });
     info("wrote peft's adapter files to ", o.adapter);
   }
   write_export_cards(o, source, checkpoint.base_model);
@@ -164,10 +180,12 @@ void add_export_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--image-size", o->image_size,
                   "onnx: the input side the file takes (positions resampled once, at export); default the model's");
+  cmd->add_flag("--force", o->force,
+                "Write into --out (or --adapter) even though it holds other files (a README.md vitpipe did not write "
+                "included); without it, a folder must be new, empty or a previous export (replaced)");
   cmd->add_flag("--external-data", o->external_data,
                 "onnx: weights in OUT.data beside the file (always past protobuf's 2 GiB limit)");
   cmd->add_option("--license", o->license, "hf: the license the model card declares (a Hub license id)");
-  cmd->add_flag("--force", o->force, "hf: replace a README.md vitpipe did not write in --out or --adapter");
   cmd->callback([o] {
     namespace fs = std::filesystem;
     VP_REQUIRE(o->format == "hf" || o->format == "onnx", "export --format: expected hf or onnx, got \"", o->format,
@@ -176,6 +194,8 @@ void add_export_command(CLI::App& app) {
                "export: --image-size and --external-data belong to --format onnx");
     VP_REQUIRE(o->format == "hf" || o->adapter.empty(), "export --adapter: peft's files go with --format hf");
     VP_REQUIRE(o->image_size >= 0, "export --image-size: expected a positive size, got ", o->image_size);
+    if (o->format == "hf") o->out_folder = check_output_folder(o->out, "export", "--out", o->force);
+    if (!o->adapter.empty()) o->adapter_folder = check_output_folder(o->adapter, "export", "--adapter", o->force);
     fs::path source = o->checkpoint;
     if (o->format == "hf") {
       check_card_target(o->out, o->force);

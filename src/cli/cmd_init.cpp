@@ -15,6 +15,7 @@
 #include "model/presets.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/output_folder.h"
 #include "util/progress.h"
 
 namespace vitpipe::cli {
@@ -70,13 +71,15 @@ void run_init(const InitArguments& args) {
   config.validate("--preset " + args.preset);
 
   const std::filesystem::path out(args.out);
-  VP_REQUIRE(args.force || !std::filesystem::exists(out / "config.json"), "--out ", out.string(),
-             " already holds a model (config.json); pass --force to overwrite it");
+  const OutputFolder folder = check_output_folder(out, "init", "--out", args.force);
 
   auto layout = std::make_shared<const ParameterLayout>(config);
   FlatParameters parameters = FlatParameters::whole_model(layout);
   initialize_parameters(parameters, args.seed);
+  remove_previous_output(folder);
+  create_output_folder(folder);
   save_model(out, config, preprocessor, parameters);
+  mark_output_folder(folder, output_folder_files(out));
   info("wrote ", args.preset, " (", layout->numel(), " parameters, image ", config.image_size, ", patch ",
        config.patch_size, ", ", config.num_labels(), " labels, ", problem_type_name(config.problem_type), ", seed ",
        args.seed, ") to ", out.string());
@@ -99,7 +102,8 @@ void add_init_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the initialisation")->capture_default_str();
   cmd->add_option("--out", args->out, "Directory to write")->required();
-  cmd->add_flag("--force", args->force, "Overwrite a model already in --out");
+  cmd->add_flag("--force", args->force,
+                "Write into --out even though it holds other files (a previous init output is replaced without it)");
   cmd->callback([args] { run_init(*args); });
 }
 

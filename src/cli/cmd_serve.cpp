@@ -14,6 +14,7 @@
 #include "cli/data_flags.h"
 #include "data/source_fingerprint.h"
 #include "inference/image_classifier.h"
+#include "serve/algorithm_name.h"
 #include "serve/dicom_callers.h"
 #include "serve/dicom_identifiers.h"
 #include "serve/dicom_inference_worker.h"
@@ -171,7 +172,8 @@ void run_serve(const ServeOptions& o) {
     DicomInferenceOptions inference;
     inference.write_reports = destination.has_value();
     inference.send_heatmaps = o.send_heatmaps;
-    inference.algorithm_name = concat("vitpipe ", std::filesystem::path(o.model).filename().string());
+    inference.algorithm_name = algorithm_name(o.model, classifier.model().directory,
+                                              classifier.model().directory / classifier.model().weights_file);
     inference.algorithm_version = "vitpipe 0.1.0";
     inference.model_identity = model_identity(classifier.model());
     DicomResultSender* notify = sender.get();

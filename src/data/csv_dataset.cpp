@@ -3,6 +3,7 @@
 // blank or NaN not mentioned). Optional columns: split (train, val, test, or train_val: divided into train and val by
 // patient as ChestX-ray14's official list is), patient, view.
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -11,11 +12,29 @@
 #include "data/file_dataset.h"
 #include "data/label_codes.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace vitpipe {
 namespace {
 
 namespace fs = std::filesystem;
+
+// NIH's "Finding Labels" write an image without findings as "No Finding": joined labels make it a label of its
+// own, one more than a findings-only model's head has, and the head is then replaced. Said once, with the way out.
+void warn_no_finding_label(const FileDataset::Source& source, const std::string& column, bool joined,
+                           const DatasetOptions& options, const std::string& csv) {
+  if (!joined || !source.multi_label || !options.labels.empty() || !log_enabled()) return;
+  for (const auto& name : source.label_names) {
+    std::string n;
+    for (char c : name) n.push_back(c == '_' ? ' ' : static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    if (n != "no finding") continue;
+    warn("csv:", csv, ": column \"", column, "\" names \"", name, "\", read as a label of its own (",
+         source.label_names.size(), " labels), so a model with a head for the other ", source.label_names.size() - 1,
+         " gets a new classifier head; to read it as no finding and keep the head, pass --labels chestxray14 (or "
+         "--labels FILE.json with the labels to keep)");
+    return;
+  }
+}
 
 bool is_code(const std::string& v) { return parse_label_code(v) != LabelCode::invalid; }
 bool is_blank(const std::string& v) { return parse_label_code(v) == LabelCode::blank; }
@@ -192,6 +211,7 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
              table.header[label_cols[0]], "\" holds one class (\"", source.label_names.front(), "\") in every row (",
              lines_where(table, [](const auto&) { return true; }), "): a single-label task needs at least two classes");
   source.no_finding_allowed = source.multi_label;
+  warn_no_finding_label(source, table.header[label_cols[0]], joined, options, csv.string());
   return std::make_shared<FileDataset>(std::move(source), options);
 }
 

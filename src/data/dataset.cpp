@@ -7,6 +7,7 @@
 
 #include "data/chestxray14_findings.h"
 #include "util/error.h"
+#include "util/log.h"
 #include "util/random.h"
 
 namespace vitpipe {
@@ -148,6 +149,20 @@ std::vector<uint8_t> choose_validation_items(const std::vector<std::string>& pat
   return is_val;
 }
 
+// Images without a patient ID are divided one by one: a patient's images can land in train and val both, and the
+// validation scores flatter the model. Said once (rank 0), with what to do.
+void warn_images_without_patients(const std::vector<std::string>& keys, double val_fraction,
+                                  const std::string& source) {
+  const auto unknown = std::count_if(keys.begin(), keys.end(), [](const std::string& k) { return k[0] == '\x01'; });
+  if (unknown == 0 || val_fraction <= 0 || !log_enabled()) return;
+  const bool folder = source.starts_with("folder:");
+  warn(source, ": ", unknown, " of ", keys.size(),
+       " images have no patient ID, so train and val are divided by image and one patient's images may be in both "
+       "(patient leakage: optimistic validation scores); for a patient-disjoint division ",
+       folder ? "use a csv: dataset with a patient column, or train/ val/ test/ subfolders"
+              : "add a patient column (patient, patient_id, Patient ID, subject or subject_id)");
+}
+
 std::vector<size_t> apply_dataset_options(std::vector<SourceEntry>& entries, std::vector<std::string>& label_names,
                                           bool no_finding_allowed, const DatasetOptions& options,
                                           const std::string& source_for_errors) {
@@ -160,6 +175,7 @@ std::vector<size_t> apply_dataset_options(std::vector<SourceEntry>& entries, std
     const DatasetItem& item = entries[i].item;
     keys.push_back(item.patient.empty() ? "\x01" + item.name : item.patient);
   }
+  warn_images_without_patients(keys, options.val_fraction, source_for_errors);
   std::vector<uint8_t> is_val = choose_validation_items(keys, options.val_fraction, options.seed);
   for (size_t k = 0; k < pool.size(); ++k) entries[pool[k]].item.split = is_val[k] ? Split::val : Split::train;
   for (auto& entry : entries) {

@@ -18,6 +18,7 @@
 #include "util/error.h"
 #include "util/json_integer.h"
 #include "util/log.h"
+#include "util/output_folder.h"
 #include "util/progress.h"
 #include "util/size_limits.h"
 #include "util/threads.h"
@@ -101,19 +102,11 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   const int64_t image_size = out_width;
   VP_REQUIRE(image_size >= 8 && image_size <= 4096, "--image-size ", image_size, " is out of range (expected 8..4096)");
   const ImageProcessor processor(preprocessing);
-  if (fs::exists(dir)) {
-    VP_REQUIRE(fs::is_directory(dir), dir.string(), ": exists and is not a directory");
-    // Ours: empty, a cache, or what an interrupted prepare left (its files' temporaries "NAME.tmp-PID").
-    bool ours = true;
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      const std::string name = entry.path().filename().string();
-      ours = ours && std::any_of(std::begin(kCacheFiles), std::end(kCacheFiles), [&](const char* file) {
-               return name == file || name.starts_with(concat(file, ".tmp-"));
-             });
-    }
-    VP_REQUIRE(ours, dir.string(), ": exists, is not empty and is not a vitpipe cache; choose another --out");
-  }
-  fs::create_directories(dir);
+  // Ours: empty, a cache (marked, or from before markers: its files), or what an interrupted prepare left (its
+  // files' temporaries "NAME.tmp-PID").
+  const std::vector<std::string> cache_files = packed_cache_files();
+  const OutputFolder folder = check_output_folder(dir, "data prepare", "--out", options.force, cache_files);
+  create_output_folder(folder);
   fs::remove(dir / kPackedCacheManifestName);  // from here on, no valid-looking cache until we finish
   for (const auto& entry : fs::directory_iterator(dir))
     if (entry.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(entry.path());
@@ -266,9 +259,12 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
                    {"skipped_unreadable", report.skipped},
                    {"missing", missing}};
   write_text_file_atomically(dir / kPackedCacheManifestName, manifest.dump(2) + "\n");
+  mark_output_folder(folder, cache_files);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   return report;
 }
+
+std::vector<std::string> packed_cache_files() { return {std::begin(kCacheFiles), std::end(kCacheFiles)}; }
 
 // A function-try-block: a field of manifest.json of the wrong type, read by json::value() outside the checks
 // below, becomes an error naming the file instead of nlohmann's bare message.

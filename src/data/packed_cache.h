@@ -35,6 +35,9 @@ namespace vitpipe {
 inline constexpr int kPackedCacheFormatVersion = 3;
 inline constexpr const char* kPackedCacheManifestName = "manifest.json";
 
+// The files a cache folder holds (what `data prepare` may replace).
+std::vector<std::string> packed_cache_files();
+
 struct PrepareCacheOptions {
   int64_t image_size = 224;  // S: images are stored S x S (a plain resize, unless `preprocessor` is given)
   int resample = 2;          // PIL filter id (2 = bilinear, what ViTImageProcessor uses)
@@ -42,6 +45,7 @@ struct PrepareCacheOptions {
   int threads = 0;                                 // decoding threads; 0 = every core this process may use
   bool skip_unreadable = false;  // leave out (and list) images that fail to decode instead of stopping
   bool progress = true;          // progress bar on stderr
+  bool force = false;            // write into a folder holding other files (util/output_folder.h)
 };
 
 struct PrepareCacheReport {

@@ -63,7 +63,10 @@ std::vector<ExplainedMap> explain_images(const LoadedModel& model, const std::st
   const ImageProcessor processor(model.preprocessor);
   auto backend = make_backend(request.device, request.allow_tf32);
   ModelExplainer explainer(model, *backend);
-  std::filesystem::create_directories(request.out_dir);
+  OutputFolder folder = request.out_folder;
+  if (folder.dir.empty()) folder = check_output_folder(request.out_dir, "explain", "--out", false);
+  remove_previous_output(folder);
+  create_output_folder(folder);
 
   std::vector<ExplainedMap> out;
   std::map<std::string, int> stems;
@@ -118,6 +121,9 @@ std::vector<ExplainedMap> explain_images(const LoadedModel& model, const std::st
     index["maps"].push_back(entry);
   }
   write_text_file_atomically(request.out_dir / "index.json", index.dump(2) + "\n");
+  std::vector<std::string> files = {"index.json"};
+  for (const ExplainedMap& e : out) files.insert(files.end(), {e.overlay, e.map});
+  mark_output_folder(folder, files);
   return out;
 }
 

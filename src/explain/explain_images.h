@@ -10,6 +10,7 @@
 #include "data/image_read_options.h"
 #include "explain/attention_maps.h"
 #include "io/model_files.h"
+#include "util/output_folder.h"
 
 namespace vitpipe {
 
@@ -19,6 +20,9 @@ struct ExplainRequest {
   std::vector<std::string> findings;  // label names; empty: the `top` most probable of each image
   int64_t top = 1;
   std::filesystem::path out_dir;
+  // The folder's state under the overwrite rule (util/output_folder.h), checked by the caller before any work:
+  // a previous explain output there is replaced, so index.json lists exactly what the folder holds.
+  OutputFolder out_folder;
   ImageReadOptions reading;
   Device device = Device::cpu;  // where the forward and backward passes run (backend/device_selection.h)
   bool allow_tf32 = false;

@@ -129,6 +129,9 @@ const std::vector<OptionDef>& option_table() {
          o.resume_auto = !v.null && v.scalar() == "auto";
          o.resume = v.null ? defaults().resume : o.resume_auto || v.boolean();
        }},
+      {"force", nullptr,
+       "Start in an --output-dir that holds other files (never over a training run: --resume it or remove it)",
+       [](O& o, const V& v) { o.force = v.null ? defaults().force : v.boolean(); }},
       {"export-last", nullptr, "Export the last step's weights instead of the best validation ROC-AUC's",
        [](O& o, const V& v) { o.export_last = v.null ? defaults().export_last : v.boolean(); }},
       {"epochs", "N", "Train for N epochs (default 3; exclusive with --max-steps)",
@@ -655,6 +658,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["data"] = data;
   j["output_dir"] = output_dir;
   j["resume"] = resume_auto ? nlohmann::json("auto") : nlohmann::json(resume);
+  j["force"] = force;
   j["export_last"] = export_last;
   j["epochs"] = optional_json(epochs);
   j["max_steps"] = optional_json(max_steps);
@@ -884,6 +888,7 @@ TrainOptions TrainOptionsParser::resolve(bool validate) const {
 const std::vector<std::string>& resume_changeable_options() {
   static const std::vector<std::string> names = {"output-dir",
                                                  "resume",
+                                                 "force",
                                                  "epochs",
                                                  "max-steps",
                                                  "threads",

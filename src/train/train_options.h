@@ -52,6 +52,7 @@ struct TrainOptions {
   // the same when output_dir holds a checkpoint, else a fresh start (one command that can be submitted again).
   bool resume = false;
   bool resume_auto = false;
+  bool force = false;        // --force: start in an output_dir holding other files (util/output_folder.h)
   bool export_last = false;  // --export-last: export the last step's weights, not the best validation's
 
   // How long and how much. Exactly one of epochs / max_steps is set after loading (default: 3 epochs).

@@ -52,6 +52,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/median.h"
+#include "util/output_folder.h"
 #include "util/progress.h"
 #include "util/stop_request.h"
 #include "util/threads.h"
@@ -180,6 +181,7 @@ class RankTrainer {
   std::shared_ptr<Dataset> dataset_;
   ImageReadOptions image_read_;  // as asked (a cache must have been prepared so)
   std::optional<fs::path> resume_from_;
+  OutputFolder output_folder_;  // --output-dir under the overwrite rule (checked by the root rank)
   TrainingCheckpoint resumed_;
   LoadedModel model_;
   std::shared_ptr<const ParameterLayout> layout_;  // the whole model, LoRA matrices included
@@ -244,6 +246,9 @@ void RankTrainer::run() {
     VP_REQUIRE(!fs::exists(output_ / "model" / "config.json"), "--output-dir ", output_.string(),
                " already holds an exported model (model/) but no checkpoint to resume; choose another directory or "
                "remove it");
+    // The rule every command that writes a folder follows: new, empty, a run's own (started afresh when it holds
+    // no checkpoint), or --force.
+    output_folder_ = check_output_folder(output_, "train", "--output-dir", o_.force);
   }
   if (o_.layout != "auto") check_layout_before_loading();
   topology_ = learn_host_topology(world_);
@@ -552,6 +557,7 @@ void RankTrainer::plan_epochs() {
   }
   if (root()) {
     fs::create_directories(output_);
+    if (!resume_from_) mark_output_folder(output_folder_);
     remove_stale_temporaries(output_);  // what a killed run left half-written
     write_text_file_atomically(output_ / "train_options.json", o_.to_json().dump(2) + "\n");
     metrics_ = std::make_unique<MetricsLog>(output_ / "metrics.jsonl", resume_from_ ? state_.step : -1);

@@ -329,7 +329,8 @@ TEST(PackedCache, StaleOrBrokenCachesAreRefused) {
   expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"no manifest.json", "not a finished cache"});
   // Preparing into a folder that holds something else is refused.
   write_file(other / "busy" / "thesis.tex", "x");
-  expect_error([&] { prepare_packed_cache(*source, other / "busy", quiet_prepare(8)); }, {"not a vitpipe cache"});
+  expect_error([&] { prepare_packed_cache(*source, other / "busy", quiet_prepare(8)); },
+               {"busy", "did not write (thesis.tex)", "--force"});
 }
 
 TEST(PackedCache, FullSizeOriginalsAt224AndUnreadableImages) {

@@ -5,3 +5,6 @@ add_test(NAME data_prepare_cli COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/check_prep
 set_tests_properties(data_prepare_cli PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS data)
 add_test(NAME data_label_sets_cli COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_label_sets_cli.py)
 set_tests_properties(data_label_sets_cli PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS data)
+# Silent data choices said in one line each: folder: divided by image (patient leakage), csv: "No Finding" as a label.
+add_test(NAME data_choices_said COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_data_choices.py)
+set_tests_properties(data_choices_said PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS data)

@@ -23,3 +23,8 @@ foreach(case names-classifier regex-patterns-rslora layers-bias-all-bin new-labe
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/predict_peft.py --case ${case})
   set_tests_properties(predict.peft.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS predict TIMEOUT 300)
 endforeach()
+
+# Many inputs: folders (recursive, by extension and DICOM signature), @LIST files, unreadable files among readable
+# ones (rows still written, reported at the end, exit 1 unless --skip-unreadable), streaming.
+add_test(NAME predict.many COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/predict_many.py)
+set_tests_properties(predict.many PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS predict TIMEOUT 300)

@@ -17,6 +17,7 @@ resume    The PACS is down when the results are made: they wait in the outbox, a
 Skipped (exit 77) where Orthanc or its DICOMweb plugin is not installed. Bounded: at most a minute per wait.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -132,6 +133,21 @@ def make_study(root):
     return [cr, dx]
 
 
+def sr_text(ds, code_value):
+    """The TextValue of the SR's TEXT item whose concept has this code value, wherever it sits."""
+    def walk(items):
+        for item in items:
+            if item.ValueType == "TEXT" and item.ConceptNameCodeSequence[0].CodeValue == code_value:
+                return item.TextValue
+            if "ContentSequence" in item:
+                found = walk(item.ContentSequence)
+                if found is not None:
+                    return found
+        return None
+
+    return walk(ds.ContentSequence)
+
+
 def sr_probabilities(ds):
     """{label: (NumericValue as text, FloatingPointValue)} from the SR's NUM items, wherever they sit."""
     out = {}
@@ -162,6 +178,9 @@ def case_store_sr(root, checks):
     images = make_study(root)
     expected = predict_lines(model, images)
     uids = {pydicom.dcmread(p).SOPInstanceUID: p for p in images}
+    with open(os.path.join(model, "model.safetensors"), "rb") as f:  # the model named: its folder and hash
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    algorithm = f"{os.path.basename(os.path.dirname(model))}/model (sha256 {digest})"
     vitpipe_dicom = free_port()
     orthanc_dicom = free_port()
     with Orthanc(root, vitpipe_dicom_port=vitpipe_dicom, dicom_port=orthanc_dicom) as orthanc:
@@ -202,6 +221,8 @@ def case_store_sr(root, checks):
                     checks.check(abs(value - p) <= 1e-6, f"SR {label}: FloatingPointValue {value} vs predict {p}")
                     checks.check(len(text) <= 16 and abs(float(text or "nan") - p) <= 1e-6,
                                  f"SR {label}: NumericValue '{text}' vs predict {p}")
+                checks.check(sr_text(ds, "111001") == algorithm, f"SR Algorithm Name '{sr_text(ds, '111001')}', "
+                             f"expected the model and its weights' hash '{algorithm}'")
                 verdict = dciodvfy_errors(path)
                 if verdict is None:
                     print("dciodvfy not installed: the SR's IOD check skipped")
