@@ -83,7 +83,7 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
     gemm_ = std::make_unique<GemmExecutor>(cublaslt_, cublas_workspace_, kCublasWorkspaceBytes);
     // VITPIPE_CUDA_SDPA=0: no cuDNN attention (the fallback's check, or a way around a cuDNN that misbehaves).
     if (const char* sdpa = std::getenv("VITPIPE_CUDA_SDPA"); sdpa != nullptr && std::string(sdpa) == "0") {
-      sdpa_forward_refused_ = sdpa_backward_refused_ = true;
+      sdpa_disabled_ = true;
       sdpa_refusal_ = "VITPIPE_CUDA_SDPA=0";
     }
     sdpa_ = std::make_unique<SdpaExecutor>(cudnn_, [this](size_t bytes) { return cudnn_workspace(bytes); });
@@ -150,13 +150,35 @@ void CudaBackend::make_current() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
 }
 
-void CudaBackend::refuse_sdpa(bool backward, const std::string& why) {
-  (backward ? sdpa_backward_refused_ : sdpa_forward_refused_) = true;
+namespace {
+
+std::string describe_sdpa_key(bool backward, bool cls_only, int64_t batch, int64_t tokens, int64_t hidden,
+                              int64_t heads) {
+  return std::string(cls_only ? "classifier-token " : "") + (backward ? "backward" : "forward") + " at batch " +
+         std::to_string(batch) + ", " + std::to_string(tokens) + " tokens, " + std::to_string(heads) + " heads of " +
+         std::to_string(heads > 0 ? hidden / heads : 0);
+}
+
+}  // namespace
+
+void CudaBackend::refuse_sdpa(const SdpaKey& key, const std::string& why) {
+  sdpa_refused_[key] = why;
   if (sdpa_refusal_.empty()) sdpa_refusal_ = why;
   std::fprintf(stderr,
-               "vitpipe CUDA backend: cuDNN's SDPA is not used for the %s pass (%s); it runs the fp32 flash "
+               "vitpipe CUDA backend: cuDNN's SDPA is not used for the %s (%s); that shape runs the fp32 flash "
                "kernels on converted copies\n",
-               backward ? "backward" : "forward", why.c_str());
+               describe_sdpa_key(key.backward, key.cls_only, key.batch, key.tokens, key.hidden, key.heads).c_str(),
+               why.c_str());
+}
+
+std::string CudaBackend::attention_path() const {
+  if (sdpa_disabled_) return "fallback: " + sdpa_refusal_;
+  if (sdpa_refused_.empty()) return "cudnn";
+  std::string path = "fallback for " + std::to_string(sdpa_refused_.size()) + " shape(s), cudnn for the rest";
+  for (const auto& [k, why] : sdpa_refused_) {
+    path += "\n  " + describe_sdpa_key(k.backward, k.cls_only, k.batch, k.tokens, k.hidden, k.heads) + ": " + why;
+  }
+  return path;
 }
 
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
@@ -413,7 +435,8 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
       op, "out or lse shape");
   require(qkv.dtype() == out.dtype(), op, "qkv and out must share a dtype");
   require_float(qkv, op, "qkv");
-  if (is_bf16(qkv) && !sdpa_forward_refused_) {
+  const SdpaKey key{false, cls_only, batch, tokens, hidden, heads};
+  if (is_bf16(qkv) && !sdpa_refused(key)) {
     const PackedQkv packed{qkv.raw(), batch, tokens, hidden, heads, ElementType::bf16};
     try {
       sdpa_->run(cls_only ? cls_attention_forward_sdpa(packed, f32(lse), out.raw())
@@ -421,7 +444,7 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
                  stream_);
       return;
     } catch (const std::runtime_error& e) {
-      refuse_sdpa(false, e.what());
+      refuse_sdpa(key, e.what());
     }
   }
   // fp32 flash kernels (bf16: on f32 copies, then rounded). At most: the qkv copy, the output, the classifier
@@ -466,7 +489,8 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
   require_float(grad_qkv, op, "grad_qkv");
   if (grad_qkv_bias != nullptr) require(grad_qkv_bias->numel() == 3 * hidden, op, "grad_qkv_bias shape");
   bool done = false;
-  if (is_bf16(qkv) && is_bf16(grad_qkv) && !sdpa_backward_refused_) {
+  const SdpaKey key{true, cls_only, batch, tokens, hidden, heads};
+  if (is_bf16(qkv) && is_bf16(grad_qkv) && !sdpa_refused(key)) {
     const PackedQkv packed{qkv.raw(), batch, tokens, hidden, heads, ElementType::bf16};
     SdpaBackwardCall call;
     if (cls_only) {
@@ -482,7 +506,7 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
       sdpa_->run(call, stream_);
       done = true;
     } catch (const std::runtime_error& e) {
-      refuse_sdpa(true, e.what());
+      refuse_sdpa(key, e.what());
     }
   }
   if (!done) {

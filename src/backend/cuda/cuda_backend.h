@@ -7,10 +7,10 @@
 //     padded copy in the arena (cudaMemcpy2DAsync) and back, as cuBLASLt's rules want (calls/padded_rows.h).
 //   linear_gelu_forward: the GEMM with its bias into f32 scratch (into the kept pre-activation in training), then
 //     vitpipe's exact-erf GELU kernel (cuBLASLt's GELU epilogue is the tanh approximation).
-//   Attention: bf16 through cuDNN's SDPA (SdpaExecutor); should cuDNN have no engine for a shape, the fallback
-//     (and with VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels (kernels/flash_attention.h), which
-//     fp32 always uses. The classifier-token variants in fp32 run the full kernels on a one-query view (other rows'
-//     log-sum-exp +inf, their output gradients 0, so they contribute nothing).
+//   Attention: bf16 through cuDNN's SDPA (SdpaExecutor); where cuDNN refuses a pass at a shape (kept per pass and
+//     shape), the fallback (and with VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels
+//     (kernels/flash_attention.h), which fp32 always uses. The classifier-token variants in fp32 run the full kernels
+//     on a one-query view (other rows' log-sum-exp +inf, their output gradients 0, so they contribute nothing).
 //   Optimizer steps and sums of squares: kernels/optimizer_kernels.h (a step's runs copied into the arena, one launch
 //     over all of them; the 16-lane sums of squares in backend.h's fixed order, bit for bit the CPU backend's).
 //     zero: cudaMemsetAsync; copy_to_host / copy_from_host: cudaMemcpyAsync and a stream synchronisation.
@@ -28,6 +28,8 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <compare>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -58,8 +60,12 @@ class CudaBackend final : public Backend {
 
   // Waits for the stream; throws the error of an earlier asynchronous failure.
   void synchronize();
-  // Why cuDNN's SDPA is not used for a pass of bf16 attention (the first refusal), or empty while it is.
+  // Why cuDNN's SDPA is not used for some pass of bf16 attention (the first refusal), or empty while it is used for
+  // all of them.
   const std::string& sdpa_refusal() const { return sdpa_refusal_; }
+  // Which path bf16 attention took: "cudnn" while cuDNN ran every call, else "fallback" with every refused shape and
+  // why (one line each), for bench --json and the GPU check.
+  std::string attention_path() const;
   // Makes this backend's GPU the calling thread's current device (every op through the module table does this
   // first: pipeline stages may call from threads of their own).
   void make_current();
@@ -150,7 +156,15 @@ class CudaBackend final : public Backend {
   };
   RowMajorMatrix matrix(const Tensor& t, int64_t rows, int64_t cols, bool read, bool write);
   void finish_staging();
-  void refuse_sdpa(bool backward, const std::string& why);
+  // One shape of one pass of bf16 attention (cls_only: the classifier token's one query row). A refusal is kept per
+  // shape: the classifier token's call refused must not send the full attention of every layer to the fallback.
+  struct SdpaKey {
+    bool backward, cls_only;
+    int64_t batch, tokens, hidden, heads;
+    auto operator<=>(const SdpaKey&) const = default;
+  };
+  bool sdpa_refused(const SdpaKey& key) const { return sdpa_disabled_ || sdpa_refused_.count(key) > 0; }
+  void refuse_sdpa(const SdpaKey& key, const std::string& why);
   // `v`'s device pointer, or a copy in the arena where it is not 16-byte aligned (cuBLASLt's rule for the bias).
   const void* aligned_vector(const Tensor& v, const char* what);
   void release();
@@ -186,9 +200,11 @@ class CudaBackend final : public Backend {
   DeviceArena arena_;
   std::unique_ptr<GemmExecutor> gemm_;
   std::unique_ptr<SdpaExecutor> sdpa_;
-  // cuDNN refused the forward or the backward once: that pass of bf16 attention takes the fp32 fallback from then on
-  // (the other keeps cuDNN: both save and read the same log-sum-exp).
-  bool sdpa_forward_refused_ = false, sdpa_backward_refused_ = false;
+  // cuDNN refused a pass at a shape once: that pass at that shape takes the fp32 fallback from then on (the other
+  // pass and other shapes keep cuDNN: both paths save and read the same log-sum-exp). sdpa_disabled_: no cuDNN
+  // attention at all (VITPIPE_CUDA_SDPA=0).
+  bool sdpa_disabled_ = false;
+  std::map<SdpaKey, std::string> sdpa_refused_;
   std::string sdpa_refusal_;
   std::vector<Staging> staged_;
   std::vector<unsigned char> host_table_;  // the host side of upload_runs' copy (kept: no allocation per step)

@@ -302,6 +302,48 @@ TEST_F(CudaBackendOnGpu, RefusedBackwardLeavesTheForwardOnCudnn) {
   compare_attention_forward("attention_forward again", qkv, heads, lse, out, tol);
   EXPECT_EQ(fake_cudnn::counters().executions, executions + 1) << "the forward pass left cuDNN";
 }
+
+// cuDNN refusing the classifier token's one-query-row call (the fake refuses s_q = 1; it runs last in the forward pass
+// and first in the backward) sends that call alone to the fallback: the full attention of every layer stays on cuDNN.
+TEST_F(CudaBackendOnGpu, RefusedClassifierTokenLeavesTheFullAttentionOnCudnn) {
+  struct Unrefuse {
+    ~Unrefuse() { fake_cudnn::set_refused_query_rows(0); }
+  } unrefuse;
+  fake_cudnn::set_refused_query_rows(1);
+  const int64_t batch = 2, tokens = 17, hidden = 64, heads = 4;
+  const double tol = tolerance_for(DType::bf16);
+  const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16);
+  Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, DType::bf16);
+  compare_attention_forward("attention_forward", qkv, heads, lse, out, tol);
+  Tensor cls_lse = Tensor::empty({batch, heads}), cls_out = Tensor::empty({batch, hidden}, DType::bf16);
+  compare(
+      "cls_attention_forward (refused, on the fallback)", {qkv, cls_lse, cls_out},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.cls_attention_forward(t[0], heads, t[1], t[2]);
+        return 0.0;
+      },
+      tol);
+  cpu_->cls_attention_forward(qkv, heads, cls_lse, cls_out);
+  compare(
+      "cls_attention_backward (refused, on the fallback)",
+      {random_tensor({batch, hidden}, rng_, DType::bf16), qkv, cls_out, cls_lse,
+       random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16), random_tensor({3 * hidden}, rng_)},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.cls_attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
+        return 0.0;
+      },
+      tol);
+  EXPECT_NE(gpu_->sdpa_refusal().find("query rows"), std::string::npos) << gpu_->sdpa_refusal();
+  // The next layer's (or step's) full attention, both passes: still cuDNN's.
+  const int executions = fake_cudnn::counters().executions;
+  compare_attention_forward("attention_forward after the refusal", qkv, heads, lse, out, tol);
+  compare_attention_backward(qkv, out, lse, heads, tol);
+  EXPECT_EQ(fake_cudnn::counters().executions, executions + 2) << "the full attention left cuDNN";
+  const std::string path = gpu_->attention_path();
+  EXPECT_EQ(path.rfind("fallback for 2 shape(s)", 0), 0u) << path;
+  EXPECT_NE(path.find("classifier-token forward at batch 2, 17 tokens, 4 heads of 16"), std::string::npos) << path;
+  EXPECT_NE(path.find("classifier-token backward"), std::string::npos) << path;
+}
 #endif
 
 // bf16 attention on the fallback (cuDNN's SDPA off) with f32 copies larger than the fixed 256 MiB scratch arena:
