@@ -346,6 +346,39 @@ TEST_F(CudaBackendOnGpu, RefusedClassifierTokenLeavesTheFullAttentionOnCudnn) {
 }
 #endif
 
+// Scratch past the fixed 256 MiB arena outside attention. Inference's MLP keeps no pre-activation: rows x 4D f32 of it
+// would not fit (ViT-B/16 at eval batch 111 is 21,867 x 3,072 = 268.7 MB); here 66,560 x 1,024 in bf16, k = 8 to keep
+// the fakes' GEMM short. And a GEMM operand staged through a padded copy larger than the arena: rows of 14 f32
+// (56 bytes) padded to 16, 4.3 M of them (275 MB).
+TEST_F(CudaBackendOnGpu, InferenceMlpAndPaddedStagingBeyondTheFixedArena) {
+  const auto arena = static_cast<int64_t>(cuda::CudaBackend::kArenaBytes);
+  {
+    const int64_t m = 66560, k = 8, n = 1024;
+    ASSERT_GT(4 * m * n, arena);
+    compare(
+        "linear_gelu_forward without a pre-activation",
+        {random_tensor({m, k}, rng_, DType::bf16), random_tensor({n, k}, rng_, DType::bf16), random_tensor({n}, rng_),
+         Tensor::zeros({m, n}, DType::bf16)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_gelu_forward(t[0], t[1], t[2], nullptr, t[3]);
+          return 0.0;
+        },
+        tolerance_for(DType::bf16));
+  }
+  {
+    const int64_t m = 4'300'000, k = 14, n = 4;
+    ASSERT_GT(4 * m * 16, arena);
+    compare(
+        "linear_forward of a padded input",
+        {random_tensor({m, k}, rng_), random_tensor({n, k}, rng_), random_tensor({n}, rng_), Tensor::zeros({m, n})},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_forward(t[0], t[1], &t[2], nullptr, t[3]);
+          return 0.0;
+        },
+        tolerance_for(DType::f32));
+  }
+}
+
 // bf16 attention on the fallback (cuDNN's SDPA off) with f32 copies larger than the fixed 256 MiB scratch arena:
 // the backward's copies of qkv, grad_out, out and grad_qkv come to 272 MB here (ViT-B at batch 128: about 620 MB).
 TEST_F(CudaBackendOnGpu, AttentionFallbackBeyondTheFixedArena) {
