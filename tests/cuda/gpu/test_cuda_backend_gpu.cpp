@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -80,6 +81,8 @@ double relative_difference(const Tensor& actual, const Tensor& expected) {
   return diff / scale;
 }
 
+double tolerance_for(DType dtype) { return dtype == DType::f32 ? 1e-5 : 2e-2; }
+
 using Op = std::function<double(Backend&, std::vector<Tensor>&)>;
 
 class CudaBackendOnGpu : public ::testing::Test {
@@ -138,12 +141,45 @@ class CudaBackendOnGpu : public ::testing::Test {
         tolerance);
   }
 
+  // Full and classifier-token attention, forward and backward, fp32 and bf16, at one shape against the CPU backend;
+  // the bf16 calls on cuDNN (no refusal), fp32 on the flash kernels.
+  void check_attention_at(int64_t batch, int64_t tokens, int64_t heads, int64_t head_dim) {
+    const int64_t hidden = heads * head_dim;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " T=" + std::to_string(tokens) + " heads=" + std::to_string(heads));
+      const double tol = tolerance_for(dt) * (dt == DType::f32 ? 10 : 1);
+      const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, dt);
+      Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, dt);
+      compare_attention_forward("attention_forward", qkv, heads, lse, out, tol);
+      compare_attention_backward(qkv, out, lse, heads, tol);
+      Tensor cls_lse = Tensor::empty({batch, heads}), cls_out = Tensor::empty({batch, hidden}, dt);
+      compare(
+          "cls_attention_forward", {qkv, cls_lse, cls_out},
+          [&](Backend& b, std::vector<Tensor>& t) {
+            b.cls_attention_forward(t[0], heads, t[1], t[2]);
+            return 0.0;
+          },
+          tol);
+      cpu_->cls_attention_forward(qkv, heads, cls_lse, cls_out);
+      compare(
+          "cls_attention_backward",
+          {random_tensor({batch, hidden}, rng_, dt), qkv, cls_out, cls_lse,
+           random_tensor({batch, tokens, 3 * hidden}, rng_, dt), random_tensor({3 * hidden}, rng_)},
+          [&](Backend& b, std::vector<Tensor>& t) {
+            b.cls_attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
+            return 0.0;
+          },
+          tol);
+    }
+    std::printf("attention path at T=%lld, %lld heads of %lld: %s\n", static_cast<long long>(tokens),
+                static_cast<long long>(heads), static_cast<long long>(head_dim), gpu_->attention_path().c_str());
+    EXPECT_EQ(gpu_->attention_path(), "cudnn") << "bf16 attention took the fp32 fallback";
+  }
+
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
   std::unique_ptr<cuda::CudaBackend> gpu_;
   Rng rng_{2024};
 };
-
-double tolerance_for(DType dtype) { return dtype == DType::f32 ? 1e-5 : 2e-2; }
 
 }  // namespace
 
@@ -283,6 +319,30 @@ TEST_F(CudaBackendOnGpu, Attention) {
   }
   // The bf16 cases above ran on cuDNN's SDPA, not on the fallback (which would pass them just as well).
   EXPECT_EQ(gpu_->sdpa_refusal(), "") << "bf16 attention took the fp32 fallback";
+}
+
+// Attention at the models' own shapes (the test above uses batch 2, T = 17, head dim 16 only): full attention forward
+// and backward and the classifier token's one-query-row call, fp32 and bf16; the bf16 calls must run on cuDNN's SDPA
+// (on a GPU: the real cuDNN accepts these shapes). On the fakes the batch is 1 and the heads fewer where noted, to keep
+// each test to a few seconds; on a GPU the shapes are the models' at batch 4.
+#if VITPIPE_ON_FAKES
+constexpr int64_t kRealShapeBatch = 1;
+constexpr bool kOnFakes = true;
+#else
+constexpr int64_t kRealShapeBatch = 4;
+constexpr bool kOnFakes = false;
+#endif
+
+TEST_F(CudaBackendOnGpu, AttentionAtRealShapeVitB16) {  // ViT-B/16 at 224 px: 1 + 14 x 14 tokens, 12 heads of 64
+  check_attention_at(kRealShapeBatch, 197, 12, 64);
+}
+
+TEST_F(CudaBackendOnGpu, AttentionAtRealShapeDinov2At518) {  // DINOv2 at 518 px: 1 + 37 x 37 tokens, heads of 64
+  check_attention_at(kRealShapeBatch, 1370, kOnFakes ? 1 : 6, 64);
+}
+
+TEST_F(CudaBackendOnGpu, AttentionAtRealShapeDinov2Registers) {  // DINOv2-S with 4 registers: 1 + 4 + 16 x 16 tokens
+  check_attention_at(kRealShapeBatch, 261, kOnFakes ? 2 : 6, 64);
 }
 
 #if VITPIPE_ON_FAKES
