@@ -178,7 +178,7 @@ std::string CudaBackend::attention_path() const {
   if (sdpa_refused_.empty()) return "cudnn";
   std::string path = "fallback for " + std::to_string(sdpa_refused_.size()) + " shape(s), cudnn for the rest";
   for (const auto& [k, why] : sdpa_refused_) {
-    path += "\n  " + describe_sdpa_key(k.backward, k.cls_only, k.batch, k.tokens, k.hidden, k.heads) + ": " + why;
+    path += "; " + describe_sdpa_key(k.backward, k.cls_only, k.batch, k.tokens, k.hidden, k.heads) + ": " + why;
   }
   return path;
 }

@@ -65,7 +65,7 @@ class CudaBackend final : public Backend {
   // all of them.
   const std::string& sdpa_refusal() const { return sdpa_refusal_; }
   // Which path bf16 attention took: "cudnn" while cuDNN ran every call, else "fallback" with every refused shape and
-  // why (one line each), for bench --json and the GPU check.
+  // why (on one line, "; " between them), for bench --json and the GPU check.
   std::string attention_path() const;
   // Makes this backend's GPU the calling thread's current device (every op through the module table does this
   // first: pipeline stages may call from threads of their own).
