@@ -12,6 +12,7 @@
 #include "backend/cuda/calls/linear_gemm_calls.h"
 #include "backend/cuda/calls/lora_gemm_calls.h"
 #include "backend/cuda/calls/padded_rows.h"
+#include "backend/cuda/cudnn_sdpa_version.h"
 #include "backend/cuda/gemm_executor.h"
 #include "backend/cuda/kernels/backend_kernels.h"
 #include "backend/cuda/kernels/flash_attention.h"
@@ -85,6 +86,14 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
     if (const char* sdpa = std::getenv("VITPIPE_CUDA_SDPA"); sdpa != nullptr && std::string(sdpa) == "0") {
       sdpa_disabled_ = true;
       sdpa_refusal_ = "VITPIPE_CUDA_SDPA=0";
+    }
+    // The headers' version passed the build's guard; the library loaded now may be another (module_abi.h's
+    // library_versions, vitpipe info, reports it too).
+    if (const std::string why = cudnn_sdpa_version_refusal(cudnnGetVersion()); !sdpa_disabled_ && !why.empty()) {
+      sdpa_disabled_ = true;
+      sdpa_refusal_ = why;
+      std::fprintf(stderr, "vitpipe CUDA backend: %s; bf16 attention runs the fp32 flash kernels on converted copies\n",
+                   why.c_str());
     }
     sdpa_ = std::make_unique<SdpaExecutor>(cudnn_, [this](size_t bytes) { return cudnn_workspace(bytes); });
   } catch (...) {

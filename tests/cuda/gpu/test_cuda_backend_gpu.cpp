@@ -23,6 +23,7 @@
 #include "backend/cuda/sdpa_executor.h"
 #if VITPIPE_ON_FAKES
 #include "../executors/fake_cudnn.h"
+#include "../fakes/fake_cuda_runtime.h"
 #endif
 #include "util/random.h"
 
@@ -403,6 +404,30 @@ TEST_F(CudaBackendOnGpu, RefusedClassifierTokenLeavesTheFullAttentionOnCudnn) {
   EXPECT_EQ(path.rfind("fallback for 2 shape(s)", 0), 0u) << path;
   EXPECT_NE(path.find("classifier-token forward at batch 2, 17 tokens, 4 heads of 16"), std::string::npos) << path;
   EXPECT_NE(path.find("classifier-token backward"), std::string::npos) << path;
+}
+
+// A cuDNN loaded at run time outside the versions the native SDPA graphs are written for (9.13.1 up to 9.20; the
+// headers passed the build's guard): bf16 attention takes the fallback from the start, and says why.
+TEST_F(CudaBackendOnGpu, CudnnOutsideTheSdpaVersionsTakesTheFallback) {
+  for (size_t version : {size_t{91200}, size_t{91300}, size_t{92100}}) {
+    SCOPED_TRACE(version);
+    struct Restore {
+      ~Restore() { fake_cuda_runtime::cudnn_version = 91900; }
+    } restore;
+    fake_cuda_runtime::cudnn_version = version;
+    gpu_ = std::make_unique<cuda::CudaBackend>(0, false);
+    const int64_t batch = 2, tokens = 17, hidden = 64, heads = 4;
+    const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16);
+    Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, DType::bf16);
+    const int executions = fake_cudnn::counters().executions;
+    compare_attention_forward("attention_forward", qkv, heads, lse, out, tolerance_for(DType::bf16));
+    compare_attention_backward(qkv, out, lse, heads, tolerance_for(DType::bf16));
+    EXPECT_EQ(fake_cudnn::counters().executions, executions) << "cuDNN ran";
+    EXPECT_EQ(gpu_->attention_path().rfind("fallback: cuDNN 9.", 0), 0u) << gpu_->attention_path();
+    EXPECT_NE(gpu_->attention_path().find("9.13.1 up to 9.20 only"), std::string::npos) << gpu_->attention_path();
+  }
+  gpu_ = std::make_unique<cuda::CudaBackend>(0, false);  // 9.19.0 again: cuDNN's
+  EXPECT_EQ(gpu_->attention_path(), "cudnn");
 }
 #endif
 
