@@ -4,11 +4,12 @@
 #   1. one line: the driver's version and the cuBLASLt, cuDNN and NCCL versions the CUDA module loaded (vitpipe info
 #      --json; it reports cuBLASLt, not the plain cuBLAS), then `vitpipe info`;
 #   2. the CUDA tests: `ctest -L cuda` in a checkout (without cuda.gpu_pack, which would pack and run this check
-#      again), test_cuda, test_cuda_executors, test_cuda_gpu and 8 golden cases on the GPU (the gradient probe on the
+#      again); from a pack, attention at the models' shapes first (test_cuda_gpu's AttentionAtRealShape*, which
+#      print the attention path), then test_cuda, test_cuda_executors, the rest of test_cuda_gpu and 8 golden cases on the GPU (the gradient probe on the
 #      module, 1 to 3 stages sharing the GPU, against float64 PyTorch; tests/cuda/gpu/golden_on_gpu.py) from a pack;
 #   3. ViT-B/16 at 224 px, bf16, training on random data: `vitpipe bench --device cuda --preset vit-base --precision
 #      bf16 --mode train --batch B --steps S --json`, then the PyTorch peer with the same model, batch, steps and
-#      precision (bf16 autocast), `--device cuda` eager and with `--compile`;
+#      precision (bf16 autocast), `--device cuda` eager and with `--compile`; the bench's attention path is recorded;
 #   4. a JSON summary (scripts/gpu_check_summary.py): versions, the GPU, each test part's status and counts, the three
 #      images/s figures, vitpipe/eager and vitpipe/compile, and issue 24's 4,500 images/s target and 7,500 bound.
 # Every part runs under `timeout` (caps below, and all of them within 460 s of the start); a part that fails or times
@@ -219,6 +220,13 @@ if [[ -z "${root:-}" && -d build ]]; then
   run_part tests.ctest_cuda 240 ctest --test-dir build --output-on-failure -L cuda -E '^cuda\.gpu_pack$'
   finish_test_part tests.ctest_cuda ctest
 else
+  # Attention at the models' shapes first (ViT-B/16 T=197 12x64, DINOv2 at 518 px T=1370, DINOv2-S with registers
+  # T=261; full and classifier-token, fp32 and bf16, forward and backward): each test prints the path bf16 attention
+  # took, and fails where it is not cuDNN's SDPA.
+  if [[ -x "$tests/test_cuda_gpu" ]]; then
+    run_part tests.attention_real_shapes 60 "$tests/test_cuda_gpu" --gtest_filter='*AttentionAtRealShape*'
+    finish_test_part tests.attention_real_shapes gtest
+  fi
   # Loading tests name the build folder's fakes by path; vitpipe info above answered for the real module.
   run_part tests.test_cuda 90 "$tests/test_cuda" --gtest_filter='-CudaModule.*:CudaDriver.*:DeviceSelection.*'
   finish_test_part tests.test_cuda gtest
@@ -228,7 +236,7 @@ else
   fi
   # CudaBackend on this GPU against the CPU backend, op by op (tests/cuda/gpu).
   if [[ -x "$tests/test_cuda_gpu" ]]; then
-    run_part tests.test_cuda_gpu 120 "$tests/test_cuda_gpu"
+    run_part tests.test_cuda_gpu 90 "$tests/test_cuda_gpu" --gtest_filter='-*AttentionAtRealShape*'
     finish_test_part tests.test_cuda_gpu gtest
   fi
   # The golden cases with every stage on this GPU (2 and 3 stages sharing it) against their float64 PyTorch
@@ -267,6 +275,12 @@ finish_bench_part() {  # finish_bench_part KEY: the figure and the status
 run_part bench.vitpipe 90 "$vitpipe" bench --device cuda --preset vit-base --precision bf16 --mode train \
   --batch "$batch" --steps "$steps" --json
 finish_bench_part bench.vitpipe
+# Which path its bf16 attention took ("cudnn", or "fallback..." and why): a figure on the fallback is no figure.
+if path=$("${host_env[@]}" python3 "$helper" field "$part_log" attention_path 2>/dev/null); then
+  record "bench.vitpipe.attention_path=$path"
+  echo "gpu_check: vitpipe's attention: $path"
+  write_summary
+fi
 
 peer_args=(--preset vit-base --precision bf16 --mode train --batch "$batch" --steps "$steps" --device cuda)
 record "bench.peer=${peer:-none found}"

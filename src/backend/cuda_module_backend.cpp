@@ -324,4 +324,12 @@ std::optional<CudaModuleInstance> cuda_module_instance(Backend& backend) {
   return std::nullopt;
 }
 
+std::string cuda_attention_path(Backend& backend) {
+  const std::optional<CudaModuleInstance> m = cuda_module_instance(backend);
+  if (!m || m->module->abi_version < 7 || m->module->backend_attention_path == nullptr) return "";
+  char path[4096] = {};
+  if (m->module->backend_attention_path(m->instance.get(), path, sizeof path) != 0) return "";
+  return path;
+}
+
 }  // namespace vitpipe

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cuda/module_abi.h"
@@ -24,5 +25,9 @@ struct CudaModuleInstance {
   std::shared_ptr<void> instance;
 };
 std::optional<CudaModuleInstance> cuda_module_instance(Backend& backend);
+
+// Which path the module backend's bf16 attention took (module_abi.h's backend_attention_path: "cudnn", or
+// "fallback..." with the reasons); empty for any other backend.
+std::string cuda_attention_path(Backend& backend);
 
 }  // namespace vitpipe

@@ -58,6 +58,11 @@ int backend_call(void* backend, VitpipeBackendCall* call, char* error, size_t er
 }
 
 int backend_synchronize(void*, char*, size_t) { return 0; }
+int backend_attention_path(void*, char* out, size_t out_size) {
+  if (out == nullptr || out_size == 0) return 1;
+  std::snprintf(out, out_size, "%s", "the CPU backend (loopback)");
+  return 0;
+}
 
 // "Device memory" of the loopback is host memory the CPU backend behind the table works on.
 int backend_allocate(void*, size_t bytes, void** memory, char* error, size_t error_size) {
@@ -209,7 +214,8 @@ const VitpipeCudaModule& cuda_module_loopback() {
                                            nccl_comm_destroy,
                                            nccl_run,
                                            nccl_wait,
-                                           nccl_query};
+                                           nccl_query,
+                                           backend_attention_path};
   return module;
 }
 

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_level.h"
 #include "backend/cpu/gemm_peak.h"
 #include "backend/cpu/memory_bandwidth.h"
+#include "backend/cuda_module_backend.h"
 #include "backend/profiling_backend.h"
 #include "cli/commands.h"
 #include "cli/device_flag.h"
@@ -271,6 +272,9 @@ void run_bench(const BenchOptions& o) {
       {"fraction_of_gemm_peak", peak > 0 ? nlohmann::json(gflops / peak) : nlohmann::json(nullptr)},
       {"device", on_gpu ? "cuda" : "cpu"},
       {"gpu", on_gpu ? nlohmann::json(local_gpu_index()) : nlohmann::json(nullptr)},
+      // Which path bf16 attention took on the GPU ("cudnn", or "fallback..." and why): the fallback is several
+      // times slower, so a figure without it cannot be read.
+      {"attention_path", on_gpu ? nlohmann::json(cuda_attention_path(*compute)) : nlohmann::json(nullptr)},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"activation_bytes", model.activation_bytes()},
       {"activation_bytes_per_image", static_cast<double>(model.activation_bytes()) / static_cast<double>(o.batch)},
@@ -301,7 +305,10 @@ void run_bench(const BenchOptions& o) {
               precision == Precision::bf16 && !cpu::has_native_bf16(cpu::selected_cpu_level())
                   ? " (no bf16 instructions: bf16 runs as fp32 GEMMs on bf16-rounded operands)"
                   : "");
-  if (on_gpu) std::printf("  device: cuda, GPU %d (the CPU lines below describe the host)\n", local_gpu_index());
+  if (on_gpu) {
+    std::printf("  device: cuda, GPU %d (the CPU lines below describe the host); attention: %s\n", local_gpu_index(),
+                cuda_attention_path(*compute).c_str());
+  }
   std::printf("  %.2f images/s  (%.3f s per step)\n", images_per_s, seconds / o.steps);
   if (train) {
     std::printf("  training: %s, %lld trainable parameters\n", training_mode.describe().c_str(),

@@ -45,3 +45,16 @@ TEST(CudaDeviceArena, RefusesPastItsCapacityNamingTheRequest) {
   }
   EXPECT_THROW(arena.take(SIZE_MAX, "overflow"), std::length_error);
 }
+
+// fits() says beforehand what take() would refuse (CudaBackend moves to a larger block instead).
+TEST(CudaDeviceArena, FitsAgreesWithTake) {
+  alignas(256) static char memory[1024];
+  DeviceArena arena(memory, sizeof memory);
+  arena.take(700, "first");  // 768 with alignment
+  EXPECT_TRUE(arena.fits(256));
+  EXPECT_FALSE(arena.fits(257));
+  EXPECT_FALSE(arena.fits(SIZE_MAX));
+  arena.take(256, "the rest");
+  EXPECT_TRUE(arena.fits(0));
+  EXPECT_FALSE(arena.fits(1));
+}

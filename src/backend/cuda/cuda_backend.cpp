@@ -12,6 +12,7 @@
 #include "backend/cuda/calls/linear_gemm_calls.h"
 #include "backend/cuda/calls/lora_gemm_calls.h"
 #include "backend/cuda/calls/padded_rows.h"
+#include "backend/cuda/cudnn_sdpa_version.h"
 #include "backend/cuda/gemm_executor.h"
 #include "backend/cuda/kernels/backend_kernels.h"
 #include "backend/cuda/kernels/flash_attention.h"
@@ -83,8 +84,16 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
     gemm_ = std::make_unique<GemmExecutor>(cublaslt_, cublas_workspace_, kCublasWorkspaceBytes);
     // VITPIPE_CUDA_SDPA=0: no cuDNN attention (the fallback's check, or a way around a cuDNN that misbehaves).
     if (const char* sdpa = std::getenv("VITPIPE_CUDA_SDPA"); sdpa != nullptr && std::string(sdpa) == "0") {
-      sdpa_forward_refused_ = sdpa_backward_refused_ = true;
+      sdpa_disabled_ = true;
       sdpa_refusal_ = "VITPIPE_CUDA_SDPA=0";
+    }
+    // The headers' version passed the build's guard; the library loaded now may be another (module_abi.h's
+    // library_versions, vitpipe info, reports it too).
+    if (const std::string why = cudnn_sdpa_version_refusal(cudnnGetVersion()); !sdpa_disabled_ && !why.empty()) {
+      sdpa_disabled_ = true;
+      sdpa_refusal_ = why;
+      std::fprintf(stderr, "vitpipe CUDA backend: %s; bf16 attention runs the fp32 flash kernels on converted copies\n",
+                   why.c_str());
     }
     sdpa_ = std::make_unique<SdpaExecutor>(cudnn_, [this](size_t bytes) { return cudnn_workspace(bytes); });
   } catch (...) {
@@ -135,6 +144,8 @@ void CudaBackend::release() {
   gemm_.reset();
   sdpa_.reset();
   if (arena_memory_ != nullptr) cudaFree(arena_memory_);
+  for (void* block : retired_scratch_) cudaFree(block);
+  retired_scratch_.clear();
   if (cudnn_workspace_ != nullptr) cudaFree(cudnn_workspace_);
   if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
@@ -150,20 +161,68 @@ void CudaBackend::make_current() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
 }
 
-void CudaBackend::refuse_sdpa(bool backward, const std::string& why) {
-  (backward ? sdpa_backward_refused_ : sdpa_forward_refused_) = true;
+namespace {
+
+std::string describe_sdpa_key(bool backward, bool cls_only, int64_t batch, int64_t tokens, int64_t hidden,
+                              int64_t heads) {
+  return std::string(cls_only ? "classifier-token " : "") + (backward ? "backward" : "forward") + " at batch " +
+         std::to_string(batch) + ", " + std::to_string(tokens) + " tokens, " + std::to_string(heads) + " heads of " +
+         std::to_string(heads > 0 ? hidden / heads : 0);
+}
+
+}  // namespace
+
+void CudaBackend::refuse_sdpa(const SdpaKey& key, const std::string& why) {
+  sdpa_refused_[key] = why;
   if (sdpa_refusal_.empty()) sdpa_refusal_ = why;
   std::fprintf(stderr,
-               "vitpipe CUDA backend: cuDNN's SDPA is not used for the %s pass (%s); it runs the fp32 flash "
+               "vitpipe CUDA backend: cuDNN's SDPA is not used for the %s (%s); that shape runs the fp32 flash "
                "kernels on converted copies\n",
-               backward ? "backward" : "forward", why.c_str());
+               describe_sdpa_key(key.backward, key.cls_only, key.batch, key.tokens, key.hidden, key.heads).c_str(),
+               why.c_str());
+}
+
+std::string CudaBackend::attention_path() const {
+  if (sdpa_disabled_) return "fallback: " + sdpa_refusal_;
+  if (sdpa_refused_.empty()) return "cudnn";
+  std::string path = "fallback for " + std::to_string(sdpa_refused_.size()) + " shape(s), cudnn for the rest";
+  for (const auto& [k, why] : sdpa_refused_) {
+    path += "; " + describe_sdpa_key(k.backward, k.cls_only, k.batch, k.tokens, k.hidden, k.heads) + ": " + why;
+  }
+  return path;
 }
 
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
 void CudaBackend::check(cudaError_t status, const char* what) { check_cuda(status, what); }
 
-float* CudaBackend::scratch_floats(int64_t count, const char* what) { return arena_.take_array<float>(count, what); }
+float* CudaBackend::scratch_floats(int64_t count, const char* what) { return take_scratch_array<float>(count, what); }
+
+void* CudaBackend::take_scratch(size_t bytes, const char* what) {
+  if (!arena_.fits(bytes)) {
+    // Mid-op: what this op took so far stays valid (the old block is retired, freed at the next op's start), and
+    // the new block is sized for the whole op next time (twice the old, or what this op has asked for in all).
+    constexpr size_t kStep = 64u << 20;
+    const size_t wanted = std::max(2 * arena_.capacity(), arena_.used() + bytes + DeviceArena::kAlignment);
+    const size_t size = (wanted + kStep - 1) / kStep * kStep;
+    void* memory = nullptr;
+    check_cuda(cudaMalloc(&memory, size),
+               std::string("cudaMalloc(scratch arena for ") + what + ", " + std::to_string(size >> 20) + " MiB)");
+    retired_scratch_.push_back(arena_memory_);
+    arena_memory_ = memory;
+    arena_ = DeviceArena(memory, size);
+  }
+  return arena_.take(bytes, what);
+}
+
+void CudaBackend::reset_scratch() {
+  if (!retired_scratch_.empty()) {
+    check(cudaStreamSynchronize(stream_), "freeing the outgrown scratch arena");  // earlier ops may still use them
+    for (void* block : retired_scratch_) check(cudaFree(block), "freeing the outgrown scratch arena");
+    retired_scratch_.clear();
+  }
+  arena_.reset();
+}
 
 void CudaBackend::regrow(void*& memory, size_t& capacity, size_t bytes, const char* what) {
   constexpr size_t kStep = 64u << 20;
@@ -201,7 +260,7 @@ RowMajorMatrix CudaBackend::matrix(const Tensor& t, int64_t rows, int64_t cols, 
   if (aligned && row_stride_fits_the_library(cols, type)) return plain;
   const int64_t stride = padded_row_stride(cols, type);
   const size_t elem = static_cast<size_t>(element_bytes(type));
-  void* padded = arena_.take(static_cast<size_t>(rows * stride) * elem, "a padded GEMM operand");
+  void* padded = take_scratch(static_cast<size_t>(rows * stride) * elem, "a padded GEMM operand");
   if (read && rows > 0) {
     check(cudaMemcpy2DAsync(padded, static_cast<size_t>(stride) * elem, t.raw(), static_cast<size_t>(cols) * elem,
                             static_cast<size_t>(cols) * elem, static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
@@ -215,7 +274,7 @@ RowMajorMatrix CudaBackend::matrix(const Tensor& t, int64_t rows, int64_t cols, 
 
 const void* CudaBackend::aligned_vector(const Tensor& v, const char* what) {
   if (reinterpret_cast<uintptr_t>(v.raw()) % kLibraryAlignmentBytes == 0) return v.raw();
-  void* copy = arena_.take(v.nbytes(), what);
+  void* copy = take_scratch(v.nbytes(), what);
   check(cudaMemcpyAsync(copy, v.raw(), v.nbytes(), cudaMemcpyDeviceToDevice, stream_), what);
   return copy;
 }
@@ -236,7 +295,7 @@ void CudaBackend::finish_staging() {
 
 void CudaBackend::linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                                  const Tensor& out) {
-  arena_.reset();
+  reset_scratch();
   const int64_t k = last_dim(in), m = leading_rows(in), n = weight.dim(0);
   require(
       weight.rank() == 2 && weight.dim(1) == k && out.numel() == m * n, "linear_forward",
@@ -254,7 +313,7 @@ void CudaBackend::linear_forward(const Tensor& in, const Tensor& weight, const T
   if (bias != nullptr) {
     b.type = target_bf16 ? ElementType::bf16 : ElementType::f32;
     if (target_bf16) {  // cuBLASLt's bias is of D's type: a bf16 copy of the f32 bias
-      void* copy = arena_.take(static_cast<size_t>(n) * 2, "linear_forward's bf16 bias");
+      void* copy = take_scratch(static_cast<size_t>(n) * 2, "linear_forward's bf16 bias");
       check(launch_convert(bias->raw(), false, copy, true, n, stream_), "linear_forward: bias to bf16");
       b.data = copy;
     } else {
@@ -283,23 +342,20 @@ void CudaBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, co
           "linear_gelu_forward");
     return;
   }
-  arena_.reset();
   const int64_t k = last_dim(in), m = leading_rows(in), n = weight.dim(0);
   require(weight.rank() == 2 && weight.dim(1) == k && out.numel() == m * n && bias.numel() == n, "linear_gelu_forward",
           "shapes " + shape_string(in.shape()) + " x " + shape_string(weight.shape()));
   require_f32(bias, "linear_gelu_forward", "bias");
-  // The pre-activation in f32 (the GEMM's bias epilogue), then the exact-erf GELU kernel into out.
-  const Tensor pre = Tensor::wrap(scratch_floats(m * n, "linear_gelu_forward's pre-activation"), {m, n}, DType::f32);
-  const RowMajorMatrix a = matrix(in, m, k, true, false), w = matrix(weight, n, k, true, false);
-  const RowMajorMatrix o = matrix(pre, m, n, false, true);
-  const BiasVector b{aligned_vector(bias, "linear_gelu_forward's aligned bias"), ElementType::f32};
-  gemm_->run(linear_forward_gemm(a, w, b, nullptr, o, allow_tf32_), stream_);
-  finish_staging();
-  check(launch_gelu_forward_any(pre.raw(), false, out.raw(), is_bf16(out), m * n, stream_), "linear_gelu_forward");
+  require_float(out, "linear_gelu_forward", "out");
+  // No pre-activation to keep (eval, predict): the GEMM with its bias into out, then GELU in place. No rows x 4D f32
+  // scratch (269 MB for DINOv2-S/518 at batch 32); a bf16 out rounds the pre-activation first, as training's bf16
+  // pre-activation does.
+  linear_forward(in, weight, &bias, nullptr, out);
+  check(launch_gelu_in_place(out.raw(), is_bf16(out), m * n, stream_), "linear_gelu_forward");
 }
 
 void CudaBackend::linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) {
-  arena_.reset();
+  reset_scratch();
   const int64_t n = last_dim(grad_out), m = leading_rows(grad_out), k = last_dim(weight);
   require(weight.rank() == 2 && weight.dim(0) == n && grad_in.numel() == m * k, "linear_backward_input", "shapes");
   require_float(grad_in, "linear_backward_input", "grad_in");
@@ -317,7 +373,7 @@ void CudaBackend::linear_backward_input(const Tensor& grad_out, const Tensor& we
 }
 
 void CudaBackend::linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) {
-  arena_.reset();
+  reset_scratch();
   const int64_t n = last_dim(grad_out), m = leading_rows(grad_out), k = last_dim(in);
   require(leading_rows(in) == m && grad_weight.numel() == n * k, "linear_backward_weight", "shapes");
   require_f32(grad_weight, "linear_backward_weight", "grad_weight");
@@ -329,7 +385,7 @@ void CudaBackend::linear_backward_weight(const Tensor& grad_out, const Tensor& i
 }
 
 void CudaBackend::bias_backward(const Tensor& grad, const Tensor& grad_bias) {
-  arena_.reset();
+  reset_scratch();
   const int64_t n = last_dim(grad), m = leading_rows(grad);
   require(grad_bias.numel() == n, "bias_backward", "grad_bias must have " + std::to_string(n) + " entries");
   require_float(grad, "bias_backward", "grad");
@@ -354,7 +410,7 @@ void CudaBackend::layernorm_forward(const Tensor& in, const Tensor& weight, cons
 }
 
 void CudaBackend::layernorm_backward(const LayerNormBackwardArgs& args) {
-  arena_.reset();
+  reset_scratch();
   const int64_t d = last_dim(args.in), m = leading_rows(args.in), n = args.in.numel();
   require(args.grad_out.numel() == n && args.grad_in.numel() == n && args.weight.numel() == d &&
               args.mean.numel() == m && args.rstd.numel() == m && args.grad_weight.numel() == d &&
@@ -404,7 +460,7 @@ void CudaBackend::attention_f32_backward(const float* grad_out, const float* qkv
 
 // Forward of the full attention (cls_only: only token 0's output and log-sum-exp, out [B, D], lse [B, H]).
 void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& lse, const Tensor& out, bool cls_only) {
-  arena_.reset();
+  reset_scratch();
   const char* op = cls_only ? "cls_attention_forward" : "attention_forward";
   require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0 && heads > 0 && qkv.dim(2) / 3 % heads == 0, op, "qkv shape");
   const int64_t batch = qkv.dim(0), tokens = qkv.dim(1), hidden = qkv.dim(2) / 3, head_dim = hidden / heads;
@@ -413,7 +469,8 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
       op, "out or lse shape");
   require(qkv.dtype() == out.dtype(), op, "qkv and out must share a dtype");
   require_float(qkv, op, "qkv");
-  if (is_bf16(qkv) && !sdpa_forward_refused_) {
+  const SdpaKey key{false, cls_only, batch, tokens, hidden, heads};
+  if (is_bf16(qkv) && !sdpa_refused(key)) {
     const PackedQkv packed{qkv.raw(), batch, tokens, hidden, heads, ElementType::bf16};
     try {
       sdpa_->run(cls_only ? cls_attention_forward_sdpa(packed, f32(lse), out.raw())
@@ -421,7 +478,7 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
                  stream_);
       return;
     } catch (const std::runtime_error& e) {
-      refuse_sdpa(false, e.what());
+      refuse_sdpa(key, e.what());
     }
   }
   // fp32 flash kernels (bf16: on f32 copies, then rounded). At most: the qkv copy, the output, the classifier
@@ -453,7 +510,7 @@ void CudaBackend::attention_any(const Tensor& qkv, int64_t heads, const Tensor& 
 void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& qkv, const Tensor& out,
                                          const Tensor& lse, int64_t heads, const Tensor& grad_qkv,
                                          const Tensor* grad_qkv_bias, bool cls_only) {
-  arena_.reset();
+  reset_scratch();
   const char* op = cls_only ? "cls_attention_backward" : "attention_backward";
   require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0 && heads > 0 && qkv.dim(2) / 3 % heads == 0, op, "qkv shape");
   const int64_t batch = qkv.dim(0), tokens = qkv.dim(1), hidden = qkv.dim(2) / 3, head_dim = hidden / heads;
@@ -466,7 +523,8 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
   require_float(grad_qkv, op, "grad_qkv");
   if (grad_qkv_bias != nullptr) require(grad_qkv_bias->numel() == 3 * hidden, op, "grad_qkv_bias shape");
   bool done = false;
-  if (is_bf16(qkv) && is_bf16(grad_qkv) && !sdpa_backward_refused_) {
+  const SdpaKey key{true, cls_only, batch, tokens, hidden, heads};
+  if (is_bf16(qkv) && is_bf16(grad_qkv) && !sdpa_refused(key)) {
     const PackedQkv packed{qkv.raw(), batch, tokens, hidden, heads, ElementType::bf16};
     SdpaBackwardCall call;
     if (cls_only) {
@@ -482,7 +540,7 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
       sdpa_->run(call, stream_);
       done = true;
     } catch (const std::runtime_error& e) {
-      refuse_sdpa(true, e.what());
+      refuse_sdpa(key, e.what());
     }
   }
   if (!done) {
@@ -560,7 +618,7 @@ void CudaBackend::gelu_forward(const Tensor& in, const Tensor& out) {
 
 void CudaBackend::gelu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
                                 const Tensor* grad_bias) {
-  arena_.reset();
+  reset_scratch();
   require(grad_out.numel() == in.numel() && grad_in.numel() == in.numel(), "gelu_backward", "sizes differ");
   require(grad_out.dtype() == in.dtype() && grad_in.dtype() == in.dtype(), "gelu_backward", "all f32 or all bf16");
   require_float(in, "gelu_backward", "in");
@@ -616,7 +674,7 @@ void CudaBackend::token_embeddings_forward(const Tensor& patch_proj, const Tenso
 void CudaBackend::token_embeddings_backward(const Tensor& grad_x, const Tensor* grad_prefix, int64_t positioned,
                                             const Tensor* grad_pos, const Tensor& grad_patch_proj,
                                             const Tensor* grad_patch_bias) {
-  arena_.reset();
+  reset_scratch();
   const char* op = "token_embeddings_backward";
   require(grad_x.rank() == 3, op, "grad_x [B, T, D]");
   const int64_t b = grad_x.dim(0), t = grad_x.dim(1), d = grad_x.dim(2);
@@ -695,7 +753,7 @@ void CudaBackend::cls_and_mean_backward(const Tensor& grad, int64_t skip, const 
 
 double CudaBackend::bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor* pos_weight,
                                     const Tensor* weight, double grad_scale, const Tensor& grad_logits) {
-  arena_.reset();
+  reset_scratch();
   const char* op = "bce_with_logits";
   require(logits.rank() == 2 && targets.numel() == logits.numel() && grad_logits.numel() == logits.numel() &&
               targets.dtype() == DType::f32 && logits.dtype() == DType::f32,
@@ -703,8 +761,8 @@ double CudaBackend::bce_with_logits(const Tensor& logits, const Tensor& targets,
   const int64_t rows = logits.dim(0), labels = logits.dim(1);
   if (pos_weight != nullptr) require(pos_weight->numel() == labels, op, "pos_weight shape");
   if (weight != nullptr) require(weight->numel() == logits.numel(), op, "weight shape");
-  double* losses = arena_.take_array<double>(rows * labels, "bce_with_logits' element losses");
-  double* sum = arena_.take_array<double>(1, "bce_with_logits' sum");
+  double* losses = take_scratch_array<double>(rows * labels, "bce_with_logits' element losses");
+  double* sum = take_scratch_array<double>(1, "bce_with_logits' sum");
   check(launch_bce_with_logits(f32(logits), f32(targets), f32(pos_weight), f32(weight), grad_scale, f32(grad_logits),
                                rows, labels, losses, sum, stream_),
         op);
@@ -716,15 +774,15 @@ double CudaBackend::bce_with_logits(const Tensor& logits, const Tensor& targets,
 
 double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
                                   const Tensor& grad_logits) {
-  arena_.reset();
+  reset_scratch();
   const char* op = "cross_entropy";
   require(logits.rank() == 2 && targets.numel() == logits.dim(0) && targets.dtype() == DType::i64 &&
               grad_logits.numel() == logits.numel() && logits.dtype() == DType::f32,
           op, "logits [B, L] f32 and targets [B] int64");
   const int64_t rows = logits.dim(0), classes = logits.dim(1);
-  double* losses = arena_.take_array<double>(rows, "cross_entropy's row losses");
-  double* sum = arena_.take_array<double>(1, "cross_entropy's sum");
-  int64_t* invalid = arena_.take_array<int64_t>(1, "cross_entropy's target check");
+  double* losses = take_scratch_array<double>(rows, "cross_entropy's row losses");
+  double* sum = take_scratch_array<double>(1, "cross_entropy's sum");
+  int64_t* invalid = take_scratch_array<int64_t>(1, "cross_entropy's target check");
   check(launch_cross_entropy(f32(logits), static_cast<const int64_t*>(targets.raw()), grad_scale, f32(grad_logits),
                              rows, classes, losses, sum, invalid, stream_),
         op);
@@ -794,7 +852,7 @@ void CudaBackend::layer_scale_forward(const Tensor& branch, const Tensor& scale,
 
 void CudaBackend::layer_scale_backward(const Tensor& grad, const Tensor& branch, const Tensor& scale,
                                        const Tensor& branch_grad, const Tensor* grad_scale, const Tensor* grad_bias) {
-  arena_.reset();
+  reset_scratch();
   const int64_t d = scale.numel(), rows = grad.numel() / std::max<int64_t>(d, 1);
   require(branch.numel() == grad.numel() && branch_grad.numel() == grad.numel() && rows * d == grad.numel(),
           "layer_scale_backward", "shapes");
@@ -816,7 +874,7 @@ void CudaBackend::swiglu_forward(const Tensor& in, const Tensor& out) {
 
 void CudaBackend::swiglu_backward(const Tensor& grad_out, const Tensor& in, const Tensor& grad_in,
                                   const Tensor* grad_bias) {
-  arena_.reset();
+  reset_scratch();
   const int64_t h2 = last_dim(in), h = h2 / 2, rows = leading_rows(in);
   require(h2 % 2 == 0 && grad_out.numel() == rows * h && grad_in.numel() == in.numel(), "swiglu_backward", "shapes");
   require(grad_out.dtype() == in.dtype() && grad_in.dtype() == in.dtype(), "swiglu_backward", "all f32 or all bf16");
@@ -833,7 +891,7 @@ void CudaBackend::swiglu_backward(const Tensor& grad_out, const Tensor& in, cons
 
 void CudaBackend::lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale, const Tensor& low,
                                const Tensor& out, int64_t column) {
-  arena_.reset();
+  reset_scratch();
   const int64_t k = last_dim(in), m = leading_rows(in), r = a.dim(0), n = b.dim(0), ld = last_dim(out);
   require(a.rank() == 2 && a.dim(1) == k && b.rank() == 2 && b.dim(1) == r && low.numel() == m * r &&
               leading_rows(out) == m && column + n <= ld,
@@ -850,7 +908,7 @@ void CudaBackend::lora_forward(const Tensor& in, const Tensor& a, const Tensor& 
 void CudaBackend::lora_backward(const Tensor& grad_out, int64_t column, const Tensor& in, const Tensor& a,
                                 const Tensor& b, double scale, const Tensor& low, const Tensor* grad_in,
                                 const Tensor* grad_a, const Tensor* grad_b) {
-  arena_.reset();
+  reset_scratch();
   const int64_t k = last_dim(in), m = leading_rows(in), r = a.dim(0), n = b.dim(0), ld = last_dim(grad_out);
   require(a.rank() == 2 && a.dim(1) == k && b.rank() == 2 && b.dim(1) == r && low.numel() == m * r &&
               leading_rows(grad_out) == m && column + n <= ld,
@@ -860,7 +918,7 @@ void CudaBackend::lora_backward(const Tensor& grad_out, int64_t column, const Te
                        lo = matrix(low, m, r, true, false);
   const ElementType type = element_type(in, "lora_backward");
   const int64_t t_stride = padded_row_stride(r, type);
-  const RowMajorMatrix t{arena_.take(static_cast<size_t>(m * t_stride * element_bytes(type)), "lora_backward's t"), m,
+  const RowMajorMatrix t{take_scratch(static_cast<size_t>(m * t_stride * element_bytes(type)), "lora_backward's t"), m,
                          r, type, t_stride};
   RowMajorMatrix gi, ga, gb;
   if (grad_in != nullptr) gi = matrix(*grad_in, m, k, true, true);
@@ -944,7 +1002,7 @@ OptimizerRunTable CudaBackend::upload_runs(std::span<const OptimizerRun> runs, b
   }
   if (tiles) host_tiles[runs.size()] = tile;
   table.tiles = tile;
-  char* device = static_cast<char*>(arena_.take(run_bytes + tile_bytes, op));
+  char* device = static_cast<char*>(take_scratch(run_bytes + tile_bytes, op));
   // From pageable host memory: the runtime has taken the bytes when the call returns, so host_table_ may be refilled
   // by the next op while this copy is still queued on the stream.
   check(cudaMemcpyAsync(device, host_table_.data(), run_bytes + tile_bytes, cudaMemcpyHostToDevice, stream_), op);
@@ -955,7 +1013,7 @@ OptimizerRunTable CudaBackend::upload_runs(std::span<const OptimizerRun> runs, b
 
 void CudaBackend::adamw_update(const OptimizerStep& step, const OptimizerScalars& s) {
   const char* op = "adamw_update";
-  arena_.reset();
+  reset_scratch();
   check_step(step, op, true, true);
   const OptimizerRunTable table = upload_runs(step.runs, true, op);
   check(launch_adamw_update(f32(step.params), f32(step.grads), f32(step.exp_avg), f32(step.exp_avg_sq), table,
@@ -965,13 +1023,13 @@ void CudaBackend::adamw_update(const OptimizerStep& step, const OptimizerScalars
 
 void CudaBackend::lamb_moments(const OptimizerStep& step, const OptimizerScalars& s, std::span<double> squares) {
   const char* op = "lamb_moments";
-  arena_.reset();
+  reset_scratch();
   check_step(step, op, true, true);
   require(squares.size() == 2 * step.runs.size(), op,
           std::to_string(squares.size()) + " squares for " + std::to_string(step.runs.size()) + " runs (2 per run)");
   if (step.runs.empty()) return;
   const OptimizerRunTable table = upload_runs(step.runs, false, op);
-  double* sums = arena_.take_array<double>(2 * table.run_count, "lamb_moments' sums of squares");
+  double* sums = take_scratch_array<double>(2 * table.run_count, "lamb_moments' sums of squares");
   check(launch_lamb_moments(f32(step.params), f32(step.grads), f32(step.exp_avg), f32(step.exp_avg_sq), table.runs,
                             table.run_count, step_scalars(s), sums, stream_),
         op);
@@ -981,7 +1039,7 @@ void CudaBackend::lamb_moments(const OptimizerStep& step, const OptimizerScalars
 
 void CudaBackend::lamb_update(const OptimizerStep& step, const OptimizerScalars& s) {
   const char* op = "lamb_update";
-  arena_.reset();
+  reset_scratch();
   check_step(step, op, true, true);
   const OptimizerRunTable table = upload_runs(step.runs, true, op);
   check(launch_lamb_update(f32(step.params), f32(step.exp_avg), f32(step.exp_avg_sq), table, step_scalars(s), stream_),
@@ -990,7 +1048,7 @@ void CudaBackend::lamb_update(const OptimizerStep& step, const OptimizerScalars&
 
 void CudaBackend::sgd_update(const OptimizerStep& step, const OptimizerScalars& s) {
   const char* op = "sgd_update";
-  arena_.reset();
+  reset_scratch();
   const bool momentum = step.exp_avg.raw() != nullptr;
   check_step(step, op, momentum, false);
   const OptimizerRunTable table = upload_runs(step.runs, true, op);
@@ -1001,7 +1059,7 @@ void CudaBackend::sgd_update(const OptimizerStep& step, const OptimizerScalars& 
 
 double CudaBackend::sum_of_squares(const Tensor& x, std::span<const int64_t> bounds) {
   const char* op = "sum_of_squares";
-  arena_.reset();
+  reset_scratch();
   require_f32(x, op, "x");
   const int64_t n = x.numel();
   if (bounds.empty()) {
@@ -1012,8 +1070,8 @@ double CudaBackend::sum_of_squares(const Tensor& x, std::span<const int64_t> bou
   for (size_t k = 1; k < bounds.size(); ++k) require(bounds[k - 1] <= bounds[k], op, "bounds must ascend");
   const auto parts = static_cast<int64_t>(bounds.size()) - 1;
   if (parts == 0) return 0.0;
-  auto* device_bounds = arena_.take_array<int64_t>(parts + 1, "sum_of_squares' bounds");
-  double* sums = arena_.take_array<double>(parts, "sum_of_squares' parts");
+  auto* device_bounds = take_scratch_array<int64_t>(parts + 1, "sum_of_squares' bounds");
+  double* sums = take_scratch_array<double>(parts, "sum_of_squares' parts");
   check(cudaMemcpyAsync(device_bounds, bounds.data(), bounds.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream_),
         op);
   check(launch_sum_of_squares_parts(f32(x), device_bounds, parts, sums, stream_), op);

@@ -1,24 +1,25 @@
 // CudaBackend: backend.h on one GPU. Every Tensor it is handed holds device memory (raw() is a device pointer); it
 // never reads one on the host. One stream; one cuBLASLt workspace (32 MiB, Hopper's size), one cuDNN workspace and
-// one scratch arena (device_arena.h) taken at construction and never again; no allocation inside an op.
+// one scratch arena (device_arena.h) taken at construction; the arena and the cuDNN workspace grow (cudaMalloc) when an
+// op needs more, otherwise no allocation inside an op.
 //   GEMMs: the call builders of calls/ (linear_gemm_calls.h, lora_gemm_calls.h) through GemmExecutor; TF32 only when
 //     asked. A matrix whose rows are not whole 16-byte units (14 f32 logits, LoRA's rank 4 in bf16) or that starts
 //     off 16-byte alignment (a slice of a larger weight, as DeiT's two heads) is staged into a
 //     padded copy in the arena (cudaMemcpy2DAsync) and back, as cuBLASLt's rules want (calls/padded_rows.h).
-//   linear_gelu_forward: the GEMM with its bias into f32 scratch (into the kept pre-activation in training), then
-//     vitpipe's exact-erf GELU kernel (cuBLASLt's GELU epilogue is the tanh approximation).
-//   Attention: bf16 through cuDNN's SDPA (SdpaExecutor); should cuDNN have no engine for a shape, the fallback
-//     (and with VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels (kernels/flash_attention.h), which
-//     fp32 always uses. The classifier-token variants in fp32 run the full kernels on a one-query view (other rows'
-//     log-sum-exp +inf, their output gradients 0, so they contribute nothing).
+//   linear_gelu_forward: the GEMM with its bias into the kept pre-activation in training, else into the output, then
+//     vitpipe's exact-erf GELU kernel, in place without one (cuBLASLt's GELU epilogue is the tanh approximation).
+//   Attention: bf16 through cuDNN's SDPA (SdpaExecutor); where cuDNN refuses a pass at a shape (kept per pass and
+//     shape), the fallback (and with VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels
+//     (kernels/flash_attention.h), which fp32 always uses. The classifier-token variants in fp32 run the full kernels
+//     on a one-query view (other rows' log-sum-exp +inf, their output gradients 0, so they contribute nothing).
 //   Optimizer steps and sums of squares: kernels/optimizer_kernels.h (a step's runs copied into the arena, one launch
 //     over all of them; the 16-lane sums of squares in backend.h's fixed order, bit for bit the CPU backend's).
 //     zero: cudaMemsetAsync; copy_to_host / copy_from_host: cudaMemcpyAsync and a stream synchronisation.
 //   Everything else: kernels/backend_kernels.h (deterministic two-pass column sums and loss sums).
 // Limits known now: LoRA with f32 operands and a bf16 output or input gradient is refused (cuBLASLt wants an f32
 // result from f32 operands; linear_forward and linear_backward_input go through f32 scratch there instead). The
-// arena's 256 MiB bound the padded copies and the bf16-attention fallback's f32 copies: at ViT-B/16, micro-batch 256,
-// that fallback needs more and says so (DeviceArena's message); the memory plan should size the arena.
+// arena starts at 256 MiB and grows where an op needs more (padded copies, the bf16-attention fallback's f32 copies,
+// f32 results of large batches); the memory plan does not count that growth yet.
 // Errors: every CUDA, cuBLASLt and cuDNN status is checked; a failure throws std::runtime_error naming the op and the
 // status. NOT YET RUN ON A GPU: compiled warning-free for sm_80, sm_90 and PTX; its kernels' arithmetic and the
 // library calls' descriptions are what the CPU suite proves.
@@ -28,6 +29,8 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <compare>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -58,8 +61,12 @@ class CudaBackend final : public Backend {
 
   // Waits for the stream; throws the error of an earlier asynchronous failure.
   void synchronize();
-  // Why cuDNN's SDPA is not used for a pass of bf16 attention (the first refusal), or empty while it is.
+  // Why cuDNN's SDPA is not used for some pass of bf16 attention (the first refusal), or empty while it is used for
+  // all of them.
   const std::string& sdpa_refusal() const { return sdpa_refusal_; }
+  // Which path bf16 attention took: "cudnn" while cuDNN ran every call, else "fallback" with every refused shape and
+  // why (on one line, "; " between them), for bench --json and the GPU check.
+  std::string attention_path() const;
   // Makes this backend's GPU the calling thread's current device (every op through the module table does this
   // first: pipeline stages may call from threads of their own).
   void make_current();
@@ -150,13 +157,30 @@ class CudaBackend final : public Backend {
   };
   RowMajorMatrix matrix(const Tensor& t, int64_t rows, int64_t cols, bool read, bool write);
   void finish_staging();
-  void refuse_sdpa(bool backward, const std::string& why);
+  // One shape of one pass of bf16 attention (cls_only: the classifier token's one query row). A refusal is kept per
+  // shape: the classifier token's call refused must not send the full attention of every layer to the fallback.
+  struct SdpaKey {
+    bool backward, cls_only;
+    int64_t batch, tokens, hidden, heads;
+    auto operator<=>(const SdpaKey&) const = default;
+  };
+  bool sdpa_refused(const SdpaKey& key) const { return sdpa_disabled_ || sdpa_refused_.count(key) > 0; }
+  void refuse_sdpa(const SdpaKey& key, const std::string& why);
   // `v`'s device pointer, or a copy in the arena where it is not 16-byte aligned (cuBLASLt's rule for the bias).
   const void* aligned_vector(const Tensor& v, const char* what);
   void release();
   // The step's runs (and their tile table) in the arena, copied from the host in one cudaMemcpyAsync.
   OptimizerRunTable upload_runs(std::span<const OptimizerRun> runs, bool tiles, const char* op);
   float* scratch_floats(int64_t count, const char* what);
+  // `bytes` of the op's scratch. Past the arena's end (a padded GEMM operand, linear_forward's f32 result at a large
+  // batch) the arena moves to a larger block; the op's earlier slices stay valid until the next reset_scratch.
+  void* take_scratch(size_t bytes, const char* what);
+  template <class T>
+  T* take_scratch_array(int64_t count, const char* what) {
+    return static_cast<T*>(take_scratch(static_cast<size_t>(count < 0 ? 0 : count) * sizeof(T), what));
+  }
+  // Each op's start: the arena empty again, outgrown blocks freed (after the stream's earlier work).
+  void reset_scratch();
   // Grows the scratch arena (between ops, after the stream's earlier work) to at least `bytes`: the attention
   // fallback's f32 copies grow with the batch past kArenaBytes.
   void reserve_scratch(size_t bytes);
@@ -184,11 +208,14 @@ class CudaBackend final : public Backend {
   size_t cudnn_workspace_bytes_ = 0;
   void* arena_memory_ = nullptr;
   DeviceArena arena_;
+  std::vector<void*> retired_scratch_;  // blocks the arena outgrew during the current op
   std::unique_ptr<GemmExecutor> gemm_;
   std::unique_ptr<SdpaExecutor> sdpa_;
-  // cuDNN refused the forward or the backward once: that pass of bf16 attention takes the fp32 fallback from then on
-  // (the other keeps cuDNN: both save and read the same log-sum-exp).
-  bool sdpa_forward_refused_ = false, sdpa_backward_refused_ = false;
+  // cuDNN refused a pass at a shape once: that pass at that shape takes the fp32 fallback from then on (the other
+  // pass and other shapes keep cuDNN: both paths save and read the same log-sum-exp). sdpa_disabled_: no cuDNN
+  // attention at all (VITPIPE_CUDA_SDPA=0).
+  bool sdpa_disabled_ = false;
+  std::map<SdpaKey, std::string> sdpa_refused_;
   std::string sdpa_refusal_;
   std::vector<Staging> staged_;
   std::vector<unsigned char> host_table_;  // the host side of upload_runs' copy (kept: no allocation per step)

@@ -36,6 +36,11 @@ class DeviceArena {
   T* take_array(int64_t count, const char* what) {
     return static_cast<T*>(take(static_cast<size_t>(count < 0 ? 0 : count) * sizeof(T), what));
   }
+  // Whether take(bytes) would succeed.
+  bool fits(size_t bytes) const {
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    return rounded >= bytes && rounded <= capacity_ - used_;
+  }
   void reset() { used_ = 0; }
 
   size_t used() const { return used_; }

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define VITPIPE_CUDA_MODULE_ABI_VERSION 6u
+#define VITPIPE_CUDA_MODULE_ABI_VERSION 7u
 #define VITPIPE_CUDA_MODULE_ENTRY "vitpipe_cuda_module"
 
 #ifdef __cplusplus
@@ -245,6 +245,9 @@ typedef struct VitpipeCudaModule {
   int (*nccl_wait)(void* comm, char* error, size_t error_size);
   // *done = 1 when every enqueued group has finished, 0 while some is still running; never blocks.
   int (*nccl_query)(void* comm, int* done, char* error, size_t error_size);
+  // Since ABI version 7: which path the backend's bf16 attention has taken so far, as one line into `out`: "cudnn"
+  // (cuDNN's SDPA for every call), or "fallback..." with each refused pass and shape and cuDNN's reason. 0 on success.
+  int (*backend_attention_path)(void* backend, char* out, size_t out_size);
 } VitpipeCudaModule;
 
 typedef const VitpipeCudaModule* (*VitpipeCudaModuleEntry)(void);

@@ -96,6 +96,12 @@ int backend_allocate(void* backend, size_t bytes, void** memory, char* error, si
   }
 }
 
+int backend_attention_path(void* backend, char* out, size_t out_size) {
+  if (out == nullptr || out_size == 0) return 1;
+  std::snprintf(out, out_size, "%s", static_cast<vitpipe::cuda::CudaBackend*>(backend)->attention_path().c_str());
+  return 0;
+}
+
 void backend_free(void* backend, void* memory) {
   static_cast<vitpipe::cuda::CudaBackend*>(backend)->free_bytes(memory);
 }
@@ -211,6 +217,7 @@ extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpi
       nccl_run,
       nccl_wait,
       nccl_query,
+      backend_attention_path,
   };
   return &module;
 }

@@ -152,11 +152,29 @@ Counters& counters() {
 }
 int64_t plan_workspace_bytes = 0;
 void set_plan_workspace_bytes(int64_t bytes) { plan_workspace_bytes = bytes; }
+int64_t refused_query_rows = 0;
+void set_refused_query_rows(int64_t s_q) { refused_query_rows = s_q; }
 const std::string& last_error() { return error; }
 
 }  // namespace vitpipe::fake_cudnn
 
 using namespace vitpipe::fake_cudnn;
+
+namespace {
+
+// set_refused_query_rows: the operation's Q has that many rows.
+bool refuses_query_rows(const Descriptor& op, cudnnBackendAttributeName_t q_name) {
+  vitpipe::cuda::StridedTensor4d q;
+  int64_t id = 0;
+  return refused_query_rows > 0 && strided(child(op, q_name), &q, &id) && q.dims[2] == refused_query_rows;
+}
+
+cudnnStatus_t not_supported(const std::string& why) {
+  bad(why);
+  return CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -200,6 +218,9 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t handle) {
       complete = has(d, {CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC,
                          CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC,
                          CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC});
+      if (complete && refuses_query_rows(d, CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC)) {
+        return not_supported("SDPA_FWD: no engine for this many query rows (the fake's refusal)");
+      }
       break;
     case CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR:
       complete = has(d, {CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC, CUDNN_ATTR_OPERATION_SDPA_BWD_KDESC,
@@ -207,6 +228,9 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t handle) {
                          CUDNN_ATTR_OPERATION_SDPA_BWD_DODDESC, CUDNN_ATTR_OPERATION_SDPA_BWD_STATSDESC,
                          CUDNN_ATTR_OPERATION_SDPA_BWD_DQDESC, CUDNN_ATTR_OPERATION_SDPA_BWD_DKDESC,
                          CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC, CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC});
+      if (complete && refuses_query_rows(d, CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC)) {
+        return not_supported("SDPA_BWD: no engine for this many query rows (the fake's refusal)");
+      }
       break;
     case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
       complete = has(d, {CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_ATTR_OPERATIONGRAPH_HANDLE});

@@ -18,6 +18,9 @@ struct Counters {
 };
 // The workspace every execution plan asks for (0 unless a test sets it).
 void set_plan_workspace_bytes(int64_t bytes);
+// SDPA operations (forward and backward) with this many query rows fail to finalise, as cuDNN refuses a shape it has
+// no engine for (0: none refused; the classifier token's call has 1).
+void set_refused_query_rows(int64_t s_q);
 Counters& counters();
 const std::string& last_error();
 

@@ -42,6 +42,7 @@ const VitpipeCudaModule kModule = {FAKE_ABI_VERSION,
                                    nullptr,
                                    nullptr,
                                    nullptr,
+                                   nullptr,
                                    nullptr};
 
 }  // namespace

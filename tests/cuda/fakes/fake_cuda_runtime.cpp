@@ -117,6 +117,8 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t) { return CUDNN_STATUS_SUCCESS; }
 
 }  // extern "C"
 
+size_t vitpipe::fake_cuda_runtime::cudnn_version = 91900;
+
 // What module_entry.cpp's library_versions asks (the probe on fakes goes through the module's own table).
 extern "C" {
 cudaError_t cudaRuntimeGetVersion(int* version) {
@@ -124,7 +126,7 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
   return cudaSuccess;
 }
 size_t cublasLtGetVersion(void) { return 130100; }
-size_t cudnnGetVersion(void) { return 91900; }
+size_t cudnnGetVersion(void) { return vitpipe::fake_cuda_runtime::cudnn_version; }
 }
 
 // ncclGetVersion: tests/cuda/executors/fake_nccl.cpp, with the rest of the fake NCCL.

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <vector>
 
 namespace vitpipe::fake_cuda_runtime {
@@ -17,5 +18,8 @@ struct StreamEvent {
 void log_stream_event(const StreamEvent& e);
 // The calling thread's events since its last call.
 std::vector<StreamEvent> take_stream_events();
+
+// What the fake cudnnGetVersion answers (91900, the headers' 9.19.0, unless a test sets another).
+extern size_t cudnn_version;
 
 }  // namespace vitpipe::fake_cuda_runtime

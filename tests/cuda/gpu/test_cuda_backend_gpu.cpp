@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -22,6 +23,7 @@
 #include "backend/cuda/sdpa_executor.h"
 #if VITPIPE_ON_FAKES
 #include "../executors/fake_cudnn.h"
+#include "../fakes/fake_cuda_runtime.h"
 #endif
 #include "util/random.h"
 
@@ -79,6 +81,8 @@ double relative_difference(const Tensor& actual, const Tensor& expected) {
   }
   return diff / scale;
 }
+
+double tolerance_for(DType dtype) { return dtype == DType::f32 ? 1e-5 : 2e-2; }
 
 using Op = std::function<double(Backend&, std::vector<Tensor>&)>;
 
@@ -138,12 +142,45 @@ class CudaBackendOnGpu : public ::testing::Test {
         tolerance);
   }
 
+  // Full and classifier-token attention, forward and backward, fp32 and bf16, at one shape against the CPU backend;
+  // the bf16 calls on cuDNN (no refusal), fp32 on the flash kernels.
+  void check_attention_at(int64_t batch, int64_t tokens, int64_t heads, int64_t head_dim) {
+    const int64_t hidden = heads * head_dim;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " T=" + std::to_string(tokens) + " heads=" + std::to_string(heads));
+      const double tol = tolerance_for(dt) * (dt == DType::f32 ? 10 : 1);
+      const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, dt);
+      Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, dt);
+      compare_attention_forward("attention_forward", qkv, heads, lse, out, tol);
+      compare_attention_backward(qkv, out, lse, heads, tol);
+      Tensor cls_lse = Tensor::empty({batch, heads}), cls_out = Tensor::empty({batch, hidden}, dt);
+      compare(
+          "cls_attention_forward", {qkv, cls_lse, cls_out},
+          [&](Backend& b, std::vector<Tensor>& t) {
+            b.cls_attention_forward(t[0], heads, t[1], t[2]);
+            return 0.0;
+          },
+          tol);
+      cpu_->cls_attention_forward(qkv, heads, cls_lse, cls_out);
+      compare(
+          "cls_attention_backward",
+          {random_tensor({batch, hidden}, rng_, dt), qkv, cls_out, cls_lse,
+           random_tensor({batch, tokens, 3 * hidden}, rng_, dt), random_tensor({3 * hidden}, rng_)},
+          [&](Backend& b, std::vector<Tensor>& t) {
+            b.cls_attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
+            return 0.0;
+          },
+          tol);
+    }
+    std::printf("attention path at T=%lld, %lld heads of %lld: %s\n", static_cast<long long>(tokens),
+                static_cast<long long>(heads), static_cast<long long>(head_dim), gpu_->attention_path().c_str());
+    EXPECT_EQ(gpu_->attention_path(), "cudnn") << "bf16 attention took the fp32 fallback";
+  }
+
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
   std::unique_ptr<cuda::CudaBackend> gpu_;
   Rng rng_{2024};
 };
-
-double tolerance_for(DType dtype) { return dtype == DType::f32 ? 1e-5 : 2e-2; }
 
 }  // namespace
 
@@ -285,6 +322,30 @@ TEST_F(CudaBackendOnGpu, Attention) {
   EXPECT_EQ(gpu_->sdpa_refusal(), "") << "bf16 attention took the fp32 fallback";
 }
 
+// Attention at the models' own shapes (the test above uses batch 2, T = 17, head dim 16 only): full attention forward
+// and backward and the classifier token's one-query-row call, fp32 and bf16; the bf16 calls must run on cuDNN's SDPA
+// (on a GPU: the real cuDNN accepts these shapes). On the fakes the batch is 1 and the heads fewer where noted, to keep
+// each test to a few seconds; on a GPU the shapes are the models' at batch 4.
+#if VITPIPE_ON_FAKES
+constexpr int64_t kRealShapeBatch = 1;
+constexpr bool kOnFakes = true;
+#else
+constexpr int64_t kRealShapeBatch = 4;
+constexpr bool kOnFakes = false;
+#endif
+
+TEST_F(CudaBackendOnGpu, AttentionAtRealShapeVitB16) {  // ViT-B/16 at 224 px: 1 + 14 x 14 tokens, 12 heads of 64
+  check_attention_at(kRealShapeBatch, 197, 12, 64);
+}
+
+TEST_F(CudaBackendOnGpu, AttentionAtRealShapeDinov2At518) {  // DINOv2 at 518 px: 1 + 37 x 37 tokens, heads of 64
+  check_attention_at(kRealShapeBatch, 1370, kOnFakes ? 1 : 6, 64);
+}
+
+TEST_F(CudaBackendOnGpu, AttentionAtRealShapeDinov2Registers) {  // DINOv2-S with 4 registers: 1 + 4 + 16 x 16 tokens
+  check_attention_at(kRealShapeBatch, 261, kOnFakes ? 2 : 6, 64);
+}
+
 #if VITPIPE_ON_FAKES
 // cuDNN refusing the backward pass alone (here: a plan asking for more workspace than any is given) sends only the
 // backward to the fallback; the forward keeps cuDNN, and the fallback's backward reads the log-sum-exp cuDNN saved.
@@ -302,7 +363,110 @@ TEST_F(CudaBackendOnGpu, RefusedBackwardLeavesTheForwardOnCudnn) {
   compare_attention_forward("attention_forward again", qkv, heads, lse, out, tol);
   EXPECT_EQ(fake_cudnn::counters().executions, executions + 1) << "the forward pass left cuDNN";
 }
+
+// cuDNN refusing the classifier token's one-query-row call (the fake refuses s_q = 1; it runs last in the forward pass
+// and first in the backward) sends that call alone to the fallback: the full attention of every layer stays on cuDNN.
+TEST_F(CudaBackendOnGpu, RefusedClassifierTokenLeavesTheFullAttentionOnCudnn) {
+  struct Unrefuse {
+    ~Unrefuse() { fake_cudnn::set_refused_query_rows(0); }
+  } unrefuse;
+  fake_cudnn::set_refused_query_rows(1);
+  const int64_t batch = 2, tokens = 17, hidden = 64, heads = 4;
+  const double tol = tolerance_for(DType::bf16);
+  const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16);
+  Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, DType::bf16);
+  compare_attention_forward("attention_forward", qkv, heads, lse, out, tol);
+  Tensor cls_lse = Tensor::empty({batch, heads}), cls_out = Tensor::empty({batch, hidden}, DType::bf16);
+  compare(
+      "cls_attention_forward (refused, on the fallback)", {qkv, cls_lse, cls_out},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.cls_attention_forward(t[0], heads, t[1], t[2]);
+        return 0.0;
+      },
+      tol);
+  cpu_->cls_attention_forward(qkv, heads, cls_lse, cls_out);
+  compare(
+      "cls_attention_backward (refused, on the fallback)",
+      {random_tensor({batch, hidden}, rng_, DType::bf16), qkv, cls_out, cls_lse,
+       random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16), random_tensor({3 * hidden}, rng_)},
+      [&](Backend& b, std::vector<Tensor>& t) {
+        b.cls_attention_backward(t[0], t[1], t[2], t[3], heads, t[4], &t[5]);
+        return 0.0;
+      },
+      tol);
+  EXPECT_NE(gpu_->sdpa_refusal().find("query rows"), std::string::npos) << gpu_->sdpa_refusal();
+  // The next layer's (or step's) full attention, both passes: still cuDNN's.
+  const int executions = fake_cudnn::counters().executions;
+  compare_attention_forward("attention_forward after the refusal", qkv, heads, lse, out, tol);
+  compare_attention_backward(qkv, out, lse, heads, tol);
+  EXPECT_EQ(fake_cudnn::counters().executions, executions + 2) << "the full attention left cuDNN";
+  const std::string path = gpu_->attention_path();
+  EXPECT_EQ(path.rfind("fallback for 2 shape(s)", 0), 0u) << path;
+  EXPECT_NE(path.find("classifier-token forward at batch 2, 17 tokens, 4 heads of 16"), std::string::npos) << path;
+  EXPECT_NE(path.find("classifier-token backward"), std::string::npos) << path;
+}
+
+// A cuDNN loaded at run time outside the versions the native SDPA graphs are written for (9.13.1 up to 9.20; the
+// headers passed the build's guard): bf16 attention takes the fallback from the start, and says why.
+TEST_F(CudaBackendOnGpu, CudnnOutsideTheSdpaVersionsTakesTheFallback) {
+  for (size_t version : {size_t{91200}, size_t{91300}, size_t{92100}}) {
+    SCOPED_TRACE(version);
+    struct Restore {
+      ~Restore() { fake_cuda_runtime::cudnn_version = 91900; }
+    } restore;
+    fake_cuda_runtime::cudnn_version = version;
+    gpu_ = std::make_unique<cuda::CudaBackend>(0, false);
+    const int64_t batch = 2, tokens = 17, hidden = 64, heads = 4;
+    const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16);
+    Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, DType::bf16);
+    const int executions = fake_cudnn::counters().executions;
+    compare_attention_forward("attention_forward", qkv, heads, lse, out, tolerance_for(DType::bf16));
+    compare_attention_backward(qkv, out, lse, heads, tolerance_for(DType::bf16));
+    EXPECT_EQ(fake_cudnn::counters().executions, executions) << "cuDNN ran";
+    EXPECT_EQ(gpu_->attention_path().rfind("fallback: cuDNN 9.", 0), 0u) << gpu_->attention_path();
+    EXPECT_NE(gpu_->attention_path().find("9.13.1 up to 9.20 only"), std::string::npos) << gpu_->attention_path();
+  }
+  gpu_ = std::make_unique<cuda::CudaBackend>(0, false);  // 9.19.0 again: cuDNN's
+  EXPECT_EQ(gpu_->attention_path(), "cudnn");
+}
 #endif
+
+// Scratch past the fixed 256 MiB arena outside attention. Inference's MLP keeps no pre-activation: rows x 4D f32 of it
+// would not fit (ViT-B/16 at eval batch 111 is 21,867 x 3,072 = 268.7 MB); here 66,560 x 1,024 in bf16, k = 8 to keep
+// the fakes' GEMM short. And a GEMM operand staged through a padded copy larger than the arena: rows of 14 f32
+// (56 bytes) padded to 16, 4.3 M of them (275 MB).
+TEST_F(CudaBackendOnGpu, InferenceMlpBeyondTheFixedArena) {
+  const auto arena = static_cast<int64_t>(cuda::CudaBackend::kArenaBytes);
+  {
+    const int64_t m = 66560, k = 8, n = 1024;
+    ASSERT_GT(4 * m * n, arena);
+    compare(
+        "linear_gelu_forward without a pre-activation",
+        {random_tensor({m, k}, rng_, DType::bf16), random_tensor({n, k}, rng_, DType::bf16), random_tensor({n}, rng_),
+         Tensor::zeros({m, n}, DType::bf16)},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_gelu_forward(t[0], t[1], t[2], nullptr, t[3]);
+          return 0.0;
+        },
+        tolerance_for(DType::bf16));
+  }
+}
+
+TEST_F(CudaBackendOnGpu, PaddedStagingBeyondTheFixedArena) {
+  const auto arena = static_cast<int64_t>(cuda::CudaBackend::kArenaBytes);
+  {
+    const int64_t m = 4'300'000, k = 14, n = 4;
+    ASSERT_GT(4 * m * 16, arena);
+    compare(
+        "linear_forward of a padded input",
+        {random_tensor({m, k}, rng_), random_tensor({n, k}, rng_), random_tensor({n}, rng_), Tensor::zeros({m, n})},
+        [](Backend& b, std::vector<Tensor>& t) {
+          b.linear_forward(t[0], t[1], &t[2], nullptr, t[3]);
+          return 0.0;
+        },
+        tolerance_for(DType::f32));
+  }
+}
 
 // bf16 attention on the fallback (cuDNN's SDPA off) with f32 copies larger than the fixed 256 MiB scratch arena:
 // the backward's copies of qkv, grad_out, out and grad_qkv come to 272 MB here (ViT-B at batch 128: about 620 MB).

@@ -75,6 +75,11 @@ __global__ void gelu_forward_kernel(const S* __restrict__ in, D* __restrict__ ou
 }
 
 template <class T>
+__global__ void gelu_in_place_kernel(T* x, int64_t count) {  // no __restrict__: reads and writes x
+  VITPIPE_GRID_STRIDE(i, count) { store_value(x, i, gelu(load_value(x, i))); }
+}
+
+template <class T>
 __global__ void gelu_backward_kernel(const T* grad_out, const T* in, T* grad_in, int64_t count) {  // may alias
   VITPIPE_GRID_STRIDE(i, count) {
     store_value(grad_in, i, load_value(grad_out, i) * gelu_derivative(load_value(in, i)));
@@ -393,6 +398,16 @@ cudaError_t launch_scale(const void* in, void* out, bool bf16, float factor, int
     scale_kernel<<<grid_for(count), kBlock, 0, stream>>>(bits(in), bits(out), factor, count);
   } else {
     scale_kernel<<<grid_for(count), kBlock, 0, stream>>>(floats(in), floats(out), factor, count);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gelu_in_place(void* x, bool bf16, int64_t count, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (bf16) {
+    gelu_in_place_kernel<<<grid_for(count), kBlock, 0, stream>>>(bits(x), count);
+  } else {
+    gelu_in_place_kernel<<<grid_for(count), kBlock, 0, stream>>>(floats(x), count);
   }
   return cudaGetLastError();
 }

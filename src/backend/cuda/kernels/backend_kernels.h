@@ -48,6 +48,8 @@ cudaError_t launch_scale(const void* in, void* out, bool bf16, float factor, int
 // column sums of the unrounded gradient, taken before grad_in is written.
 cudaError_t launch_gelu_forward_any(const void* in, bool in_bf16, void* out, bool out_bf16, int64_t count,
                                     cudaStream_t stream);
+// GELU of x in place (inference's MLP: the GEMM wrote its output, bias included, into x; no scratch).
+cudaError_t launch_gelu_in_place(void* x, bool bf16, int64_t count, cudaStream_t stream);
 cudaError_t launch_gelu_backward_any(const void* grad_out, const void* in, void* grad_in, bool bf16, int64_t rows,
                                      int64_t cols, float* grad_bias, float* partials, cudaStream_t stream);
 
