@@ -34,7 +34,7 @@ hosts share this machine's cores: W ranks run on its cores at once. Per row, in 
     traffic too), sampled every 50 ms and interpolated at the step records' times.
 With --repeat N, rows of steps under 2.5 s run N times (each a fresh prediction and a measurement) and the table
 shows the run whose measured / predicted is the median, with every run's ratio beside the layout.
-Prints a Markdown table (the README's "Measured: the seed's communication claim").
+Prints a Markdown table (docs/clusters.md, "Measured: the seed's communication claim").
 """
 import argparse
 import bisect

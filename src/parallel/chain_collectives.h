@@ -2,8 +2,8 @@
 // owned by one replica): a chain along the ranks in ring order, the buffer cut into pieces so that every link of
 // the chain carries a piece at once. Each link moves the buffer once, in one direction; with owners taking turns
 // bucket by bucket, both directions of every link are busy, as the planner's ring model assumes. Open MPI 4.1's
-// non-blocking reduce and broadcast (libnbc) made a 2-host sharded step 1.8 x its prediction (README, "Across
-// hosts"), as its binomial all-reduce did before vitpipe's ring.
+// non-blocking reduce and broadcast (libnbc) made a 2-host sharded step 1.8 x its prediction (docs/clusters.md), as its
+// binomial all-reduce did before vitpipe's ring.
 //
 // Deterministic: the sum runs in the chain's order (from rank root + 1 to the root), the same on every run. Progress
 // happens inside test() and wait(); every wait is one of the communicator's point-to-point waits, each under its

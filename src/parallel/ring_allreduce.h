@@ -2,7 +2,7 @@
 // point-to-point messages. Each rank sends and receives (n - 1) / n of the buffer twice, both directions of every
 // link busy at once: the bandwidth-optimal algorithm the planner models. Open MPI 4.1's non-blocking all-reduce
 // takes a binomial tree below 4 ranks instead (a reduce to one rank, then a broadcast: each byte crosses a link
-// twice, one direction at a time), which doubled a 2-host data-parallel step (README, "Across hosts").
+// twice, one direction at a time), which doubled a 2-host data-parallel step (docs/clusters.md).
 //
 // Deterministic: chunk c is summed in the same ring order on every run (starting at rank c + 1), and the all-gather
 // copies the finished sums, so every rank ends with the same bits. Progress happens inside test() and wait(), like
