@@ -2,13 +2,16 @@
 // and data parallelism.
 #include <cstdio>
 #include <exception>
+#include <memory>
 
 #include "cli/commands.h"
+#include "cli/help_formatter.h"
 #include "cli/suggestions.h"
 #include "util/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"vitpipe: fine-tune Hugging Face Vision Transformers on medical images"};
+  app.formatter(std::make_shared<vitpipe::cli::HelpFormatter>());  // before the subcommands, which inherit it
   app.require_subcommand(1);
   app.set_version_flag("--version", "vitpipe 0.1.0");
   vitpipe::cli::add_info_command(app);

@@ -792,6 +792,12 @@ struct TrainOptionsParser::Registered {
 };
 
 TrainOptionsParser::TrainOptionsParser(CLI::App* app) {
+  const nlohmann::json defaults_json = defaults().to_json();
+  auto underscored = [](std::string name) {
+    for (char& c : name)
+      if (c == '-') c = '_';
+    return name;
+  };
   app->add_option("--config", config_path_,
                   "JSON or YAML file of options (keys: the flag names without dashes); flags given here override it")
       ->type_name("FILE");
@@ -800,7 +806,13 @@ TrainOptionsParser::TrainOptionsParser(CLI::App* app) {
     entry->def = &def;
     const std::string flag = std::string("--") + def.name;
     if (def.is_flag()) {
-      entry->option = app->add_flag(flag + ",!--no-" + def.name, entry->flag, def.help);
+      // The default said in words where the help does not already say it (the --no- form sets false, not the
+      // default: see cli/help_formatter.h).
+      std::string help = def.help;
+      const std::string key = underscored(def.name);
+      if (help.find("default") == std::string::npos && defaults_json.contains(key) && defaults_json[key].is_boolean())
+        help += defaults_json[key].get<bool>() ? " (default on)" : " (default off)";
+      entry->option = app->add_flag(flag + ",!--no-" + def.name, entry->flag, help);
     } else if (std::string(def.name) == "resume") {
       // --resume alone (a flag) or --resume auto: an optional value; "" stands for "given without one".
       entry->option = app->add_option(flag, entry->value, def.help)->type_name(def.hint)->expected(0, 1);

@@ -2,7 +2,7 @@
 them pointing at a file and heading that exist, and every `vitpipe` command in their shell blocks one the binary
 takes: a real subcommand, and every flag one its `--help` lists. Commands that need no data are run as written.
 
-    check_docs.py --case length|links|commands
+    check_docs.py --case length|links|commands|help
 """
 
 import argparse
@@ -134,12 +134,31 @@ def case_commands(failures):
     print(f"{checked} vitpipe commands checked against --help, {ran} run")
 
 
+def case_help(failures):
+    """Every subcommand's --help as a user reads it: no CLI11 "{false}" after a flag (which reads as its default),
+    and every on/off flag of train says its default."""
+    cache = {}
+    top = help_text([], cache) or ""
+    subcommands = re.findall(r"^  (\w+)\s", top.split("SUBCOMMANDS:")[-1], flags=re.M)
+    for sub in subcommands:
+        text = help_text([sub], cache) or ""
+        for line in text.splitlines():
+            if re.match(r"\s+--\S*\{(true|false)\}", line):
+                failures.append(f"vitpipe {sub} --help: {line.strip()}")
+    text = help_text(["train"], cache) or ""
+    entries = re.split(r"\n(?=  -)", text)
+    for entry in entries:
+        if re.match(r"  --([\w-]+),--no-", entry) and "default" not in entry:
+            failures.append(f"vitpipe train --help: no default said for {entry.split()[0]}")
+    print(f"{len(subcommands)} subcommands' help read")
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--case", required=True, choices=["length", "links", "commands"])
+    parser.add_argument("--case", required=True, choices=["length", "links", "commands", "help"])
     case = parser.parse_args().case
     failures = []
-    {"length": case_length, "links": case_links, "commands": case_commands}[case](failures)
+    {"length": case_length, "links": case_links, "commands": case_commands, "help": case_help}[case](failures)
     for failure in failures:
         print("FAIL:", failure)
     sys.exit(1 if failures else 0)
