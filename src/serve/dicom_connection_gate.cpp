@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "serve/listening_socket.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -22,51 +23,11 @@ using Clock = std::chrono::steady_clock;
 constexpr uint8_t kAssociateRequestPdu = 0x01;
 constexpr size_t kPduHeaderBytes = 6;  // type, reserved, 32-bit big-endian length
 
-std::string numeric_address(const sockaddr_storage& address) {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET)
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&address)->sin_addr, text, sizeof text);
-  else if (address.ss_family == AF_INET6) {
-    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&address)->sin6_addr;
-    if (IN6_IS_ADDR_V4MAPPED(&a))  // an IPv4 client of a dual-stack socket: as --allowed-callers resolves it
-      ::inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof text);
-    else
-      ::inet_ntop(AF_INET6, &a, text, sizeof text);
-  }
-  return text;
-}
-
 }  // namespace
 
 DicomConnectionGate::DicomConnectionGate(const std::string& host, uint16_t port, DicomConnectionLimits limits)
     : limits_(limits) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  const int resolved = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
-  VP_REQUIRE(resolved == 0 && found, "--dicom-host ", host, ": not an address of this machine (",
-             ::gai_strerror(resolved), ")");
-  int error = 0;
-  for (addrinfo* a = found; a && listen_socket_ < 0; a = a->ai_next) {
-    const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (s < 0) continue;
-    const int yes = 1;
-    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);  // restarts past TIME_WAIT; never a shared port
-    if (::bind(s, a->ai_addr, a->ai_addrlen) == 0 && ::listen(s, 128) == 0) {
-      listen_socket_ = s;
-    } else {
-      error = errno;
-      ::close(s);
-    }
-  }
-  ::freeaddrinfo(found);
-  VP_REQUIRE(error != EADDRINUSE || listen_socket_ >= 0, "--dicom-port ", port, ": port ", port, " is in use on ", host,
-             " (another DICOM node or program listens there)");
-  VP_REQUIRE(listen_socket_ >= 0, "--dicom-host ", host, " --dicom-port ", port, ": cannot listen there (",
-             std::strerror(error), ")");
+  listen_socket_ = listen_exclusively(host, port, 128, "--dicom-host", "--dicom-port");
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   VP_REQUIRE(epoll_ >= 0, "DICOM node: epoll: ", std::strerror(errno));
   epoll_event e{};

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "serve/http_socket_stream.h"
+#include "serve/listening_socket.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -27,21 +28,6 @@ constexpr auto kLinger = std::chrono::seconds(2);
 // header deadline ends once routing starts (a body is bounded by the per-read timeout instead).
 thread_local bool close_requested = false;
 thread_local HttpSocketStream* current_stream = nullptr;
-
-std::string address_text(const sockaddr_storage& address, int* port) {
-  char text[INET6_ADDRSTRLEN] = {};
-  *port = 0;
-  if (address.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&address);
-    ::inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
-    *port = ntohs(a->sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&address);
-    ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
-    *port = ntohs(a->sin6_port);
-  }
-  return text;
-}
 
 // A whole answer in one non-blocking send; a client that does not read it loses it (it is being refused anyway).
 void send_canned(int socket, int status, const char* reason_phrase, const std::string& message) {
@@ -119,44 +105,8 @@ void HttpConnectionServer::answer_until_closed(int socket, const std::string& pe
 }
 
 void HttpConnectionServer::bind(const std::string& host, int port) {
-  VP_REQUIRE(port >= 0 && port <= 65535, "--port: expected 1..65535, got ", port);  // 0: any free port
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  const int resolved = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
-  VP_REQUIRE(resolved == 0 && found, "--host ", host, ": not an address of this machine (", ::gai_strerror(resolved),
-             ")");
-  int error = 0;
-  for (addrinfo* a = found; a && listen_socket_ < 0; a = a->ai_next) {
-    const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (s < 0) continue;
-    // SO_REUSEADDR lets a restart bind while old connections linger in TIME_WAIT; it does not let two listeners
-    // share the port on Linux (SO_REUSEPORT, which cpp-httplib sets, would).
-    const int yes = 1;
-    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    if (::bind(s, a->ai_addr, a->ai_addrlen) == 0 && ::listen(s, 1024) == 0) {
-      listen_socket_ = s;
-    } else {
-      error = errno;
-      ::close(s);
-    }
-  }
-  ::freeaddrinfo(found);
-  VP_REQUIRE(error != EADDRINUSE || listen_socket_ >= 0, "--port ", port, ": port ", port, " is in use on ", host,
-             " (another vitpipe serve or another program listens there)");
-  VP_REQUIRE(listen_socket_ >= 0, "--host ", host, " --port ", port, ": cannot listen there (", std::strerror(error),
-             ")");
-  if (port == 0) {
-    sockaddr_storage bound{};
-    socklen_t length = sizeof bound;
-    ::getsockname(listen_socket_, reinterpret_cast<sockaddr*>(&bound), &length);
-    address_text(bound, &port_);
-  } else {
-    port_ = port;
-  }
+  listen_socket_ = listen_exclusively(host, port, 1024, "--host", "--port");
+  port_ = bound_port(listen_socket_);
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   VP_REQUIRE(epoll_ >= 0 && wake_ >= 0, "serve: epoll/eventfd: ", std::strerror(errno));
@@ -271,7 +221,7 @@ void HttpConnectionServer::accept_all() {
       return;
     }
     int port = 0;
-    std::string address = address_text(peer, &port);
+    std::string address = numeric_address(peer, &port);
     const int yes = 1;
     // An answer goes out at once, not after the client's delayed ACK (Nagle added ~40 ms per keep-alive request).
     ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);

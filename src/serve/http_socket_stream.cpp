@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "serve/listening_socket.h"
+
 namespace vitpipe {
 
 HttpSocketStream::HttpSocketStream(int socket, std::string peer_address, int peer_port,
@@ -82,18 +84,7 @@ void HttpSocketStream::get_local_ip_and_port(std::string& ip, int& port) const {
   socklen_t length = sizeof address;
   ip.clear();
   port = 0;
-  if (::getsockname(socket_, reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&address);
-    ::inet_ntop(AF_INET, &a->sin_addr, text, sizeof text);
-    port = ntohs(a->sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&address);
-    ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
-    port = ntohs(a->sin6_port);
-  }
-  ip = text;
+  if (::getsockname(socket_, reinterpret_cast<sockaddr*>(&address), &length) == 0) ip = numeric_address(address, &port);
 }
 
 }  // namespace vitpipe
