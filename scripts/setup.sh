@@ -13,6 +13,7 @@ packages=(build-essential cmake pkg-config ninja-build ccache  # ccache: rebuild
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev  # JSON, command line, YAML configs
   libcurl4-openssl-dev libssl-dev ca-certificates  # Hugging Face Hub downloads, sha256
   libzip-dev                        # reading pytorch_model.bin (a zip archive)
+  libarchive-dev                    # `data prepare` reading NIH's images_0XX.tar.gz without unpacking them
   libdcmtk-dev libopenjp2-7-dev     # DICOM: DCMTK (parsing, JPEG / JPEG-LS / RLE codecs), OpenJPEG (JPEG 2000)
   zlib1g-dev                        # gzipped label files (.csv.gz)
   libfreetype-dev fonts-dejavu-core # text on heatmap overlays (finding, probability, colour bar)

@@ -1,5 +1,6 @@
 // ChestX-ray14 on disk: ROOT/Data_Entry_2017_v2020.csv (or Data_Entry_2017.csv, either possibly .gz),
-// ROOT/train_val_list.txt, ROOT/test_list.txt, images flat in ROOT/images/ or in ROOT/images_0XX/images/ (Kaggle).
+// ROOT/train_val_list.txt, ROOT/test_list.txt, images flat in ROOT/images/ or in ROOT/images_0XX/images/ (Kaggle),
+// or still in the archives NIH ships, ROOT/images_001.tar.gz .. images_012.tar.gz (read by `data prepare` alone).
 #include <algorithm>
 #include <unordered_map>
 
@@ -7,6 +8,7 @@
 #include "data/chestxray14_metadata.h"
 #include "data/csv_table.h"
 #include "data/file_dataset.h"
+#include "data/image_archive.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -23,8 +25,8 @@ fs::path first_existing(const fs::path& root, const std::vector<std::string>& na
   return {};
 }
 
-// Image name -> file, over ROOT/images/ and every ROOT/images_*/images/ (and ROOT/images_*/ itself).
-std::unordered_map<std::string, fs::path> index_image_files(const fs::path& root) {
+// ROOT/images/ and every ROOT/images_*/images/ (or ROOT/images_*/ itself).
+std::vector<fs::path> image_folders(const fs::path& root) {
   std::vector<fs::path> folders;
   if (fs::is_directory(root / "images")) folders.push_back(root / "images");
   std::vector<fs::path> parts;
@@ -34,9 +36,23 @@ std::unordered_map<std::string, fs::path> index_image_files(const fs::path& root
   }
   std::sort(parts.begin(), parts.end());
   for (const auto& part : parts) folders.push_back(fs::is_directory(part / "images") ? part / "images" : part);
-  VP_REQUIRE(!folders.empty(), root.string(),
-             ": no images/ folder (expected ROOT/images/*.png or the Kaggle layout "
-             "ROOT/images_001/images/*.png)");
+  return folders;
+}
+
+// ROOT/images*.tar.gz (.tgz, .tar), in name order.
+std::vector<fs::path> image_archives(const fs::path& root) {
+  std::vector<fs::path> archives;
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.is_regular_file() && entry.path().filename().string().starts_with("images") &&
+        is_image_archive_name(entry.path()))
+      archives.push_back(entry.path());
+  std::sort(archives.begin(), archives.end());
+  return archives;
+}
+
+// Image name -> file, over `folders`.
+std::unordered_map<std::string, fs::path> index_image_files(const fs::path& root,
+                                                            const std::vector<fs::path>& folders) {
   std::unordered_map<std::string, fs::path> files;
   for (const auto& folder : folders) {
     for (const auto& entry : fs::directory_iterator(folder)) {
@@ -96,7 +112,13 @@ std::shared_ptr<FileDataset> open_chestxray14_dataset(const fs::path& root_in, c
   source.multi_label = true;
   source.no_finding_allowed = true;
   source.metadata_files = {csv, train_val, test};
-  const auto files = index_image_files(root);
+  const std::vector<fs::path> folders = image_folders(root);
+  // Unpacked images win over archives beside them: they can be read one by one.
+  if (folders.empty()) source.archives = image_archives(root);
+  VP_REQUIRE(!folders.empty() || !source.archives.empty(), root.string(),
+             ": no images/ folder (expected ROOT/images/*.png, the Kaggle layout ROOT/images_001/images/*.png, or "
+             "NIH's archives ROOT/images_001.tar.gz ..)");
+  const auto files = index_image_files(root, folders);
   for (size_t i = 0; i < records.size(); ++i) {
     SourceEntry entry;
     entry.item.name = records[i].image;
@@ -107,7 +129,10 @@ std::shared_ptr<FileDataset> open_chestxray14_dataset(const fs::path& root_in, c
     entry.item.age_years = records[i].age_years;
     entry.source_split = split_of[i];
     auto found = files.find(records[i].image);
-    if (found == files.end()) {
+    if (!source.archives.empty()) {  // which archive holds it (if any) is known once `data prepare` reads them
+      source.entries.push_back(std::move(entry));
+      source.paths.emplace_back();
+    } else if (found == files.end()) {
       source.missing.push_back(std::move(entry));
     } else {
       source.entries.push_back(std::move(entry));

@@ -90,7 +90,13 @@ std::shared_ptr<Dataset> open_dataset(const std::string& spec, const DatasetOpti
   if (parsed.kind == "cache") {
     dataset = open_packed_cache(parsed.path, options);
   } else {
-    dataset = open_file_dataset(parsed, options);
+    auto files = open_file_dataset(parsed, options);
+    // Archives are read front to back, once: training and evaluation read the cache `data prepare` makes of them.
+    VP_REQUIRE(files->source().archives.empty() || options.allow_missing, "--data ", spec, ": the images are in ",
+               files->source().archives.size(),
+               " .tar.gz archives, which are not read image by image; run `vitpipe data prepare --data ", files->spec(),
+               " --out CACHE` once, then use --data cache:CACHE");
+    dataset = files;
   }
   if (!options.labels.empty()) {
     const LabelMapping mapping = map_labels(dataset->label_names(), named_label_set(options.labels));

@@ -61,6 +61,10 @@ FileDataset::FileDataset(Source source, const DatasetOptions& options) : source_
 }
 
 DecodedImage FileDataset::load_decoded(int64_t i) const {
+  // An archive is read front to back, never image by image: training and evaluation go through a prepared cache.
+  VP_REQUIRE(!paths_[static_cast<size_t>(i)].empty(), spec_, ": ", items_[static_cast<size_t>(i)].name,
+             " is inside the .tar.gz archives, which are read only by `vitpipe data prepare --data ", spec_,
+             " --out CACHE`; then use --data cache:CACHE");
   return decode_image_file_keep_gray(paths_[static_cast<size_t>(i)], image_read_);
 }
 

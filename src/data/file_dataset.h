@@ -20,8 +20,11 @@ class FileDataset : public Dataset {
     std::vector<std::string> label_names;  // before --add-no-finding
     bool multi_label = true;
     bool no_finding_allowed = false;
-    std::vector<SourceEntry> entries;                   // images found on disk
-    std::vector<std::filesystem::path> paths;           // one per entry
+    std::vector<SourceEntry> entries;          // images found on disk
+    std::vector<std::filesystem::path> paths;  // one per entry (empty: inside one of `archives`)
+    // Image archives (NIH's images_0XX.tar.gz) holding the entries whose path is empty, read only by `data prepare`
+    // (data/archive_staging.h): which archive holds which image is known once they have been read.
+    std::vector<std::filesystem::path> archives;
     std::vector<SourceEntry> missing;                   // listed but absent
     std::vector<std::filesystem::path> metadata_files;  // CSV, split lists: part of a cache's fingerprint
     // Options that shaped the listing itself (VinDr-CXR's --label-vote, MIMIC-CXR's --mimic-labels): a cache

@@ -9,7 +9,9 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <unordered_set>
 
+#include "data/archive_staging.h"
 #include "data/data_spec.h"
 #include "data/image_processor.h"
 #include "data/pillow_resize.h"
@@ -33,13 +35,13 @@ constexpr const char* kFormatName = "vitpipe-packed-cache";
 constexpr const char* kPixelsName = "pixels.u8";
 constexpr const char* kIndexName = "index.json";
 constexpr size_t kPixelsPadding = 64;
-constexpr const char* kCacheFiles[] = {kPixelsName, kIndexName, kPackedCacheManifestName};
+// staging/: what a prepare from archives has decoded so far (data/archive_staging.h), removed once it is done.
+constexpr const char* kStagingName = "staging";
+constexpr const char* kCacheFiles[] = {kPixelsName, kIndexName, kPackedCacheManifestName, kStagingName};
 
-// One image, decoded, resized and cropped as the processor does; a colour image whose channels are all equal is
-// kept as gray.
-void decode_and_process(const fs::path& path, const ImageReadOptions& reading, const ImageProcessor& processor,
-                        std::vector<uint8_t>* out, int* channels) {
-  DecodedImage image = decode_image_file_keep_gray(path, reading);
+// One decoded image resized and cropped as the processor does; a colour image whose channels are all equal is kept
+// as gray.
+void process(const DecodedImage& image, const ImageProcessor& processor, std::vector<uint8_t>* out, int* channels) {
   int64_t w = 0, h = 0;
   processor.geometry(image.pixels.data(), image.width, image.height, image.channels, out, &w, &h);
   const auto pixels = static_cast<size_t>(w * h);
@@ -54,6 +56,48 @@ void decode_and_process(const fs::path& path, const ImageReadOptions& reading, c
       *channels = 1;
     }
   }
+}
+
+void decode_and_process(const fs::path& path, const ImageReadOptions& reading, const ImageProcessor& processor,
+                        std::vector<uint8_t>* out, int* channels) {
+  process(decode_image_file_keep_gray(path, reading), processor, out, channels);
+}
+
+// Images inside archives: streams them all into DIR/staging first (resuming what an earlier run staged), so that
+// writing the cache below reads them in the source's order. Throws naming a broken archive once the others are done.
+std::unique_ptr<ArchiveStaging> stage_archives(const FileDataset::Source& source, const fs::path& dir,
+                                               const PreprocessorConfig& preprocessing, const ImageReadOptions& reading,
+                                               const ImageProcessor& processor, int64_t image_size, int threads,
+                                               const PrepareCacheOptions& options) {
+  const std::string settings =
+      concat("vitpipe archive staging 1\nimage_size ", image_size, "\ngeometry ", preprocessing.geometry(),
+             "\nimage_read ", image_read_options_json(reading).dump(), "\n");
+  auto staging =
+      std::make_unique<ArchiveStaging>(dir / kStagingName, settings, static_cast<size_t>(image_size * image_size));
+  std::unordered_set<std::string> wanted;
+  for (const auto& entry : source.entries) wanted.insert(entry.item.name);
+  auto decode = [&](const uint8_t* bytes, size_t size, const std::string& name, std::vector<uint8_t>* out,
+                    int* channels) {
+    process(decode_image_memory_keep_gray(bytes, size, name, reading), processor, out, channels);
+  };
+  info("reading ", source.archives.size(), " archives (", source.archives.front().filename().string(),
+       source.archives.size() > 1 ? " .. " + source.archives.back().filename().string() : "", ") on ", threads,
+       " threads, decoded images staged in ", staging->directory().string());
+  const ArchiveStagingResult staged = stage_image_archives(source.archives, wanted, *staging, decode, threads,
+                                                           !options.skip_unreadable, options.progress);
+  const std::string kept = concat("no cache written; the ", staging->size(), " images decoded so far are kept in ",
+                                  staging->directory().string(), " and the same command goes on from there");
+  if (staged.reused > 0) info(staged.reused, " images were already staged by an earlier run; not decoded again");
+  VP_REQUIRE(staged.write_error.empty(), staged.write_error, "; ", kept);
+  if (!staged.broken.empty()) {
+    std::string all;
+    for (const auto& b : staged.broken) all += (all.empty() ? "" : "; ") + b;
+    fail(all, "; replace the archive (", kept, ")");
+  }
+  if (!options.skip_unreadable && !staged.unreadable.empty())
+    fail(staged.unreadable.begin()->second, " (pass --skip-unreadable to leave such images out; ", kept, ")");
+  for (const auto& [name, why] : staged.unreadable) warn("skipping unreadable image: ", why);
+  return staging;
 }
 
 uint32_t record_checksum(const uint8_t* pixels, size_t size) {
@@ -116,6 +160,9 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
   const SourceFingerprint fingerprint = fingerprint_source(source, describe_image_read_options(reading));
   const size_t n = source.entries.size();
   const int threads = std::max(1, options.threads > 0 ? options.threads : available_cores());
+  std::unique_ptr<ArchiveStaging> staging;
+  if (!source.archives.empty())
+    staging = stage_archives(source, dir, preprocessing, reading, processor, image_size, threads, options);
   const size_t window = static_cast<size_t>(std::max(16, 8 * threads));
 
   struct Slot {
@@ -143,10 +190,15 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
       int channels = 0;
       std::string error;
       try {
-        decode_and_process(source.paths[i], reading, processor, &pixels, &channels);
+        if (!staging) {
+          decode_and_process(source.paths[i], reading, processor, &pixels, &channels);
+        } else if (!staging->load(source.entries[i].item.name, &pixels, &channels)) {
+          error = concat(source.entries[i].item.name, ": not in any of the ", source.archives.size(),
+                         " archives, or unreadable there");
+        }
       } catch (const std::exception& e) {
         error = e.what();
-        if (error.empty()) error = source.paths[i].string() + ": unreadable";
+        if (error.empty()) error = (staging ? source.entries[i].item.name : source.paths[i].string()) + ": unreadable";
       }
       std::lock_guard lock(mutex);
       Slot& slot = slots[i % window];
@@ -260,6 +312,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
                    {"missing", missing}};
   write_text_file_atomically(dir / kPackedCacheManifestName, manifest.dump(2) + "\n");
   mark_output_folder(folder, cache_files);
+  if (staging) staging->remove();  // the cache holds it all now
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   return report;
 }

@@ -75,14 +75,27 @@ SourceFingerprint fingerprint_source(const FileDataset::Source& source, const st
   fp.metadata_sha256 = metadata.hex();
 
   Sha256 images;
-  for (size_t i = 0; i < source.entries.size(); ++i) {
+  auto add_file = [&](const std::filesystem::path& path) {
     struct stat info {};
-    const auto& path = source.paths[i];
     VP_REQUIRE(::stat(path.c_str(), &info) == 0, "cannot stat ", path.string(), ": ", std::strerror(errno));
     int64_t record[3] = {static_cast<int64_t>(info.st_size), static_cast<int64_t>(info.st_mtim.tv_sec),
                          static_cast<int64_t>(info.st_mtim.tv_nsec)};
-    images.update(source.entries[i].item.name);
     images.update(record, sizeof(record));
+  };
+  // Images inside archives: the names listed, and each archive's name, size and time (never its members: that
+  // would read 45 GB each time a cache is opened).
+  for (const auto& archive : source.archives) {
+    images.update("archive:" + archive.filename().string());
+    add_file(archive);
+  }
+  for (size_t i = 0; i < source.entries.size(); ++i) {
+    const auto& path = source.paths[i];
+    if (path.empty()) {
+      images.update("archived:" + source.entries[i].item.name);
+      continue;
+    }
+    images.update(source.entries[i].item.name);
+    add_file(path);
   }
   for (const auto& m : source.missing) images.update("missing:" + m.item.name);
   fp.images_sha256 = images.hex();
