@@ -115,6 +115,11 @@ int ArchiveStaging::open_part(const std::string& archive_name) {
   return id;
 }
 
+bool ArchiveStaging::contains(const std::string& name) const {
+  std::lock_guard lock(index_mutex_);
+  return index_.contains(name);
+}
+
 bool ArchiveStaging::holds(const std::string& name, int64_t member_size, int64_t member_mtime) const {
   std::lock_guard lock(index_mutex_);
   const auto it = index_.find(name);
@@ -218,11 +223,15 @@ ArchiveStagingResult stage_image_archives(const std::vector<fs::path>& archives,
   bool stop_reading = false;
   int busy = 0;
   size_t next_stream = 0;
-  ProgressBar bar("decode archives", static_cast<int64_t>(wanted.size()), "img");
+  // The bar counts what is left to decode, so that its rate and ETA are this run's, not inflated by what an earlier
+  // run staged.
+  int64_t staged_before = 0;
+  for (const auto& name : wanted) staged_before += staging.contains(name) ? 1 : 0;
+  ProgressBar bar("decode archives", static_cast<int64_t>(wanted.size()) - staged_before, "img");
   auto report = [&] {  // under the lock
     if (progress)
-      bar.update(result.reused + result.decoded + static_cast<int64_t>(result.unreadable.size()),
-                 concat(result.reused, " kept from an earlier run"));
+      bar.update(result.decoded + static_cast<int64_t>(result.unreadable.size()),
+                 staged_before > 0 ? concat(result.reused, " kept from an earlier run") : "");
   };
   auto idle_stream = [&]() -> int {
     for (size_t k = 0; k < streams.size(); ++k) {
@@ -334,7 +343,7 @@ ArchiveStagingResult stage_image_archives(const std::vector<fs::path>& archives,
   for (int t = 0; t < std::max(1, threads); ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
   if (progress && result.broken.empty() && result.write_error.empty() && result.unreadable.empty())
-    bar.finish(concat(result.reused, " kept from an earlier run"));
+    bar.finish(staged_before > 0 ? concat(result.reused, " kept from an earlier run") : "");
   return result;
 }
 

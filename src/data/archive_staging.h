@@ -35,6 +35,8 @@ class ArchiveStaging {
 
   // Opens (or creates) the records file of one archive and indexes its complete records. Returns its id.
   int open_part(const std::string& archive_name);
+  // True when `name` is staged (from whatever member). Thread-safe.
+  bool contains(const std::string& name) const;
   // True when `name` is staged from a member of this size and time. Thread-safe.
   bool holds(const std::string& name, int64_t member_size, int64_t member_mtime) const;
   // Appends one image's processed pixels (1 or 3 channels) to part `part`. Thread-safe.
