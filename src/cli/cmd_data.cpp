@@ -37,6 +37,10 @@ void add_data_command(CLI::App& app) {
     options.allow_missing = true;  // inspection counts missing files rather than stopping at them
     auto dataset = open_dataset(inspect_args->spec, options);
     auto summary = summarize_dataset(*dataset);
+    if (const auto* files = dynamic_cast<const FileDataset*>(dataset.get()); files && !files->source().archives.empty())
+      info(dataset->spec(), ": the images are in ", files->source().archives.size(),
+           " .tar.gz archives, counted here as listed; which are really there is known once `vitpipe data prepare` "
+           "has read them");
     for (const auto& warning : check_trainable_labels(*dataset, Split::train)) warn(warning);
     if (inspect_args->json) {
       std::printf("%s\n", summary.dump().c_str());

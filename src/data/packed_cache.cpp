@@ -97,6 +97,19 @@ std::unique_ptr<ArchiveStaging> stage_archives(const FileDataset::Source& source
   if (!options.skip_unreadable && !staged.unreadable.empty())
     fail(staged.unreadable.begin()->second, " (pass --skip-unreadable to leave such images out; ", kept, ")");
   for (const auto& [name, why] : staged.unreadable) warn("skipping unreadable image: ", why);
+  // Listed in the CSV, in no archive: said once, here, rather than image by image below.
+  std::vector<std::string> absent;
+  for (const auto& entry : source.entries)
+    if (!staging->contains(entry.item.name) && !staged.unreadable.contains(entry.item.name))
+      absent.push_back(entry.item.name);
+  if (!absent.empty()) {
+    const std::string examples =
+        concat(absent[0], absent.size() > 1 ? ", " + absent[1] : "", absent.size() > 2 ? ", ..." : "");
+    VP_REQUIRE(options.skip_unreadable, source.spec, ": ", absent.size(), " of ", source.entries.size(),
+               " listed images are in none of the ", source.archives.size(), " archives (", examples,
+               "); add the missing archive, or pass --skip-unreadable to go on without them (", kept, ")");
+    warn(source.spec, ": skipping ", absent.size(), " listed images that are in none of the archives (", examples, ")");
+  }
   return staging;
 }
 
@@ -193,7 +206,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
         if (!staging) {
           decode_and_process(source.paths[i], reading, processor, &pixels, &channels);
         } else if (!staging->load(source.entries[i].item.name, &pixels, &channels)) {
-          error = concat(source.entries[i].item.name, ": not in any of the ", source.archives.size(),
+          error = concat(source.entries[i].item.name, ": in none of the ", source.archives.size(),
                          " archives, or unreadable there");
         }
       } catch (const std::exception& e) {
@@ -234,7 +247,7 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
           fatal = slot.error;
           break;
         }
-        warn("skipping unreadable image: ", slot.error);
+        if (!staging) warn("skipping unreadable image: ", slot.error);  // from archives: said once staged
         report.skipped.push_back(entry.item.name);
       } else {
         names.push_back(entry.item.name);

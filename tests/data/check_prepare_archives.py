@@ -151,6 +151,19 @@ try:
     os.utime(os.path.join(root, "images_003.tar.gz"), ns=(1, 1))
     r = subprocess.run([VITPIPE, "data", "inspect", "--data", "cache:" + resumed_cache], capture_output=True, text=True)
     check(r.returncode != 0 and "stale" in r.stderr, "a changed archive makes the cache stale", r.stderr[-300:])
+
+    # An archive missing: its images are named in one line; --skip-unreadable goes on without them.
+    os.remove(os.path.join(root, "images_003.tar.gz"))
+    partial_cache = os.path.join(work, "partial")
+    r = prepare(root, partial_cache, expect_ok=False)
+    check(r.returncode != 0 and f"{len(parts[2])} of 1000 listed images are in none of the 2 archives" in r.stderr,
+          "images in no archive are counted in one line", r.stderr[-300:])
+    r = subprocess.run([VITPIPE, "data", "prepare", "--data", "chestxray14:" + root, "--image-size", "24", "--out",
+                        partial_cache, "--skip-unreadable"], capture_output=True, text=True)
+    manifest = json.loads(read(os.path.join(partial_cache, "manifest.json"))) if r.returncode == 0 else {}
+    check(manifest.get("images") == len(parts[0]) + len(parts[1]) and
+          sorted(manifest.get("skipped_unreadable", [])) == sorted(parts[2]) and
+          "images were already staged" in r.stderr, "--skip-unreadable leaves them out, listed", r.stderr[-300:])
 finally:
     shutil.rmtree(work, ignore_errors=True)
 
