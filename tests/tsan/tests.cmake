@@ -26,6 +26,7 @@ if(VITPIPE_TSAN_TESTS)
     ${PROJECT_SOURCE_DIR}/tests/parallel/test_chain_collectives.cpp
     ${PROJECT_SOURCE_DIR}/tests/parallel/test_stop_request.cpp
     ${PROJECT_SOURCE_DIR}/tests/data/test_cache_and_loader.cpp
+    ${PROJECT_SOURCE_DIR}/tests/data/test_archive_prepare.cpp
     ${PROJECT_SOURCE_DIR}/tests/serve/test_inference_batcher_threads.cpp)
   target_include_directories(test_threads_tsan PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests/data)
   target_compile_definitions(test_threads_tsan PRIVATE VITPIPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
@@ -33,7 +34,7 @@ if(VITPIPE_TSAN_TESTS)
   target_compile_options(test_threads_tsan PRIVATE -fsanitize=thread -O1 -g1 -Wno-unknown-pragmas)
   target_link_options(test_threads_tsan PRIVATE -fsanitize=thread)
   target_link_libraries(test_threads_tsan PRIVATE GTest::gtest_main MPI::MPI_C PkgConfig::SPNG JPEG::JPEG
-    nlohmann_json::nlohmann_json CURL::libcurl OpenSSL::Crypto yaml-cpp PkgConfig::LIBZIP ZLIB::ZLIB
+    nlohmann_json::nlohmann_json CURL::libcurl OpenSSL::Crypto yaml-cpp PkgConfig::LIBZIP PkgConfig::LIBARCHIVE ZLIB::ZLIB
     Threads::Threads CLI11::CLI11 DCMTK::dcmdata DCMTK::dcmjpeg DCMTK::dcmjpls PkgConfig::OPENJPEG
     ${OpenMP_gomp_LIBRARY})  # util/threads calls omp_set_num_threads
   add_test(NAME tsan.threads COMMAND test_threads_tsan)
