@@ -114,7 +114,11 @@ std::shared_ptr<FileDataset> open_chestxray14_dataset(const fs::path& root_in, c
   source.metadata_files = {csv, train_val, test};
   const std::vector<fs::path> folders = image_folders(root);
   // Unpacked images win over archives beside them: they can be read one by one.
-  if (folders.empty()) source.archives = image_archives(root);
+  if (folders.empty()) {
+    source.archives = image_archives(root);
+  } else if (!image_archives(root).empty()) {
+    info(root.string(), ": reading the unpacked image folders; the images*.tar.gz archives beside them are not read");
+  }
   VP_REQUIRE(!folders.empty() || !source.archives.empty(), root.string(),
              ": no images/ folder (expected ROOT/images/*.png, the Kaggle layout ROOT/images_001/images/*.png, or "
              "NIH's archives ROOT/images_001.tar.gz ..)");

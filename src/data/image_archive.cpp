@@ -44,7 +44,7 @@ bool ImageArchiveReader::next(Member* member) {
   archive_entry* entry = nullptr;
   const int status = archive_read_next_header(archive_, &entry);
   if (status == ARCHIVE_EOF) return false;
-  if (status < ARCHIVE_WARN)  // a header that does not parse: the member before it ran into the break
+  if (status != ARCHIVE_OK && status != ARCHIVE_WARN)  // a header that does not parse: the break is before it
     broke(current_.empty() ? std::string("at its first member") : "after member " + current_);
   const char* name = archive_entry_pathname(entry);
   current_ = name ? name : "";
