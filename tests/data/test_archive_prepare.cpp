@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "data/file_dataset.h"
+#include "data/image_archive.h"
 #include "data/packed_cache.h"
 #include "test_helpers.h"
 #include "util/atomic_file.h"
@@ -118,6 +119,39 @@ TEST_F(ArchivePrepare, TruncatedArchiveKeepsWhatWasDecodedAndTheNextRunFinishes)
   EXPECT_EQ(report.images, 1000);
   expect_same_cache(dir_ / "from_folder", out);
   EXPECT_FALSE(fs::exists(out / "staging"));
+}
+
+// Hostile or broken files: one error naming the file, never a crash or a huge allocation.
+TEST(ImageArchiveReader, RefusesWhatIsNotAnArchiveOrLies) {
+  TempDir dir;
+  write_file(dir / "images_001.tar.gz", std::string(5000, 'x'));
+  expect_error(
+      [&] {
+        ImageArchiveReader reader(dir / "images_001.tar.gz");
+        ImageArchiveReader::Member member;
+        while (reader.next(&member)) {
+        }
+      },
+      {"images_001.tar.gz"});
+
+  // A member whose header claims more bytes than any image may have.
+  archive* out = archive_write_new();
+  archive_write_set_format_pax_restricted(out);
+  ASSERT_EQ(archive_write_open_filename(out, (dir / "images_002.tar").c_str()), ARCHIVE_OK);
+  archive_entry* entry = archive_entry_new();
+  archive_entry_set_pathname(entry, "images/huge.png");
+  archive_entry_set_size(entry, int64_t{1} << 40);
+  archive_entry_set_filetype(entry, AE_IFREG);
+  ASSERT_EQ(archive_write_header(out, entry), ARCHIVE_OK);
+  archive_entry_free(entry);
+  archive_write_free(out);  // closes it short of the promised bytes
+  ImageArchiveReader reader(dir / "images_002.tar");
+  ImageArchiveReader::Member member;
+  ASSERT_TRUE(reader.next(&member));
+  EXPECT_EQ(member.path, "images/huge.png");
+  std::vector<uint8_t> bytes;
+  expect_error([&] { reader.read(&bytes); }, {"images_002.tar", "images/huge.png", "VITPIPE_MAX_IMAGE_PIXELS"});
+  EXPECT_TRUE(bytes.empty());
 }
 
 }  // namespace
