@@ -61,8 +61,9 @@ void add_data_command(CLI::App& app) {
   auto* prepare = data->add_subcommand("prepare", "Decode and resize every image once into a packed cache (--out DIR)");
   prepare
       ->add_option("--data", prepare_args->spec,
-                   "Dataset: chestxray14:ROOT, chexpert:ROOT, mimic-cxr-jpg:ROOT, padchest:ROOT, vindr-cxr:ROOT, "
-                   "csv:FILE or folder:ROOT")
+                   "Dataset: chestxray14:ROOT (images in ROOT/images/, ROOT/images_0XX/images/ or still in NIH's "
+                   "ROOT/images_0XX.tar.gz, read in place), chexpert:ROOT, mimic-cxr-jpg:ROOT, padchest:ROOT, "
+                   "vindr-cxr:ROOT, csv:FILE or folder:ROOT")
       ->required();
   prepare->add_option("--out", prepare_args->out, "Cache directory to write: new, empty or a previous cache")
       ->required();
@@ -78,7 +79,10 @@ void add_data_command(CLI::App& app) {
       ->add_option("--resample", prepare_args->prepare.resample,
                    "PIL resample filter id (2 = bilinear, as ViTImageProcessor; 3 = bicubic)")
       ->capture_default_str();
-  prepare->add_option("--threads", prepare_args->prepare.threads, "Decoding threads (0 = all cores)")
+  prepare
+      ->add_option(
+          "--threads", prepare_args->prepare.threads,
+          "Decoding threads (0 = all cores); from archives they also run the archive streams, one per archive at most")
       ->capture_default_str();
   prepare->add_flag("--skip-unreadable", prepare_args->options.skip_unreadable,
                     "Leave out (and list) missing or undecodable images instead of stopping");
