@@ -20,6 +20,7 @@
 #include "train/training_checkpoint.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/recorded_path.h"
 
 namespace vitpipe {
 namespace {
@@ -823,6 +824,22 @@ TrainOptionsParser::TrainOptionsParser(CLI::App* app) {
   }
 }
 
+TrainOptions with_recorded_paths(TrainOptions o) {
+  o.model = recorded_model_reference(o.model);
+  if (!o.initial_adapter.empty()) o.initial_adapter = recorded_model_reference(o.initial_adapter);
+  o.data = recorded_data_spec(o.data);
+  if (!o.output_dir.empty()) o.output_dir = recorded_path(o.output_dir);
+  if (!o.trace.empty()) o.trace = recorded_path(o.trace);
+  if (!o.profile_cache.empty()) o.profile_cache = recorded_path(o.profile_cache);
+  // A named set stays a name; a file is recorded where it is (named_label_set reads either).
+  std::error_code error;
+  if (o.labels != "chestxray14" && o.labels != "chexpert" && o.labels != "union" && !o.labels.empty() &&
+      std::filesystem::is_regular_file(o.labels, error)) {
+    o.labels = recorded_path(o.labels);
+  }
+  return o;
+}
+
 void continue_peft_adapter(TrainOptions& o) {
   if (!is_peft_adapter_directory(o.model)) return;
   // Continue the adapter: vitpipe's LoRA on its base, with the adapter's rank, alpha and layers.
@@ -878,11 +895,7 @@ TrainOptions TrainOptionsParser::resolve(bool validate) const {
     options = layered(&saved, saved_path.string());
     // Compared as run files record them (run_training does the same): a relative --model or --data given beside
     // --resume names the same run as the absolute path in train_options.json.
-    const auto recorded = [](TrainOptions o) {
-      o.model = recorded_model_reference(o.model);
-      o.data = recorded_data_spec(o.data);
-      return o;
-    };
+    const auto recorded = [](const TrainOptions& o) { return with_recorded_paths(o); };
     const std::vector<std::string> differing =
         differing_options(recorded(options), recorded(run).to_json(), resume_changeable_options());
     if (!differing.empty()) {

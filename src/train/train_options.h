@@ -185,6 +185,13 @@ void complete_defaults(TrainOptions& options);
 // otherwise, and once applied.
 void continue_peft_adapter(TrainOptions& options);
 
+// `options` with every path a user typed as run files (train_options.json, checkpoints, the adapter) record it, so
+// they mean the same from any working directory (predict, export, --resume elsewhere): --model and the adapter it
+// continues (local directories; Hub ids stay ids), --data, --output-dir, --trace, a --labels FILE and
+// --profile-cache made absolute. Paths that do not exist yet (the output folder, the trace) are made absolute too;
+// a --data or --labels path that does not exist is kept as typed, for the error that names it.
+TrainOptions with_recorded_paths(TrainOptions options);
+
 // Applies a config file (.json, .yaml or .yml) on top of `options`. Errors name the file, the key and, for YAML,
 // the line.
 void apply_config_file(TrainOptions& options, const std::filesystem::path& path);

@@ -23,7 +23,6 @@
 #include "io/model_files.h"
 #include "io/onnx_export.h"
 #include "io/peft_adapter.h"
-#include "io/recorded_model_path.h"
 #include "model/initializer.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
@@ -127,6 +126,12 @@ void check_resume_compatible(const TrainOptions& now, const nlohmann::json& save
   nlohmann::json was = saved;
   // Runs before absolute paths recorded --data as typed, relative to the directory resuming them.
   if (was.contains("data") && was["data"].is_string()) was["data"] = recorded_data_spec(was["data"].get<std::string>());
+  // ... and a --labels FILE likewise.
+  if (was.contains("labels") && was["labels"].is_string()) {
+    TrainOptions labels_only;
+    labels_only.labels = was["labels"].get<std::string>();
+    was["labels"] = with_recorded_paths(labels_only).labels;
+  }
   const std::vector<std::string> differing = differing_options(now, was, changeable);
   if (differing.empty()) return;
   std::string list;
@@ -1160,10 +1165,8 @@ void RankTrainer::write_model_cards() {
 int run_training(const TrainOptions& options) {
   TrainOptions o = options;
   continue_peft_adapter(o);
-  // Run files (train_options.json, checkpoints, the adapter) must name the same model from any directory.
-  o.model = recorded_model_reference(o.model);
-  if (!o.initial_adapter.empty()) o.initial_adapter = recorded_model_reference(o.initial_adapter);
-  o.data = recorded_data_spec(o.data);
+  // Run files (train_options.json, checkpoints, the adapter) must name the same paths from any directory.
+  o = with_recorded_paths(o);
   complete_defaults(o);
   o.validate();
   // Every rank appends its line to the same file: on the host it runs on, the output directory is where a user
