@@ -302,6 +302,26 @@ for variant in eager compile; do
   fi
 done
 
+# CPU scaling (issue 46; a block of its own, after the GPU parts): `vitpipe bench --scaling` at 1, 2, 4, 8 and 16
+# threads (as many as the machine has), ViT-Tiny/16, batch 16, 2 steps, fp32, on this machine's cores, the only
+# ones here beyond 2; at most 60 s, and only in what is left of the deadline. Its JSON line (what `vitpipe plan
+# --scaling` reads) is kept as <summary>.logs/cpu_scaling.json and the best node splits go into the summary.
+# Recorded, never the verdict.
+scaling_counts=1
+for n in 2 4 8 16; do ((n <= $(nproc))) && scaling_counts+=",$n"; done
+record "cpu_scaling.threads=$scaling_counts"
+run_part cpu_scaling.bench 60 "$vitpipe" bench --preset vit-tiny --batch 16 --steps 2 --scaling "$scaling_counts" \
+  --json
+if [[ -z "$part_reason" ]] && grep '^{' "$part_log" | tail -n 1 >"$logs/cpu_scaling.json" &&
+  splits=$("${host_env[@]}" python3 -c 'import json, sys
+print(json.dumps(json.load(open(sys.argv[1]))["predictions"]["best_node_split"]))' "$logs/cpu_scaling.json"); then
+  record "cpu_scaling.bench.status=passed" "cpu_scaling.profile=$logs/cpu_scaling.json" \
+    "cpu_scaling.best_node_split:=$splits"
+else
+  record "cpu_scaling.bench.status=failed" "cpu_scaling.bench.reason=${part_reason:-no JSON line in its log}"
+fi
+write_summary
+
 # 4. The summary, written whole once more (it was after every part), and its line.
 record "seconds:=$SECONDS"
 write_summary
