@@ -416,6 +416,7 @@ CoreScaling measure_core_scaling(const BenchOptions& o, std::vector<nlohmann::js
   CoreScaling s;
   s.threads = parse_thread_counts(o.scaling);
   VP_REQUIRE(o.mode == "train", "--scaling times training steps: leave out --mode ", o.mode);
+  VP_REQUIRE(o.threads == 0, "--scaling sets each run's threads: leave out --threads ", o.threads);
   VP_REQUIRE(resolve_device(o.device) == Device::cpu, "--scaling: measures CPU threads; leave out --device ", o.device);
   std::map<std::string, OpScaling> groups;
   std::vector<std::string> order;
@@ -507,12 +508,12 @@ void print_core_scaling(const CoreScaling& s, const nlohmann::json& predictions)
   std::printf("    %-26s", "operation");
   for (const int t : s.threads) std::printf(" %8s", ("ms@" + std::to_string(t)).c_str());
   std::printf(" %7s %7s %-9s %6s %6s %6s\n", "eff.", "serial", "bound", "@16", "@32", "@64");
-  double total[64] = {};
+  std::vector<double> total(s.threads.size(), 0.0);
   for (size_t k = 0; k < s.operations.size(); ++k) {
     const OpScaling& op = s.operations[k];
     const nlohmann::json& p = predictions["operations"][k];
     std::printf("    %-26s", op.name.c_str());
-    for (size_t i = 0; i < s.threads.size() && i < 64; ++i) {
+    for (size_t i = 0; i < s.threads.size(); ++i) {
       std::printf(" %8.1f", 1e3 * op.seconds[i]);
       total[i] += op.seconds[i];
     }
@@ -523,8 +524,8 @@ void print_core_scaling(const CoreScaling& s, const nlohmann::json& predictions)
     std::printf("\n");
   }
   std::printf("    %-26s", "step (sum)");
-  for (size_t i = 0; i < s.threads.size() && i < 64; ++i) std::printf(" %8.1f", 1e3 * total[i]);
-  const double speedup = total[0] / std::max(1e-12, total[s.threads.size() - 1]);
+  for (size_t i = 0; i < s.threads.size(); ++i) std::printf(" %8.1f", 1e3 * total[i]);
+  const double speedup = total.front() / std::max(1e-12, total.back());
   std::printf(" %6.0f%%\n", 100 * speedup / s.threads.back());
   std::printf("  memory bandwidth GB/s:");
   for (size_t i = 0; i < s.threads.size(); ++i) std::printf(" %.1f@%d", s.bandwidth[i] / 1e9, s.threads[i]);

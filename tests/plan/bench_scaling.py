@@ -8,7 +8,7 @@
 - plan --scaling FILE --cores 16 ranks every split of 16 cores into ranks x threads by predicted images/s; with the
   profile edited so that every operation but the GEMMs stays as slow on 2 threads as on 1 it prefers 16 ranks of 1
   thread, with every operation halving on 2 threads it prefers 1 rank of 16;
-- bad input (thread counts out of order, a file that is not a profile) is one line naming the flag, file and field."""
+- bad input (thread counts out of order, --threads beside --scaling, a file that is not a profile) is one line naming the flag, file and field."""
 import copy
 import json
 import os
@@ -106,6 +106,9 @@ with tempfile.TemporaryDirectory() as work:
 result = run("bench", "--scaling", "2,1", ok=False)
 check(result.returncode != 0 and result.stderr.count("error") == 1 and "--scaling" in result.stderr,
       f"--scaling 2,1: one line naming the flag ({result.stderr.strip()[:200]})")
+result = run("bench", "--scaling", "1,2", "--threads", "2", ok=False)
+check(result.returncode != 0 and result.stderr.count("error") == 1 and "--threads" in result.stderr,
+      f"--scaling with --threads: one line naming the conflict ({result.stderr.strip()[:200]})")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
