@@ -8,6 +8,7 @@
 
 #include "io/hub_settings.h"
 #include "util/error.h"
+#include "util/output_folder.h"
 
 namespace vitpipe {
 namespace fs = std::filesystem;
@@ -45,7 +46,7 @@ std::vector<UploadFile> list_upload_files(const fs::path& folder) {
       it.disable_recursion_pending();
       continue;
     }
-    if (!it->is_regular_file()) continue;
+    if (!it->is_regular_file() || relative == kOutputMarkerName) continue;  // vitpipe's own bookkeeping
     VP_REQUIRE(is_safe_repo_path(relative), "cannot upload ", it->path().string(), ": '", relative,
                "' is not a valid path inside a repository");
     UploadFile file;

@@ -18,7 +18,7 @@ struct UploadFile {
 };
 
 // Every regular file under `folder` (links followed), sorted by path; like huggingface_hub's upload_folder it leaves
-// out .git/ and .cache/huggingface/ (git's and the download cache's own files).
+// out .git/ and .cache/huggingface/ (git's and the download cache's own files), and vitpipe's .vitpipe-output marker.
 std::vector<UploadFile> list_upload_files(const std::filesystem::path& folder);
 
 // The file's sha256 as 64 lowercase hex digits.

@@ -80,6 +80,7 @@ class Repo:
         self.commits = {}  # sha -> {filename: bytes}
         self.branches = {}  # name -> sha
         self.lfs_paths = {}  # sha of a pushed commit -> the paths it holds through LFS
+        self.lfs_oids = set()  # the LFS objects uploaded (and verified) for this repository
         self.pull_requests = 0
 
     def is_lfs(self, sha, filename):
@@ -117,7 +118,7 @@ class HubEmulator:
         # upload side
         self.write_access = {"hf_test_token_4f6a2c": {"acme", "tester"}}  # token -> namespaces it may write to
         self.part_size = 256 * 1024
-        self.lfs_objects = {}  # sha256 -> bytes: uploaded and verified
+        self.lfs_objects = {}  # sha256 -> bytes: uploaded and verified (for the repos whose lfs_oids name it)
         self.uploaded = {}  # sha256 -> bytes: PUT (or assembled), not yet verified
         self.parts = {}  # sha256 -> {part number: bytes}
         self.upload_unavailable = 0
@@ -493,7 +494,8 @@ class HubHandler(Handler):
         if self.headers.get("Accept") != "application/vnd.git-lfs+json":
             self.error(406, None, "Accept must be application/vnd.git-lfs+json")
             return
-        if self.authorize_write(repo_id) is None:
+        repo = self.authorize_write(repo_id)
+        if repo is None:
             return
         payload = self.json_body(body)
         if payload is None:
@@ -506,7 +508,7 @@ class HubHandler(Handler):
         for entry in payload.get("objects", []):
             oid, size = entry["oid"], int(entry["size"])
             answer = {"oid": oid, "size": size}
-            if oid not in emulator.lfs_objects:
+            if oid not in repo.lfs_oids:
                 verify = {"href": "%s/%s.git/info/lfs/objects/verify" % (emulator.endpoint, repo_id)}
                 if size > emulator.part_size:
                     count = (size + emulator.part_size - 1) // emulator.part_size
@@ -539,17 +541,19 @@ class HubHandler(Handler):
 
     def lfs_verify(self, repo_id, body):
         emulator = self.emulator
-        if self.authorize_write(repo_id) is None:
+        repo = self.authorize_write(repo_id)
+        if repo is None:
             return
         payload = self.json_body(body)
         if payload is None:
             return
         oid, size = payload.get("oid"), payload.get("size")
-        data = emulator.uploaded.get(oid, emulator.lfs_objects.get(oid))
+        data = emulator.uploaded.get(oid)
         if data is None or len(data) != size or hashlib.sha256(data).hexdigest() != oid:
             self.error(404, None, "Object %s was not uploaded completely" % oid)
             return
         emulator.lfs_objects[oid] = data
+        repo.lfs_oids.add(oid)
         emulator.uploaded.pop(oid, None)
         self.reply_json(200, {"message": "ok"})
 
@@ -593,7 +597,7 @@ class HubHandler(Handler):
                 files[path] = data
                 lfs_paths.discard(path)
             elif key == "lfsFile":
-                data = emulator.lfs_objects.get(value.get("oid"))
+                data = emulator.lfs_objects.get(value.get("oid")) if value.get("oid") in repo.lfs_oids else None
                 if value.get("algo") != "sha256" or data is None or \
                         ("size" in value and value["size"] != len(data)):
                     self.error(422, None, "Your push was rejected because an LFS pointer pointed to a file that "
