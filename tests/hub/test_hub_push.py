@@ -220,6 +220,21 @@ class HubPushTest(unittest.TestCase):
         for name, data in folder_files(snapshot).items():
             self.assertEqual(data, local[name], name)
 
+    def test_storage_failing_every_time_commits_nothing(self):
+        folder = self.model()
+        self.push(folder)
+        before = self.state("acme/vit-micro-xray")
+        self.hub.upload_unavailable = 100
+        other = self.model(seed=5)
+        result = self.push(other, expect_rc=1)
+        last = result.stderr.strip().splitlines()[-1]
+        self.assertTrue(last.startswith("error: the storage host "), last)
+        self.assertIn("kept failing with HTTP 503 while uploading model.safetensors", last)
+        self.assertIn("nothing was committed to acme/vit-micro-xray", last)
+        self.assertEqual(result.stderr.count("warning: uploading model.safetensors: HTTP 503"), 4)  # 5 attempts
+        self.assertEqual(self.state("acme/vit-micro-xray"), before)
+        self.assertFalse([r for r in self.hub.hub_log if "/commit/" in r["path"]][1:])
+
     def test_create_pr_into_a_private_repo(self):
         folder = self.model()
         result = self.push(folder, "acme/private-xray", "--private", "--create-pr", "--message", "Proposed weights")
