@@ -180,6 +180,14 @@ class HubPushTest(unittest.TestCase):
         result = self.run_cli(["push", other, "--repo", "acme/vit-micro-xray"], expect_rc=1)
         self.assert_one_error_line(result, "needs a Hub token with write access", "HF_TOKEN")
         self.assertEqual(len(self.hub.hub_log), requests)
+        # train --push-to-hub without a token says so before training: no run folder is started.
+        run = os.path.join(self.tmp.name, "run")
+        sample = os.path.join(SOURCE_DIR, "data", "chestxray14-sample")
+        result = self.run_cli(["train", "--model", folder, "--data", "chestxray14:" + sample, "--output-dir", run,
+                               "--max-steps", 1, "--push-to-hub", "acme/vit-micro-xray"], expect_rc=1)
+        self.assert_one_error_line(result, "needs a Hub token with write access")
+        self.assertFalse(os.path.exists(run))
+        self.assertEqual(len(self.hub.hub_log), requests)
         # The token file huggingface_hub writes ($HF_HOME/token) is used when HF_TOKEN is not set.
         with open(os.path.join(self.home, "token"), "w") as f:
             f.write(TOKEN + "\n")
@@ -200,6 +208,18 @@ class HubPushTest(unittest.TestCase):
         self.assertEqual(self.state("acme/vit-micro-xray"), before)
         result = self.push(os.path.join(self.tmp.name, "nowhere"), expect_rc=1)
         self.assert_one_error_line(result, "is not a directory")
+        result = self.push(self.tmp.name, expect_rc=1)
+        self.assert_one_error_line(result, "is not a model or adapter folder")
+        # A peft adapter folder goes up as a model folder does.
+        adapter = os.path.join(self.tmp.name, "adapter")
+        os.makedirs(adapter)
+        with open(os.path.join(adapter, "adapter_config.json"), "w") as f:
+            f.write('{"peft_type": "LORA", "r": 4}')
+        with open(os.path.join(adapter, "adapter_model.safetensors"), "wb") as f:
+            f.write(bytes(range(256)) * 64)
+        self.push(adapter, "acme/vit-micro-xray-lora")
+        self.assertEqual(self.hub.repos["acme/vit-micro-xray-lora"].lfs_paths[
+            self.hub.repos["acme/vit-micro-xray-lora"].branches["main"]], {"adapter_model.safetensors"})
         result = self.push(folder, "not a repo id", expect_rc=1)
         self.assert_one_error_line(result, "not a Hub repo id of the form ORG/NAME")
 
