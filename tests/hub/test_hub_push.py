@@ -217,9 +217,18 @@ class HubPushTest(unittest.TestCase):
             f.write('{"peft_type": "LORA", "r": 4}')
         with open(os.path.join(adapter, "adapter_model.safetensors"), "wb") as f:
             f.write(bytes(range(256)) * 64)
+        # The Hub's rule picks LFS: a .gitattributes pattern, or binary content (a NUL in the first 512 bytes);
+        # text in a subfolder goes regular.
+        os.makedirs(os.path.join(adapter, "notes"))
+        with open(os.path.join(adapter, "notes", "training.txt"), "w") as f:
+            f.write("LoRA rank 4 on query and value\n")
+        with open(os.path.join(adapter, "scores.raw"), "wb") as f:
+            f.write(b"\0\1\2\3" * 100)
         self.push(adapter, "acme/vit-micro-xray-lora")
-        self.assertEqual(self.hub.repos["acme/vit-micro-xray-lora"].lfs_paths[
-            self.hub.repos["acme/vit-micro-xray-lora"].branches["main"]], {"adapter_model.safetensors"})
+        repo = self.hub.repos["acme/vit-micro-xray-lora"]
+        self.assertEqual(repo.lfs_paths[repo.branches["main"]], {"adapter_model.safetensors", "scores.raw"})
+        self.assertEqual(self.head_files("acme/vit-micro-xray-lora"),
+                         dict(folder_files(adapter), **{".gitattributes": DEFAULT_GITATTRIBUTES}))
         result = self.push(folder, "not a repo id", expect_rc=1)
         self.assert_one_error_line(result, "not a Hub repo id of the form ORG/NAME")
 
