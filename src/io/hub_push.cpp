@@ -49,19 +49,29 @@ class Pusher {
     create_repo();
     const std::string parent = head_commit();
     fetch_upload_modes(files);
+    find_unchanged(files);
 
     HubPushResult result;
+    result.unchanged = unchanged_.size();
     std::vector<const UploadFile*> lfs;
     for (const UploadFile& file : files) {
-      if (ignored_.count(file.path_in_repo)) continue;
+      if (skipped(file)) continue;
       ++result.files;
       if (lfs_paths_.count(file.path_in_repo)) lfs.push_back(&file);
     }
+    if (result.files == 0) {  // as huggingface_hub does: no empty commit; the answer is the branch's head
+      info("push: the ", files.size(), " files are on '", o_.revision, "' of ", o_.repo_id,
+           " as they are here: no commit made");
+      result.commit_oid = parent;
+      result.commit_url = concat(settings_.endpoint, "/", o_.repo_id, "/commit/", parent);
+      return result;
+    }
     result.lfs_files = lfs.size();
     result.lfs_uploaded = upload_lfs_files(lfs);
-    info("push: ", result.files, " files, ", result.lfs_files, " of them through LFS (", result.lfs_uploaded, " sent, ",
-         result.lfs_files - result.lfs_uploaded, " on the Hub already); committing to ", o_.repo_id, " at '",
-         o_.revision, "'", o_.create_pr ? " as a pull request" : "");
+    info("push: ", result.files, " changed files (", result.unchanged, " unchanged stay), ", result.lfs_files,
+         " of them through LFS (", result.lfs_uploaded, " sent, ", result.lfs_files - result.lfs_uploaded,
+         " on the Hub already); committing to ", o_.repo_id, " at '", o_.revision, "'",
+         o_.create_pr ? " as a pull request" : "");
     commit(files, parent, folder, result);
     return result;
   }
@@ -138,6 +148,7 @@ class Pusher {
         answered.insert(path);
         if (mode == "lfs") lfs_paths_.insert(path);
         if (entry.value("shouldIgnore", false)) ignored_.insert(path);
+        if (entry.contains("oid") && entry.at("oid").is_string()) remote_oids_[path] = entry.at("oid");
       }
     }
     // Empty files cannot go through LFS (the storage refuses them): regular, as huggingface_hub does.
@@ -147,6 +158,22 @@ class Pusher {
     for (const UploadFile& file : files) {
       VP_REQUIRE(answered.count(file.path_in_repo), "the Hub's preupload answer does not mention ", file.path_in_repo);
     }
+  }
+
+  // Files the branch holds already with the same content (the preupload answer's "oid": the sha256 of an LFS file,
+  // the git blob sha1 of a regular one) are left out of the commit, as huggingface_hub's create_commit does.
+  void find_unchanged(const std::vector<UploadFile>& files) {
+    for (const UploadFile& file : files) {
+      auto remote = remote_oids_.find(file.path_in_repo);
+      if (remote == remote_oids_.end() || ignored_.count(file.path_in_repo)) continue;
+      const std::string local =
+          lfs_paths_.count(file.path_in_repo) ? file.sha256 : git_blob_sha1(read_whole_file(file.local));
+      if (local == remote->second) unchanged_.insert(file.path_in_repo);
+    }
+  }
+
+  bool skipped(const UploadFile& file) const {
+    return ignored_.count(file.path_in_repo) || unchanged_.count(file.path_in_repo);
   }
 
   size_t upload_lfs_files(const std::vector<const UploadFile*>& lfs) {
@@ -179,7 +206,7 @@ class Pusher {
                            .dump() +
                        "\n";
     for (const UploadFile& file : files) {
-      if (ignored_.count(file.path_in_repo)) continue;
+      if (skipped(file)) continue;
       nlohmann::json line;
       if (lfs_paths_.count(file.path_in_repo)) {
         line = {
@@ -213,6 +240,8 @@ class Pusher {
   HubPushTarget target_;
   std::set<std::string> lfs_paths_;
   std::set<std::string> ignored_;
+  std::set<std::string> unchanged_;
+  std::map<std::string, std::string> remote_oids_;
 };
 
 }  // namespace

@@ -4,7 +4,8 @@
 //   GET  {endpoint}/api/models/{repo}/revision/{revision}                      (the branch's head: parentCommit)
 //   POST {endpoint}/api/models/{repo}/preupload/{revision}[?create_pr=1]
 //        {"files": [{"path", "size", "sample": base64 of the first 512 bytes}]}
-//     -> {"files": [{"path", "uploadMode": "lfs" | "regular", "shouldIgnore"}]}
+//     -> {"files": [{"path", "uploadMode": "lfs" | "regular", "shouldIgnore", "oid"}]}  (oid: of the file on the
+//        branch; a file with the same content here is left out, and nothing changed means no commit)
 //   the LFS files the Hub lacks (io/lfs_upload.h), then last of all
 //   POST {endpoint}/api/models/{repo}/commit/{revision}[?create_pr=1]   Content-Type: application/x-ndjson
 //        {"key": "header", "value": {"summary", "description", "parentCommit"}}
@@ -36,6 +37,7 @@ struct HubPushResult {
   std::string commit_url;
   std::string pull_request_url;  // with create_pr
   size_t files = 0;              // in the commit
+  size_t unchanged = 0;          // on the branch already with the same content: left out of it
   size_t lfs_files = 0;          // of which through LFS
   size_t lfs_uploaded = 0;       // LFS objects sent (the others were on the Hub already)
 };

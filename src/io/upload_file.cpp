@@ -36,6 +36,24 @@ std::string sha256_of_file(const fs::path& path) {
   return text;
 }
 
+std::string git_blob_sha1(const std::string& content) {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  VP_REQUIRE(context && EVP_DigestInit_ex(context.get(), EVP_sha1(), nullptr) == 1, "cannot initialise sha1");
+  const std::string header = concat("blob ", content.size());
+  EVP_DigestUpdate(context.get(), header.c_str(), header.size() + 1);  // with its NUL
+  EVP_DigestUpdate(context.get(), content.data(), content.size());
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(context.get(), digest, &length);
+  static const char* hex = "0123456789abcdef";
+  std::string text;
+  for (unsigned int i = 0; i < length; ++i) {
+    text += hex[digest[i] >> 4];
+    text += hex[digest[i] & 15];
+  }
+  return text;
+}
+
 std::vector<UploadFile> list_upload_files(const fs::path& folder) {
   VP_REQUIRE(fs::is_directory(folder), folder.string(), " is not a directory");
   std::vector<UploadFile> files;

@@ -24,4 +24,7 @@ std::vector<UploadFile> list_upload_files(const std::filesystem::path& folder);
 // The file's sha256 as 64 lowercase hex digits.
 std::string sha256_of_file(const std::filesystem::path& path);
 
+// git's object id of a blob with this content: sha1 of "blob <size>\0<content>" (what the Hub names a regular file by).
+std::string git_blob_sha1(const std::string& content);
+
 }  // namespace vitpipe

@@ -23,7 +23,8 @@ Upload side (huggingface_hub's create_repo / create_commit / lfs.py, as the Hub 
 Hub:     POST /api/repos/create {"name", "organization", "private"}: 200 {"url"} with an initial commit holding the
              Hub's default .gitattributes; 409 when it exists.
          POST /api/models/{repo}/preupload/{revision} {"files": [{"path", "size", "sample"}]}
-             -> {"files": [{"path", "uploadMode", "shouldIgnore"}]}; "lfs" by the Hub's rule: the path matches a
+             -> {"files": [{"path", "uploadMode", "shouldIgnore", "oid"}]} (oid: the file's at the revision, sha256
+             of an LFS file, git blob sha1 of a regular one, null if absent); "lfs" by the Hub's rule: the path matches a
              filter=lfs pattern of the revision's .gitattributes, or the file is larger than 10 MiB, or its sample
              holds a NUL byte (binary); "regular" otherwise.
          POST /{repo}.git/info/lfs/objects/batch (Accept: application/vnd.git-lfs+json) {"operation": "upload",
@@ -486,7 +487,11 @@ class HubHandler(Handler):
             sample = base64.b64decode(entry.get("sample", ""))
             lfs = (any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path.rsplit("/", 1)[-1], p) for p in patterns)
                    or size > REGULAR_FILE_LIMIT or b"\0" in sample)
-            answer.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False})
+            current = repo.commits[sha].get(path)
+            oid = None if current is None else \
+                hashlib.sha256(current).hexdigest() if repo.is_lfs(sha, path) else git_blob_sha1(current)
+            answer.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False,
+                           "oid": oid})
         self.reply_json(200, {"files": answer, "commitOid": sha})
 
     def lfs_batch(self, repo_id, body):

@@ -139,29 +139,38 @@ class HubPushTest(unittest.TestCase):
         folder = self.model()
         first = self.push(folder)
         self.assertTrue(first.stdout.strip().startswith(self.hub.endpoint + "/acme/vit-micro-xray/commit/"))
-        puts = len(self.hub.storage_puts())
-        self.assertEqual(puts, 3)
-        # The same folder again, then with a new card: the weights are on the Hub already, nothing goes to storage.
+        self.assertEqual(len(self.hub.storage_puts()), 3)
+        repo = self.hub.repos["acme/vit-micro-xray"]
+        # The same folder again: every file is on the branch as it is here (the preupload answer's oids), so nothing
+        # is sent and no empty commit is made; the answer is the branch's head.
         second = self.push(folder)
-        self.assertIn("0 sent, 1 on the Hub already", second.stderr)
+        self.assertEqual(second.stdout.strip(), first.stdout.strip())
+        self.assertIn("no commit made", second.stderr)
+        self.assertEqual(len(repo.commits), 2)
+        # A new card: only it is committed; the weights stay as they are.
         with open(os.path.join(folder, "README.md"), "w") as f:
             f.write("---\nlibrary_name: transformers\n---\n# a card\n")
-        self.push(folder, "acme/vit-micro-xray", "--message", "Add the card")
-        self.assertEqual(len(self.hub.storage_puts()), puts)
+        third = self.push(folder, "acme/vit-micro-xray", "--message", "Add the card")
+        self.assertIn("1 changed files (3 unchanged stay)", third.stderr)
+        self.assertEqual(len(repo.commits), 3)
+        self.assertEqual(self.head_files("acme/vit-micro-xray")["README.md"],
+                         open(os.path.join(folder, "README.md"), "rb").read())
+        # Other weights are sent; then the first ones again: the Hub holds their LFS object (the batch answer has no
+        # actions for it), so the commit goes through with no storage PUT.
+        other = self.model(seed=5)
+        self.push(other)
+        self.assertEqual(len(self.hub.storage_puts()), 6)
+        self.assertEqual(self.head_files("acme/vit-micro-xray")["model.safetensors"],
+                         open(os.path.join(other, "model.safetensors"), "rb").read())
+        back = self.push(folder)
+        self.assertIn("0 sent, 1 on the Hub already", back.stderr)
+        self.assertEqual(len(self.hub.storage_puts()), 6)
+        self.assertEqual(self.head_files("acme/vit-micro-xray"),
+                         dict(folder_files(folder), **{".gitattributes": DEFAULT_GITATTRIBUTES}))
         batches = [r for r in self.hub.hub_log if r["path"].endswith("lfs/objects/batch")]
         self.assertEqual(len(batches), 3)
         for request in batches:
             self.assertEqual(request["headers"].get("accept"), "application/vnd.git-lfs+json")
-        repo = self.hub.repos["acme/vit-micro-xray"]
-        self.assertEqual(len(repo.commits), 4)
-        self.assertEqual(self.head_files("acme/vit-micro-xray")["README.md"], open(os.path.join(folder, "README.md"),
-                                                                                  "rb").read())
-        # New weights are sent; the unchanged files of the folder stay as they were.
-        other = self.model(seed=5)
-        self.push(other)
-        self.assertEqual(len(self.hub.storage_puts()), puts + 3)
-        self.assertEqual(self.head_files("acme/vit-micro-xray")["model.safetensors"],
-                         open(os.path.join(other, "model.safetensors"), "rb").read())
 
     def test_bad_token_fails_and_leaves_repo_unchanged(self):
         folder = self.model()
