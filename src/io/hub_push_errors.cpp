@@ -4,10 +4,23 @@
 
 namespace vitpipe {
 
+namespace {
+
+// The path of a URL ("" for "https://host"), without query or fragment.
+std::string url_path(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t start = url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
+  if (start == std::string::npos) return "";
+  return url.substr(start, url.find_first_of("?#", start) - start);
+}
+
+}  // namespace
+
 std::vector<std::string> hub_write_headers(const HubSettings& settings, const std::string& url) {
   std::vector<std::string> headers = {"Accept-Encoding: identity"};
+  // Same scheme, host (any case) and port, and under the endpoint's own path (a mirror may live below one).
   if (!settings.token.empty() && url_origin(url) == url_origin(settings.endpoint) &&
-      url.starts_with(settings.endpoint + "/")) {
+      url_path(url).starts_with(url_path(settings.endpoint) + "/")) {
     headers.push_back("Authorization: Bearer " + settings.token);
   }
   return headers;
