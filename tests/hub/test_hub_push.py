@@ -7,11 +7,14 @@ Env: VITPIPE (the binary), VITPIPE_SOURCE_DIR (for the bundled ChestX-ray14 samp
 """
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hub_emulator import DEFAULT_GITATTRIBUTES, HubEmulator  # noqa: E402
@@ -184,6 +187,13 @@ class HubPushTest(unittest.TestCase):
         self.assertNotIn("hf_not_a_valid_token", result.stderr)
         self.assertEqual(self.state("acme/vit-micro-xray"), before)
         self.assertEqual(len(self.hub.storage_puts()), puts)
+        # The emulator itself, asked without a token (vitpipe never does: see below): 401, as the Hub answers.
+        request = urllib.request.Request(self.hub.endpoint + "/api/repos/create", method="POST",
+                                         data=json.dumps({"name": "x", "organization": "acme"}).encode())
+        with self.assertRaises(urllib.error.HTTPError) as raised:
+            urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=30)
+        self.assertEqual(raised.exception.code, 401)
+        self.assertNotIn("acme/x", self.hub.repos)
         # No token at all: said before any request.
         requests = len(self.hub.hub_log)
         result = self.run_cli(["push", other, "--repo", "acme/vit-micro-xray"], expect_rc=1)
