@@ -358,6 +358,10 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.export_onnx = v.null ? defaults().export_onnx : v.boolean(); }},
       {"license", "ID", "The license the model card declares (a Hub license id, e.g. apache-2.0); default none",
        [](O& o, const V& v) { o.license = v.null ? defaults().license : v.scalar(); }},
+      {"push-to-hub", "ORG/NAME",
+       "At the end, push the exported model (<output-dir>/model) to this Hub repository as `vitpipe push` does "
+       "(HF_TOKEN or the token file: a write token); default off",
+       [](O& o, const V& v) { o.push_to_hub = v.null ? defaults().push_to_hub : v.scalar(); }},
   };
   return table;
 }
@@ -741,6 +745,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["export_adapter"] = export_adapter;
   j["export_onnx"] = export_onnx;
   j["license"] = license;
+  j["push_to_hub"] = push_to_hub;
   return j;
 }
 
@@ -931,6 +936,7 @@ const std::vector<std::string>& resume_changeable_options() {
                                                  "export-last",
                                                  "export-onnx",
                                                  "export-adapter",
+                                                 "push-to-hub",
                                                  "layout",
                                                  "pipeline-stages",
                                                  "layers-per-stage",

@@ -148,6 +148,7 @@ struct TrainOptions {
   bool export_adapter = false;  // --export-adapter: also write peft's adapter files to <output-dir>/adapter
   bool export_onnx = false;     // --export-onnx: also write <output-dir>/model.onnx (io/onnx_export.h)
   std::string license;          // --license ID: declared in the model card (report/model_card.h); "" = not known
+  std::string push_to_hub;      // --push-to-hub ORG/NAME: push <output-dir>/model at the end (io/hub_push.h)
   // Set by run_training when --model names a peft adapter: its LoRA and saved modules start the run (`model` is
   // then its base). Not an option of its own; a resumed run takes them from its checkpoint.
   std::string initial_adapter;
