@@ -14,8 +14,8 @@
 
 #include "evaluation/subgroups.h"
 #include "report/predictions_table.h"
-#include "train/bootstrap_unit.h"
-#include "train/operating_thresholds.h"
+#include "evaluation/bootstrap_unit.h"
+#include "evaluation/operating_thresholds.h"
 
 namespace vitpipe {
 

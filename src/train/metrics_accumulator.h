@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tensor/tensor.h"
-#include "train/metrics.h"
+#include "evaluation/ranking_metrics.h"
 
 namespace vitpipe {
 

@@ -12,7 +12,7 @@
 #include "../train/reference.h"
 #include "evaluation/subgroup_attributes.h"
 #include "evaluation/subgroups.h"
-#include "train/bootstrap_unit.h"
+#include "evaluation/bootstrap_unit.h"
 #include "util/random.h"
 
 namespace vitpipe {

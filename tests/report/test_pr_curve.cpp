@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "report/training_report.h"
-#include "train/curves.h"
+#include "evaluation/calibration.h"
+#include "evaluation/curves.h"
+#include "evaluation/operating_point.h"
 
 namespace vitpipe {
 namespace {

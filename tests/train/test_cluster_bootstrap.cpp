@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "reference.h"
-#include "train/bootstrap_unit.h"
-#include "train/metrics.h"
+#include "evaluation/bootstrap_unit.h"
+#include "evaluation/ranking_metrics.h"
 #include "util/error.h"
 #include "util/random.h"
 

@@ -6,7 +6,7 @@
 
 #include "backend/backend.h"
 #include "reference.h"
-#include "train/metrics.h"
+#include "evaluation/ranking_metrics.h"
 
 namespace vitpipe {
 namespace {

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "reference.h"
-#include "train/metrics.h"
+#include "evaluation/ranking_metrics.h"
 #include "train/metrics_accumulator.h"
 #include "util/error.h"
 #include "util/random.h"

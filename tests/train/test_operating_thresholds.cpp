@@ -6,7 +6,7 @@
 #include <string>
 
 #include "reference.h"
-#include "train/operating_thresholds.h"
+#include "evaluation/operating_thresholds.h"
 #include "util/error.h"
 
 namespace vitpipe {
