@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "tensor/tensor.h"
 #include "evaluation/ranking_metrics.h"
+#include "tensor/tensor.h"
 
 namespace vitpipe {
 

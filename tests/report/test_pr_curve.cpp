@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "report/training_report.h"
 #include "evaluation/calibration.h"
 #include "evaluation/curves.h"
 #include "evaluation/operating_point.h"
+#include "report/training_report.h"
 
 namespace vitpipe {
 namespace {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "reference.h"
 #include "evaluation/bootstrap_unit.h"
 #include "evaluation/ranking_metrics.h"
+#include "reference.h"
 #include "util/error.h"
 #include "util/random.h"
 

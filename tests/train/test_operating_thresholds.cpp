@@ -5,8 +5,8 @@
 #include <fstream>
 #include <string>
 
-#include "reference.h"
 #include "evaluation/operating_thresholds.h"
+#include "reference.h"
 #include "util/error.h"
 
 namespace vitpipe {
