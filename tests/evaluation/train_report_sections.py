@@ -37,16 +37,17 @@ def split_of(image, row):  # the official test list; a fifth of the other patien
 
 
 with open(data_csv, "w") as f:
-    f.write("path,labels,patient,split,site,view\n")
+    f.write("path,labels,patient,split,site,view,scanner\n")
     for image, row in sorted(entry.items()):
         f.write(f"{os.path.join(sample, 'images', image)},{row['Finding Labels']},{row['Patient ID']},"
-                f"{split_of(image, row)},{site_of[image]},{row['View Position']}\n")
+                f"{split_of(image, row)},{site_of[image]},{row['View Position']},S{int(row['Patient ID']) % 3}\n")
 
 init = os.path.join(root, "init")
 e2e.run("init", "--preset", "vit-micro", "--seed", "4", "--out", init)
 out = os.path.join(root, "run")
 e2e.run(*e2e.train_args(init, "csv:" + data_csv, out, "--max-steps", "6", "--batch-size", "32", "--lr", "1e-3",
-                        "--threads", "1", "--eval-every", "6", "--test", "--subgroup", "site"))
+                        "--threads", "1", "--eval-every", "6", "--test", "--subgroup", "site", "--subgroup",
+                        "scanner"))
 
 finals = {r["split"]: r for r in e2e.read_metrics(out) if r.get("type") == "final_eval"}
 checks.check(sorted(finals) == ["test", "val"], "metrics.jsonl: a final_eval record for val and test", f"{sorted(finals)}")
@@ -60,7 +61,8 @@ for split, record in sorted(finals.items()):
     checks.check(sorted(g["group"] for g in sites) == ["A", "B"], f"final_eval {split}: subgroups by site A and B",
                  f"{[(g['attribute'], g['group']) for g in record.get('subgroups', [])]}")
     attributes = {g["attribute"] for g in record.get("subgroups", [])}
-    checks.check("view" in attributes, f"final_eval {split}: the csv's view as well", f"{attributes}")
+    checks.check(attributes == {"view", "site", "scanner"}, f"final_eval {split}: the csv's view and both --subgroup "
+                 "columns (repeated flag)", f"{attributes}")
     worst, compared = 0.0, 0
     for g in sites:
         member = [r for r in rows if r["subgroup:site"] == g["group"]]
@@ -101,6 +103,7 @@ box_list = os.path.join(sample, "BBox_List_2017.csv")
 saved = os.path.join(out, "localization-test.json")
 evaluation = json.loads(e2e.run("eval", "--model", os.path.join(out, "model"), "--data", "csv:" + data_csv, "--split",
                                 "test", "--boxes", box_list, "--bootstrap", "50", "--threads", "1", "--json", "--subgroup", "site",
+                                "--subgroup", "scanner",
                                 "--save-localization", saved).stdout)
 checks.check(evaluation["localization"]["boxes"] == 9, "eval --boxes on the sample: its 9 boxes evaluated",
              f"{evaluation['localization']['boxes']}")
@@ -144,7 +147,7 @@ images = html[html.find('id="localization-images"'):]
 checks.check(images.count("<img ") >= 6 and 'id="localization-not-evaluated"' not in html,
              "vitpipe report RUN: the worst-localized images embedded")
 refused = e2e.run("eval", "--model", os.path.join(out, "model"), "--data", "csv:" + data_csv, "--subgroup", "site",
-                  "--save-localization", saved, expect_ok=False)
+                  "--subgroup", "scanner", "--save-localization", saved, expect_ok=False)
 checks.check(refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1 and
              "--boxes" in refused.stderr, "eval --save-localization without --boxes: one line, exit 1",
              refused.stderr.strip()[:300])
