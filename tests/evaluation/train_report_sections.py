@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The report sections of issue 44 on a trained run. `train --subgroup COLUMN`: on a csv: copy of the bundled ChestX-ray14 sample with a made-up "site"
-column, a short vit-micro run with --test writes, in each final_eval record of metrics.jsonl, the subgroups beside
-the other metrics under the names `eval --json` uses ("subgroups", "subgroup_gaps", "subgroup_left_out"); each
+"""The report sections of issue 44 on a trained run. `train --subgroup COLUMN`: on a csv: copy of the bundled
+ChestX-ray14 sample with made-up "site" and "scanner" columns, a short vit-micro run with --test writes, in each
+final_eval record of metrics.jsonl, the subgroups beside the other metrics under the names `eval --json` uses ("subgroups", "subgroup_gaps", "subgroup_left_out"); each
 site's AUC equals scikit-learn's roc_auc_score on that site's rows of the run's predictions-SPLIT.csv (which
 carries a subgroup:site column); the report shows the site in its forest plots; `vitpipe report RUN` rebuilt from
 the files shows the same; train --subgroup on a chestxray14: dataset is refused in one line. Localization: train's own
@@ -50,7 +50,8 @@ e2e.run(*e2e.train_args(init, "csv:" + data_csv, out, "--max-steps", "6", "--bat
                         "scanner"))
 
 finals = {r["split"]: r for r in e2e.read_metrics(out) if r.get("type") == "final_eval"}
-checks.check(sorted(finals) == ["test", "val"], "metrics.jsonl: a final_eval record for val and test", f"{sorted(finals)}")
+checks.check(sorted(finals) == ["test", "val"], "metrics.jsonl: a final_eval record for val and test",
+             f"{sorted(finals)}")
 for split, record in sorted(finals.items()):
     checks.check(all(k in record for k in ("subgroups", "subgroup_gaps", "subgroup_left_out", "auc")),
                  f"final_eval {split}: subgroups beside the other metrics", f"{sorted(record)}")
@@ -102,8 +103,8 @@ checks.check('id="localization-not-evaluated"' in html and 'id="localization-tab
 box_list = os.path.join(sample, "BBox_List_2017.csv")
 saved = os.path.join(out, "localization-test.json")
 evaluation = json.loads(e2e.run("eval", "--model", os.path.join(out, "model"), "--data", "csv:" + data_csv, "--split",
-                                "test", "--boxes", box_list, "--bootstrap", "50", "--threads", "1", "--json", "--subgroup", "site",
-                                "--subgroup", "scanner",
+                                "test", "--boxes", box_list, "--bootstrap", "50", "--threads", "1", "--json",
+                                "--subgroup", "site", "--subgroup", "scanner",
                                 "--save-localization", saved).stdout)
 checks.check(evaluation["localization"]["boxes"] == 9, "eval --boxes on the sample: its 9 boxes evaluated",
              f"{evaluation['localization']['boxes']}")

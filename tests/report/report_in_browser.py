@@ -204,8 +204,8 @@ loc_dom = subprocess.run(common + ["--dump-dom", "file://" + localization_html],
 loc_external = re.findall(r'(?:src|href)\s*=\s*"(?!data:|#)([^"]*)"', open(localization_html).read())
 checks.check('id="localization-table"' in loc_dom.stdout and not loc_external and
              not [line for line in loc_dom.stderr.splitlines() if "CONSOLE" in line] and
-             len(re.findall(r'<img [^>]*src="data:image/png;base64,', loc_dom.stdout.split('id="localization-images"')[-1]))
-             >= 4, "the rendered report with boxes: its localization table and the 4 boxed images inline, offline")
+             len(re.findall(r'<img [^>]*src="data:image/png;base64,',
+                            loc_dom.stdout.split('id="localization-images"')[-1])) >= 4, "the rendered report with boxes: its localization table and the 4 boxed images inline, offline")
 images = re.findall(r'<img [^>]*src="data:image/png;base64,', dom.stdout)
 checks.check(len(images) >= 1, "the heatmaps are inlined as data URLs", f"{len(images)}")
 shot = os.path.join(root, "report.png")
