@@ -117,6 +117,9 @@ checks.check(file["format"] == "vitpipe-localization" and file["split"] == "test
              "--save-localization: the boxes per finding", f"{per}")
 worst = file.get("worst_images", [])
 checks.check(len(worst) == 6, "--save-localization: the 6 worst-localized boxes", f"{len(worst)}")
+order = [(w["pointing_hit"], w["iobb"], w["mass_inside"]) for w in worst]
+checks.check(order == sorted(order), "worst first: pointing misses, then the lowest IoBB, then the least mass inside",
+             f"{order}")
 try:
     import base64
     import io
