@@ -15,10 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "evaluation/calibration.h"
+#include "evaluation/curves.h"
+#include "evaluation/operating_point.h"
+#include "evaluation/operating_thresholds.h"
+#include "evaluation/ranking_metrics.h"
 #include "evaluation/subgroup_attributes.h"
-#include "train/curves.h"
-#include "train/metrics.h"
-#include "train/operating_thresholds.h"
 
 namespace vitpipe {
 

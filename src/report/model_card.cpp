@@ -11,15 +11,17 @@
 #include <sstream>
 #include <vector>
 
+#include "evaluation/bootstrap_unit.h"
+#include "evaluation/calibration.h"
+#include "evaluation/curves.h"
+#include "evaluation/operating_point.h"
+#include "evaluation/operating_thresholds.h"
+#include "evaluation/ranking_metrics.h"
 #include "io/hf_config.h"
 #include "io/hub_settings.h"
 #include "io/hub_snapshot.h"
 #include "io/safetensors.h"
 #include "report/predictions_table.h"
-#include "train/bootstrap_unit.h"
-#include "train/curves.h"
-#include "train/metrics.h"
-#include "train/operating_thresholds.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 

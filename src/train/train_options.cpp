@@ -250,6 +250,9 @@ const std::vector<OptionDef>& option_table() {
        }},
       {"labels", "SET", "Map the dataset's labels onto chestxray14 | chexpert | union | a JSON FILE",
        [](O& o, const V& v) { o.labels = v.null ? defaults().labels : v.scalar(); }},
+      {"subgroup", "COLUMN",
+       "Also report the final evaluation by this column of a csv: dataset (repeatable; sex, age band and view always)",
+       [](O& o, const V& v) { o.subgroups = v.null ? defaults().subgroups : v.list(); }},
       {"add-no-finding", nullptr, "ChestX-ray14: add \"No Finding\" as a 15th label",
        [](O& o, const V& v) { o.add_no_finding = v.null ? defaults().add_no_finding : v.boolean(); }},
       {"partial-batch", "MODE",
@@ -713,6 +716,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["label_vote"] = label_vote;
   j["mimic_labels"] = mimic_labels;
   j["labels"] = labels;
+  j["subgroup"] = subgroups;
   j["partial_batch"] = partial_batch;
   j["loader_threads"] = loader_threads;
   j["checkpoint_every"] = checkpoint_every;
@@ -790,9 +794,13 @@ void apply_config_file(TrainOptions& options, const std::filesystem::path& path)
   }
 }
 
+// Options given once per value on the command line (--subgroup A --subgroup B); a list in a config file.
+static bool repeatable(const OptionDef& def) { return std::string(def.name) == "subgroup"; }
+
 struct TrainOptionsParser::Registered {
   const OptionDef* def = nullptr;
   std::string value;
+  std::vector<std::string> values;  // a repeatable option (--subgroup)
   bool flag = false;
   CLI::Option* option = nullptr;
 };
@@ -822,6 +830,8 @@ TrainOptionsParser::TrainOptionsParser(CLI::App* app) {
     } else if (std::string(def.name) == "resume") {
       // --resume alone (a flag) or --resume auto: an optional value; "" stands for "given without one".
       entry->option = app->add_option(flag, entry->value, def.help)->type_name(def.hint)->expected(0, 1);
+    } else if (repeatable(def)) {
+      entry->option = app->add_option(flag, entry->values, def.help)->type_name(def.hint);
     } else {
       entry->option = app->add_option(flag, entry->value, def.help)->type_name(def.hint);
     }
@@ -870,6 +880,12 @@ TrainOptions TrainOptionsParser::resolve(bool validate) const {
     if (entry->option->count() == 0) continue;
     RawValue raw;
     raw.where = std::string("--") + entry->def->name;
+    if (repeatable(*entry->def)) {  // each use one value; commas inside a value are part of the column name
+      raw.is_list = true;
+      raw.items = entry->values;
+      given.emplace_back(entry->def->name, std::move(raw));
+      continue;
+    }
     raw.items.push_back(entry->def->is_flag()                                ? (entry->flag ? "true" : "false")
                         : entry->value.empty() && entry->def->hint[0] == '[' ? "true"  // --resume without a value
                                                                              : entry->value);

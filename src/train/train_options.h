@@ -112,7 +112,9 @@ struct TrainOptions {
   std::string label_vote = "any";         // any | majority: several readers per image (VinDr-CXR)
   std::string mimic_labels = "chexpert";  // chexpert | negbio (MIMIC-CXR-JPG)
   std::string labels;                     // --labels chestxray14 | chexpert | union | FILE; "" = the dataset's
-  std::string partial_batch = "auto";     // auto | use | drop: the last, smaller global batch of an epoch
+  // --subgroup COLUMN (repeatable; csv: datasets): the final evaluation's subgroups by these columns too.
+  std::vector<std::string> subgroups;
+  std::string partial_batch = "auto";  // auto | use | drop: the last, smaller global batch of an epoch
   int loader_threads = 2;
   AugmentOptions augment;
 

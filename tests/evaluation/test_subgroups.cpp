@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "../train/reference.h"
+#include "evaluation/bootstrap_unit.h"
 #include "evaluation/subgroup_attributes.h"
 #include "evaluation/subgroups.h"
-#include "train/bootstrap_unit.h"
 #include "util/random.h"
 
 namespace vitpipe {
