@@ -7,7 +7,8 @@ operating-point flags must be those of the run's thresholds.json; the chosen fin
 --token-file: without the token the page shows the API's 401 as text; with the token pasted it works, and the token
 is in sessionStorage only. Throughout: no console error, no request to any other origin. `chromium --dump-dom` shows
 the card's summary and the "not a medical device" line. A model without a card or thresholds says "no operating
-point". Skipped (77) without chromium.
+point". The same image dropped on the page gives the same; a file that is not an image shows the API's 400 as text;
+the file chooser takes keyboard focus. Skipped (77) without chromium.
 
     VITPIPE_TRY_PAGE_SCREENSHOT=FILE keeps the page's screenshot (docs/images/try-page.png is made this way)."""
 
@@ -137,8 +138,39 @@ def main():
             browser.wait_for(f"{view}.querySelector('img.heatmap').alt.includes({json.dumps(least)})", 120)
             browser.wait_for(f"{view}.querySelector('img.heatmap').complete", 30)
             checks.check(True, f"the heatmap of a chosen finding ({least}) replaces the first")
+            # Dropped instead of chosen: the same answer.
+            with open(sample, "rb") as f:
+                sample_bytes = list(f.read())
+            browser.evaluate("document.getElementById('results').replaceChildren()")
+            browser.evaluate(f"""(() => {{
+              const data = new DataTransfer();
+              data.items.add(new File([new Uint8Array({json.dumps(sample_bytes)})], {json.dumps(name)},
+                                      {{type: 'image/png'}}));
+              document.getElementById('drop').dispatchEvent(
+                  new DragEvent('drop', {{dataTransfer: data, bubbles: true, cancelable: true}}));
+            }})()""")
+            check_results(browser, checks, [sample], expected, thresholds, "dropped")
+            # A file that is not an image: the API's 400, as its own sentence.
+            notes = os.path.join(root, "notes.png")
+            with open(notes, "w") as f:
+                f.write("not an image at all\n")
+            browser.set_files("#files", [notes])
+            done = "document.querySelector('article.result[data-file=\"notes.png\"][data-state]')"
+            browser.wait_for(done)
+            shown = browser.evaluate(f"{done}.dataset.state + ': ' + {done}.querySelector('.error').textContent")
+            checks.check(shown.startswith("error: The server answered 400: ") and "notes.png" not in shown[:7],
+                         "a file that is not an image: the API's 400 shown as text", shown)
+            # The file chooser is reachable by keyboard: a focusable input, not display:none.
+            reachable = browser.evaluate("(() => { const i = document.getElementById('files'); i.focus(); "
+                                         "return document.activeElement === i && i.tabIndex >= 0 && "
+                                         "getComputedStyle(i).display !== 'none' && "
+                                         "document.querySelector('label[for=files]') !== null; })()")
+            checks.check(reachable, "the file chooser takes keyboard focus and has a label")
+            browser.evaluate("document.getElementById('results').replaceChildren()")
+            browser.set_files("#files", images)
+            check_results(browser, checks, images, expected, thresholds, "again")
             shot = os.path.join(root, "try-page.png")
-            browser.evaluate("window.scrollTo(0, 0)")
+            browser.evaluate("document.activeElement.blur(); window.scrollTo(0, 0)")
             browser.screenshot(shot, 1280, 1000)
             page = np.asarray(Image.open(shot).convert("L"), dtype=float)
             checks.check(page.std() > 20, "the screenshot is not blank", f"std {page.std():.1f}")
@@ -147,7 +179,8 @@ def main():
             origin = url.rstrip("/")
             foreign = [u for u in browser.requests if not (u.startswith(origin + "/") or u.startswith("data:"))]
             checks.check(not foreign, "the page requests nothing from any other origin", f"{foreign[:3]}")
-            logged = browser.console + [line for line in browser.log if not line.startswith("verbose")]
+            logged = browser.console + [line for line in browser.log if not line.startswith("verbose") and
+                                        "status of 400" not in line]  # the refused non-image
             checks.check(not logged, "no console message or log entry (but Chromium's verbose advice)", f"{logged[:3]}")
 
         # With a token: the API's 401 shown as text, then the token pasted into the page.
