@@ -53,7 +53,9 @@ std::string card_subgroup_section(const std::string& split, const std::optional<
   }
   const SubgroupAnalysis& a = *analysis;
   out += "Performance by sex, age band and view on the **" + split + "** split (its predictions, `predictions-" +
-         split + ".csv`; `vitpipe eval --json` computes the same). ROC-AUC per subgroup with its 95% interval" +
+         split +
+         ".csv`; `vitpipe eval --json --bootstrap N --thresholds RUN/thresholds.json` gives the same numbers on the " +
+         "same predictions). ROC-AUC per subgroup with its 95% interval" +
          (resamples > 0 ? " from " + std::to_string(resamples) + " bootstrap resamples of " + a.ci_unit +
                               "s, the same resamples for every subgroup"
                         : " (intervals not evaluated)") +
