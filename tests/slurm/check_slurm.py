@@ -13,6 +13,9 @@ namespaces), through the repository's template scripts/slurm/train.sbatch.
   requeue    the template, 2 pipeline stages on 2 nodes; `scontrol requeue` once the run has a checkpoint (SIGTERM to
              every rank), then `scontrol update StartTime=now`: the requeued start (restart count 1 in the appended
              log) continues with --resume auto and ends with exactly the weights of an uninterrupted run
+  usr1-requeue  the template (--requeue), `scancel --signal=USR1 --batch` once the run has a checkpoint (what
+             --signal=B:USR1@120 sends before the time limit): the ranks stop with a checkpoint (exit 138), the trap
+             runs `scontrol requeue`, and the requeued start (Restarts=1) ends at exactly the uninterrupted weights
   usr1       the template submitted with --no-requeue, `scancel --signal=USR1 --batch` once the run has a
              checkpoint: the trap forwards it, the ranks stop with a checkpoint (exit 138), the job cannot requeue
              and says so; the same template submitted again continues with --resume auto to exactly the
@@ -181,6 +184,28 @@ def case_requeue(work):
     case.expect_exactly_the_reference(out, "requeued by scontrol mid-run")
 
 
+def case_usr1_requeue(work):
+    case = Case(work, epochs=12, stages=2)
+    with SlurmCluster(2) as cluster:
+        out = os.path.join(work, "run")
+        log = os.path.join(work, "job.log")
+        job = cluster.sbatch([*SBATCH, "--output", log, TEMPLATE], **case.template_env(out))
+        wait_for_checkpoint(cluster, job, out)
+        cluster.run(["scancel", "--signal=USR1", "--batch", str(job)])
+        fields = cluster.wait_for_state(job, ("PENDING",), 90)
+        print(f"requeued by its trap: Restarts={fields.get('Restarts')}")
+        cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+        fields = cluster.wait_for_state(job, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), JOB_SECONDS)
+        text = read(log)
+        print(text[-2500:])
+        assert fields["JobState"] == "COMPLETED", f"job {job}: {fields.get('JobState')} {fields.get('ExitCode')}"
+        assert fields.get("Restarts") == "1", f"Restarts={fields.get('Restarts')}"
+        assert "stopped by SIGUSR1 after step " in text, "the trap did not stop the ranks with SIGUSR1"
+        assert f"stopped with a checkpoint (exit 138); requeueing job {job}" in text, "the trap did not requeue"
+        assert "(restart count 1)" in text and "--resume auto: continuing" in text, "the requeued start did not resume"
+    case.expect_exactly_the_reference(out, "stopped by SIGUSR1, requeued by the template's trap")
+
+
 def case_usr1(work):
     case = Case(work, epochs=12, stages=2)
     with SlurmCluster(2) as cluster:
@@ -211,7 +236,8 @@ def case_usr1(work):
 def main():
     slurm_cluster.skip_unless_possible()
     name = sys.argv[1]
-    cases = {"template": case_template, "mpirun": case_mpirun, "requeue": case_requeue, "usr1": case_usr1}
+    cases = {"template": case_template, "mpirun": case_mpirun, "requeue": case_requeue, "usr1-requeue": case_usr1_requeue,
+             "usr1": case_usr1}
     if name not in cases:
         sys.exit(f"unknown case {name}; expected one of {', '.join(cases)}")
     work = tempfile.mkdtemp(prefix=f"vitpipe_slurm_{name}_")
