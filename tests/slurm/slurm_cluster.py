@@ -17,13 +17,16 @@
   default MPI, a spool folder and TmpFS per node (`%n`; without TmpFS pmix cannot make its app folder), nodes
   returned to service when they register, and state in a fresh temporary folder (recovered state of a killed run
   blocks nodes for minutes).
-- Cleanup always (also when the body raises, and on SIGTERM from ctest's timeout): every daemon by its pid, then
-  every process left in the namespaces, the namespaces, and the work folder; at start, namespaces of this prefix
+- Cleanup always (also when the body raises, and on SIGTERM): every daemon by its pid, then every process left in
+  the namespaces, the namespaces, and the work folder. Every daemon (munged too) runs in a namespace and gets SIGKILL
+  when this script dies (PR_SET_PDEATHSIG), even by SIGKILL; at start, namespaces and work folders of this prefix
   whose creating process is gone are removed.
 
 Needs root, iproute2, util-linux and Debian's slurmctld, slurmd, slurm-client and munge; `skip_unless_possible()`
 exits 77 (ctest's SKIP_RETURN_CODE) with the reason otherwise.
 """
+import ctypes
+import glob
 import os
 import re
 import shutil
@@ -103,14 +106,28 @@ def delete_namespace(namespace):
     subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
 
 
-def remove_stale_namespaces():
-    """Namespaces of this prefix whose creator (the pid in the name) is gone: left by a killed run."""
+def remove_stale_clusters():
+    """Namespaces and work folders of this prefix whose creator (the pid in the name) is gone: left by a killed run
+    (its daemons, munged included, ran in those namespaces and die with them)."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for line in listed.splitlines():
         name = line.split()[0] if line.split() else ""
         match = re.fullmatch(PREFIX + r"(\d+)(c|n\d+)", name)
         if match and not os.path.exists(f"/proc/{match.group(1)}"):
             delete_namespace(name)
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), PREFIX + "*_*")):
+        match = re.fullmatch(PREFIX + r"(\d+)_.*", os.path.basename(folder))
+        if match and not os.path.exists(f"/proc/{match.group(1)}"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent():
+    """In a daemon's child before exec: SIGKILL when this script dies, even by SIGKILL (ctest's timeout); it lasts
+    through the exec chain (ip netns exec, nsenter, unshare, sh -c exec)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 SLURM_CONF = """# A test cluster (tests/slurm/slurm_cluster.py): every path under this run's work folder.
@@ -168,7 +185,7 @@ class SlurmCluster:
 
     # --- life cycle ---------------------------------------------------------------------------------------------
     def __enter__(self):
-        remove_stale_namespaces()
+        remove_stale_clusters()
         # ctest's timeout sends SIGTERM: clean up on the way out as on any failure.
         self._old_sigterm = signal.signal(signal.SIGTERM, lambda *_: sys.exit("SIGTERM: cleaning up the cluster"))
         try:
@@ -179,7 +196,9 @@ class SlurmCluster:
             raise
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, traceback):
+        if exc_type is not None and self.work:
+            print("the cluster's logs, ends:" + self.logs_tail(2000))  # what Slurm said, for the failure
         self.close()
         return False
 
@@ -210,10 +229,12 @@ class SlurmCluster:
         self.munge_socket = os.path.join(w, "munge", "munge.socket")
         key = os.path.join(w, "munge", "munge.key")
         sh(find("mungekey"), "--create", f"--keyfile={key}")
-        munged = subprocess.Popen([find("munged"), "--foreground", "--force", f"--socket={self.munge_socket}",
+        # munged in the controller's namespace too (its socket is a path every namespace sees), so that removing
+        # a killed run's namespaces ends it.
+        munged = subprocess.Popen(["ip", "netns", "exec", self.controller, find("munged"), "--foreground", "--force", f"--socket={self.munge_socket}",
                                    f"--key-file={key}", f"--pid-file={w}/munge/munged.pid",
                                    f"--log-file={w}/munge/munged.log", f"--seed-file={w}/munge/munged.seed"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
         self.daemons["munged"] = munged
         self._wait(lambda: os.path.exists(self.munge_socket), "munged's socket", munged)
         nodes = "\n".join(f"NodeName={n} NodeAddr={node_address(i)} NodeHostname={n} CPUs={self.cpus} State=UNKNOWN"
@@ -226,12 +247,12 @@ class SlurmCluster:
         self.daemons["slurmctld"] = subprocess.Popen(
             ["ip", "netns", "exec", self.controller, "unshare", "--uts", "sh", "-c",
              'hostname "$0" && exec "$@"', self.controller, find("slurmctld"), "-D", "-i", "-f", self.conf],
-            stdout=log, stderr=log, env=self.env())
+            stdout=log, stderr=log, env=self.env(), preexec_fn=die_with_parent)
         for n in self.nodes:
             self.daemons[n] = subprocess.Popen(
                 ["nsenter", f"--net=/run/netns/{n}", "unshare", "--uts", "sh", "-c",
                  'hostname "$0" && exec "$@"', n, find("slurmd"), "-D", "-N", n, "-f", self.conf],
-                stdout=log, stderr=log, env=self.env())
+                stdout=log, stderr=log, env=self.env(), preexec_fn=die_with_parent)
         self._wait(self._nodes_idle, "every node idle (sinfo)", None)
 
     def _wait(self, ready, what, process):
@@ -254,7 +275,7 @@ class SlurmCluster:
 
     def logs_tail(self, chars=3000):
         text = ""
-        for name in ["daemons.out", "slurmctld.log"] + [f"slurmd-{n}.log" for n in self.nodes]:
+        for name in ["daemons.out", "munge/munged.log", "slurmctld.log"] + [f"slurmd-{n}.log" for n in self.nodes]:
             path = os.path.join(self.work or "", name)
             if os.path.exists(path):
                 text += f"\n--- {name}\n" + open(path, errors="replace").read()[-chars:]
@@ -331,3 +352,11 @@ class SlurmCluster:
                 return fields
             time.sleep(0.2)
         raise RuntimeError(f"job {job_id} not {'/'.join(states)} within {timeout} s: {fields}{self.logs_tail(1500)}")
+
+    def start_requeued_now(self, job_id):
+        """`scontrol update JobId=N StartTime=now` for a requeued (pending) job, instead of its wait of about 2
+        minutes (the credential's lifetime, AuthInfo cred_expire). Not in the second of the kill: slurmd refuses a
+        launch whose credential is not newer, in whole seconds, than the revocation of the job's previous run
+        ("Job credential revoked"; the job then fails or is held)."""
+        time.sleep(2)
+        self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
