@@ -57,6 +57,7 @@ int tasks_on_node(const std::string& compressed, int node, const char* name) {
 LaunchEnvironment read_launch_environment(const std::function<const char*(const char*)>& lookup) {
   LaunchEnvironment launch;
   launch.cpus_per_task = variable(lookup, "SLURM_CPUS_PER_TASK", 1, 0);
+  launch.srun_tasks = variable(lookup, "SLURM_STEP_NUM_TASKS", 1, 0);
   if (lookup("OMPI_COMM_WORLD_LOCAL_RANK") != nullptr) {
     launch.local_source = "Open MPI";
     launch.local_rank = variable(lookup, "OMPI_COMM_WORLD_LOCAL_RANK", 0, 0);
@@ -86,6 +87,13 @@ LaunchEnvironment read_launch_environment(const std::function<const char*(const 
 const LaunchEnvironment& launch_environment() {
   static const LaunchEnvironment launch = read_launch_environment([](const char* name) { return std::getenv(name); });
   return launch;
+}
+
+void refuse_srun_tasks_without_mpi(const LaunchEnvironment& launch, bool launched_by_mpi) {
+  VP_REQUIRE(launched_by_mpi || launch.srun_tasks <= 1, "srun started ", launch.srun_tasks,
+             " tasks (SLURM_STEP_NUM_TASKS) but MPI did not start (no PMIX_RANK): launch with `srun --mpi=pmix` (or "
+             "MpiDefault=pmix in slurm.conf), or mpirun inside the allocation; as they are, each task would train "
+             "alone into the same output directory");
 }
 
 int default_threads_per_rank(const LaunchEnvironment& launch, int node_cores, int affinity_cores) {

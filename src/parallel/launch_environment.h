@@ -14,6 +14,7 @@ struct LaunchEnvironment {
   int local_rank = 0;        // this rank among its node's ranks (0 without a launcher)
   int local_ranks = 1;       // the ranks the launcher started on this node
   int cpus_per_task = 0;     // Slurm's --cpus-per-task (SLURM_CPUS_PER_TASK), 0 when not given
+  int srun_tasks = 0;        // the tasks of the srun step this process is one of (SLURM_STEP_NUM_TASKS), 0 outside
   std::string local_source;  // which variables local_rank/local_ranks came from: "Open MPI", "MPICH", "Slurm", ""
 };
 
@@ -27,6 +28,11 @@ const LaunchEnvironment& launch_environment();
 // Slurm's compressed task counts ("2(x3),1": 2 tasks on each of 3 nodes, then 1) at node `node`; `name` is the
 // variable's, for the message.
 int tasks_on_node(const std::string& compressed, int node, const char* name);
+
+// Refuses a process that srun started as one of several tasks while MPI did not start (`launched_by_mpi` false: no
+// PMIx): `srun --mpi=none` or a cluster whose MpiDefault is not pmix. Each task would train alone, every one into the
+// same output directory.
+void refuse_srun_tasks_without_mpi(const LaunchEnvironment& launch, bool launched_by_mpi);
 
 // CPU threads for one rank when --threads is 0 ("every core this rank may use"): Slurm's CPUs per task if given
 // (so ranks x threads never oversubscribe a node), else the node's cores shared by its ranks, capped at the cores in

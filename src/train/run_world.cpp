@@ -45,6 +45,7 @@ void run_on_world(int local_ranks, int threads, const std::function<void(Communi
     finalize_mpi();
     return;
   }
+  refuse_srun_tasks_without_mpi(launch_environment(), false);
   const int total = configure_threads(threads_per_process(threads));
   if (local_ranks <= 1) {
     auto world = make_world_communicator();

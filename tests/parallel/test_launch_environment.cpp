@@ -93,6 +93,22 @@ TEST(LaunchEnvironment, ThreadsPerRankNeverOversubscribeTheNode) {
   EXPECT_EQ(default_threads_per_rank(launch, 64, 64), 6);  // Slurm's --cpus-per-task, whatever the node has
 }
 
+TEST(LaunchEnvironment, SrunTasksWithoutMpiAreRefused) {
+  const LaunchEnvironment two_tasks = read({{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_LOCALID", "0"}});
+  EXPECT_EQ(two_tasks.srun_tasks, 2);
+  EXPECT_NO_THROW(refuse_srun_tasks_without_mpi(two_tasks, true));  // srun --mpi=pmix
+  try {
+    refuse_srun_tasks_without_mpi(two_tasks, false);  // srun --mpi=none: each task alone
+    ADD_FAILURE() << "2 srun tasks without MPI were not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("srun started 2 tasks (SLURM_STEP_NUM_TASKS) but MPI did not start"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(refuse_srun_tasks_without_mpi(read({{"SLURM_STEP_NUM_TASKS", "1"}}), false));  // srun -n1
+  EXPECT_NO_THROW(refuse_srun_tasks_without_mpi(read({{"SLURM_TASKS_PER_NODE", "4"}}), false));  // a batch script
+}
+
 TEST(LaunchEnvironment, AMalformedValueIsNamedWithWhatWasExpected) {
   EXPECT_EQ(message_of({{"SLURM_CPUS_PER_TASK", "eight"}}),
             "environment variable SLURM_CPUS_PER_TASK: expected an integer >= 1, got 'eight'");

@@ -9,7 +9,8 @@ namespaces), through the repository's template scripts/slurm/train.sbatch.
              equal one process within 1e-4
   mpirun     one allocation of 2 nodes x 1 task, 1 CPU each: `mpirun vitpipe train` without --threads takes 1 thread
              per rank from SLURM_CPUS_PER_TASK (the nodes have 2 CPUs) and equals one process within 1e-4;
-             `srun vitpipe plan --json` in the same allocation finds the 2 nodes Slurm gave
+             `srun vitpipe plan --json` in the same allocation finds the 2 nodes Slurm gave; `srun --mpi=none` of 2
+             tasks (each would train alone) is refused, saying to use --mpi=pmix
   requeue    the template, 2 pipeline stages on 2 nodes; `scontrol requeue` once the run has a checkpoint (SIGTERM to
              every rank), then `scontrol update StartTime=now`: the requeued start (restart count 1 in the appended
              log) continues with --resume auto and ends with exactly the weights of an uninterrupted run
@@ -150,6 +151,14 @@ def case_mpirun(work):
         assert fields["JobState"] == "COMPLETED", f"job {job}: {fields.get('JobState')} {fields.get('ExitCode')}"
         assert "2 MPI ranks = 1 pipeline stage(s) x 2 replica(s)" in text, "not 2 ranks under mpirun"
         assert "; 1 CPU thread(s) per rank" in text, "--threads 0 did not take Slurm's CPUs per task (1)"
+        # srun without PMIx starts 2 lone processes: refused before any work, saying how to launch.
+        alone = os.path.join(work, "alone")
+        refused = cluster.run(["srun", "--mpi=none", *SBATCH, VITPIPE, "train", "--model", case.init, "--data",
+                               "csv:" + case.csv, "--output-dir", alone, *case.flags], check=False)
+        print("srun --mpi=none:", refused.returncode, refused.stderr.strip()[-600:])
+        assert refused.returncode != 0 and "srun started 2 tasks (SLURM_STEP_NUM_TASKS) but MPI did not start" in \
+            refused.stderr, "2 srun tasks without MPI were not refused"
+        assert not os.path.exists(os.path.join(alone, "checkpoints")), "a lone task trained"
     hosts = topology_hosts(out)
     print("the run's hosts:", hosts)
     assert hosts == [0, 1], f"the ranks did not see the 2 nodes Slurm gave: {hosts}"
