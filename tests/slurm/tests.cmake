@@ -4,7 +4,7 @@
 # SLURM_CPUS_PER_TASK and `plan` finds Slurm's nodes; a job requeued mid-run by `scontrol requeue`, and a SIGUSR1 to
 # the batch shell (the template's trap requeues the job, or says it cannot), end at exactly the uninterrupted weights.
 # Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/setup.sh --tests); skipped (exit 77)
-# otherwise. About 105 s together on 2 cores.
+# otherwise. About 100-130 s together on 2 cores.
 foreach(case template mpirun requeue usr1-requeue usr1)
   add_test(NAME slurm.${case} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_slurm.py ${case})
   set_tests_properties(slurm.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS slurm TIMEOUT 240
