@@ -11,6 +11,10 @@ namespaces), through the repository's template scripts/slurm/train.sbatch.
              per rank from SLURM_CPUS_PER_TASK (the nodes have 2 CPUs) and equals one process within 1e-4;
              `srun vitpipe plan --json` in the same allocation finds the 2 nodes Slurm gave; `srun --mpi=none` of 2
              tasks (each would train alone) is refused, saying to use --mpi=pmix
+  srun-2x2   `srun --mpi=pmix -N2 --ntasks-per-node=2 vitpipe train --pipeline-stages 2` without --threads or
+             --cpus-per-task: 4 ranks, 2 on each node as MPI's shared-memory split finds them (stage-major: a stage's
+             replicas share a node), 1 thread per rank (the node's 2 CPUs over srun's 2 tasks there,
+             SLURM_STEP_TASKS_PER_NODE); the weights equal one process within 1e-4
   requeue    the template, 2 pipeline stages on 2 nodes; `scontrol requeue` once the run has a checkpoint (SIGTERM to
              every rank), then `scontrol update StartTime=now`: the requeued start (restart count 1 in the appended
              log) continues with --resume auto and ends with exactly the weights of an uninterrupted run
@@ -45,7 +49,7 @@ JOB_SECONDS = 120
 
 
 class Case:
-    def __init__(self, work, epochs, stages):
+    def __init__(self, work, epochs, stages, micro_batch=4):
         import e2e_common as e2e
         self.e2e = e2e
         self.work = work
@@ -54,8 +58,8 @@ class Case:
         e2e.run("init", "--preset", "vit-micro", "--labels", ",".join(e2e.BLOB_LABELS), "--seed", "2", "--out",
                 self.init)
         # 8 steps an epoch; a checkpoint every 4.
-        self.flags = ["--epochs", str(epochs), "--batch-size", "8", "--micro-batch-size", "4", "--checkpoint-every",
-                      "4", "--export-last", "--log-every", "0", "--seed", "3",
+        self.flags = ["--epochs", str(epochs), "--batch-size", "8", "--micro-batch-size", str(micro_batch),
+                      "--checkpoint-every", "4", "--export-last", "--log-every", "0", "--seed", "3",
                       "--pipeline-stages", str(stages)]
         self.reference = os.path.join(work, "reference")
         # One process, the stages as threads: what the 2 ranks must equal.
@@ -129,8 +133,8 @@ def case_template(work):
 MPIRUN_JOB = """#!/bin/bash
 set -euo pipefail
 # Open MPI's mpirun reads the allocation and starts its daemons with srun; no --threads: Slurm's CPUs per task.
-mpirun --map-by node "$VITPIPE" train --model "$VITPIPE_MODEL" --data "$VITPIPE_DATA" --output-dir "$VITPIPE_OUTPUT_DIR" \\
-  $VITPIPE_TRAIN_FLAGS
+mpirun --map-by node "$VITPIPE" train --model "$VITPIPE_MODEL" --data "$VITPIPE_DATA" \\
+  --output-dir "$VITPIPE_OUTPUT_DIR" $VITPIPE_TRAIN_FLAGS
 srun --mpi=pmix "$VITPIPE" plan --model "$VITPIPE_MODEL" --data "$VITPIPE_DATA" --batch-size 8 --micro-batch-size 4 \\
   --pipeline-stages 1 --profile-cache "$VITPIPE_OUTPUT_DIR/profiles" --json > "$VITPIPE_OUTPUT_DIR/plan.json"
 """
@@ -167,6 +171,23 @@ def case_mpirun(work):
     print("plan's hosts:", plan["hosts"])
     assert plan["hosts"]["count"] == 2 and plan["hosts"]["host_of_rank"] == [0, 1], plan["hosts"]
     case.expect_near_the_reference(out, "mpirun inside an allocation, 2 nodes x 1 rank")
+
+
+def case_srun_2x2(work):
+    case = Case(work, epochs=2, stages=2, micro_batch=2)  # a micro-batch per stage in each replica
+    out = os.path.join(work, "run")
+    with SlurmCluster(2) as cluster:
+        result = cluster.run(["srun", "--mpi=pmix", "-N2", "--ntasks-per-node=2", VITPIPE, "train", "--model",
+                              case.init, "--data", "csv:" + case.csv, "--output-dir", out, "--loader-threads", "1",
+                              *case.flags], timeout=JOB_SECONDS)
+    lines = [line for line in result.stderr.splitlines() if line.startswith(("hosts:", "parallelism:"))]
+    print("\n".join(lines))
+    assert "parallelism: 4 MPI ranks = 2 pipeline stage(s) x 2 replica(s)" in result.stderr, "not 4 ranks"
+    assert "; 1 CPU thread(s) per rank" in result.stderr, "2 ranks on a 2-CPU node did not take 1 thread each"
+    hosts = topology_hosts(out)
+    print("the run's hosts:", hosts)
+    assert hosts == [0, 0, 1, 1], f"the ranks did not see 2 nodes of 2 ranks: {hosts}"
+    case.expect_near_the_reference(out, "srun --mpi=pmix, 2 nodes x 2 ranks, 2 stages x 2 replicas")
 
 
 def case_requeue(work):
@@ -245,8 +266,8 @@ def case_usr1(work):
 def main():
     slurm_cluster.skip_unless_possible()
     name = sys.argv[1]
-    cases = {"template": case_template, "mpirun": case_mpirun, "requeue": case_requeue, "usr1-requeue": case_usr1_requeue,
-             "usr1": case_usr1}
+    cases = {"template": case_template, "mpirun": case_mpirun, "srun-2x2": case_srun_2x2, "requeue": case_requeue,
+             "usr1-requeue": case_usr1_requeue, "usr1": case_usr1}
     if name not in cases:
         sys.exit(f"unknown case {name}; expected one of {', '.join(cases)}")
     work = tempfile.mkdtemp(prefix=f"vitpipe_slurm_{name}_")

@@ -40,7 +40,7 @@ PREFIX = "vpsl"
 SUBNET = "10.214.0.0/24"
 CONTROLLER_ADDRESS = "10.214.0.1"
 SKIP = 77
-PROGRAMS = ("slurmctld", "slurmd", "srun", "sbatch", "scontrol", "scancel", "squeue", "munged", "mungekey", "ip",
+PROGRAMS = ("slurmctld", "slurmd", "srun", "sbatch", "scontrol", "scancel", "sinfo", "munged", "mungekey", "ip",
             "nsenter", "unshare")
 
 
@@ -231,7 +231,8 @@ class SlurmCluster:
         sh(find("mungekey"), "--create", f"--keyfile={key}")
         # munged in the controller's namespace too (its socket is a path every namespace sees), so that removing
         # a killed run's namespaces ends it.
-        munged = subprocess.Popen(["ip", "netns", "exec", self.controller, find("munged"), "--foreground", "--force", f"--socket={self.munge_socket}",
+        munged = subprocess.Popen(["ip", "netns", "exec", self.controller, find("munged"), "--foreground", "--force",
+                                   f"--socket={self.munge_socket}",
                                    f"--key-file={key}", f"--pid-file={w}/munge/munged.pid",
                                    f"--log-file={w}/munge/munged.log", f"--seed-file={w}/munge/munged.seed"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
