@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "backend/cuda_module_backend.h"
+#include "parallel/launch_environment.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -123,8 +124,7 @@ Device select_device(DeviceChoice choice) {
 }
 
 int local_gpu_index() {
-  int local_rank = 0;
-  if (const char* text = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); text != nullptr) local_rank = std::atoi(text);
+  const int local_rank = launch_environment().local_rank;  // mpirun's, else srun's (SLURM_LOCALID)
   const int gpus = std::max(cuda_status().runtime_devices, 1);
   return std::max(local_rank, 0) % gpus;
 }

@@ -44,8 +44,8 @@ const CudaStatus& cuda_status();
 Device select_device(DeviceChoice choice);
 
 // A backend for `device`: the CPU's (make_cpu_backend), or the CUDA module's on this process's GPU: the node-local
-// rank's (OMPI_COMM_WORLD_LOCAL_RANK, modulo the GPUs the runtime sees; GPU 0 outside mpirun). TF32 GEMMs only with
-// allow_tf32 (fp32 runs keep full fp32 products by default).
+// rank's (OMPI_COMM_WORLD_LOCAL_RANK, else SLURM_LOCALID under srun; modulo the GPUs the runtime sees; GPU 0 outside
+// mpirun). TF32 GEMMs only with allow_tf32 (fp32 runs keep full fp32 products by default).
 std::unique_ptr<Backend> make_backend(Device device, bool allow_tf32 = false);
 // The GPU make_backend(Device::cuda) takes in this process.
 int local_gpu_index();

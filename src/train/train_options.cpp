@@ -192,7 +192,9 @@ const std::vector<OptionDef>& option_table() {
        }},
       {"allow-tf32", nullptr, "On a GPU, let fp32 GEMMs use TF32 tensor cores (off by default)",
        [](O& o, const V& v) { o.allow_tf32 = v.null ? false : v.boolean(); }},
-      {"threads", "N", "CPU threads; 0 = all cores this process may use (default 0)",
+      {"threads", "N",
+       "CPU threads; 0 = all cores this process may use, under mpirun or srun the rank's share of its node, in a Slurm "
+       "job SLURM_CPUS_PER_TASK (default 0)",
        [](O& o, const V& v) {
          o.threads = v.null ? defaults().threads : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
        }},
