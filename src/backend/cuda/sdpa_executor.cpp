@@ -96,6 +96,7 @@ struct SdpaExecutor::Plan {
   std::vector<std::pair<int64_t, int64_t>> workspace_tensors;
   std::string path;       // which graph and engine, for attention_path
   bool uses_one = false;  // the composite graph's constant 1 (kOne) is in its variant pack
+  bool native = false;    // the native SDPA_BWD (replaced by the composite graph if it fails to execute)
   int64_t next_virtual = kFirstVirtual;
 
   static constexpr int64_t kWorkspaceAlignment = 256;
@@ -498,6 +499,7 @@ std::string try_native_backward(SdpaExecutor::Plan& plan, cudnnHandle_t handle, 
     op.set_descriptor(CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC, plan.scalar(kScale, what));
     op.finalize();
     plan.path = "cudnn native SDPA_BWD";
+    plan.native = true;
     return plan.try_build(
         handle, {&op},
         s.deterministic ? SdpaExecutor::Plan::Engines::deterministic_only : SdpaExecutor::Plan::Engines::any, what);
@@ -506,59 +508,79 @@ std::string try_native_backward(SdpaExecutor::Plan& plan, cudnnHandle_t handle, 
   }
 }
 
+// cudnn-frontend's composite graph for the shape, after the native SDPA_BWD was refused for `native_refusal`; throws
+// both reasons when this cuDNN refuses it too.
+std::unique_ptr<SdpaExecutor::Plan> composite_backward_plan(cudnnHandle_t handle, const SdpaBackwardShape& s,
+                                                            const std::string& native_refusal, const char* what) {
+  auto plan = std::make_unique<SdpaExecutor::Plan>();
+  std::string refusal;
+  if (cudnnGetVersion() < kCompositeWithoutWorkaroundVersion && s.s_kv % 128 != 0) {
+    refusal = "cuDNN " + std::to_string(cudnnGetVersion()) +
+              " needs cudnn-frontend's workaround padding mask for s_kv = " + std::to_string(s.s_kv) +
+              " (not a multiple of 128), which vitpipe does not build";
+  } else {
+    plan->path = s.deterministic ? "cudnn composite graph (cudnn-frontend's sdpa_backward, dP workspace: deterministic)"
+                                 : "cudnn composite graph (cudnn-frontend's sdpa_backward, fp32 dQ accumulator)";
+    const std::vector<Descriptor*> ops = composite_backward_graph(*plan, s, s.deterministic, what);
+    refusal = plan->try_build(
+        handle, ops,
+        s.deterministic ? SdpaExecutor::Plan::Engines::deterministic_first : SdpaExecutor::Plan::Engines::any, what);
+  }
+  if (!refusal.empty()) fail(what, "the native SDPA_BWD: " + native_refusal + "; the composite graph: " + refusal);
+  plan->path += " (the native SDPA_BWD refused: " + native_refusal + ")";
+  return plan;
+}
+
 }  // namespace
 
 // First the native SDPA_BWD (a single operation, where this cuDNN finalises it), then cudnn-frontend's composite
 // graph: its dP-workspace variant when the shape asks for determinism (so that filtering engines cannot leave none),
-// else its fp32 dQ-accumulator variant. The first that finalises is cached for the shape; both refused, the call is.
+// else its fp32 dQ-accumulator variant. The first that finalises is cached for the shape; a native plan that
+// finalises but fails to execute is replaced by the composite graph (then kept); both refused, the call is.
 void SdpaExecutor::run(const SdpaBackwardCall& call, cudaStream_t stream) {
   refuse_if_broken(call.what, sdpa_rule_violations(call));
-  auto& slot = backward_plans_[call.shape];
-  if (!slot) {
-    const SdpaBackwardShape& s = call.shape;
+  const SdpaBackwardShape& s = call.shape;
+  const auto plan_or_refuse = [&](const std::string& native_refusal) {
+    try {
+      backward_plans_[s] = composite_backward_plan(handle_, s, native_refusal, call.what);
+    } catch (const std::runtime_error&) {
+      backward_plans_.erase(s);
+      throw;
+    }
+  };
+  if (!backward_plans_[s]) {
     auto native = std::make_unique<Plan>();
     const std::string native_refusal = try_native_backward(*native, handle_, s, call.what);
     if (native_refusal.empty()) {
-      slot = std::move(native);
+      backward_plans_[s] = std::move(native);
     } else {
-      auto composite = std::make_unique<Plan>();
-      std::string composite_refusal;
-      if (cudnnGetVersion() < kCompositeWithoutWorkaroundVersion && s.s_kv % 128 != 0) {
-        composite_refusal = "cuDNN " + std::to_string(cudnnGetVersion()) +
-                            " needs cudnn-frontend's workaround padding mask for s_kv = " + std::to_string(s.s_kv) +
-                            " (not a multiple of 128), which vitpipe does not build";
-      } else {
-        composite->path = s.deterministic
-                              ? "cudnn composite graph (cudnn-frontend's sdpa_backward, dP workspace: deterministic)"
-                              : "cudnn composite graph (cudnn-frontend's sdpa_backward, fp32 dQ accumulator)";
-        const std::vector<Descriptor*> ops = composite_backward_graph(*composite, s, s.deterministic, call.what);
-        composite_refusal = composite->try_build(
-            handle_, ops, s.deterministic ? Plan::Engines::deterministic_first : Plan::Engines::any, call.what);
-      }
-      if (!composite_refusal.empty()) {
-        backward_plans_.erase(call.shape);
-        fail(call.what, "the native SDPA_BWD: " + native_refusal + "; the composite graph: " + composite_refusal);
-      }
-      composite->path += " (the native SDPA_BWD refused: " + native_refusal + ")";
-      slot = std::move(composite);
+      plan_or_refuse(native_refusal);
     }
   }
-  const Plan& plan = *backward_plans_.at(call.shape);
   float scale = call.shape.attn_scale, one = 1.0f;
-  std::vector<int64_t> ids = {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale};
-  std::vector<void*> pointers = {const_cast<void*>(call.q),
-                                 const_cast<void*>(call.k),
-                                 const_cast<void*>(call.v),
-                                 const_cast<void*>(call.o),
-                                 const_cast<void*>(call.d_o),
-                                 const_cast<float*>(call.stats),
-                                 call.d_q,
-                                 call.d_k,
-                                 call.d_v,
-                                 &scale};
-  if (plan.uses_one) ids.push_back(kOne), pointers.push_back(&one);
-  execute(handle_, plan, workspace_(static_cast<size_t>(plan.total_workspace_bytes())), stream, std::move(ids),
-          std::move(pointers), call.what);
+  const auto run_plan = [&](const Plan& plan) {
+    std::vector<int64_t> ids = {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale};
+    std::vector<void*> pointers = {const_cast<void*>(call.q),
+                                   const_cast<void*>(call.k),
+                                   const_cast<void*>(call.v),
+                                   const_cast<void*>(call.o),
+                                   const_cast<void*>(call.d_o),
+                                   const_cast<float*>(call.stats),
+                                   call.d_q,
+                                   call.d_k,
+                                   call.d_v,
+                                   &scale};
+    if (plan.uses_one) ids.push_back(kOne), pointers.push_back(&one);
+    execute(handle_, plan, workspace_(static_cast<size_t>(plan.total_workspace_bytes())), stream, std::move(ids),
+            std::move(pointers), call.what);
+  };
+  try {
+    run_plan(*backward_plans_.at(s));
+  } catch (const std::runtime_error& e) {
+    if (!backward_plans_.at(s)->native) throw;
+    plan_or_refuse("it finalised, then " + reason(e, call.what));
+    run_plan(*backward_plans_.at(s));
+  }
 }
 
 #else

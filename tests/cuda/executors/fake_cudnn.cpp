@@ -511,6 +511,8 @@ int64_t refused_query_rows = 0;
 void set_refused_query_rows(int64_t s_q) { refused_query_rows = s_q; }
 bool native_backward_refused = true;
 void set_native_sdpa_backward_refused(bool refused) { native_backward_refused = refused; }
+bool native_backward_execution_fails = false;
+void set_native_sdpa_backward_execution_fails(bool fails) { native_backward_execution_fails = fails; }
 bool all_engines_nondeterministic = false;
 void set_all_engines_nondeterministic(bool all) { all_engines_nondeterministic = all; }
 const std::string& last_error() { return error; }
@@ -754,6 +756,8 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t plan_h
       s.batch = s.q.dims[0], s.heads = s.q.dims[1], s.s_q = s.q.dims[2], s.s_kv = s.k.dims[2], s.head_dim = s.q.dims[3];
       call.q = q, call.k = k, call.v = v, call.o = o, call.stats = static_cast<float*>(stats);
       interpret_sdpa_forward(call);
+    } else if (op->type == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR && native_backward_execution_fails) {
+      return bad("SDPA_BWD: CUDNN_STATUS_EXECUTION_FAILED (the fake's failure at execution)");
     } else if (op->type == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR) {
       SdpaBackwardCall call;
       call.what = "fake SDPA_BWD";

@@ -28,6 +28,8 @@ void set_refused_query_rows(int64_t s_q);
 // The native SDPA_BWD operation fails to finalise with CUDNN_STATUS_BAD_PARAM, as a third-party binding reports for
 // cuDNN up to 9.20 (the default: the backward pass takes cudnn-frontend's composite graph); false accepts it.
 void set_native_sdpa_backward_refused(bool refused);
+// A finalised native SDPA_BWD plan fails in cudnnBackendExecute.
+void set_native_sdpa_backward_execution_fails(bool fails);
 // Every engine configuration is marked non-deterministic (the heuristic's engine 0 only, by default).
 void set_all_engines_nondeterministic(bool all);
 Counters& counters();

@@ -160,6 +160,7 @@ struct FakeDefaults {
   ~FakeDefaults() {
     fake_cudnn::set_native_sdpa_backward_refused(true);
     fake_cudnn::set_all_engines_nondeterministic(false);
+    fake_cudnn::set_native_sdpa_backward_execution_fails(false);
     fake_cuda_runtime::cudnn_version = 91900;
   }
 };
@@ -235,6 +236,26 @@ TEST(SdpaExecutorOnFakeCudnn, NativeBackwardIsTheFirstTry) {
   EXPECT_LT(relative_difference(c.actual, c.expected), kTolerance);
   EXPECT_EQ(c.f.executor.backward_path(call.shape), "cudnn native SDPA_BWD");
   EXPECT_EQ(fake_cudnn::counters().composite_graphs_finalized, composites);
+}
+
+// A native SDPA_BWD that finalises but fails to execute: the call still runs, on the composite graph, which the shape
+// keeps from then on.
+TEST(SdpaExecutorOnFakeCudnn, NativeBackwardFailingToExecuteFallsThroughToTheCompositeGraph) {
+  FakeDefaults defaults;
+  fake_cudnn::set_native_sdpa_backward_refused(false);
+  fake_cudnn::set_native_sdpa_backward_execution_fails(true);
+  BackwardCase c(1, 40, 64, 2, 67);
+  const cuda::SdpaBackwardCall call = c.call();
+  ASSERT_NO_THROW(c.f.executor.run(call, nullptr)) << fake_cudnn::last_error();
+  EXPECT_LT(relative_difference(c.actual, c.expected), kTolerance);
+  const std::string path = c.f.executor.backward_path(call.shape);
+  EXPECT_NE(path.find("(the native SDPA_BWD refused: it finalised, then cudnnBackendExecute failed: SDPA_BWD: "
+                      "CUDNN_STATUS_EXECUTION_FAILED"),
+            std::string::npos)
+      << path;
+  const int composites = fake_cudnn::counters().composite_graphs_finalized;
+  ASSERT_NO_THROW(c.f.executor.run(call, nullptr)) << fake_cudnn::last_error();
+  EXPECT_EQ(fake_cudnn::counters().composite_graphs_finalized, composites) << "planned again";
 }
 
 // Up to cuDNN 9.15 the frontend adds a "workaround padding mask" when s_kv is not a multiple of 128, which vitpipe
