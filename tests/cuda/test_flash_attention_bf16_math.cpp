@@ -167,6 +167,106 @@ TEST(FlashAttentionBf16Math, APartialLastTileKeepsItsOneRow) {
   EXPECT_LT(relative_to(dk, r.dk), kBf16Tolerance);
 }
 
+// The fragment layouts the kernels load and store through (mma.sync m16n8k16, PTX ISA): every element of A (16 x 16),
+// B (16 x 8) and C (16 x 8) is held by exactly one (lane, value); two values of a register are neighbours in a row of
+// A and C (one 32-bit load or store) and in a column of B (a gather of two rows).
+TEST(FlashAttentionBf16Math, FragmentLayoutsHoldEachElementOnce) {
+  const auto check = [](const char* name, int rows, int cols, int values, auto element) {
+    std::vector<int> held(static_cast<size_t>(rows * cols), 0);
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int i = 0; i < values; ++i) {
+        const cuda::FragmentElement e = element(lane, i);
+        ASSERT_TRUE(e.row >= 0 && e.row < rows && e.col >= 0 && e.col < cols) << name << " lane " << lane << " " << i;
+        ++held[static_cast<size_t>(e.row * cols + e.col)];
+      }
+    }
+    for (int x = 0; x < rows * cols; ++x) EXPECT_EQ(held[static_cast<size_t>(x)], 1) << name << " element " << x;
+  };
+  check("A", 16, 16, 8, cuda::mma_a_element);
+  check("B", 16, 8, 4, cuda::mma_b_element);
+  check("C", 16, 8, 4, cuda::mma_c_element);
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 8; i += 2) {
+      const cuda::FragmentElement a0 = cuda::mma_a_element(lane, i), a1 = cuda::mma_a_element(lane, i + 1);
+      EXPECT_TRUE(a1.row == a0.row && a1.col == a0.col + 1 && a0.col % 2 == 0) << "A register of lane " << lane;
+    }
+    for (int i = 0; i < 4; i += 2) {
+      const cuda::FragmentElement b0 = cuda::mma_b_element(lane, i), b1 = cuda::mma_b_element(lane, i + 1);
+      EXPECT_TRUE(b1.col == b0.col && b1.row == b0.row + 1 && b0.row % 2 == 0) << "B register of lane " << lane;
+      const cuda::FragmentElement c0 = cuda::mma_c_element(lane, i), c1 = cuda::mma_c_element(lane, i + 1);
+      EXPECT_TRUE(c1.row == c0.row && c1.col == c0.col + 1 && c0.col % 2 == 0) << "C pair of lane " << lane;
+    }
+  }
+}
+
+// P and dS go from accumulators (two C tiles of 8 columns) straight into the next matmul's A fragment without leaving
+// the lane: A value i must be the same (row, column) as the C value it is taken from.
+TEST(FlashAttentionBf16Math, AccumulatorsRepackAsTheNextMatmulsA) {
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 8; ++i) {
+      const cuda::FragmentElement a = cuda::mma_a_element(lane, i);
+      const cuda::FragmentElement c = cuda::mma_c_element(lane, cuda::a_value_source_value(i));
+      EXPECT_EQ(c.row, a.row) << "lane " << lane << " value " << i;
+      EXPECT_EQ(cuda::a_value_source_tile(i) * cuda::kMmaN + c.col, a.col) << "lane " << lane << " value " << i;
+    }
+  }
+}
+
+// One warp's S = Q K^T tile as the kernels compute it: A from Q's rows and B from K's rows in shared memory through
+// the fragment layouts (load_a, load_b_transposed), each C value the sum over k of A(row, k) B(k, col) that the lane
+// finds in its own and its quad's fragments, against the plain product.
+TEST(FlashAttentionBf16Math, FragmentsOfQAndKGiveTheScoreTile) {
+  const int d = 32, keys = 8;
+  const std::vector<float> q = bf16_values(16 * d, 21, 1.0), k = bf16_values(keys * d, 22, 1.0);
+  // What each lane holds, as the kernel loads it: A value i of k-step s is Q[row][16 s + col]; B value i of k-step s
+  // is K[n][16 s + k] (load_b_transposed: element (k, n) = rows[n][k0 + k]).
+  std::vector<std::vector<float>> a(32, std::vector<float>(static_cast<size_t>(d / 16 * 8)));
+  std::vector<std::vector<float>> b(32, std::vector<float>(static_cast<size_t>(d / 16 * 4)));
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int s = 0; s < d / 16; ++s) {
+      for (int i = 0; i < 8; ++i) {
+        const cuda::FragmentElement e = cuda::mma_a_element(lane, i);
+        a[lane][static_cast<size_t>(s * 8 + i)] = q[static_cast<size_t>(e.row * d + 16 * s + e.col)];
+      }
+      for (int i = 0; i < 4; ++i) {
+        const cuda::FragmentElement e = cuda::mma_b_element(lane, i);
+        b[lane][static_cast<size_t>(s * 4 + i)] = k[static_cast<size_t>(e.col * d + 16 * s + e.row)];
+      }
+    }
+  }
+  // The mma's definition over fragments: D(row, col) = sum_k A(row, k) B(k, col), A and B gathered from whichever
+  // lanes hold them.
+  const auto a_at = [&](int row, int kk) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int i = 0; i < 8; ++i) {
+        const cuda::FragmentElement e = cuda::mma_a_element(lane, i);
+        if (e.row == row && e.col == kk % 16) return a[lane][static_cast<size_t>(kk / 16 * 8 + i)];
+      }
+    }
+    return NAN;
+  };
+  const auto b_at = [&](int kk, int col) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int i = 0; i < 4; ++i) {
+        const cuda::FragmentElement e = cuda::mma_b_element(lane, i);
+        if (e.row == kk % 16 && e.col == col) return b[lane][static_cast<size_t>(kk / 16 * 4 + i)];
+      }
+    }
+    return NAN;
+  };
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 4; ++i) {
+      const cuda::FragmentElement c = cuda::mma_c_element(lane, i);
+      double fragments = 0.0, plain = 0.0;
+      for (int kk = 0; kk < d; ++kk) {
+        fragments += double{a_at(c.row, kk)} * b_at(kk, c.col);
+        plain += double{q[static_cast<size_t>(c.row * d + kk)]} * k[static_cast<size_t>(c.col * d + kk)];
+      }
+      EXPECT_DOUBLE_EQ(fragments, plain) << "lane " << lane << " value " << i;
+    }
+  }
+}
+
 TEST(FlashAttentionBf16Math, HeadDimensionsTheKernelsAreBuiltFor) {
   for (int64_t d : {16, 32, 64}) EXPECT_TRUE(cuda::flash_bf16_head_dim_supported(d)) << d;
   for (int64_t d : {8, 24, 48, 80, 128}) EXPECT_FALSE(cuda::flash_bf16_head_dim_supported(d)) << d;

@@ -49,24 +49,44 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 }
 
 // The A fragment of rows [r0, r0 + 16) and columns [c0, c0 + 16) of a row-major bf16 matrix (rows `ld` apart), rows at
-// or past `rows` read as 0. Lane l holds rows r0 + l/4 and r0 + l/4 + 8, columns c0 + 2 (l%4) (+1) and the same + 8.
+// or past `rows` read as 0 (mma_a_element: register r holds values 2r and 2r + 1, neighbours in a row).
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* m, int64_t ld, int64_t r0, int64_t rows, int c0,
                                        int lane) {
-  const int64_t g = lane / 4, c = c0 + 2 * (lane % 4);
-  const bool lo = r0 + g < rows, hi = r0 + g + 8 < rows;
-  a[0] = lo ? load_pair(m + (r0 + g) * ld + c) : 0u;
-  a[1] = hi ? load_pair(m + (r0 + g + 8) * ld + c) : 0u;
-  a[2] = lo ? load_pair(m + (r0 + g) * ld + c + 8) : 0u;
-  a[3] = hi ? load_pair(m + (r0 + g + 8) * ld + c + 8) : 0u;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const FragmentElement e = mma_a_element(lane, 2 * r);
+    a[r] = r0 + e.row < rows ? load_pair(m + (r0 + e.row) * ld + c0 + e.col) : 0u;
+  }
 }
 
-// Accumulators of a 16 x 8n tile (n-tiles of 8 columns) as the A fragments of the next matmul, k-step `ks`: the
-// columns 16 ks .. 16 ks + 15 are n-tiles 2 ks and 2 ks + 1. Rounds to bf16 (the values given are P or dS).
+// The B fragment (k x 8) whose element (k, n) is rows[n][k0 + k] of a shared tile: K^T or Q^T or dO^T from row-major
+// rows (mma_b_element: register r holds values 2r and 2r + 1, neighbours in a row of the tile).
+template <int Row>
+__device__ __forceinline__ void load_b_transposed(uint32_t& b0, uint32_t& b1, const bf16 (*rows)[Row], int n0, int k0,
+                                                  int lane) {
+  const FragmentElement e0 = mma_b_element(lane, 0), e1 = mma_b_element(lane, 2);
+  b0 = load_pair(&rows[n0 + e0.col][k0 + e0.row]);
+  b1 = load_pair(&rows[n0 + e1.col][k0 + e1.row]);
+}
+
+// The B fragment (k x 8) whose element (k, n) is rows[k0 + k][n0 + n]: K, Q or dO as they are (two rows a register).
+template <int Row>
+__device__ __forceinline__ void load_b(uint32_t& b0, uint32_t& b1, const bf16 (*rows)[Row], int k0, int n0, int lane) {
+  const FragmentElement e0 = mma_b_element(lane, 0), e1 = mma_b_element(lane, 1), e2 = mma_b_element(lane, 2),
+                        e3 = mma_b_element(lane, 3);
+  b0 = gather_pair(&rows[k0 + e0.row][n0 + e0.col], &rows[k0 + e1.row][n0 + e1.col]);
+  b1 = gather_pair(&rows[k0 + e2.row][n0 + e2.col], &rows[k0 + e3.row][n0 + e3.col]);
+}
+
+// Accumulators of a 16 x 8n tile (n-tiles of 8 columns) as the A fragment of k-step `ks` (columns 16 ks .. 16 ks + 15:
+// n-tiles 2 ks and 2 ks + 1), rounded to bf16 (the values given are P or dS).
 __device__ __forceinline__ void accumulators_as_a(uint32_t (&a)[4], const float (*acc)[4], int ks) {
-  a[0] = pack_bf16(acc[2 * ks][0], acc[2 * ks][1]);
-  a[1] = pack_bf16(acc[2 * ks][2], acc[2 * ks][3]);
-  a[2] = pack_bf16(acc[2 * ks + 1][0], acc[2 * ks + 1][1]);
-  a[3] = pack_bf16(acc[2 * ks + 1][2], acc[2 * ks + 1][3]);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int lo = 2 * r, hi = 2 * r + 1;
+    a[r] = pack_bf16(acc[2 * ks + a_value_source_tile(lo)][a_value_source_value(lo)],
+                     acc[2 * ks + a_value_source_tile(hi)][a_value_source_value(hi)]);
+  }
 }
 
 // Rows [row0, row0 + kFlashBf16Tile) of one head's [T, d] slice (rows `ld` apart) into shared rows of d + pad, 16 bytes
@@ -116,7 +136,7 @@ __device__ __forceinline__ HeadPointers head_pointers(const bf16* qkv, const bf1
 
 // dQ and D for a block's 64 query rows.
 template <int D>
-__global__ void __launch_bounds__(kFlashBf16Warps * 32)
+__global__ void __launch_bounds__(kFlashBf16Warps * 32, 1)
     flash_attention_backward_query_bf16(const bf16* __restrict__ qkv, const bf16* __restrict__ out,
                                         const bf16* __restrict__ grad_out, const float* __restrict__ lse,
                                         float* __restrict__ row_dot, bf16* __restrict__ grad_qkv, int64_t tokens,
@@ -126,7 +146,7 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32)
   __shared__ __align__(16) bf16 values[kFlashBf16Tile][D + kFlashBf16SharedPad];
 
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  const int g = lane / 4, t2 = 2 * (lane % 4);
+  const int g = lane / 4;  // the lane's accumulator rows are g and g + 8 (mma_c_element)
   const HeadPointers p = head_pointers(qkv, out, grad_out, lse, row_dot, grad_qkv, tokens, heads, D);
   const int64_t ld = 3 * heads * D, ld_o = heads * D;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kFlashBf16Rows + warp * kMmaM;
@@ -150,6 +170,7 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32)
   const float lse_hi = r0 + g + 8 < tokens ? p.lse[r0 + g + 8] : 0.0f;
 
   uint32_t q_frag[kSteps][4], do_frag[kSteps][4];
+#pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     load_a(q_frag[s], p.q, ld, r0, tokens, s * kMmaK, lane);
     load_a(do_frag[s], p.d_o, ld_o, r0, tokens, s * kMmaK, lane);
@@ -163,51 +184,60 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32)
     __syncthreads();
 
     float s_acc[kTilesN][4] = {}, dp_acc[kTilesN][4] = {};
+#pragma unroll
     for (int n = 0; n < kTilesN; ++n) {
-      const bf16* k_row = &keys[n * kMmaN + g][0];
-      const bf16* v_row = &values[n * kMmaN + g][0];
+#pragma unroll
       for (int s = 0; s < kSteps; ++s) {
-        mma_bf16(s_acc[n], q_frag[s], load_pair(k_row + s * kMmaK + t2), load_pair(k_row + s * kMmaK + t2 + 8));
-        mma_bf16(dp_acc[n], do_frag[s], load_pair(v_row + s * kMmaK + t2), load_pair(v_row + s * kMmaK + t2 + 8));
+        uint32_t b0, b1;
+        load_b_transposed(b0, b1, keys, n * kMmaN, s * kMmaK, lane);
+        mma_bf16(s_acc[n], q_frag[s], b0, b1);
+        load_b_transposed(b0, b1, values, n * kMmaN, s * kMmaK, lane);
+        mma_bf16(dp_acc[n], do_frag[s], b0, b1);
       }
     }
     // P and dS in place of the accumulators (dS kept; P is only needed for dS here).
+#pragma unroll
     for (int n = 0; n < kTilesN; ++n) {
+#pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const bool hi = e >= 2;
-        const int64_t i = r0 + g + (hi ? 8 : 0), j = j0 + n * kMmaN + t2 + (e & 1);
+        const FragmentElement c = mma_c_element(lane, e);
+        const bool hi = c.row >= 8;
+        const int64_t i = r0 + c.row, j = j0 + n * kMmaN + c.col;
         const bool valid = i < tokens && j < tokens;
         const float prob = flash_bf16_probability(s_acc[n][e], scale, hi ? lse_hi : lse_lo, valid);
         s_acc[n][e] = flash_bf16_score_gradient(prob, dp_acc[n][e], hi ? row_dot_hi : row_dot_lo, valid);
       }
     }
     // dQ += dS K: k-steps of 16 keys, B fragments of K (k = key, n = feature) from shared memory.
+#pragma unroll
     for (int ks = 0; ks < kFlashBf16Tile / kMmaK; ++ks) {
       uint32_t a[4];
       accumulators_as_a(a, s_acc, ks);
-      const int key = ks * kMmaK + t2;
+#pragma unroll
       for (int n = 0; n < kOutN; ++n) {
-        const int f = n * kMmaN + g;
-        mma_bf16(dq[n], a, gather_pair(&keys[key][f], &keys[key + 1][f]),
-                 gather_pair(&keys[key + 8][f], &keys[key + 9][f]));
+        uint32_t b0, b1;
+        load_b(b0, b1, keys, ks * kMmaK, n * kMmaN, lane);
+        mma_bf16(dq[n], a, b0, b1);
       }
     }
   }
   // dQ, scaled once, into the query part of grad_qkv (bf16 pairs).
+#pragma unroll
   for (int n = 0; n < kOutN; ++n) {
-    const int f = n * kMmaN + t2;
-    if (r0 + g < tokens) {
-      *reinterpret_cast<uint32_t*>(p.dq + (r0 + g) * ld + f) = pack_bf16(dq[n][0] * scale, dq[n][1] * scale);
-    }
-    if (r0 + g + 8 < tokens) {
-      *reinterpret_cast<uint32_t*>(p.dq + (r0 + g + 8) * ld + f) = pack_bf16(dq[n][2] * scale, dq[n][3] * scale);
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // values e and e + 1: neighbours in a row
+      const FragmentElement c = mma_c_element(lane, e);
+      if (r0 + c.row < tokens) {
+        *reinterpret_cast<uint32_t*>(p.dq + (r0 + c.row) * ld + n * kMmaN + c.col) =
+            pack_bf16(dq[n][e] * scale, dq[n][e + 1] * scale);
+      }
     }
   }
 }
 
 // dK and dV for a block's 64 key rows, from the dQ kernel's D.
 template <int D>
-__global__ void __launch_bounds__(kFlashBf16Warps * 32)
+__global__ void __launch_bounds__(kFlashBf16Warps * 32, 1)
     flash_attention_backward_key_bf16(const bf16* __restrict__ qkv, const bf16* __restrict__ out,
                                       const bf16* __restrict__ grad_out, const float* __restrict__ lse,
                                       float* __restrict__ row_dot, bf16* __restrict__ grad_qkv, int64_t tokens,
@@ -218,12 +248,12 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32)
   __shared__ float tile_lse[kFlashBf16Tile], tile_row_dot[kFlashBf16Tile];
 
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  const int g = lane / 4, t2 = 2 * (lane % 4);
   const HeadPointers p = head_pointers(qkv, out, grad_out, lse, row_dot, grad_qkv, tokens, heads, D);
   const int64_t ld = 3 * heads * D, ld_o = heads * D;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kFlashBf16Rows + warp * kMmaM;
 
   uint32_t k_frag[kSteps][4], v_frag[kSteps][4];
+#pragma unroll
   for (int s = 0; s < kSteps; ++s) {
     load_a(k_frag[s], p.k, ld, r0, tokens, s * kMmaK, lane);
     load_a(v_frag[s], p.v, ld, r0, tokens, s * kMmaK, lane);
@@ -241,19 +271,25 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32)
     __syncthreads();
 
     float s_acc[kTilesN][4] = {}, dp_acc[kTilesN][4] = {};
+#pragma unroll
     for (int n = 0; n < kTilesN; ++n) {
-      const bf16* q_row = &queries[n * kMmaN + g][0];
-      const bf16* g_row = &grads[n * kMmaN + g][0];
+#pragma unroll
       for (int s = 0; s < kSteps; ++s) {
-        mma_bf16(s_acc[n], k_frag[s], load_pair(q_row + s * kMmaK + t2), load_pair(q_row + s * kMmaK + t2 + 8));
-        mma_bf16(dp_acc[n], v_frag[s], load_pair(g_row + s * kMmaK + t2), load_pair(g_row + s * kMmaK + t2 + 8));
+        uint32_t b0, b1;
+        load_b_transposed(b0, b1, queries, n * kMmaN, s * kMmaK, lane);
+        mma_bf16(s_acc[n], k_frag[s], b0, b1);
+        load_b_transposed(b0, b1, grads, n * kMmaN, s * kMmaK, lane);
+        mma_bf16(dp_acc[n], v_frag[s], b0, b1);
       }
     }
     // P^T into s_acc, dS^T into dp_acc (columns are queries: their lse and D from shared memory).
+#pragma unroll
     for (int n = 0; n < kTilesN; ++n) {
+#pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t j = r0 + g + (e >= 2 ? 8 : 0);
-        const int col = n * kMmaN + t2 + (e & 1);
+        const FragmentElement c = mma_c_element(lane, e);
+        const int64_t j = r0 + c.row;
+        const int col = n * kMmaN + c.col;
         const bool valid = j < tokens && i0 + col < tokens;
         const float prob = flash_bf16_probability(s_acc[n][e], scale, tile_lse[col], valid);
         dp_acc[n][e] = flash_bf16_score_gradient(prob, dp_acc[n][e], tile_row_dot[col], valid);
@@ -261,29 +297,31 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32)
       }
     }
     // dV += P^T dO and dK += dS^T Q: k-steps of 16 queries, B fragments (k = query, n = feature) from shared memory.
+#pragma unroll
     for (int ks = 0; ks < kFlashBf16Tile / kMmaK; ++ks) {
       uint32_t a_p[4], a_ds[4];
       accumulators_as_a(a_p, s_acc, ks);
       accumulators_as_a(a_ds, dp_acc, ks);
-      const int row = ks * kMmaK + t2;
+#pragma unroll
       for (int n = 0; n < kOutN; ++n) {
-        const int f = n * kMmaN + g;
-        mma_bf16(dv[n], a_p, gather_pair(&grads[row][f], &grads[row + 1][f]),
-                 gather_pair(&grads[row + 8][f], &grads[row + 9][f]));
-        mma_bf16(dk[n], a_ds, gather_pair(&queries[row][f], &queries[row + 1][f]),
-                 gather_pair(&queries[row + 8][f], &queries[row + 9][f]));
+        uint32_t b0, b1;
+        load_b(b0, b1, grads, ks * kMmaK, n * kMmaN, lane);
+        mma_bf16(dv[n], a_p, b0, b1);
+        load_b(b0, b1, queries, ks * kMmaK, n * kMmaN, lane);
+        mma_bf16(dk[n], a_ds, b0, b1);
       }
     }
   }
+#pragma unroll
   for (int n = 0; n < kOutN; ++n) {
-    const int f = n * kMmaN + t2;
-    if (r0 + g < tokens) {
-      *reinterpret_cast<uint32_t*>(p.dk + (r0 + g) * ld + f) = pack_bf16(dk[n][0] * scale, dk[n][1] * scale);
-      *reinterpret_cast<uint32_t*>(p.dv + (r0 + g) * ld + f) = pack_bf16(dv[n][0], dv[n][1]);
-    }
-    if (r0 + g + 8 < tokens) {
-      *reinterpret_cast<uint32_t*>(p.dk + (r0 + g + 8) * ld + f) = pack_bf16(dk[n][2] * scale, dk[n][3] * scale);
-      *reinterpret_cast<uint32_t*>(p.dv + (r0 + g + 8) * ld + f) = pack_bf16(dv[n][2], dv[n][3]);
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // values e and e + 1: neighbours in a row
+      const FragmentElement c = mma_c_element(lane, e);
+      if (r0 + c.row < tokens) {
+        const int64_t at = (r0 + c.row) * ld + n * kMmaN + c.col;
+        *reinterpret_cast<uint32_t*>(p.dk + at) = pack_bf16(dk[n][e] * scale, dk[n][e + 1] * scale);
+        *reinterpret_cast<uint32_t*>(p.dv + at) = pack_bf16(dv[n][e], dv[n][e + 1]);
+      }
     }
   }
 }

@@ -9,7 +9,8 @@
 // graph rounds them): dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO, each summed over tiles of kFlashBf16Tile keys
 // (or queries) in ascending order and, within a tile, over k-steps of 16 in ascending order. No atomics: the dQ kernel
 // walks key tiles for its query rows, the dK/dV kernel walks query tiles for its key rows (S and dP computed in both),
-// so two runs give the same bits.
+// so two runs give the same bits. The fragment layouts of mma.sync (which lane holds which element) are here too, as
+// functions the kernels load and store through and the CPU suite checks.
 #pragma once
 
 #include <math.h>
@@ -33,6 +34,30 @@ constexpr int kFlashBf16SharedPad = 8;  // bf16 elements after each shared row: 
 
 // The head dimensions the kernels are instantiated for (whole k-steps; ViT, DeiT and DINOv2 use 64).
 VITPIPE_HOST_DEVICE bool flash_bf16_head_dim_supported(int64_t d) { return d == 16 || d == 32 || d == 64; }
+
+// mma.sync m16n8k16's fragment layouts for bf16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"): the element that lane
+// `lane` holds as its value `i`. The kernels load and store fragments only through these, and the CPU suite checks
+// them (each element held once; a product through them is the matrix product; accumulators re-packed as A).
+struct FragmentElement {
+  int row, col;
+};
+// A, 16 x 16 (rows, k): 8 values a lane, two per register: registers 0..3 hold (g, 2t), (g + 8, 2t), (g, 2t + 8),
+// (g + 8, 2t + 8) and the next column, g = lane / 4, t = lane % 4.
+VITPIPE_HOST_DEVICE FragmentElement mma_a_element(int lane, int i) {
+  return {lane / 4 + (i / 2) % 2 * 8, 2 * (lane % 4) + i % 2 + i / 4 * 8};
+}
+// B, 16 x 8 (k, columns): 4 values a lane, (2t, g), (2t + 1, g), (2t + 8, g), (2t + 9, g).
+VITPIPE_HOST_DEVICE FragmentElement mma_b_element(int lane, int i) {
+  return {2 * (lane % 4) + i % 2 + i / 2 * 8, lane / 4};
+}
+// C and D, 16 x 8 (fp32): 4 values a lane, (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+VITPIPE_HOST_DEVICE FragmentElement mma_c_element(int lane, int i) {
+  return {lane / 4 + i / 2 * 8, 2 * (lane % 4) + i % 2};
+}
+// Accumulators of a 16 x 16 k-step (two C tiles of 8 columns) as A values: A value i of a lane is value
+// a_value_source_value(i) of C tile a_value_source_tile(i) (0 or 1) of the same lane.
+VITPIPE_HOST_DEVICE int a_value_source_tile(int i) { return i / 4; }
+VITPIPE_HOST_DEVICE int a_value_source_value(int i) { return i % 4; }
 
 // Round to the nearest bf16 (ties to even, as __float2bfloat16_rn), kept as a float.
 VITPIPE_HOST_DEVICE float bf16_rounded(float x) { return widen_bf16(round_to_bf16(x)); }
