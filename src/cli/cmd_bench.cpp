@@ -281,8 +281,10 @@ void run_bench(const BenchOptions& o, nlohmann::json* collected = nullptr) {
       {"fraction_of_gemm_peak", peak > 0 ? nlohmann::json(gflops / peak) : nlohmann::json(nullptr)},
       {"device", on_gpu ? "cuda" : "cpu"},
       {"gpu", on_gpu ? nlohmann::json(local_gpu_index()) : nlohmann::json(nullptr)},
-      // Which path bf16 attention took on the GPU ("cudnn", or "fallback..." and why): the fallback is several
-      // times slower, so a figure without it cannot be read.
+      // Which path bf16 attention took on the GPU ("cudnn", or "fallback..." and why, each refused shape with the
+      // kernels it fell back to), then "; backward: " and the cuDNN graph that ran the backward pass (the native
+      // SDPA_BWD, or cudnn-frontend's composite graph and why the native one was refused): a figure without it cannot
+      // be read.
       {"attention_path", on_gpu ? nlohmann::json(cuda_attention_path(*compute)) : nlohmann::json(nullptr)},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"activation_bytes", model.activation_bytes()},

@@ -16,6 +16,8 @@
 #include "backend/cuda/gemm_executor.h"
 #include "backend/cuda/kernels/backend_kernels.h"
 #include "backend/cuda/kernels/flash_attention.h"
+#include "backend/cuda/kernels/flash_attention_bf16.h"
+#include "backend/cuda/kernels/flash_attention_bf16_math.h"
 #include "backend/cuda/kernels/optimizer_kernels.h"
 #include "backend/cuda/sdpa_executor.h"
 
@@ -92,7 +94,9 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
     if (const std::string why = cudnn_sdpa_version_refusal(cudnnGetVersion()); !sdpa_disabled_ && !why.empty()) {
       sdpa_disabled_ = true;
       sdpa_refusal_ = why;
-      std::fprintf(stderr, "vitpipe CUDA backend: %s; bf16 attention runs the fp32 flash kernels on converted copies\n",
+      std::fprintf(stderr,
+                   "vitpipe CUDA backend: %s; bf16 attention runs vitpipe's flash kernels (the backward pass on tensor "
+                   "cores where the head dimension allows, else fp32 on converted copies)\n",
                    why.c_str());
     }
     sdpa_ = std::make_unique<SdpaExecutor>(cudnn_, [this](size_t bytes) { return cudnn_workspace(bytes); });
@@ -175,20 +179,38 @@ std::string describe_sdpa_key(bool backward, bool cls_only, int64_t batch, int64
 void CudaBackend::refuse_sdpa(const SdpaKey& key, const std::string& why) {
   sdpa_refused_[key] = why;
   if (sdpa_refusal_.empty()) sdpa_refusal_ = why;
-  std::fprintf(stderr,
-               "vitpipe CUDA backend: cuDNN's SDPA is not used for the %s (%s); that shape runs the fp32 flash "
-               "kernels on converted copies\n",
+  std::fprintf(stderr, "vitpipe CUDA backend: cuDNN's SDPA is not used for the %s (%s); that shape runs %s\n",
                describe_sdpa_key(key.backward, key.cls_only, key.batch, key.tokens, key.hidden, key.heads).c_str(),
-               why.c_str());
+               why.c_str(), fallback_kernels(key).c_str());
+}
+
+// Which of vitpipe's kernels a bf16 pass at `key` falls back to.
+std::string CudaBackend::fallback_kernels(const SdpaKey& key) {
+  if (key.backward && !key.cls_only && key.heads > 0 && flash_bf16_head_dim_supported(key.hidden / key.heads)) {
+    return "the bf16 tensor-core flash kernels";
+  }
+  return "the fp32 flash kernels on converted copies";
 }
 
 std::string CudaBackend::attention_path() const {
-  if (sdpa_disabled_) return "fallback: " + sdpa_refusal_;
-  if (sdpa_refused_.empty()) return "cudnn";
-  std::string path = "fallback for " + std::to_string(sdpa_refused_.size()) + " shape(s), cudnn for the rest";
-  for (const auto& [k, why] : sdpa_refused_) {
-    path += "; " + describe_sdpa_key(k.backward, k.cls_only, k.batch, k.tokens, k.hidden, k.heads) + ": " + why;
+  if (sdpa_disabled_) {
+    return "fallback: " + sdpa_refusal_ +
+           "; backward: the bf16 tensor-core flash kernels at head dimensions 16, 32 and 64, else the fp32 ones";
   }
+  std::string path = "cudnn";
+  if (!sdpa_refused_.empty()) {
+    path = "fallback for " + std::to_string(sdpa_refused_.size()) + " shape(s), cudnn for the rest";
+    for (const auto& [k, why] : sdpa_refused_) {
+      path += "; " + describe_sdpa_key(k.backward, k.cls_only, k.batch, k.tokens, k.hidden, k.heads) + " (on " +
+              fallback_kernels(k) + "): " + why;
+    }
+  }
+  // Which cuDNN graph ran the backward passes cuDNN took, each distinct one once.
+  std::vector<std::string> backward;
+  for (const auto& [k, graph] : sdpa_backward_paths_) {
+    if (std::find(backward.begin(), backward.end(), graph) == backward.end()) backward.push_back(graph);
+  }
+  for (size_t i = 0; i < backward.size(); ++i) path += (i == 0 ? "; backward: " : " / ") + backward[i];
   return path;
 }
 
@@ -538,10 +560,24 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
     }
     try {
       sdpa_->run(call, stream_);
+      sdpa_backward_paths_[key] = sdpa_->backward_path(call.shape);
       done = true;
     } catch (const std::runtime_error& e) {
       refuse_sdpa(key, e.what());
     }
+  }
+  if (!done && !cls_only && is_bf16(qkv) && is_bf16(grad_qkv) && is_bf16(out) &&
+      flash_bf16_head_dim_supported(head_dim) &&
+      flash_bf16_pointers_aligned(qkv.raw(), out.raw(), grad_out.raw(), grad_qkv.raw())) {
+    // The bf16 tensor-core flash kernels on the tensors as they are (no f32 copies). At most: the row dots, then the
+    // bias gradient's partials.
+    reserve_scratch(4 * static_cast<size_t>(batch * heads * tokens + column_partials_floats(batch * tokens, hidden)) +
+                    4 * DeviceArena::kAlignment);
+    float* row_dot = scratch_floats(batch * heads * tokens, "attention_backward's row dots");
+    check(launch_flash_attention_backward_bf16(qkv.raw(), out.raw(), grad_out.raw(), f32(lse), row_dot, grad_qkv.raw(),
+                                               batch, tokens, heads, head_dim, stream_),
+          "attention_backward (bf16 tensor-core flash kernels)");
+    done = true;
   }
   if (!done) {
     // fp32 flash kernels on f32 views (copies where a tensor is bf16 or the op is the classifier token's). At most:

@@ -9,7 +9,9 @@
 //   linear_gelu_forward: the GEMM with its bias into the kept pre-activation in training, else into the output, then
 //     vitpipe's exact-erf GELU kernel, in place without one (cuBLASLt's GELU epilogue is the tanh approximation).
 //   Attention: bf16 through cuDNN's SDPA (SdpaExecutor); where cuDNN refuses a pass at a shape (kept per pass and
-//     shape), the fallback (and with VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels
+//     shape), the backward pass of the full attention runs the bf16 tensor-core flash kernels
+//     (kernels/flash_attention_bf16.h) at head dimensions 16, 32 and 64; otherwise the fallback (and with
+//     VITPIPE_CUDA_SDPA=0) converts to f32 and runs the fp32 flash kernels
 //     (kernels/flash_attention.h), which fp32 always uses. The classifier-token variants in fp32 run the full kernels
 //     on a one-query view (other rows' log-sum-exp +inf, their output gradients 0, so they contribute nothing).
 //   Optimizer steps and sums of squares: kernels/optimizer_kernels.h (a step's runs copied into the arena, one launch
@@ -65,7 +67,9 @@ class CudaBackend final : public Backend {
   // all of them.
   const std::string& sdpa_refusal() const { return sdpa_refusal_; }
   // Which path bf16 attention took: "cudnn" while cuDNN ran every call, else "fallback" with every refused shape and
-  // why (on one line, "; " between them), for bench --json and the GPU check.
+  // why (on one line, "; " between them), for bench --json and the GPU check; then, once cuDNN ran a backward pass,
+  // "; backward: " and which graph ran it (the native SDPA_BWD, or cudnn-frontend's composite graph and why the
+  // native one was refused).
   std::string attention_path() const;
   // Makes this backend's GPU the calling thread's current device (every op through the module table does this
   // first: pipeline stages may call from threads of their own).
@@ -166,6 +170,8 @@ class CudaBackend final : public Backend {
   };
   bool sdpa_refused(const SdpaKey& key) const { return sdpa_disabled_ || sdpa_refused_.count(key) > 0; }
   void refuse_sdpa(const SdpaKey& key, const std::string& why);
+  // Which of vitpipe's kernels a bf16 pass at `key` falls back to (for the messages).
+  static std::string fallback_kernels(const SdpaKey& key);
   // `v`'s device pointer, or a copy in the arena where it is not 16-byte aligned (cuBLASLt's rule for the bias).
   const void* aligned_vector(const Tensor& v, const char* what);
   void release();
@@ -216,6 +222,8 @@ class CudaBackend final : public Backend {
   // attention at all (VITPIPE_CUDA_SDPA=0).
   bool sdpa_disabled_ = false;
   std::map<SdpaKey, std::string> sdpa_refused_;
+  // The cuDNN graph each backward shape ran (SdpaExecutor::backward_path), for attention_path.
+  std::map<SdpaKey, std::string> sdpa_backward_paths_;
   std::string sdpa_refusal_;
   std::vector<Staging> staged_;
   std::vector<unsigned char> host_table_;  // the host side of upload_runs' copy (kept: no allocation per step)

@@ -246,7 +246,8 @@ typedef struct VitpipeCudaModule {
   // *done = 1 when every enqueued group has finished, 0 while some is still running; never blocks.
   int (*nccl_query)(void* comm, int* done, char* error, size_t error_size);
   // Since ABI version 7: which path the backend's bf16 attention has taken so far, as one line into `out`: "cudnn"
-  // (cuDNN's SDPA for every call), or "fallback..." with each refused pass and shape and cuDNN's reason. 0 on success.
+  // (cuDNN's SDPA for every call), or "fallback..." with each refused pass and shape and cuDNN's reason; then, once
+  // cuDNN ran a backward pass, "; backward: " and which cuDNN graph ran it. 0 on success.
   int (*backend_attention_path)(void* backend, char* out, size_t out_size);
 } VitpipeCudaModule;
 
