@@ -136,6 +136,7 @@ if(VITPIPE_CUDA_MODULE_BUILT)
   add_executable(test_cuda_backend_fakes ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/test_module_nccl_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/test_module_attention_path_on_fakes.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/test_backend_host_waits_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/module_entry_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp

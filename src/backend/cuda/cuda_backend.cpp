@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -61,7 +62,7 @@ void check_cuda(cudaError_t status, const std::string& what) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_tf32_(allow_tf32) {
+CudaBackend::CudaBackend(int device, bool allow_tf32, size_t arena_bytes) : device_(device), allow_tf32_(allow_tf32) {
   try {
     check_cuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -77,10 +78,23 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
       throw std::runtime_error(std::string("cudnnSetStream: ") + cudnnGetErrorString(set));
     }
     check_cuda(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes), "cudaMalloc(cuBLASLt workspace, 32 MiB)");
-    check_cuda(cudaMalloc(&cudnn_workspace_, kCudnnWorkspaceBytes), "cudaMalloc(cuDNN workspace, 64 MiB)");
+    // The two blocks that grow are stream-ordered (cudaMallocAsync / cudaFreeAsync on the backend's stream): their
+    // growth inside a step then neither waits for the host nor synchronises the device, which a cudaFree would,
+    // stalling on NCCL reductions in flight on the communication stream.
+    check_cuda(cudaMallocAsync(&cudnn_workspace_, kCudnnWorkspaceBytes, stream_),
+               "cudaMallocAsync(cuDNN workspace, 64 MiB)");
     cudnn_workspace_bytes_ = kCudnnWorkspaceBytes;
-    check_cuda(cudaMalloc(&arena_memory_, kArenaBytes), "cudaMalloc(scratch arena, 256 MiB)");
-    arena_ = DeviceArena(arena_memory_, kArenaBytes);
+    check_cuda(cudaMallocAsync(&arena_memory_, arena_bytes, stream_),
+               "cudaMallocAsync(scratch arena, " + std::to_string(arena_bytes >> 20) + " MiB)");
+    arena_ = DeviceArena(arena_memory_, arena_bytes);
+    // Host -> device uploads through pinned buffers, each with the event of its last copy (copy_from_host).
+    for (PinnedBuffer& buffer : uploads_) {
+      check_cuda(cudaHostAlloc(&buffer.memory, kUploadChunkBytes, cudaHostAllocDefault),
+                 "cudaHostAlloc(upload buffer, " + std::to_string(kUploadChunkBytes >> 20) + " MiB)");
+      check_cuda(cudaEventCreateWithFlags(&buffer.copied, cudaEventDisableTiming), "cudaEventCreate (upload buffer)");
+    }
+    check_cuda(cudaHostAlloc(&readback_.memory, kReadbackBytes, cudaHostAllocDefault), "cudaHostAlloc(read-back)");
+    check_cuda(cudaEventCreateWithFlags(&readback_.copied, cudaEventDisableTiming), "cudaEventCreate (read-back)");
     gemm_ = std::make_unique<GemmExecutor>(cublaslt_, cublas_workspace_, kCublasWorkspaceBytes);
     // VITPIPE_CUDA_SDPA=0: no cuDNN attention (the fallback's check, or a way around a cuDNN that misbehaves).
     if (const char* sdpa = std::getenv("VITPIPE_CUDA_SDPA"); sdpa != nullptr && std::string(sdpa) == "0") {
@@ -143,10 +157,16 @@ void CudaBackend::release() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   gemm_.reset();
   sdpa_.reset();
-  if (arena_memory_ != nullptr) cudaFree(arena_memory_);
-  for (void* block : retired_scratch_) cudaFree(block);
+  if (arena_memory_ != nullptr) cudaFreeAsync(arena_memory_, stream_);
+  for (void* block : retired_scratch_) cudaFreeAsync(block, stream_);
   retired_scratch_.clear();
-  if (cudnn_workspace_ != nullptr) cudaFree(cudnn_workspace_);
+  if (cudnn_workspace_ != nullptr) cudaFreeAsync(cudnn_workspace_, stream_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (PinnedBuffer* buffer : {&uploads_[0], &uploads_[1], &readback_}) {
+    if (buffer->copied != nullptr) cudaEventDestroy(buffer->copied);
+    if (buffer->memory != nullptr) cudaFreeHost(buffer->memory);
+    *buffer = PinnedBuffer{};
+  }
   if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
   if (cublaslt_ != nullptr) cublasLtDestroy(cublaslt_);
@@ -206,8 +226,8 @@ void* CudaBackend::take_scratch(size_t bytes, const char* what) {
     const size_t wanted = std::max(2 * arena_.capacity(), arena_.used() + bytes + DeviceArena::kAlignment);
     const size_t size = (wanted + kStep - 1) / kStep * kStep;
     void* memory = nullptr;
-    check_cuda(cudaMalloc(&memory, size),
-               std::string("cudaMalloc(scratch arena for ") + what + ", " + std::to_string(size >> 20) + " MiB)");
+    check_cuda(cudaMallocAsync(&memory, size, stream_),
+               std::string("cudaMallocAsync(scratch arena for ") + what + ", " + std::to_string(size >> 20) + " MiB)");
     retired_scratch_.push_back(arena_memory_);
     arena_memory_ = memory;
     arena_ = DeviceArena(memory, size);
@@ -216,23 +236,22 @@ void* CudaBackend::take_scratch(size_t bytes, const char* what) {
 }
 
 void CudaBackend::reset_scratch() {
-  if (!retired_scratch_.empty()) {
-    check(cudaStreamSynchronize(stream_), "freeing the outgrown scratch arena");  // earlier ops may still use them
-    for (void* block : retired_scratch_) check(cudaFree(block), "freeing the outgrown scratch arena");
-    retired_scratch_.clear();
-  }
+  // Stream-ordered frees: the blocks return to the pool once the stream's earlier ops (which may still read them)
+  // have run; no host wait.
+  for (void* block : retired_scratch_) check(cudaFreeAsync(block, stream_), "freeing the outgrown scratch arena");
+  retired_scratch_.clear();
   arena_.reset();
 }
 
 void CudaBackend::regrow(void*& memory, size_t& capacity, size_t bytes, const char* what) {
   constexpr size_t kStep = 64u << 20;
   const size_t size = (bytes + kStep - 1) / kStep * kStep;
-  check(cudaStreamSynchronize(stream_), what);  // the stream's earlier work may still use the old block
-  check(cudaFree(memory), what);
+  // In stream order: the old block is freed after the stream's earlier work, the new one is ready for its later work.
+  check(cudaFreeAsync(memory, stream_), what);
   memory = nullptr;
   capacity = 0;
-  check_cuda(cudaMalloc(&memory, size),
-             std::string("cudaMalloc(") + what + ", " + std::to_string(size >> 20) + " MiB)");
+  check_cuda(cudaMallocAsync(&memory, size, stream_),
+             std::string("cudaMallocAsync(") + what + ", " + std::to_string(size >> 20) + " MiB)");
   capacity = size;
 }
 
@@ -296,6 +315,7 @@ void CudaBackend::finish_staging() {
 void CudaBackend::linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                                  const Tensor& out) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t k = last_dim(in), m = leading_rows(in), n = weight.dim(0);
   require(
       weight.rank() == 2 && weight.dim(1) == k && out.numel() == m * n, "linear_forward",
@@ -356,6 +376,7 @@ void CudaBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, co
 
 void CudaBackend::linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t n = last_dim(grad_out), m = leading_rows(grad_out), k = last_dim(weight);
   require(weight.rank() == 2 && weight.dim(0) == n && grad_in.numel() == m * k, "linear_backward_input", "shapes");
   require_float(grad_in, "linear_backward_input", "grad_in");
@@ -374,6 +395,7 @@ void CudaBackend::linear_backward_input(const Tensor& grad_out, const Tensor& we
 
 void CudaBackend::linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t n = last_dim(grad_out), m = leading_rows(grad_out), k = last_dim(in);
   require(leading_rows(in) == m && grad_weight.numel() == n * k, "linear_backward_weight", "shapes");
   require_f32(grad_weight, "linear_backward_weight", "grad_weight");
@@ -766,10 +788,7 @@ double CudaBackend::bce_with_logits(const Tensor& logits, const Tensor& targets,
   check(launch_bce_with_logits(f32(logits), f32(targets), f32(pos_weight), f32(weight), grad_scale, f32(grad_logits),
                                rows, labels, losses, sum, stream_),
         op);
-  double host = 0.0;
-  check(cudaMemcpyAsync(&host, sum, sizeof host, cudaMemcpyDeviceToHost, stream_), op);
-  check(cudaStreamSynchronize(stream_), op);
-  return host;
+  return read_back(sum, nullptr, op).sum;
 }
 
 double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
@@ -786,11 +805,9 @@ double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, d
   check(launch_cross_entropy(f32(logits), static_cast<const int64_t*>(targets.raw()), grad_scale, f32(grad_logits),
                              rows, classes, losses, sum, invalid, stream_),
         op);
-  double host = 0.0;
-  int64_t bad = -1;
-  check(cudaMemcpyAsync(&host, sum, sizeof host, cudaMemcpyDeviceToHost, stream_), op);
-  check(cudaMemcpyAsync(&bad, invalid, sizeof bad, cudaMemcpyDeviceToHost, stream_), op);
-  check(cudaStreamSynchronize(stream_), op);
+  const LossReadback back = read_back(sum, invalid, op);
+  const double host = back.sum;
+  const int64_t bad = back.invalid;
   if (bad >= 0) {
     int64_t target = 0;
     check(cudaMemcpy(&target, static_cast<const int64_t*>(targets.raw()) + bad, sizeof target, cudaMemcpyDeviceToHost),
@@ -892,6 +909,7 @@ void CudaBackend::swiglu_backward(const Tensor& grad_out, const Tensor& in, cons
 void CudaBackend::lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale, const Tensor& low,
                                const Tensor& out, int64_t column) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t k = last_dim(in), m = leading_rows(in), r = a.dim(0), n = b.dim(0), ld = last_dim(out);
   require(a.rank() == 2 && a.dim(1) == k && b.rank() == 2 && b.dim(1) == r && low.numel() == m * r &&
               leading_rows(out) == m && column + n <= ld,
@@ -909,6 +927,7 @@ void CudaBackend::lora_backward(const Tensor& grad_out, int64_t column, const Te
                                 const Tensor& b, double scale, const Tensor& low, const Tensor* grad_in,
                                 const Tensor* grad_a, const Tensor* grad_b) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t k = last_dim(in), m = leading_rows(in), r = a.dim(0), n = b.dim(0), ld = last_dim(grad_out);
   require(a.rank() == 2 && a.dim(1) == k && b.rank() == 2 && b.dim(1) == r && low.numel() == m * r &&
               leading_rows(grad_out) == m && column + n <= ld,
@@ -1110,8 +1129,37 @@ void CudaBackend::copy_from_host(const Tensor& host, const Tensor& device) {
   const char* op = "copy_from_host";
   require_same_layout(host, device, op);
   if (host.nbytes() == 0) return;
-  check(cudaMemcpyAsync(device.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_), op);
-  check(cudaStreamSynchronize(stream_), op);
+  // Chunks through the two pinned buffers in turn: the host copies chunk n + 1 into one while the DMA engine moves
+  // chunk n from the other. A buffer is refilled only after its previous copy (its event); the stream is never
+  // drained, and the caller may reuse `host` on return. Later ops on the stream see the device data.
+  const auto* from = static_cast<const char*>(host.raw());
+  auto* to = static_cast<char*>(device.raw());
+  for (size_t done = 0; done < host.nbytes();) {
+    const size_t bytes = std::min(kUploadChunkBytes, host.nbytes() - done);
+    PinnedBuffer& buffer = uploads_[next_upload_];
+    next_upload_ ^= 1;
+    if (buffer.pending) check(cudaEventSynchronize(buffer.copied), op);
+    std::memcpy(buffer.memory, from + done, bytes);
+    check(cudaMemcpyAsync(to + done, buffer.memory, bytes, cudaMemcpyHostToDevice, stream_), op);
+    check(cudaEventRecord(buffer.copied, stream_), op);
+    buffer.pending = true;
+    done += bytes;
+  }
+}
+
+CudaBackend::LossReadback CudaBackend::read_back(const double* sum, const int64_t* invalid, const char* op) {
+  // Into pinned memory (an asynchronous copy the DMA engine does) and a wait for that copy's event alone.
+  auto* slots = static_cast<char*>(readback_.memory);
+  check(cudaMemcpyAsync(slots, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_), op);
+  if (invalid != nullptr) {
+    check(cudaMemcpyAsync(slots + sizeof(double), invalid, sizeof(int64_t), cudaMemcpyDeviceToHost, stream_), op);
+  }
+  check(cudaEventRecord(readback_.copied, stream_), op);
+  check(cudaEventSynchronize(readback_.copied), op);
+  LossReadback back;
+  std::memcpy(&back.sum, slots, sizeof(double));
+  if (invalid != nullptr) std::memcpy(&back.invalid, slots + sizeof(double), sizeof(int64_t));
+  return back;
 }
 
 }  // namespace vitpipe::cuda
