@@ -69,7 +69,7 @@ set_tests_properties(cuda.gpu_pack PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TI
 
 # scripts/gpu_check.sh's summary writer (scripts/gpu_check_summary.py) on made-up part results, and the script's
 # plumbing from a made-up pack of fakes (a vitpipe, a test binary and a PyTorch peer that only pretend): no GPU, no
-# build needed. About 35 s, most of it a fake peer held past a deadline shortened to 30 s.
+# build needed. About 55 s, most of it a fake peer held past a deadline shortened to 30 s.
 add_test(NAME cuda.gpu_check_summary
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_gpu_check_summary.py ${PROJECT_SOURCE_DIR})
 set_tests_properties(cuda.gpu_check_summary PROPERTIES LABELS cuda TIMEOUT 120)
