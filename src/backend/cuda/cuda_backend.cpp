@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/calls/attention_sdpa_calls.h"
 #include "backend/cuda/calls/linear_gemm_calls.h"
@@ -93,7 +94,8 @@ CudaBackend::CudaBackend(int device, bool allow_tf32, size_t arena_bytes) : devi
                  "cudaHostAlloc(upload buffer, " + std::to_string(kUploadChunkBytes >> 20) + " MiB)");
       check_cuda(cudaEventCreateWithFlags(&buffer.copied, cudaEventDisableTiming), "cudaEventCreate (upload buffer)");
     }
-    check_cuda(cudaHostAlloc(&readback_.memory, kReadbackBytes, cudaHostAllocDefault), "cudaHostAlloc(read-back)");
+    check_cuda(cudaHostAlloc(&readback_.memory, kReadbackSlots * kReadbackSlotBytes, cudaHostAllocDefault),
+               "cudaHostAlloc(loss read-back)");
     check_cuda(cudaEventCreateWithFlags(&readback_.copied, cudaEventDisableTiming), "cudaEventCreate (read-back)");
     gemm_ = std::make_unique<GemmExecutor>(cublaslt_, cublas_workspace_, kCublasWorkspaceBytes);
     // VITPIPE_CUDA_SDPA=0: no cuDNN attention (the fallback's check, or a way around a cuDNN that misbehaves).
@@ -788,7 +790,7 @@ double CudaBackend::bce_with_logits(const Tensor& logits, const Tensor& targets,
   check(launch_bce_with_logits(f32(logits), f32(targets), f32(pos_weight), f32(weight), grad_scale, f32(grad_logits),
                                rows, labels, losses, sum, stream_),
         op);
-  return read_back(sum, nullptr, op).sum;
+  return read_back(sum, nullptr, -1, op).sum;
 }
 
 double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
@@ -805,7 +807,7 @@ double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, d
   check(launch_cross_entropy(f32(logits), static_cast<const int64_t*>(targets.raw()), grad_scale, f32(grad_logits),
                              rows, classes, losses, sum, invalid, stream_),
         op);
-  const LossReadback back = read_back(sum, invalid, op);
+  const LossReadback back = read_back(sum, invalid, classes, op);
   const double host = back.sum;
   const int64_t bad = back.invalid;
   if (bad >= 0) {
@@ -1147,19 +1149,68 @@ void CudaBackend::copy_from_host(const Tensor& host, const Tensor& device) {
   }
 }
 
-CudaBackend::LossReadback CudaBackend::read_back(const double* sum, const int64_t* invalid, const char* op) {
-  // Into pinned memory (an asynchronous copy the DMA engine does) and a wait for that copy's event alone.
-  auto* slots = static_cast<char*>(readback_.memory);
-  check(cudaMemcpyAsync(slots, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_), op);
+CudaBackend::LossReadback CudaBackend::read_back(const double* sum, const int64_t* invalid, int64_t classes,
+                                                 const char* op) {
+  // Into pinned memory (an asynchronous copy the DMA engine does): at once, waiting for that copy's event alone, or
+  // deferred into the next slot, read by take_losses once the step's backward passes are enqueued.
+  if (deferring_losses_ && deferred_slots_ == kReadbackSlots) fold_deferred_losses();
+  const size_t slot = deferring_losses_ ? deferred_slots_ : 0;
+  char* at = static_cast<char*>(readback_.memory) + slot * kReadbackSlotBytes;
+  const int64_t no_target_check = -1;
+  std::memcpy(at + sizeof(double), &no_target_check, sizeof(int64_t));  // a fresh slot: no copy into it is pending
+  check(cudaMemcpyAsync(at, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_), op);
   if (invalid != nullptr) {
-    check(cudaMemcpyAsync(slots + sizeof(double), invalid, sizeof(int64_t), cudaMemcpyDeviceToHost, stream_), op);
+    check(cudaMemcpyAsync(at + sizeof(double), invalid, sizeof(int64_t), cudaMemcpyDeviceToHost, stream_), op);
   }
   check(cudaEventRecord(readback_.copied, stream_), op);
-  check(cudaEventSynchronize(readback_.copied), op);
   LossReadback back;
-  std::memcpy(&back.sum, slots, sizeof(double));
-  if (invalid != nullptr) std::memcpy(&back.invalid, slots + sizeof(double), sizeof(int64_t));
+  if (deferring_losses_) {
+    deferred_classes_.push_back(classes);
+    ++deferred_slots_;
+    return back;  // 0: the sum comes with take_losses
+  }
+  check(cudaEventSynchronize(readback_.copied), op);
+  std::memcpy(&back.sum, at, sizeof(double));
+  std::memcpy(&back.invalid, at + sizeof(double), sizeof(int64_t));
   return back;
+}
+
+void CudaBackend::defer_losses() {
+  deferring_losses_ = true;
+  deferred_slots_ = 0;  // an earlier step that ended by a throw leaves nothing behind
+  deferred_classes_.clear();
+  deferred_partial_ = 0.0;
+}
+
+void CudaBackend::fold_deferred_losses() {
+  const char* op = "take_losses";
+  if (deferred_slots_ > 0) check(cudaEventSynchronize(readback_.copied), op);  // recorded after the last slot's copy
+  const auto* slots = static_cast<const char*>(readback_.memory);
+  for (size_t i = 0; i < deferred_slots_; ++i) {
+    double sum = 0.0;
+    int64_t bad = -1;
+    std::memcpy(&sum, slots + i * kReadbackSlotBytes, sizeof(double));
+    std::memcpy(&bad, slots + i * kReadbackSlotBytes + sizeof(double), sizeof(int64_t));
+    if (bad >= 0 && deferred_classes_[i] >= 0) {
+      const int64_t classes = deferred_classes_[i];
+      deferring_losses_ = false;
+      deferred_slots_ = 0;
+      deferred_classes_.clear();
+      deferred_partial_ = 0.0;
+      refuse("cross_entropy", "a target of row " + std::to_string(bad) + " is outside [0, " + std::to_string(classes) +
+                                  ") (found when the step's deferred losses were read)");
+    }
+    deferred_partial_ += sum;
+  }
+  deferred_slots_ = 0;
+  deferred_classes_.clear();
+}
+
+double CudaBackend::take_losses() {
+  if (!deferring_losses_) return 0.0;
+  fold_deferred_losses();
+  deferring_losses_ = false;
+  return std::exchange(deferred_partial_, 0.0);
 }
 
 }  // namespace vitpipe::cuda

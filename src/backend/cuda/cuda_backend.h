@@ -17,7 +17,7 @@
 //     over all of them; the 16-lane sums of squares in backend.h's fixed order, bit for bit the CPU backend's).
 //     zero: cudaMemsetAsync; copy_to_host: cudaMemcpyAsync and a stream synchronisation; copy_from_host: through
 //     two pinned buffers in turn, each refilled after its last copy's event (no stream synchronisation); the
-//     losses' sums come back through pinned memory, waiting for that copy's event.
+//     losses' sums come back through pinned memory, waiting for that copy's event, or deferred to take_losses.
 //   Everything else: kernels/backend_kernels.h (deterministic two-pass column sums and loss sums).
 // Limits known now: LoRA with f32 operands and a bf16 output or input gradient is refused (cuBLASLt wants an f32
 // result from f32 operands; linear_forward and linear_backward_input go through f32 scratch there instead). The
@@ -59,7 +59,9 @@ class CudaBackend final : public Backend {
 
   // Pinned host memory for uploads: two buffers of this size, used in turn (copy_from_host).
   static constexpr size_t kUploadChunkBytes = 16u << 20;
-  static constexpr size_t kReadbackBytes = 64;  // the losses' sum and target check on their way back
+  // Pinned slots for the losses' sums and target checks on their way back: one per loss call of a deferred step.
+  static constexpr size_t kReadbackSlots = 4096;
+  static constexpr size_t kReadbackSlotBytes = 16;  // the sum (double), then the target check (int64)
 
   // `arena_bytes`: the scratch arena's first size (tests make it small to see it grow).
   CudaBackend(int device, bool allow_tf32, size_t arena_bytes = kArenaBytes);
@@ -155,6 +157,11 @@ class CudaBackend final : public Backend {
   void zero(const Tensor& t) override;
   void copy_to_host(const Tensor& device, const Tensor& host) override;
   void copy_from_host(const Tensor& host, const Tensor& device) override;
+  // Losses read later (module_abi.h version 8): after defer_losses() the losses enqueue their sum's copy into a pinned
+  // slot and return 0; take_losses() waits for the last copy's event, returns the sums added in call order from 0.0
+  // (what the caller's += of each gave) and ends the deferral. A deferred cross_entropy's bad target throws there.
+  void defer_losses();
+  double take_losses();
 
  private:
   // Pinned host memory and the event recorded after its last copy (pending: that copy may still be running).
@@ -167,8 +174,11 @@ class CudaBackend final : public Backend {
     double sum = 0.0;
     int64_t invalid = -1;
   };
-  // The losses' device sum (and cross_entropy's target check) through pinned memory, waiting for that copy only.
-  LossReadback read_back(const double* sum, const int64_t* invalid, const char* op);
+  // The losses' device sum (and cross_entropy's target check, `classes` its class count; -1 for none) through pinned
+  // memory: waiting for that copy only, or, deferred, into the next slot without waiting (a sum of 0 returned).
+  LossReadback read_back(const double* sum, const int64_t* invalid, int64_t classes, const char* op);
+  // Deferred: waits for the slots' copies, adds them into deferred_partial_ and checks their targets; empties them.
+  void fold_deferred_losses();
 
   // A matrix as cuBLASLt may take it: the tensor itself, or a padded copy in the arena (copied in when the call
   // reads it, back after the calls when it writes it).
@@ -255,6 +265,10 @@ class CudaBackend final : public Backend {
   PinnedBuffer uploads_[2];
   int next_upload_ = 0;
   PinnedBuffer readback_;
+  bool deferring_losses_ = false;
+  size_t deferred_slots_ = 0;              // slots of readback_ holding (or about to hold) a deferred loss
+  std::vector<int64_t> deferred_classes_;  // per slot: cross_entropy's class count, -1 for bce_with_logits
+  double deferred_partial_ = 0.0;          // the slots folded so far (a step of more than kReadbackSlots losses)
   std::vector<unsigned char> host_table_;  // the host side of upload_runs' copy (kept: no allocation per step)
   std::vector<double> host_sums_;          // sum_of_squares' parts on their way back
   std::mutex memory_mutex_;                // stages of one process may build (allocate) from threads of their own

@@ -14,7 +14,12 @@
 #include "../executors/fake_cudnn.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/module_abi.h"
+#include "backend/cuda_module_backend.h"
 #include "fake_cuda_runtime.h"
+#include "util/error.h"
+
+extern "C" const VitpipeCudaModule* vitpipe_cuda_module(void);
 
 using namespace vitpipe;
 using vitpipe::fake_cuda_runtime::call_counts;
@@ -168,6 +173,55 @@ TEST(CudaBackendHostWaitsOnFakes, ACublasLtThrowLeavesNoStagedCopyForTheNextOp) 
   const Tensor after = to_host(gpu, staged_out);
   EXPECT_EQ(std::memcmp(after.raw(), sentinel.raw(), sentinel.nbytes()), 0)
       << "the failed op's padded copy was written back by the next op";
+}
+
+TEST(CudaBackendHostWaitsOnFakes, DeferredLossesAreReadOnceAfterTheStepThroughTheModuleTable) {
+  std::unique_ptr<Backend> gpu = make_cuda_module_backend(*vitpipe_cuda_module(), 0, false);
+  auto cpu = make_cpu_backend();
+  EXPECT_FALSE(defer_losses(*cpu)) << "the CPU's losses are read at once";
+  const int64_t batch = 6, labels = 5;
+  const Tensor logits = filled({batch, labels}, -0.7f), targets = filled({batch, labels}, 0.1f);
+  const Tensor d_logits = gpu->allocate(logits.shape(), DType::f32),
+               d_targets = gpu->allocate(targets.shape(), DType::f32);
+  const Tensor d_grad = gpu->allocate(logits.shape(), DType::f32), grad = Tensor::empty(logits.shape());
+  gpu->copy_from_host(logits, d_logits);
+  gpu->copy_from_host(targets, d_targets);
+  const double one = cpu->bce_with_logits(logits, targets, nullptr, nullptr, 1.0, grad);
+  const double half = cpu->bce_with_logits(logits, targets, nullptr, nullptr, 0.5, grad);
+
+  ASSERT_TRUE(defer_losses(*gpu));
+  const CountsSince before;
+  EXPECT_EQ(gpu->bce_with_logits(d_logits, d_targets, nullptr, nullptr, 1.0, d_grad), 0.0);
+  EXPECT_EQ(gpu->bce_with_logits(d_logits, d_targets, nullptr, nullptr, 0.5, d_grad), 0.0);
+  const CountsSince during;
+  EXPECT_EQ(during.stream_synchronizations - before.stream_synchronizations, 0);
+  EXPECT_EQ(during.event_synchronizations - before.event_synchronizations, 0) << "a deferred loss waited";
+  EXPECT_EQ(during.pageable_readbacks - before.pageable_readbacks, 0);
+  // The sums as the executor's loss_sum += each gave them, in call order from 0.0.
+  double expected = 0.0;
+  expected += one;
+  expected += half;
+  EXPECT_EQ(take_losses(*gpu), expected);
+  const CountsSince after;
+  EXPECT_EQ(after.event_synchronizations - during.event_synchronizations, 1) << "one wait for the step's losses";
+  // The deferral ended: the next loss is read at once.
+  EXPECT_EQ(gpu->bce_with_logits(d_logits, d_targets, nullptr, nullptr, 1.0, d_grad), one);
+  EXPECT_EQ(take_losses(*gpu), 0.0);
+
+  // A deferred cross-entropy's target out of range is reported when the losses are read.
+  const Tensor ids = Tensor::empty({batch}, DType::i64);
+  for (int64_t i = 0; i < batch; ++i) static_cast<int64_t*>(ids.raw())[i] = i == 4 ? labels : i % labels;
+  const Tensor d_ids = gpu->allocate(ids.shape(), DType::i64);
+  gpu->copy_from_host(ids, d_ids);
+  ASSERT_TRUE(defer_losses(*gpu));
+  EXPECT_EQ(gpu->cross_entropy(d_logits, d_ids, 1.0, d_grad), 0.0);
+  try {
+    take_losses(*gpu);
+    FAIL() << "a bad target went unreported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 4 is outside [0, 5)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(gpu->cross_entropy(d_logits, d_ids, 1.0, d_grad), Error) << "read at once again, and refused";
 }
 
 }  // namespace
