@@ -44,9 +44,9 @@ const CudaStatus& cuda_status();
 Device select_device(DeviceChoice choice);
 
 // A backend for `device`: the CPU's (make_cpu_backend), or the CUDA module's on this process's GPU: the node-local
-// rank's (OMPI_COMM_WORLD_LOCAL_RANK; GPU 0 outside mpirun). More ranks on the node (OMPI_COMM_WORLD_LOCAL_SIZE)
-// than GPUs the runtime sees is refused in one line (gpu_for_local_rank). TF32 GEMMs only with allow_tf32 (fp32
-// runs keep full fp32 products by default).
+// rank's (OMPI_COMM_WORLD_LOCAL_RANK, else SLURM_LOCALID under srun; GPU 0 outside mpirun). More ranks on the node
+// than GPUs the runtime sees is refused in one line (gpu_for_local_rank). TF32 GEMMs only with allow_tf32 (fp32 runs
+// keep full fp32 products by default).
 std::unique_ptr<Backend> make_backend(Device device, bool allow_tf32 = false);
 // The GPU make_backend(Device::cuda) takes in this process.
 int local_gpu_index();
