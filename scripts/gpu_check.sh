@@ -3,16 +3,20 @@
 # PyTorch, at most 8 minutes on one H200. It has not yet run on a GPU. In order:
 #   1. one line: the driver's version and the cuBLASLt, cuDNN and NCCL versions the CUDA module loaded (vitpipe info
 #      --json; it reports cuBLASLt, not the plain cuBLAS), then `vitpipe info`;
-#   2. the CUDA tests: `ctest -L cuda` in a checkout (without cuda.gpu_pack, which would pack and run this check
-#      again); from a pack, attention at the models' shapes first (test_cuda_gpu's AttentionAtRealShape*, which
-#      print the attention path), then test_cuda, test_cuda_executors, the rest of test_cuda_gpu and 8 golden cases on the GPU (the gradient probe on the
-#      module, 1 to 3 stages sharing the GPU, against float64 PyTorch; tests/cuda/gpu/golden_on_gpu.py) from a pack;
+#   2. from a pack, attention at the models' shapes (test_cuda_gpu's AttentionAtRealShape*, which print the
+#      attention path);
 #   3. ViT-B/16 at 224 px, bf16, training on random data: `vitpipe bench --device cuda --preset vit-base --precision
-#      bf16 --mode train --batch B --steps S --json`, then the PyTorch peer with the same model, batch, steps and
-#      precision (bf16 autocast), `--device cuda` eager and with `--compile`; the bench's attention path is recorded;
-#   4. a JSON summary (scripts/gpu_check_summary.py): versions, the GPU, each test part's status and counts, the three
+#      bf16 --mode train --batch B --steps S --json`; the bench's attention path is recorded;
+#   4. the other CUDA tests: from a pack the rest of test_cuda_gpu, 8 golden cases on the GPU (the gradient probe on
+#      the module, 1 to 3 stages sharing the GPU, against float64 PyTorch; tests/cuda/gpu/golden_on_gpu.py),
+#      test_cuda and test_cuda_executors; in a checkout `ctest -L cuda` (without cuda.gpu_pack, which would pack and
+#      run this check again);
+#   5. the PyTorch peer with the same model, batch, steps and precision (bf16 autocast), `--device cuda` eager and
+#      with `--compile`;
+#   6. a JSON summary (scripts/gpu_check_summary.py): versions, the GPU, each test part's status and counts, the three
 #      images/s figures, vitpipe/eager and vitpipe/compile, and issue 24's 4,500 images/s target and 7,500 bound.
-# Every part runs under `timeout` (caps below, and all of them within 460 s of the start); a part that fails or times
+# Every part runs under `timeout` (the caps below sum at least 20 s below the 460 s deadline, so that no part is cut
+# short by those before it; the script refuses to start otherwise); a part that fails or times
 # out is recorded as failed and the check goes on. The summary is rewritten (whole, by rename) after every part, so a
 # check stopped from outside leaves the parts it finished. Each part's output is kept in SUMMARY's folder as
 # <summary>.logs/<part>.log; the last 30 lines are printed. Exit 0 when every test part and vitpipe's benchmark passed,
@@ -22,7 +26,8 @@
 #   scripts/gpu_check.sh --pack DIR  gathers what travels to a GPU machine into DIR (scripts/gpu_pack.sh); the peer
 #                                    does not travel
 #   DIR/gpu_check.sh [OPTIONS]       on the GPU machine: unpacks DIR/payload/ into DIR/root/ once, finds CUDA 13's pip
-#                                    wheels (nvidia-*-cu13) through python3, and runs the check from the pack
+#                                    wheels (nvidia-*-cu13) through python3 and --python's Python, and runs the
+#                                    check from the pack
 #   DIR/gpu_check.sh --unpack        only unpacks, and prints the folder the pack unpacked into
 # Options:
 #   --peer PATH       the PyTorch peer, torch_vit_bench.py (default: ../shared/peers/ or shared/peers/, from the
@@ -55,6 +60,21 @@ while (($#)); do
     *) echo "gpu_check: unknown option $1" >&2; usage; exit 2 ;;
   esac
   shift
+done
+# Each part's cap in seconds, in the order the parts run. Each path's caps sum at least 20 s below the deadline (the
+# start: unpacking, vitpipe info), checked here and by tests/cuda/check_gpu_check_summary.py.
+check_deadline=460  # 8 minutes less 10 s for a part that ignores timeout's TERM and 10 s for the summary
+declare -A cap=([attention_real_shapes]=45 [bench_vitpipe]=70 [test_cuda_gpu]=45 [golden_gpu]=50 [test_cuda]=10
+  [test_cuda_executors]=10 [ctest_cuda]=160 [torch_eager]=55 [torch_compile]=115 [cpu_scaling]=40)
+pack_caps=$((cap[attention_real_shapes] + cap[bench_vitpipe] + cap[test_cuda_gpu] + cap[golden_gpu] + cap[test_cuda] +
+  cap[test_cuda_executors] + cap[torch_eager] + cap[torch_compile] + cap[cpu_scaling]))
+checkout_caps=$((cap[bench_vitpipe] + cap[ctest_cuda] + cap[torch_eager] + cap[torch_compile] + cap[cpu_scaling]))
+for caps in "from a pack:$pack_caps" "in a checkout:$checkout_caps"; do
+  if ((${caps#*:} > check_deadline - 20)); then
+    echo "gpu_check: the parts' caps ${caps%:*} sum to ${caps#*:} s, over the $((check_deadline - 20)) s that the" \
+      "$check_deadline s deadline leaves them" >&2
+    exit 2
+  fi
 done
 if ! [[ "$batch" =~ ^[1-9][0-9]*$ && "$steps" =~ ^[1-9][0-9]*$ ]]; then
   echo "gpu_check: --batch and --steps take positive whole numbers" >&2
@@ -108,8 +128,11 @@ if [[ -d "$here/payload" ]]; then
     fi
   done <"$root/glibc_needs"
   # Every lib folder under the wheels' nvidia/ package (cuBLAS, cuDNN, NCCL, NVRTC for cuDNN's runtime-compiled
-  # engines); a CUDA_LIB_DIRS given by hand comes first.
-  wheels=$(python3 -c '
+  # engines), as python3 and --python's Python see them (the wheels may sit in the peer's environment only); a
+  # CUDA_LIB_DIRS given by hand comes first.
+  wheels=''
+  for python in python3 "$peer_python"; do
+    found=$("$python" -c '
 import os, sys
 dirs = []
 for base in sys.path:
@@ -118,6 +141,11 @@ for base in sys.path:
         if os.path.basename(folder) == "lib" and any(".so" in f for f in files) and folder not in dirs:
             dirs.append(folder)
 print(":".join(dirs))' 2>/dev/null || true)
+    IFS=: read -ra folders <<<"$found"
+    for folder in ${folders[@]+"${folders[@]}"}; do
+      if [[ -n "$folder" && ":$wheels:" != *":$folder:"* ]]; then wheels=${wheels:+$wheels:}$folder; fi
+    done
+  done
   export LD_LIBRARY_PATH="$root/lib${CUDA_LIB_DIRS:+:$CUDA_LIB_DIRS}${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # Open MPI and PMIx look for their components and help texts where Debian put them; point them at the pack.
   export OPAL_PKGLIBDIR=$root/openmpi OPAL_PKGDATADIR=$root/share/openmpi PMIX_MCA_mca_base_component_path=$root/pmix
@@ -151,9 +179,8 @@ if grep -qx 'device.count:=0' <<<"$facts"; then
 fi
 "$vitpipe" info
 
-# 8 minutes from the script's start, less 10 s for a part that ignores timeout's TERM (KILL follows) and 10 s for the
-# summary. GPU_CHECK_DEADLINE stands for the 460 in tests (tests/cuda/check_gpu_check_summary.py).
-deadline=${GPU_CHECK_DEADLINE:-460}
+# GPU_CHECK_DEADLINE stands for the 460 in tests (tests/cuda/check_gpu_check_summary.py).
+deadline=${GPU_CHECK_DEADLINE:-$check_deadline}
 logs=${summary%.json}.logs
 mkdir -p "$(dirname "$summary")" "$logs"  # each part's log is rewritten, an earlier run's others stay
 lines=$logs/summary_lines
@@ -162,6 +189,7 @@ lines=$logs/summary_lines
   echo "from=$([[ -n "${root:-}" ]] && echo "pack $here" || echo "checkout $PWD")"
   echo "logs=$logs"
   echo "deadline_s:=$deadline"
+  echo "caps_s:=$([[ -n "${root:-}" ]] && echo "$pack_caps" || echo "$checkout_caps")"
   printf '%s\n' "$facts"
 } >"$lines"
 record() { printf '%s\n' "$@" >>"$lines"; }
@@ -214,44 +242,15 @@ finish_test_part() {  # finish_test_part KEY gtest|ctest: the counts, and the st
   write_summary
 }
 
-# 2. The CUDA tests.
-if [[ -z "${root:-}" && -d build ]]; then
-  # cuda.gpu_pack would pack this build and run the packed check, this check, again.
-  run_part tests.ctest_cuda 240 ctest --test-dir build --output-on-failure -L cuda -E '^cuda\.gpu_pack$'
-  finish_test_part tests.ctest_cuda ctest
-else
-  # Attention at the models' shapes first (ViT-B/16 T=197 12x64, DINOv2 at 518 px T=1370, DINOv2-S with registers
-  # T=261; full and classifier-token, fp32 and bf16, forward and backward): each test prints the path bf16 attention
-  # took, and fails where it is not cuDNN's SDPA.
-  if [[ -x "$tests/test_cuda_gpu" ]]; then
-    run_part tests.attention_real_shapes 60 "$tests/test_cuda_gpu" --gtest_filter='*AttentionAtRealShape*'
-    finish_test_part tests.attention_real_shapes gtest
-  fi
-  # Loading tests name the build folder's fakes by path; vitpipe info above answered for the real module.
-  run_part tests.test_cuda 90 "$tests/test_cuda" --gtest_filter='-CudaModule.*:CudaDriver.*:DeviceSelection.*'
-  finish_test_part tests.test_cuda gtest
-  if [[ -x "$tests/test_cuda_executors" ]]; then
-    run_part tests.test_cuda_executors 60 "$tests/test_cuda_executors"
-    finish_test_part tests.test_cuda_executors gtest
-  fi
-  # CudaBackend on this GPU against the CPU backend, op by op (tests/cuda/gpu).
-  if [[ -x "$tests/test_cuda_gpu" ]]; then
-    run_part tests.test_cuda_gpu 90 "$tests/test_cuda_gpu" --gtest_filter='-*AttentionAtRealShape*'
-    finish_test_part tests.test_cuda_gpu gtest
-  fi
-  # The golden cases with every stage on this GPU (2 and 3 stages sharing it) against their float64 PyTorch
-  # references: this machine's Python and PyTorch run the references, the pack's libraries the probe.
-  if [[ -x "$tests/vit_gradient_probe" && -f "$root/golden/golden_on_gpu.py" ]]; then
-    golden_cases=()
-    for c in vit:fp32-basic vit:fp32-stages-and-accumulation vit:bf16-stages-recompute-single \
-      vit:fp32-split-backward-stages families:dinov2-registers-interpolated families:deit-distilled-teacher \
-      families:lora-dinov2-all-recompute families:bf16-dinov2-swiglu; do golden_cases+=(--case "$c"); done
-    run_part tests.golden_gpu 120 "${host_env[@]}" VITPIPE="$vitpipe" \
-      VITPIPE_CUDA_MODULE="$(dirname "$vitpipe")/libvitpipe_cuda.so" "$peer_python" "$root/golden/golden_on_gpu.py" \
-      --reference-dir "$root/golden" --probe "$tests/vit_gradient_probe" \
-      --probe-library-path "${LD_LIBRARY_PATH:-}" "${golden_cases[@]}"
-    finish_test_part tests.golden_gpu ctest
-  fi
+# 2. From a pack: attention at the models' shapes first (ViT-B/16 T=197 12x64, DINOv2 at 518 px T=1370, DINOv2-S
+# with registers T=261; full and classifier-token, fp32 and bf16, forward and backward): each test prints the path
+# bf16 attention took, and fails where it is not cuDNN's SDPA.
+from_checkout=''
+if [[ -z "${root:-}" && -d build ]]; then from_checkout=1; fi
+if [[ -z "$from_checkout" && -x "$tests/test_cuda_gpu" ]]; then
+  run_part tests.attention_real_shapes "${cap[attention_real_shapes]}" "$tests/test_cuda_gpu" \
+    --gtest_filter='*AttentionAtRealShape*'
+  finish_test_part tests.attention_real_shapes gtest
 fi
 
 # 3. ViT-B/16 (vit-base: 224 px, patch 16), bf16, training, the same batch and steps on each side; each side warms up
@@ -272,8 +271,8 @@ finish_bench_part() {  # finish_bench_part KEY: the figure and the status
   fi
   write_summary
 }
-run_part bench.vitpipe 90 "$vitpipe" bench --device cuda --preset vit-base --precision bf16 --mode train \
-  --batch "$batch" --steps "$steps" --json
+run_part bench.vitpipe "${cap[bench_vitpipe]}" "$vitpipe" bench --device cuda --preset vit-base --precision bf16 \
+  --mode train --batch "$batch" --steps "$steps" --json
 finish_bench_part bench.vitpipe
 # Which path its bf16 attention took ("cudnn", or "fallback..." and why): a figure on the fallback is no figure.
 if path=$("${host_env[@]}" python3 "$helper" field "$part_log" attention_path 2>/dev/null); then
@@ -282,6 +281,42 @@ if path=$("${host_env[@]}" python3 "$helper" field "$part_log" attention_path 2>
   write_summary
 fi
 
+# 4. The other CUDA tests.
+if [[ -n "$from_checkout" ]]; then
+  # cuda.gpu_pack would pack this build and run the packed check, this check, again.
+  run_part tests.ctest_cuda "${cap[ctest_cuda]}" ctest --test-dir build --output-on-failure -L cuda \
+    -E '^cuda\.gpu_pack$'
+  finish_test_part tests.ctest_cuda ctest
+else
+  # CudaBackend on this GPU against the CPU backend, op by op (tests/cuda/gpu).
+  if [[ -x "$tests/test_cuda_gpu" ]]; then
+    run_part tests.test_cuda_gpu "${cap[test_cuda_gpu]}" "$tests/test_cuda_gpu" --gtest_filter='-*AttentionAtRealShape*'
+    finish_test_part tests.test_cuda_gpu gtest
+  fi
+  # The golden cases with every stage on this GPU (2 and 3 stages sharing it) against their float64 PyTorch
+  # references: this machine's Python and PyTorch run the references, the pack's libraries the probe.
+  if [[ -x "$tests/vit_gradient_probe" && -f "$root/golden/golden_on_gpu.py" ]]; then
+    golden_cases=()
+    for c in vit:fp32-basic vit:fp32-stages-and-accumulation vit:bf16-stages-recompute-single \
+      vit:fp32-split-backward-stages families:dinov2-registers-interpolated families:deit-distilled-teacher \
+      families:lora-dinov2-all-recompute families:bf16-dinov2-swiglu; do golden_cases+=(--case "$c"); done
+    run_part tests.golden_gpu "${cap[golden_gpu]}" "${host_env[@]}" VITPIPE="$vitpipe" \
+      VITPIPE_CUDA_MODULE="$(dirname "$vitpipe")/libvitpipe_cuda.so" "$peer_python" "$root/golden/golden_on_gpu.py" \
+      --reference-dir "$root/golden" --probe "$tests/vit_gradient_probe" \
+      --probe-library-path "${LD_LIBRARY_PATH:-}" "${golden_cases[@]}"
+    finish_test_part tests.golden_gpu ctest
+  fi
+  # Loading tests name the build folder's fakes by path; vitpipe info above answered for the real module.
+  run_part tests.test_cuda "${cap[test_cuda]}" "$tests/test_cuda" \
+    --gtest_filter='-CudaModule.*:CudaDriver.*:DeviceSelection.*'
+  finish_test_part tests.test_cuda gtest
+  if [[ -x "$tests/test_cuda_executors" ]]; then
+    run_part tests.test_cuda_executors "${cap[test_cuda_executors]}" "$tests/test_cuda_executors"
+    finish_test_part tests.test_cuda_executors gtest
+  fi
+fi
+
+# 5. The PyTorch peer, eager and compiled.
 peer_args=(--preset vit-base --precision bf16 --mode train --batch "$batch" --steps "$steps" --device cuda)
 record "bench.peer=${peer:-none found}"
 for variant in eager compile; do
@@ -294,15 +329,34 @@ for variant in eager compile; do
   extra=()
   [[ "$variant" == compile ]] && extra=(--compile)
   # torch.compile compiles the forward and backward graphs in its warm-up step: its cap is the largest.
-  run_part "$key" "$([[ "$variant" == compile ]] && echo 200 || echo 90)" \
-    "${host_env[@]}" "$peer_python" "$peer" "${peer_args[@]}" "${extra[@]}"
+  run_part "$key" "${cap[torch_$variant]}" "${host_env[@]}" "$peer_python" "$peer" "${peer_args[@]}" "${extra[@]}"
   finish_bench_part "$key"
   if [[ "$variant" == eager ]] && torch=$("${host_env[@]}" python3 "$helper" field "$part_log" torch 2>/dev/null); then
     record "versions.torch=$torch"
   fi
 done
 
-# 4. The summary, written whole once more (it was after every part), and its line.
+# 6. CPU scaling (issue 46; a block of its own, after the GPU parts): `vitpipe bench --scaling` at 1, 2, 4, 8 and 16
+# threads (as many as the machine has), ViT-Tiny/16, batch 16, 2 steps, fp32, on this machine's cores, the only
+# ones here beyond 2; at most its cap, and only in what is left of the deadline. Its JSON line (what `vitpipe plan
+# --scaling` reads) is kept as <summary>.logs/cpu_scaling.json and the best node splits go into the summary.
+# Recorded, never the verdict.
+scaling_counts=1
+for n in 2 4 8 16; do ((n <= $(nproc))) && scaling_counts+=",$n"; done
+record "cpu_scaling.threads=$scaling_counts"
+run_part cpu_scaling.bench "${cap[cpu_scaling]}" "$vitpipe" bench --preset vit-tiny --batch 16 --steps 2 --scaling "$scaling_counts" \
+  --json
+if [[ -z "$part_reason" ]] && grep '^{' "$part_log" | tail -n 1 >"$logs/cpu_scaling.json" &&
+  splits=$("${host_env[@]}" python3 -c 'import json, sys
+print(json.dumps(json.load(open(sys.argv[1]))["predictions"]["best_node_split"]))' "$logs/cpu_scaling.json"); then
+  record "cpu_scaling.bench.status=passed" "cpu_scaling.profile=$logs/cpu_scaling.json" \
+    "cpu_scaling.best_node_split:=$splits"
+else
+  record "cpu_scaling.bench.status=failed" "cpu_scaling.bench.reason=${part_reason:-no JSON line in its log}"
+fi
+write_summary
+
+# 7. The summary, written whole once more (it was after every part), and its line.
 record "seconds:=$SECONDS"
 write_summary
 echo "gpu_check: $("${host_env[@]}" python3 "$helper" digest "$summary") -> $summary"

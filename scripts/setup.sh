@@ -28,6 +28,8 @@ if [[ "${1:-}" == "--tests" ]]; then
   packages+=(python3-pydicom dcmtk)
   # `serve` against a real PACS: Orthanc with its DICOMweb plugin, and dicom3tools' dciodvfy to validate the SR.
   packages+=(orthanc orthanc-dicomweb dicom3tools)
+  # A real Slurm cluster in network namespaces (tests/slurm/): controller, compute daemon, clients, authentication.
+  packages+=(slurmctld slurmd slurm-client munge)
   # A real browser opens the HTML report with networking off (tests/report/).
   packages+=(chromium)
   # The fuzz harnesses (tools/fuzz): clang, its libFuzzer and sanitizer runtimes, its OpenMP.

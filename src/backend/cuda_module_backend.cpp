@@ -324,6 +324,32 @@ std::optional<CudaModuleInstance> cuda_module_instance(Backend& backend) {
   return std::nullopt;
 }
 
+namespace {
+
+bool defers_losses(const std::optional<CudaModuleInstance>& m) {
+  return m && m->module->abi_version >= 8 && m->module->backend_defer_losses != nullptr &&
+         m->module->backend_take_losses != nullptr;
+}
+
+}  // namespace
+
+bool defer_losses(Backend& backend) {
+  const std::optional<CudaModuleInstance> m = cuda_module_instance(backend);
+  if (!defers_losses(m)) return false;
+  char error[1024] = {};
+  if (m->module->backend_defer_losses(m->instance.get(), error, sizeof error) != 0) fail("CUDA backend: ", error);
+  return true;
+}
+
+double take_losses(Backend& backend) {
+  const std::optional<CudaModuleInstance> m = cuda_module_instance(backend);
+  if (!defers_losses(m)) return 0.0;
+  char error[1024] = {};
+  double sum = 0.0;
+  if (m->module->backend_take_losses(m->instance.get(), &sum, error, sizeof error) != 0) fail("CUDA backend: ", error);
+  return sum;
+}
+
 std::string cuda_attention_path(Backend& backend) {
   const std::optional<CudaModuleInstance> m = cuda_module_instance(backend);
   if (!m || m->module->abi_version < 7 || m->module->backend_attention_path == nullptr) return "";

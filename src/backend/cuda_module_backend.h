@@ -26,6 +26,14 @@ struct CudaModuleInstance {
 };
 std::optional<CudaModuleInstance> cuda_module_instance(Backend& backend);
 
+// The module backend's losses read once a step's backward passes are enqueued (module_abi.h version 8): after
+// defer_losses(backend) its bce_with_logits and cross_entropy return 0, and take_losses(backend) returns their sum
+// (added in call order from 0.0), waiting for the device only then, and ends the deferral. defer_losses returns
+// false, changing nothing, for any other backend (the CPU's, a wrapper, a table without the entries); take_losses
+// then returns 0. Both throw vitpipe::Error with the module's message (a deferred cross-entropy's bad target).
+bool defer_losses(Backend& backend);
+double take_losses(Backend& backend);
+
 // Which path the module backend's bf16 attention took (module_abi.h's backend_attention_path: "cudnn", or
 // "fallback..." with the reasons); empty for any other backend.
 std::string cuda_attention_path(Backend& backend);

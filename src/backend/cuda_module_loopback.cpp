@@ -215,7 +215,9 @@ const VitpipeCudaModule& cuda_module_loopback() {
                                            nccl_run,
                                            nccl_wait,
                                            nccl_query,
-                                           backend_attention_path};
+                                           backend_attention_path,
+                                           nullptr,   // backend_defer_losses: the CPU's losses wait for nothing
+                                           nullptr};  // backend_take_losses
   return module;
 }
 

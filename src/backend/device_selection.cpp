@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "backend/cuda_module_backend.h"
+#include "parallel/launch_environment.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -122,11 +123,20 @@ Device select_device(DeviceChoice choice) {
   return Device::cpu;
 }
 
-int local_gpu_index() {
-  int local_rank = 0;
-  if (const char* text = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); text != nullptr) local_rank = std::atoi(text);
-  const int gpus = std::max(cuda_status().runtime_devices, 1);
+int gpu_for_local_rank(int local_rank, int local_size, int gpus) {
+  gpus = std::max(gpus, 1);
+  if (local_size > gpus) {
+    fail("--device cuda: ", local_size, " ranks on this node for ", gpus,
+         " GPU(s): two ranks would share a GPU, and NCCL refuses two ranks of one communicator on one GPU; start at "
+         "most ",
+         gpus, " rank(s) per node (mpirun --map-by ppr:", gpus, ":node, or srun --ntasks-per-node=", gpus, ")");
+  }
   return std::max(local_rank, 0) % gpus;
+}
+
+int local_gpu_index() {
+  const LaunchEnvironment& launch = launch_environment();  // mpirun's, else srun's (SLURM_LOCALID)
+  return gpu_for_local_rank(launch.local_rank, launch.local_ranks, cuda_status().runtime_devices);
 }
 
 std::unique_ptr<Backend> make_backend(Device device, bool allow_tf32) {

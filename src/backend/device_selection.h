@@ -44,10 +44,15 @@ const CudaStatus& cuda_status();
 Device select_device(DeviceChoice choice);
 
 // A backend for `device`: the CPU's (make_cpu_backend), or the CUDA module's on this process's GPU: the node-local
-// rank's (OMPI_COMM_WORLD_LOCAL_RANK, modulo the GPUs the runtime sees; GPU 0 outside mpirun). TF32 GEMMs only with
-// allow_tf32 (fp32 runs keep full fp32 products by default).
+// rank's (OMPI_COMM_WORLD_LOCAL_RANK, else SLURM_LOCALID under srun; GPU 0 outside mpirun). More ranks on the node
+// than GPUs the runtime sees is refused in one line (gpu_for_local_rank). TF32 GEMMs only with allow_tf32 (fp32 runs
+// keep full fp32 products by default).
 std::unique_ptr<Backend> make_backend(Device device, bool allow_tf32 = false);
 // The GPU make_backend(Device::cuda) takes in this process.
 int local_gpu_index();
+// The GPU of node-local rank `local_rank` of `local_size` on a node with `gpus` GPUs: its own. More ranks than GPUs
+// would put two ranks (replicas of one NCCL communicator among them) on one GPU, which NCCL refuses ("duplicate
+// GPU") only once training starts: a vitpipe::Error of one line saying how many ranks the node can take.
+int gpu_for_local_rank(int local_rank, int local_size, int gpus);
 
 }  // namespace vitpipe

@@ -1,12 +1,15 @@
 // `vitpipe bench`: times full training steps (forward, loss, backward, AdamW step) or inference on random data,
 // after a warm-up, and reports images/s, GFLOP/s, the fraction of the measured GEMM peak, peak memory and where the
-// time goes. bench/compare_with_pytorch.py puts these beside the PyTorch peer.
+// time goes. bench/compare_with_pytorch.py puts these beside the PyTorch peer. --scaling 1,2,... runs it at each
+// thread count and reports how each operation (and the loader's decode + resize) scales (plan/core_scaling.h).
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_level.h"
@@ -17,11 +20,15 @@
 #include "cli/commands.h"
 #include "cli/device_flag.h"
 #include "data/chestxray14_findings.h"
+#include "data/image.h"
+#include "data/pillow_resize.h"
+#include "data/png_encoder.h"
 #include "io/hf_config.h"
 #include "model/flop_count.h"
 #include "model/presets.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
+#include "plan/core_scaling.h"
 #include "train/optimizer.h"
 #include "util/error.h"
 #include "util/random.h"
@@ -47,6 +54,7 @@ struct BenchOptions {
   int64_t lora = 0;
   double lora_alpha = 0;
   std::string lora_targets = "query,value";
+  std::string scaling;  // --scaling 1,2,...: thread counts to run in turn
 };
 
 // The same modes as `vitpipe train` (model/trainable_set.h).
@@ -128,7 +136,8 @@ double peak_rss_bytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024.0;
 }
 
-void run_bench(const BenchOptions& o) {
+// `collected`: the result object is stored there instead of printed (--scaling runs one per thread count).
+void run_bench(const BenchOptions& o, nlohmann::json* collected = nullptr) {
   VP_REQUIRE(o.batch > 0 && o.batch <= 4096, "--batch: expected 1..4096, got ", o.batch);
   VP_REQUIRE(o.steps > 0 && o.steps <= 10000, "--steps: expected 1..10000, got ", o.steps);
   VP_REQUIRE(o.mode == "train" || o.mode == "infer", "--mode: expected train or infer, got \"", o.mode, "\"");
@@ -272,8 +281,10 @@ void run_bench(const BenchOptions& o) {
       {"fraction_of_gemm_peak", peak > 0 ? nlohmann::json(gflops / peak) : nlohmann::json(nullptr)},
       {"device", on_gpu ? "cuda" : "cpu"},
       {"gpu", on_gpu ? nlohmann::json(local_gpu_index()) : nlohmann::json(nullptr)},
-      // Which path bf16 attention took on the GPU ("cudnn", or "fallback..." and why): the fallback is several
-      // times slower, so a figure without it cannot be read.
+      // Which path bf16 attention took on the GPU ("cudnn", or "fallback..." and why, each refused shape with the
+      // kernels it fell back to), then "; backward: " and the cuDNN graph that ran the backward pass (the native
+      // SDPA_BWD, or cudnn-frontend's composite graph and why the native one was refused): a figure without it cannot
+      // be read.
       {"attention_path", on_gpu ? nlohmann::json(cuda_attention_path(*compute)) : nlohmann::json(nullptr)},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"activation_bytes", model.activation_bytes()},
@@ -291,6 +302,10 @@ void run_bench(const BenchOptions& o) {
       {"onednn_isa", cpu::onednn_isa_name()},
       {"bf16_in_hardware", cpu::has_native_bf16(cpu::selected_cpu_level())},
   };
+  if (collected != nullptr) {
+    *collected = std::move(result);
+    return;
+  }
   if (o.json) {
     std::printf("%s\n", result.dump().c_str());
     return;
@@ -342,6 +357,206 @@ void run_bench(const BenchOptions& o) {
   print_operation_bounds(operations, seconds / o.steps, peak, bandwidth);
 }
 
+// The loader's CPU work per image, decode + Pillow resize of a 1024 x 1024 8-bit PNG (ChestX-ray14's originals) to
+// the model's input, on `threads` independent threads as the loader's are: seconds per step of `batch` images.
+double loader_seconds_per_step(int threads, int64_t batch, int64_t side) {
+  static const std::vector<uint8_t> png = [] {
+    DecodedImage image;
+    image.width = image.height = 1024;
+    image.channels = 1;
+    image.pixels.resize(1024 * 1024);
+    Rng rng(7);
+    for (int64_t y = 0; y < 1024; ++y)  // smooth anatomy-like shading with noise: compresses as radiographs do
+      for (int64_t x = 0; x < 1024; ++x)
+        image.pixels[static_cast<size_t>(y * 1024 + x)] = static_cast<uint8_t>(
+            std::clamp(110.0 + 60.0 * std::sin(x / 97.0) * std::cos(y / 131.0) + 6.0 * rng.normal(), 0.0, 255.0));
+    return encode_png(image);
+  }();
+  const int per_thread = 12;
+  std::vector<std::thread> workers;
+  const auto start = std::chrono::steady_clock::now();
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&] {
+      std::vector<uint8_t> out(static_cast<size_t>(side * side));
+      for (int i = 0; i < per_thread; ++i) {
+        const DecodedImage image = decode_image_memory_keep_gray(png.data(), png.size(), "bench image");
+        resize_like_pillow(image.pixels.data(), image.width, image.height, image.channels, out.data(), side, side,
+                           ResampleFilter::bilinear);
+      }
+    });
+  for (auto& w : workers) w.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return seconds / (static_cast<double>(threads) * per_thread) * static_cast<double>(batch);
+}
+
+std::vector<int> parse_thread_counts(const std::string& text) {
+  std::vector<int> counts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    int value = 0;
+    try {
+      size_t used = 0;
+      value = std::stoi(item, &used);
+      VP_REQUIRE(used == item.size(), "");
+    } catch (const std::exception&) {
+      fail("--scaling: expected thread counts such as 1,2,4, got \"", text, "\"");
+    }
+    VP_REQUIRE(value >= 1 && value <= 4096 && (counts.empty() || value > counts.back()),
+               "--scaling: expected ascending thread counts from 1 to 4096, got \"", text, "\"");
+    counts.push_back(value);
+    start = comma + 1;
+  }
+  VP_REQUIRE(counts.size() >= 2 && counts.front() == 1,
+             "--scaling: expected at least two thread counts, the first 1 (the serial reference), got \"", text, "\"");
+  return counts;
+}
+
+// The operation groups the scaling table reports: the profiling backend's kinds, the optimizer and the loader.
+CoreScaling measure_core_scaling(const BenchOptions& o, std::vector<nlohmann::json>& runs) {
+  CoreScaling s;
+  s.threads = parse_thread_counts(o.scaling);
+  VP_REQUIRE(o.mode == "train", "--scaling times training steps: leave out --mode ", o.mode);
+  VP_REQUIRE(o.threads == 0, "--scaling sets each run's threads: leave out --threads ", o.threads);
+  VP_REQUIRE(resolve_device(o.device) == Device::cpu, "--scaling: measures CPU threads; leave out --device ", o.device);
+  std::map<std::string, OpScaling> groups;
+  std::vector<std::string> order;
+  double flops_first = 0;
+  std::map<std::string, double> flops;
+  for (size_t i = 0; i < s.threads.size(); ++i) {
+    BenchOptions at = o;
+    at.threads = s.threads[i];
+    nlohmann::json result;
+    run_bench(at, &result);
+    VP_REQUIRE(result["threads"].get<int>() == s.threads[i], "--scaling: ran at ", result["threads"].get<int>(),
+               " threads instead of ", s.threads[i]);
+    s.bandwidth.push_back(result["memory_bandwidth_gb_per_s"].get<double>() * 1e9);
+    for (const auto& row : result["operations"]) {
+      const std::string name = row["operation"].get<std::string>().starts_with("optimizer")
+                                   ? std::string("optimizer")
+                                   : row["kind"].get<std::string>();
+      if (!groups.contains(name)) {
+        order.push_back(name);
+        groups[name].name = name;
+        groups[name].seconds.assign(s.threads.size(), 0.0);
+      }
+      groups[name].seconds[i] += row["seconds_per_step"].get<double>();
+      if (i == 0) {
+        groups[name].bytes += row["mb_per_step"].get<double>() * 1e6;
+        flops[name] += row["gflop_per_step"].get<double>() * 1e9;
+      }
+    }
+    const std::string loader = "loader (decode + resize)";
+    if (!groups.contains(loader)) {
+      order.push_back(loader);
+      groups[loader].name = loader;
+      groups[loader].seconds.assign(s.threads.size(), 0.0);
+    }
+    groups[loader].seconds[i] = loader_seconds_per_step(s.threads[i], o.batch, result["image_size"].get<int64_t>());
+    if (i == 0) {
+      flops_first = result["gemm_peak_gflops_per_s"].get<double>() * 1e9;
+      s.gradient_bytes = 4.0 * result["trainable_parameters"].get<double>();
+      s.batch = o.batch;
+      s.describe = {{"model", result["model"]},         {"precision", result["precision"]},
+                    {"batch", result["batch"]},         {"image_size", result["image_size"]},
+                    {"cpu_model", result["cpu_model"]}, {"cpu_kernels", result["cpu_kernels"]}};
+    }
+    runs.push_back(std::move(result));
+  }
+  for (const auto& name : order) {
+    OpScaling op = groups[name];
+    op.bandwidth_bound = op.bytes > 0 && op.bytes / s.bandwidth.front() > flops[name] / std::max(1.0, flops_first);
+    s.operations.push_back(std::move(op));
+  }
+  return s;
+}
+
+constexpr int kPredictedCores[] = {16, 32, 64};
+
+nlohmann::json scaling_predictions(const CoreScaling& s) {
+  nlohmann::json ops = nlohmann::json::array();
+  const auto efficiency = [](double one, double at, int threads) { return one / std::max(1e-12, at) / threads; };
+  for (const auto& op : s.operations) {
+    nlohmann::json row = {
+        {"operation", op.name}, {"serial_fraction", serial_fraction(s, op)}, {"bandwidth_bound", op.bandwidth_bound}};
+    for (size_t i = 0; i < s.threads.size(); ++i)
+      row["efficiency_at_" + std::to_string(s.threads[i])] = efficiency(op.seconds[0], op.seconds[i], s.threads[i]);
+    for (const int cores : kPredictedCores)
+      row["predicted_efficiency_at_" + std::to_string(cores)] =
+          efficiency(op.seconds[0], predicted_op_seconds(s, op, cores, 1), cores);
+    ops.push_back(row);
+  }
+  nlohmann::json step = nlohmann::json::object(), splits = nlohmann::json::object();
+  const double one = predicted_step_seconds(s, 1, 1);
+  for (const int cores : kPredictedCores) {
+    step["predicted_speedup_at_" + std::to_string(cores)] = one / predicted_step_seconds(s, cores, 1);
+    const NodeSplit best = rank_node_splits(s, cores).front();
+    splits[std::to_string(cores)] = {
+        {"ranks", best.ranks}, {"threads", best.threads}, {"images_per_s", best.images_per_s}};
+  }
+  return {{"operations", ops}, {"step", step}, {"best_node_split", splits}};
+}
+
+void print_core_scaling(const CoreScaling& s, const nlohmann::json& predictions) {
+  std::printf("vitpipe bench --scaling: %s, batch %lld, %s, on %s (%s kernels)\n",
+              s.describe["model"].get<std::string>().c_str(), static_cast<long long>(s.batch),
+              s.describe["precision"].get<std::string>().c_str(), s.describe["cpu_model"].get<std::string>().c_str(),
+              s.describe["cpu_kernels"].get<std::string>().c_str());
+  std::printf(
+      "  ms per step at each thread count, the parallel efficiency at the largest (speedup / threads), the\n"
+      "  serial fraction that explains it (Karp-Flatt), the bound, and Amdahl's efficiency at 16, 32, 64 cores\n"
+      "  (bandwidth-bound operations floored by the bandwidth, extrapolated the same way)\n");
+  std::printf("    %-26s", "operation");
+  for (const int t : s.threads) std::printf(" %8s", ("ms@" + std::to_string(t)).c_str());
+  std::printf(" %7s %7s %-9s %6s %6s %6s\n", "eff.", "serial", "bound", "@16", "@32", "@64");
+  std::vector<double> total(s.threads.size(), 0.0);
+  for (size_t k = 0; k < s.operations.size(); ++k) {
+    const OpScaling& op = s.operations[k];
+    const nlohmann::json& p = predictions["operations"][k];
+    std::printf("    %-26s", op.name.c_str());
+    for (size_t i = 0; i < s.threads.size(); ++i) {
+      std::printf(" %8.1f", 1e3 * op.seconds[i]);
+      total[i] += op.seconds[i];
+    }
+    std::printf(" %6.0f%% %6.0f%% %-9s", 100 * p["efficiency_at_" + std::to_string(s.threads.back())].get<double>(),
+                100 * p["serial_fraction"].get<double>(), op.bandwidth_bound ? "memory" : "compute");
+    for (const int cores : kPredictedCores)
+      std::printf(" %5.0f%%", 100 * p["predicted_efficiency_at_" + std::to_string(cores)].get<double>());
+    std::printf("\n");
+  }
+  std::printf("    %-26s", "step (sum)");
+  for (size_t i = 0; i < s.threads.size(); ++i) std::printf(" %8.1f", 1e3 * total[i]);
+  const double speedup = total.front() / std::max(1e-12, total.back());
+  std::printf(" %6.0f%%\n", 100 * speedup / s.threads.back());
+  std::printf("  memory bandwidth GB/s:");
+  for (size_t i = 0; i < s.threads.size(); ++i) std::printf(" %.1f@%d", s.bandwidth[i] / 1e9, s.threads[i]);
+  std::printf("; predicted %.1f@16 %.1f@32 %.1f@64\n", bandwidth_at(s, 16) / 1e9, bandwidth_at(s, 32) / 1e9,
+              bandwidth_at(s, 64) / 1e9);
+  std::printf("  one rank of N threads: predicted step speedup");
+  for (const int cores : kPredictedCores)
+    std::printf(" %.1fx@%d", predictions["step"]["predicted_speedup_at_" + std::to_string(cores)].get<double>(), cores);
+  std::printf("\n  best node split (vitpipe plan --scaling):");
+  for (const int cores : kPredictedCores) {
+    const nlohmann::json& b = predictions["best_node_split"][std::to_string(cores)];
+    std::printf(" %d cores: %d x %d (%.0f images/s)", cores, b["ranks"].get<int>(), b["threads"].get<int>(),
+                b["images_per_s"].get<double>());
+  }
+  std::printf("\n");
+}
+
+void run_scaling(const BenchOptions& o) {
+  std::vector<nlohmann::json> runs;
+  const CoreScaling s = measure_core_scaling(o, runs);
+  const nlohmann::json predictions = scaling_predictions(s);
+  if (o.json) {
+    std::printf("%s\n",
+                nlohmann::json{{"scaling", s.to_json()}, {"predictions", predictions}, {"runs", runs}}.dump().c_str());
+    return;
+  }
+  print_core_scaling(s, predictions);
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -366,7 +581,19 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--lora-targets", options->lora_targets, "layers LoRA adapts (default query,value)");
   add_device_flag(cmd, &options->device);
   add_allow_tf32_flag(cmd, &options->allow_tf32);
-  cmd->callback([options] { run_bench(*options); });
+  cmd->add_option("--scaling", options->scaling,
+                  "run at each of these thread counts in turn (1,2,... starting at 1) and report per operation "
+                  "(GEMMs, attention, LayerNorm, GELU, the optimizer, the loader) the time, the parallel efficiency, "
+                  "the serial fraction and the bound, with Amdahl's prediction for 16, 32 and 64 cores; --json writes "
+                  "what `vitpipe plan --scaling` reads")
+      ->type_name("LIST");
+  cmd->callback([options] {
+    if (options->scaling.empty()) {
+      run_bench(*options);
+    } else {
+      run_scaling(*options);
+    }
+  });
 }
 
 }  // namespace vitpipe::cli

@@ -3,7 +3,8 @@
 // means, bootstrap confidence intervals (resampling patients where the dataset knows them: --bootstrap-unit), and
 // the operating points at thresholds chosen on another split (a run's thresholds.json, chosen on val), said where
 // they came from, every finding by subgroup (sex, age band, view, --subgroup COLUMN: evaluation/subgroups.h), and
-// with --boxes FILE the heatmaps scored on radiologists' boxes (explain/localize_boxes.h).
+// with --boxes FILE the heatmaps scored on radiologists' boxes (explain/localize_boxes.h; --save-localization FILE.json
+// keeps them, with the worst-localized images drawn, for the report).
 // The same evaluation code as training's.
 #include <cstdio>
 #include <filesystem>
@@ -14,18 +15,20 @@
 #include "cli/device_flag.h"
 #include "data/data_spec.h"
 #include "data/label_harmonisation.h"
+#include "evaluation/bootstrap_unit.h"
 #include "evaluation/box_list.h"
+#include "evaluation/operating_thresholds.h"
 #include "evaluation/subgroup_attributes.h"
 #include "evaluation/subgroups.h"
 #include "explain/localize_boxes.h"
 #include "io/model_files.h"
 #include "model/vit_stage.h"
 #include "parallel/pipeline_executor.h"
-#include "train/bootstrap_unit.h"
+#include "report/localization_section.h"
 #include "train/evaluation.h"
-#include "train/operating_thresholds.h"
 #include "train/predictions_file.h"
 #include "train/run_world.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -53,6 +56,7 @@ struct EvalOptions {
   std::string save_predictions;
   std::vector<std::string> subgroups;  // --subgroup COLUMN (csv datasets)
   std::string boxes;                   // --boxes FILE: localization on radiologists' boxes
+  std::string save_localization;       // --save-localization FILE.json: for the report
   std::string explain_method = "grad-rollout";
 };
 
@@ -70,6 +74,13 @@ void run_eval(const EvalOptions& o) {
   VP_REQUIRE(o.explain_method == "rollout" || o.explain_method == "grad-rollout" || o.explain_method == "gradcam",
              "--explain-method: expected rollout, grad-rollout or gradcam, got '", o.explain_method, "'");
   const ExplainMethod explain_method = parse_explain_method(o.explain_method);
+  VP_REQUIRE(o.save_localization.empty() || !o.boxes.empty(),
+             "--save-localization: needs --boxes FILE (the radiologists' boxes to score the heatmaps on)");
+  if (!o.save_localization.empty()) {
+    const auto parent = std::filesystem::absolute(o.save_localization).parent_path();
+    VP_REQUIRE(std::filesystem::is_directory(parent), "--save-localization ", o.save_localization, ": directory ",
+               parent.string(), " does not exist");
+  }
   std::vector<FindingBox> boxes;
   if (!o.boxes.empty()) boxes = read_box_list(o.boxes);
   std::optional<ThresholdSet> thresholds;
@@ -127,7 +138,7 @@ void run_eval(const EvalOptions& o) {
   });
   report.label_mapping = label_mapping;
   if (thresholds) report.apply(*thresholds, dataset->spec());
-  if (!o.save_predictions.empty()) write_predictions_csv(o.save_predictions, report, *dataset);
+  if (!o.save_predictions.empty()) write_predictions_csv(o.save_predictions, report, *dataset, o.subgroups);
   // By sex, age band, view and the --subgroup columns, on the same patient resamples as the intervals above.
   const std::vector<double> probabilities = report.probabilities();
   SubgroupData rows{report.labels,  report.scores, report.targets,
@@ -138,11 +149,27 @@ void run_eval(const EvalOptions& o) {
   if (!o.boxes.empty()) {
     std::optional<BootstrapOptions> over_boxes;  // intervals over boxes where intervals were asked for
     if (bootstrap) over_boxes = BootstrapOptions{bootstrap->resamples, 0.95, bootstrap->seed};
-    localization = localize_boxes(model, *dataset, split, boxes, explain_method, resolve_device(o.device), over_boxes);
+    localization = localize_boxes(model, *dataset, split, boxes, explain_method, resolve_device(o.device), over_boxes,
+                                  o.save_localization.empty() ? 0 : kReportLocalizationImages);
+    if (!o.save_localization.empty()) {
+      nlohmann::json file = localization_result_json(*localization);
+      file["format"] = kLocalizationFormat;
+      file["version"] = 1;
+      file["model"] = model.directory.string();
+      file["data"] = dataset->spec();
+      file["split"] = split_name(split);
+      file["box_list"] = std::filesystem::absolute(o.boxes).string();
+      write_text_file_atomically(o.save_localization, file.dump(1) + "\n");
+    }
   }
   if (o.json) {
     nlohmann::json j = report.to_json();
-    if (localization) j["localization"] = localization_result_json(*localization);
+    if (localization) {
+      j["localization"] = localization_result_json(*localization);
+      nlohmann::json& boxes_json = j["localization"];  // the images go to --save-localization's file only
+      if (boxes_json.contains("worst_images"))
+        for (auto& w : boxes_json["worst_images"]) w.erase("overlay_png");
+    }
     j["model"] = model.directory.string();
     j["data"] = dataset->spec();
     j["subgroups"] = subgroups_json(subgroups);
@@ -195,6 +222,9 @@ void add_eval_command(CLI::App& app) {
                   "Also report by this column of a csv: dataset (repeatable; sex, age band and view always)");
   cmd->add_option("--boxes", o->boxes,
                   "Score the heatmaps on radiologists' boxes: NIH's BBox_List_2017.csv or image,finding,x,y,w,h");
+  cmd->add_option("--save-localization", o->save_localization,
+                  "With --boxes: also write FILE.json (the box metrics and the worst-localized images with their "
+                  "boxes drawn) for vitpipe report (a run's RUN_DIR/localization-SPLIT.json is read by default)");
   cmd->add_option("--explain-method", o->explain_method, "Heatmaps for --boxes: rollout, grad-rollout or gradcam")
       ->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "Images per forward pass")->capture_default_str();

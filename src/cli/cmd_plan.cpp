@@ -1,11 +1,49 @@
 // `vitpipe plan`: the pipeline x data-parallel layout for a training job (see train/layout_auto.h). Takes train's own
 // flags (the layout flags given fix that part of the search) plus the job's size.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "cli/device_flag.h"
+#include "plan/core_scaling.h"
 #include "train/layout_auto.h"
 #include "train/train_options.h"
+#include "util/error.h"
+#include "util/threads.h"
 
 namespace vitpipe::cli {
+namespace {
+
+// --scaling FILE: the node's cores split into ranks x threads by each operation's measured scaling.
+void run_node_split(const std::string& path, int cores, bool json) {
+  std::ifstream in(path);
+  VP_REQUIRE(in.good(), "--scaling ", path,
+             ": cannot open the file (write it with `vitpipe bench --scaling 1,2 --json`)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("--scaling ", path, ": invalid JSON (", e.what(), ")");
+  }
+  const CoreScaling scaling = CoreScaling::from_json(j, path);
+  const int node_cores = cores > 0 ? cores : available_cores();
+  const std::vector<NodeSplit> splits = rank_node_splits(scaling, node_cores);
+  if (!json) {
+    std::printf("%s", format_node_splits(scaling, node_cores, splits).c_str());
+    return;
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& n : splits)
+    rows.push_back({{"ranks", n.ranks},
+                    {"threads", n.threads},
+                    {"step_seconds", n.step_seconds},
+                    {"allreduce_seconds", n.allreduce_seconds},
+                    {"images_per_s", n.images_per_s}});
+  std::printf("%s\n", nlohmann::json{{"cores", node_cores}, {"node_splits", rows}}.dump().c_str());
+}
+
+}  // namespace
 
 void add_plan_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
@@ -20,6 +58,8 @@ void add_plan_command(CLI::App& app) {
     int nodes = 0;
     int top = 6;
     bool json = false;
+    std::string scaling;
+    int cores = 0;
   };
   auto flags = std::make_shared<Flags>();
   cmd->add_option("--processes", flags->processes, "Processes of the job (default: mpirun's, else 1)")->type_name("N");
@@ -29,7 +69,18 @@ void add_plan_command(CLI::App& app) {
       ->type_name("K");
   cmd->add_option("--top", flags->top, "Layouts to print (default 6)")->type_name("N");
   cmd->add_flag("--json", flags->json, "Print the plan as JSON");
+  cmd->add_option("--scaling", flags->scaling,
+                  "Instead of the layout: split a node's cores into ranks x threads by each operation's measured "
+                  "scaling (the JSON of `vitpipe bench --scaling 1,2 --json`); an operation that does not scale "
+                  "favours more ranks of fewer threads")
+      ->type_name("FILE");
+  cmd->add_option("--cores", flags->cores, "With --scaling: the node's cores (default 0: this machine's)")
+      ->type_name("N");
   cmd->callback([parser, flags] {
+    if (!flags->scaling.empty()) {
+      run_node_split(flags->scaling, flags->cores, flags->json);
+      return;
+    }
     const TrainOptions options = parser->resolve(false);
     require_cpu_device(options.device, "plan",  // plan profiles the device it plans for
                        "profiles segments on the CPU only; GPU segment profiles are not built yet");

@@ -22,6 +22,7 @@ struct ReportCommandOptions {
   uint64_t seed = 0;
   std::string bootstrap_unit = "auto";
   std::string thresholds;
+  std::string localization;
 };
 
 void run_report(const ReportCommandOptions& o) {
@@ -47,6 +48,7 @@ void run_report(const ReportCommandOptions& o) {
   VP_REQUIRE(fs::is_directory(fs::absolute(out).parent_path()), "--out ", out.string(), ": directory ",
              fs::absolute(out).parent_path().string(), " does not exist");
   if (!o.thresholds.empty()) inputs.thresholds = read_thresholds_file(o.thresholds);
+  if (!o.localization.empty()) inputs.localization = read_localization_file(o.localization);
   ReportOptions options;
   options.bootstrap = o.bootstrap;
   options.seed = o.seed;
@@ -71,6 +73,9 @@ void add_report_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--thresholds", o->thresholds,
                   "Operating-point thresholds (a run's thresholds.json, chosen on val) applied to every split");
+  cmd->add_option("--localization", o->localization,
+                  "Heatmaps scored on boxes (vitpipe eval --boxes --save-localization FILE.json); default: "
+                  "RUN_DIR/localization-test.json where it exists");
   cmd->callback([o] { run_report(*o); });
 }
 

@@ -15,6 +15,7 @@
 #include "data/source_fingerprint.h"
 #include "inference/image_classifier.h"
 #include "serve/algorithm_name.h"
+#include "serve/card_summary.h"
 #include "serve/dicom_callers.h"
 #include "serve/dicom_identifiers.h"
 #include "serve/dicom_inference_worker.h"
@@ -25,6 +26,7 @@
 #include "serve/inference_batcher.h"
 #include "serve/prediction_service.h"
 #include "serve/serve_metrics.h"
+#include "serve/served_thresholds.h"
 #include "util/log.h"
 #include "util/threads.h"
 
@@ -51,6 +53,7 @@ struct ServeOptions {
   int max_connections_per_address = 128;
   double header_timeout = 10;
   std::string token_file;
+  std::string thresholds;  // operating points for the try-it page (default: found by served_thresholds.h)
   int dicom_port = 0;
   std::string dicom_host;
   std::string allowed_callers;
@@ -80,9 +83,13 @@ std::string model_name(const std::string& reference) {
   return path.filename().string();
 }
 
-nlohmann::json model_info(const ImageClassifier& classifier, const std::string& reference) {
+nlohmann::json model_info(const ImageClassifier& classifier, const std::string& reference,
+                          const std::optional<ServedThresholds>& thresholds) {
   const LoadedModel& m = classifier.model();
   return {{"labels", m.config.labels},
+          // For the try-it page (GET /): what the model card says the model is, and where findings are flagged.
+          {"card", card_summary_of(m.directory)},
+          {"operating_points", served_thresholds_json(thresholds, m.config.labels)},
           {"family", m.config.model_type},
           {"problem_type", problem_type_name(m.config.problem_type)},
           {"image_size", m.config.input_size()},
@@ -134,6 +141,7 @@ void run_serve(const ServeOptions& o) {
   VP_REQUIRE(o.max_delay_ms >= 0 && o.max_delay_ms <= 10000, "--max-delay-ms: expected 0..10000, got ", o.max_delay_ms);
   configure_threads(o.threads);
   ImageClassifier classifier = load_image_classifier(o.model, o.revision, o.image_size, o.labels, o.read, o.max_batch);
+  const std::optional<ServedThresholds> thresholds = find_served_thresholds(classifier.model().directory, o.thresholds);
 
   HttpServiceOptions http;
   http.host = o.host;
@@ -153,7 +161,7 @@ void run_serve(const ServeOptions& o) {
       classifier, {o.max_batch, std::chrono::microseconds(static_cast<int64_t>(o.max_delay_ms * 1000))}, &metrics);
   PredictionService predictions(classifier, batcher,
                                 static_cast<int64_t>(parse_byte_size(o.decode_memory, "--decode-memory")));
-  HttpService service(predictions, metrics, model_info(classifier, o.model), std::move(http));
+  HttpService service(predictions, metrics, model_info(classifier, o.model, thresholds), std::move(http));
   service.bind();
 
   // The DICOM side: node -> worker (model, SR into the outbox) -> sender.
@@ -248,7 +256,9 @@ void run_serve(const ServeOptions& o) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand(
-      "serve", "Serve a model over HTTP (predict, DICOMweb STOW-RS) and as a DICOM node a PACS sends images to");
+      "serve",
+      "Serve a model over HTTP (a page to try it at /, predict, DICOMweb STOW-RS) and as a DICOM node a PACS sends "
+      "images to");
   cmd->add_option("--model", o->model, "Model directory, Hugging Face repo id or peft adapter")->required();
   cmd->add_option("--revision", o->revision, "Hub revision (branch, tag or commit) of a repo id");
   cmd->add_option("--image-size", o->image_size, "Run at another resolution (position embeddings resized bicubically)");
@@ -282,6 +292,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--token-file", o->token_file,
                   "Require 'Authorization: Bearer TOKEN' (the file's first line) "
                   "on every route but /healthz");
+  cmd->add_option("--thresholds", o->thresholds,
+                  "Operating points the page at / flags findings at (a run's thresholds.json; default: the model "
+                  "directory's, else that of the run its model card names)");
   cmd->add_option("--dicom-port", o->dicom_port,
                   "Also listen as a DICOM node (C-ECHO, C-STORE of CR, DX and "
                   "Secondary Capture images) on this port");

@@ -16,6 +16,7 @@ void add_predict_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_init_command(CLI::App& app);
 void add_download_command(CLI::App& app);
+void add_push_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_image_command(CLI::App& app);
 void add_explain_command(CLI::App& app);

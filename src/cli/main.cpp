@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   vitpipe::cli::add_data_command(app);
   vitpipe::cli::add_init_command(app);
   vitpipe::cli::add_download_command(app);
+  vitpipe::cli::add_push_command(app);
   vitpipe::cli::add_report_command(app);
   vitpipe::cli::add_explain_command(app);
   vitpipe::cli::add_image_command(app);

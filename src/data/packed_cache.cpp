@@ -225,8 +225,8 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
 
   AtomicFileWriter pixels_file(dir / kPixelsName);
   json names = json::array(), labels = json::array(), splits = json::array(), patients = json::array(),
-       views = json::array(), offsets = json::array(), channels = json::array(), uncertain = json::array(),
-       unmentioned = json::array(), checksums = json::array();
+       views = json::array(), sexes = json::array(), ages = json::array(), offsets = json::array(),
+       channels = json::array(), uncertain = json::array(), unmentioned = json::array(), checksums = json::array();
   PrepareCacheReport report;
   std::string fatal;        // an unreadable image
   std::string write_error;  // pixels.u8 could not be written
@@ -257,6 +257,8 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
         splits.push_back(source_split_code(entry.source_split));
         patients.push_back(entry.item.patient);
         views.push_back(entry.item.view);
+        sexes.push_back(entry.item.sex);
+        ages.push_back(entry.item.age_years);
         offsets.push_back(pixels_file.bytes_written());
         channels.push_back(slot.channels);
         checksums.push_back(record_checksum(slot.pixels.data(), slot.pixels.size()));
@@ -296,8 +298,8 @@ PrepareCacheReport prepare_packed_cache(const FileDataset& dataset, const fs::pa
 
   json index = {
       {"names", names},         {"labels", labels},     {"uncertain", uncertain}, {"unmentioned", unmentioned},
-      {"source_split", splits}, {"patients", patients}, {"views", views},         {"offsets", offsets},
-      {"channels", channels},   {"crc32", checksums}};
+      {"source_split", splits}, {"patients", patients}, {"views", views},         {"sexes", sexes},
+      {"ages", ages},           {"offsets", offsets},   {"channels", channels},   {"crc32", checksums}};
   const std::string index_text = index.dump();
   write_text_file_atomically(dir / kIndexName, index_text);
 
@@ -349,8 +351,10 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   VP_REQUIRE(manifest.is_object() && manifest.value("format", "") == kFormatName, where,
              ": not a vitpipe packed cache manifest");
   const int version = json_integer_or<int>(manifest, "version", 0, where);
-  VP_REQUIRE(version == kPackedCacheFormatVersion, where, ": cache format version ", version,
-             ", this vitpipe reads version ", kPackedCacheFormatVersion, "; run `vitpipe data prepare` again");
+  VP_REQUIRE(version == kPackedCacheFormatVersion || version == kPackedCacheOldestReadVersion, where,
+             ": cache format version ", version, ", this vitpipe reads versions ", kPackedCacheOldestReadVersion,
+             " and ", kPackedCacheFormatVersion, "; run `vitpipe data prepare` again");
+  const bool has_demographics = version >= 4;  // sex and age per image, for subgroups without the source
 
   auto cache = std::shared_ptr<PackedCacheDataset>(new PackedCacheDataset());
   try {
@@ -445,6 +449,9 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     const auto& splits = index.at("source_split");
     const auto& patients = index.at("patients");
     const auto& views = index.at("views");
+    static const json no_values = json::array();
+    const auto& sexes = has_demographics ? index.at("sexes") : no_values;
+    const auto& ages = has_demographics ? index.at("ages") : no_values;
     const auto& offs = index.at("offsets");
     const auto& chans = index.at("channels");
     const auto& crcs = index.at("crc32");
@@ -452,7 +459,7 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     const auto& unmentioned = index.at("unmentioned");
     VP_REQUIRE(labels.size() == n && splits.size() == n && patients.size() == n && views.size() == n &&
                    offs.size() == n && chans.size() == n && crcs.size() == n && uncertain.size() == n &&
-                   unmentioned.size() == n,
+                   unmentioned.size() == n && (!has_demographics || (sexes.size() == n && ages.size() == n)),
                (dir / kIndexName).string(), ": columns of different lengths");
     entries.resize(n);
     offsets.resize(n);
@@ -472,6 +479,10 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
       entries[i].source_split = parse_source_split(splits[i].get<std::string>(), (dir / kIndexName).string());
       entries[i].item.patient = patients[i].get<std::string>();
       entries[i].item.view = views[i].get<std::string>();
+      if (has_demographics) {
+        entries[i].item.sex = sexes[i].get<std::string>();
+        entries[i].item.age_years = ages[i].get<double>();
+      }
       offsets[i] = json_integer<uint64_t>(offs[i], record + " \"offsets\"");
       channels[i] = json_integer<uint8_t>(chans[i], record + " \"channels\"");
       checksums[i] = json_integer<uint32_t>(crcs[i], record + " \"crc32\"");
@@ -493,6 +504,9 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
     cache->checksums_.push_back(checksums[k]);
   }
   cache->rerun_ = rerun;
+  if (!has_demographics)
+    warn("cache:", dir.string(), ": format version ", version,
+         " keeps no patient sex or age, so subgroups by sex and age are not reported from it", rerun, " to add them");
   cache->missing_ = manifest.value("missing", std::vector<std::string>{});
   return cache;
 } catch (const json::exception& e) {

@@ -3,7 +3,8 @@
 // training reads pixels at memory speed.
 //
 //   DIR/pixels.u8      records back to back: S*S bytes for a gray image (R = G = B), S*S*3 for a colour one
-//   DIR/index.json     per image: name, labels (positive, uncertain, unmentioned), source split, patient, view, byte
+//   DIR/index.json     per image: name, labels (positive, uncertain, unmentioned), source split, patient, view, sex,
+//                      age in years (-1 unknown; subgroups need them when the source is gone), byte
 //                      offset, channels, CRC-32 of its pixels (checked on every read: a record edited after prepare
 //                      is an unreadable image)
 //   DIR/manifest.json  format version, settings (image size, resample, the processor's resize and crop, how images
@@ -31,8 +32,10 @@
 
 namespace vitpipe {
 
-// 2: image read options, uncertain / blank labels; 3: per-record CRC-32.
-inline constexpr int kPackedCacheFormatVersion = 3;
+// 2: image read options, uncertain / blank labels; 3: per-record CRC-32; 4: sex and age per image (subgroups).
+inline constexpr int kPackedCacheFormatVersion = 4;
+// Version 3 is still read, without sex and age (a warning says so and how to add them).
+inline constexpr int kPackedCacheOldestReadVersion = 3;
 inline constexpr const char* kPackedCacheManifestName = "manifest.json";
 
 // The files a cache folder holds (what `data prepare` may replace).

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "evaluation/box_list.h"
-#include "train/metrics.h"
+#include "evaluation/ranking_metrics.h"
 
 namespace vitpipe {
 

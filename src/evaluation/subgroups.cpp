@@ -180,15 +180,35 @@ SubgroupAnalysis analyze_subgroups(const std::vector<SubgroupAttribute>& attribu
         g.labels[l].positives = m.positives[l];
         g.labels[l].negatives = m.known[l] - m.positives[l];
       }
+      // The rest of the attribute's grouped images, scored the same way, for the gap against them.
+      std::vector<float> rest_weights(data.scores.size(), 0.0f);
+      for (size_t r = 0; r < rows; ++r) {
+        if (attribute.group_of_row[r].empty() || attribute.group_of_row[r] == group) continue;
+        for (size_t l = 0; l < labels; ++l)
+          rest_weights[r * labels + l] = data.weights.empty() ? 1.0f : data.weights[r * labels + l];
+      }
+      const EvaluationMetrics rest =
+          evaluate_multilabel(data.scores, data.targets, static_cast<int64_t>(labels), std::nullopt, rest_weights);
+      for (size_t l = 0; l < labels; ++l) {
+        g.labels[l].rest_auc = rest.roc_auc.per_label[l];
+        if (g.labels[l].auc && g.labels[l].rest_auc) g.labels[l].gap_vs_rest = *g.labels[l].auc - *g.labels[l].rest_auc;
+      }
       if (bootstrap) {
         BootstrapDistribution dist =
             bootstrap_distribution(data.scores, data.targets, static_cast<int64_t>(labels), *bootstrap, weights);
+        const BootstrapDistribution rest_dist =
+            bootstrap_distribution(data.scores, data.targets, static_cast<int64_t>(labels), *bootstrap, rest_weights);
         for (size_t l = 0; l < labels; ++l) {
           if (!g.labels[l].auc) continue;
-          std::vector<double> values;
-          for (const auto& resample : dist.roc_auc)
-            if (resample[l]) values.push_back(*resample[l]);
+          std::vector<double> values, gaps;
+          for (size_t b = 0; b < dist.roc_auc.size(); ++b) {
+            const auto& own = dist.roc_auc[b][l];
+            if (own) values.push_back(*own);
+            if (own && b < rest_dist.roc_auc.size() && rest_dist.roc_auc[b][l])
+              gaps.push_back(*own - *rest_dist.roc_auc[b][l]);
+          }
           g.labels[l].ci = interval_of(values, bootstrap->resamples, *bootstrap);
+          if (g.labels[l].gap_vs_rest) g.labels[l].gap_vs_rest_ci = interval_of(gaps, bootstrap->resamples, *bootstrap);
         }
         draws.push_back(std::move(dist.roc_auc));
       }
@@ -255,7 +275,10 @@ nlohmann::json subgroups_json(const SubgroupAnalysis& analysis) {
                                  {"ci", ci_json(x.ci)},
                                  {"positives", x.positives},
                                  {"negatives", x.negatives},
-                                 {"too_few", !x.auc.has_value()}};
+                                 {"too_few", !x.auc.has_value()},
+                                 {"rest", optional_json(x.rest_auc)},
+                                 {"gap_vs_rest", optional_json(x.gap_vs_rest)},
+                                 {"gap_vs_rest_ci", ci_json(x.gap_vs_rest_ci)}};
       points[analysis.labels[l]] = {{"youden", point_json(x.youden)}, {"sensitivity_90", point_json(x.sensitivity_90)}};
     }
     nlohmann::json j = {{"attribute", g.attribute}, {"group", g.group}, {"images", g.images},

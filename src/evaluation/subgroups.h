@@ -15,10 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "evaluation/calibration.h"
+#include "evaluation/curves.h"
+#include "evaluation/operating_point.h"
+#include "evaluation/operating_thresholds.h"
+#include "evaluation/ranking_metrics.h"
 #include "evaluation/subgroup_attributes.h"
-#include "train/curves.h"
-#include "train/metrics.h"
-#include "train/operating_thresholds.h"
 
 namespace vitpipe {
 
@@ -35,6 +37,10 @@ struct SubgroupData {
 struct SubgroupLabel {
   std::optional<double> auc;  // nullopt: too few positives (or negatives) in the subgroup for an AUC
   std::optional<ConfidenceInterval> ci;
+  // The rest: the images of the attribute's other groups (those the attribute left out are in neither). The gap is
+  // auc - rest_auc, its interval over the same resamples (paired); nullopt where either AUC is undefined.
+  std::optional<double> rest_auc, gap_vs_rest;
+  std::optional<ConfidenceInterval> gap_vs_rest_ci;
   int64_t positives = 0, negatives = 0;
   std::optional<OperatingPoint> youden, sensitivity_90;  // at the given thresholds
 };
@@ -80,7 +86,8 @@ SubgroupAnalysis analyze_subgroups(const std::vector<SubgroupAttribute>& attribu
                                    const std::optional<ThresholdSet>& thresholds);
 
 // The top-level "subgroups" array: {"attribute", "group", "images", "patients", "roc_auc": {finding: {"value", "ci":
-// {"low", "high", "unit", "resamples", "skipped"} | null, "positives", "negatives", "too_few"}}, "operating_points":
+// {"low", "high", "unit", "resamples", "skipped"} | null, "positives", "negatives", "too_few", "rest": AUC | null,
+// "gap_vs_rest": AUC - rest | null, "gap_vs_rest_ci": ci | null}}, "operating_points":
 // {finding: {"youden": {"threshold", "tpr", "fpr", "tp", "fp", "tn", "fn"} | null, "sensitivity_90": ...}} | null,
 // "underdiagnosis": {"images_with_finding", "youden", "sensitivity_90"} | null}.
 nlohmann::json subgroups_json(const SubgroupAnalysis& analysis);

@@ -1,10 +1,14 @@
 #include "io/hub_http.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 
@@ -48,6 +52,52 @@ struct Transfer {
     if (*on_headers && is_success()) (*on_headers)(response);
   }
 };
+
+// The body of a POST or PUT, read by curl as it sends: from memory, or from a region of a file with pread.
+struct UploadBody {
+  const HttpRequest* request = nullptr;
+  int fd = -1;
+  int64_t sent = 0;
+  int64_t length = 0;
+  std::exception_ptr error;
+
+  ~UploadBody() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+size_t on_upload_read(char* buffer, size_t size, size_t count, void* user) {
+  auto* body = static_cast<UploadBody*>(user);
+  size_t want = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(size * count), body->length - body->sent));
+  if (want == 0) return 0;
+  if (body->fd < 0) {
+    std::memcpy(buffer, body->request->body.data() + body->sent, want);
+  } else {
+    ssize_t n;
+    do {
+      n = ::pread(body->fd, buffer, want, static_cast<off_t>(body->request->body_offset + body->sent));
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+      body->error = std::make_exception_ptr(Error(concat("cannot read ", body->request->body_file.string(), ": ",
+                                                         n == 0 ? "the file became shorter" : std::strerror(errno))));
+      return CURL_READFUNC_ABORT;
+    }
+    want = static_cast<size_t>(n);
+  }
+  body->sent += static_cast<int64_t>(want);
+  return want;
+}
+
+int on_transfer_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t upload_now) {
+  auto* body = static_cast<UploadBody*>(user);
+  try {
+    if (body->request->on_upload_progress) body->request->on_upload_progress(static_cast<int64_t>(upload_now));
+  } catch (...) {
+    body->error = std::current_exception();
+    return 1;  // aborts the transfer
+  }
+  return 0;
+}
 
 size_t on_header_line(char* data, size_t size, size_t count, void* user) {
   auto* transfer = static_cast<Transfer*>(user);
@@ -132,7 +182,37 @@ HttpResponse http_request(const HttpRequest& request, const std::function<void(c
   for (const std::string& header : request.headers) header_list = curl_slist_append(header_list, header.c_str());
 
   curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
-  if (request.method == "HEAD") curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  UploadBody upload;
+  upload.request = &request;
+  if (request.method == "HEAD") {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else if (request.method == "POST" || request.method == "PUT") {
+    if (!request.body_file.empty()) {
+      upload.fd = ::open(request.body_file.c_str(), O_RDONLY | O_CLOEXEC);
+      if (upload.fd < 0) {
+        curl_slist_free_all(header_list);
+        curl_easy_cleanup(curl);
+        fail("cannot open ", request.body_file.string(), ": ", std::strerror(errno));
+      }
+      upload.length = request.body_length;
+    } else {
+      upload.length = static_cast<int64_t>(request.body.size());
+    }
+    // Without this curl waits for a "100 Continue" that a plain HTTP/1.0 server never sends.
+    header_list = curl_slist_append(header_list, "Expect:");
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(upload.length));
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, on_upload_read);
+    curl_easy_setopt(curl, CURLOPT_READDATA, &upload);
+    if (request.method == "POST") curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "POST");
+    if (request.on_upload_progress) {
+      curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+      curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_transfer_progress);
+      curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &upload);
+    }
+  } else {
+    VP_REQUIRE(request.method == "GET", "unsupported HTTP method ", request.method);
+  }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, header_list);
   curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
   curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
@@ -167,6 +247,7 @@ HttpResponse http_request(const HttpRequest& request, const std::function<void(c
   curl_easy_cleanup(curl);
 
   if (transfer.error) std::rethrow_exception(transfer.error);
+  if (upload.error) std::rethrow_exception(upload.error);
   if (code != CURLE_OK) {
     std::string detail = error_text[0] != '\0' ? error_text : curl_easy_strerror(code);
     throw HttpTransferError(concat(request.method, " ", url_origin(request.url), ": ", detail), is_retryable(code));

@@ -2,6 +2,8 @@
 // SSL_CERT_FILE), proxies from http_proxy / https_proxy / no_proxy (libcurl reads them itself).
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
@@ -13,11 +15,18 @@
 namespace vitpipe {
 
 struct HttpRequest {
-  std::string method = "GET";  // "GET" or "HEAD"
+  std::string method = "GET";  // "GET", "HEAD", "POST" or "PUT"
   std::string url;
   std::vector<std::string> headers;  // "Name: value"
   bool follow_redirects = false;
   int timeout_seconds = 10;  // to connect, and how long a transfer may stall
+  // A POST or PUT sends `body`, or when `body_file` is set, `body_length` bytes of that file from `body_offset`
+  // (streamed from disk: a multi-gigabyte weight file never sits in memory).
+  std::string body;
+  std::filesystem::path body_file;
+  int64_t body_offset = 0;
+  int64_t body_length = 0;
+  std::function<void(int64_t sent)> on_upload_progress;  // bytes of the body sent so far
 };
 
 struct HttpResponse {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <deque>
 
+#include "backend/cuda_module_backend.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -199,6 +200,26 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
   const double denominator =
       weighted ? shape.global_label_weight : static_cast<double>(shape.global_rows * (multi_label ? labels : 1));
   const double grad_scale = denominator > 0 ? 1.0 / denominator : 0.0;
+
+  // On a GPU the loss sums are read once the step's backward passes are enqueued (cuda_module_backend.h's
+  // defer_losses): reading each micro-batch's at once would wait for the device before the host enqueued its
+  // backward. Other backends read them at once (defer_losses says no).
+  struct DeferredLosses {
+    std::vector<Backend*> backends;
+    ~DeferredLosses() {  // a step ended by a throw: its deferred sums are dropped
+      for (Backend* b : backends) {
+        try {
+          take_losses(*b);
+        } catch (...) {
+        }
+      }
+    }
+  } deferred;
+  if (training) {
+    for (ViTStage* chunk : chunks_) {
+      if (chunk->has_head() && defer_losses(chunk->backend())) deferred.backends.push_back(&chunk->backend());
+    }
+  }
 
   Pending st;
   st.slots.resize(chunks_.size());
@@ -514,6 +535,11 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
   }
   for (auto& request : st.label_sends) timed_wait(request);
   for (auto& request : st.label_recvs) timed_wait(request);
+  while (!deferred.backends.empty()) {
+    Backend* b = deferred.backends.back();
+    deferred.backends.pop_back();
+    result->loss_sum += take_losses(*b);
+  }
 }
 
 int activation_slots_needed(ScheduleKind kind, int stages, int micro_batches, int stage, int virtual_stages) {

@@ -11,15 +11,19 @@
 #include <sstream>
 #include <vector>
 
+#include "evaluation/bootstrap_unit.h"
+#include "evaluation/calibration.h"
+#include "evaluation/curves.h"
+#include "evaluation/operating_point.h"
+#include "evaluation/operating_thresholds.h"
+#include "evaluation/ranking_metrics.h"
 #include "io/hf_config.h"
 #include "io/hub_settings.h"
 #include "io/hub_snapshot.h"
 #include "io/safetensors.h"
+#include "report/card_subgroups.h"
 #include "report/predictions_table.h"
-#include "train/bootstrap_unit.h"
-#include "train/curves.h"
-#include "train/metrics.h"
-#include "train/operating_thresholds.h"
+#include "report/training_report.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -181,6 +185,9 @@ struct CardInputs {
   std::optional<ThresholdSet> thresholds;
   std::vector<SplitResult> results;  // val then test; empty: not evaluated
   std::string results_withheld;      // why a run's results do not describe these weights ("" = they do)
+  // By subgroup on the test split (else val): nullopt with the reason when not evaluated.
+  std::string subgroup_split;
+  std::optional<SubgroupAnalysis> subgroups;
   std::string base_model;
   std::string license_source;  // "" = given (--license), else where it was read
 };
@@ -278,8 +285,13 @@ CardInputs read_inputs(const fs::path& model_dir, const ModelCardOptions& option
   if (in.results_withheld.empty()) {
     for (const char* split : {"val", "test"}) {
       const fs::path file = run / (std::string("predictions-") + split + ".csv");
-      if (fs::exists(file))
-        in.results.push_back(evaluate_predictions(split, read_predictions_csv(file), options.bootstrap, in.thresholds));
+      if (!fs::exists(file)) continue;
+      const PredictionsTable table = read_predictions_csv(file);
+      in.results.push_back(evaluate_predictions(split, table, options.bootstrap, in.thresholds));
+      // The test split's subgroups where it was evaluated (val's thresholds applied unchanged), else val's.
+      in.subgroup_split = split;
+      in.subgroups =
+          predictions_subgroups(table, ReportOptions{options.bootstrap, 0, BootstrapUnit::automatic}, in.thresholds);
     }
   }
   return in;
@@ -641,6 +653,11 @@ std::string model_card_markdown(const fs::path& model_dir, const ModelCardOption
   md += data_section(in, dataset);
   md += results_section(in);
   md += operating_points_section(in);
+  md += card_subgroup_section(in.subgroup_split, in.subgroups,
+                              !in.results_withheld.empty() ? in.results_withheld
+                              : in.options.run_dir.empty() ? "no training run is known for this model"
+                                                           : "no split was evaluated for this model",
+                              in.options.bootstrap);
 
   md +=
       "## Limitations\n\n"

@@ -2,7 +2,7 @@
 // `model-index`, then Markdown). It is rendered only from the run's own files (train_options.json, metrics.jsonl,
 // predictions-SPLIT.csv, thresholds.json) and the model directory (config.json, preprocessor_config.json, the
 // weights' header), so `vitpipe card` reproduces it and it never states a number the run did not measure: what was
-// not evaluated says "not evaluated". The metrics come from the evaluation layer (train/metrics.h), not the report.
+// not evaluated says "not evaluated". The metrics come from the evaluation layer (src/evaluation/), not the report.
 #pragma once
 
 #include <cstdint>

@@ -29,9 +29,14 @@ PredictionsTable read_predictions_csv(const std::filesystem::path& path) {
              ": not a predictions file: expected columns image, patient, true:<label>..., probability:<label>... "
              "(as vitpipe eval --save-predictions writes)");
   const int view = table.column("view"), sex = table.column("sex"), age = table.column("age");
-  std::vector<int> truth, logit, probability;
+  std::vector<int> truth, logit, probability, subgroup;
   for (size_t c = 0; c < table.header.size(); ++c) {
     const std::string& name = table.header[c];
+    if (name.rfind("subgroup:", 0) == 0) {
+      VP_REQUIRE(name.size() > 9, path.string(), ": column \"subgroup:\" names no column");
+      p.subgroup_columns.emplace_back(name.substr(9), std::vector<std::string>{});
+      subgroup.push_back(static_cast<int>(c));
+    }
     if (name.rfind("true:", 0) == 0) {
       p.labels.push_back(name.substr(5));
       truth.push_back(static_cast<int>(c));
@@ -55,6 +60,8 @@ PredictionsTable read_predictions_csv(const std::filesystem::path& path) {
     p.patients.push_back(table.rows[r][static_cast<size_t>(patient)]);
     if (view >= 0) p.views.push_back(table.rows[r][static_cast<size_t>(view)]);
     if (sex >= 0) p.sexes.push_back(table.rows[r][static_cast<size_t>(sex)]);
+    for (size_t c = 0; c < subgroup.size(); ++c)
+      p.subgroup_columns[c].second.push_back(table.rows[r][static_cast<size_t>(subgroup[c])]);
     if (age >= 0) {
       const bool blank = table.rows[r][static_cast<size_t>(age)].empty();
       p.ages.push_back(blank ? -1.0 : number(table, r, age, "age in years (or blank)"));

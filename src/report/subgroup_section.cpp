@@ -74,7 +74,8 @@ std::string subgroup_section(const std::string& split, const SubgroupAnalysis& a
   if (a.groups.empty()) return "";
   std::string out = "<section id=\"subgroups\"><h2>Subgroups (" + html_escape(split) + " split)</h2>\n";
   out +=
-      "<p class=\"note\">ROC-AUC of each finding within each subgroup (sex, age band, view) " +
+      "<p class=\"note\">ROC-AUC of each finding within each subgroup (sex, age band, view, a csv's --subgroup "
+      "columns) " +
       std::string(a.ci_unit.empty() ? "without intervals" : "with 95% intervals from resampling " + a.ci_unit + "s") +
       "; every subgroup is scored on the same resamples, so a gap's interval is paired. A subgroup with no "
       "positive or no negative image of a finding has no AUC and is shown as too few. Labels were mined from "

@@ -8,12 +8,14 @@
 #include <fstream>
 #include <set>
 
+#include "evaluation/calibration.h"
+#include "evaluation/curves.h"
+#include "evaluation/operating_point.h"
+#include "evaluation/ranking_metrics.h"
 #include "evaluation/subgroup_attributes.h"
 #include "evaluation/subgroups.h"
 #include "report/subgroup_section.h"
 #include "report/svg_chart.h"
-#include "train/curves.h"
-#include "train/metrics.h"
 #include "util/atomic_file.h"
 #include "util/base64.h"
 #include "util/error.h"
@@ -584,6 +586,7 @@ SubgroupAnalysis predictions_subgroups(const PredictionsTable& p, const ReportOp
   if (!p.sexes.empty()) attributes.push_back(sex_attribute(p.sexes));
   if (!p.ages.empty()) attributes.push_back(age_attribute(p.ages));
   if (!p.views.empty()) attributes.push_back(view_attribute(p.views));
+  for (const auto& [column, values] : p.subgroup_columns) attributes.push_back(column_attribute(column, values));
   std::optional<BootstrapOptions> bootstrap;
   if (options.bootstrap > 0) {
     bootstrap = BootstrapOptions{options.bootstrap, 0.95, options.seed};
@@ -642,6 +645,9 @@ ReportInputs read_run_directory(const fs::path& run_dir) {
     if (fs::exists(p)) in.splits[split] = read_predictions_csv(p);
   }
   if (fs::exists(run_dir / "thresholds.json")) in.thresholds = read_thresholds_file(run_dir / "thresholds.json");
+  for (const char* name : {"localization-test.json", "localization-val.json"}) {
+    if (!in.localization && fs::exists(run_dir / name)) in.localization = read_localization_file(run_dir / name);
+  }
   const fs::path index = run_dir / "heatmaps" / "index.json";
   if (fs::exists(index)) {
     nlohmann::json j;
@@ -719,6 +725,8 @@ std::string training_report_html(const ReportInputs& in, const ReportOptions& op
     }
     add("subgroups", subgroup_section(shown.name, subgroups));
   }
+  add("localization", localization_section(in.localization));
+  if (in.localization) data["localization"] = localization_summary_json(*in.localization);
   add("parallelism", parallel_section(in.metrics));
   add("heatmaps", heatmap_section(in.heatmaps));
   data["sections"] = sections;

@@ -12,10 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "evaluation/bootstrap_unit.h"
+#include "evaluation/operating_thresholds.h"
 #include "evaluation/subgroups.h"
+#include "report/localization_section.h"
 #include "report/predictions_table.h"
-#include "train/bootstrap_unit.h"
-#include "train/operating_thresholds.h"
 
 namespace vitpipe {
 
@@ -35,6 +36,9 @@ struct ReportInputs {
   // Operating-point thresholds chosen elsewhere (RUN_DIR/thresholds.json, or `report --thresholds FILE`). Without
   // them the val split's are chosen here; a split with neither is scored at its own thresholds, labelled optimistic.
   std::optional<ThresholdSet> thresholds;
+  // Heatmaps scored on radiologists' boxes (RUN_DIR/localization-test.json, else -val.json, or `report
+  // --localization FILE`); none: the report says localization was not evaluated.
+  std::optional<LocalizationFile> localization;
 };
 
 struct ReportOptions {
@@ -44,7 +48,8 @@ struct ReportOptions {
 };
 
 // Reads RUN_DIR/metrics.jsonl (required), train_options.json, predictions-val.csv, predictions-test.csv,
-// thresholds.json and heatmaps/index.json (each optional); one clear error for a directory that is not a run.
+// thresholds.json, localization-test.json (else localization-val.json) and heatmaps/index.json (each optional); one
+// clear error for a directory that is not a run.
 ReportInputs read_run_directory(const std::filesystem::path& run_dir);
 
 // The HTML text. Also returns, through `summary` (optional), the numbers it shows as JSON (the same object is
@@ -52,8 +57,9 @@ ReportInputs read_run_directory(const std::filesystem::path& run_dir);
 std::string training_report_html(const ReportInputs& inputs, const ReportOptions& options,
                                  nlohmann::json* summary = nullptr);
 
-// The subgroups of one split's predictions (sex, age band, view where the file has them), on the same patient
-// resamples as the report's intervals (options) and at `thresholds`: what the report's subgroup section shows.
+// The subgroups of one split's predictions (sex, age band, view and subgroup:<column> where the file has them), on the
+// same patient resamples as the report's intervals (options) and at `thresholds`: what the report's subgroup section
+// shows.
 SubgroupAnalysis predictions_subgroups(const PredictionsTable& p, const ReportOptions& options,
                                        const std::optional<ThresholdSet>& thresholds);
 

@@ -4,13 +4,17 @@
 
 #include "explain/heatmap_overlay.h"
 #include "explain/model_explainer.h"
+#include "util/error.h"
 
 namespace vitpipe {
 
 RenderedHeatmap HeatmapRenderer::render(const DecodedImage& image, const std::string& name,
-                                        const ImagePrediction& prediction, ExplainMethod method) {
-  const auto top = std::max_element(prediction.probabilities.begin(), prediction.probabilities.end()) -
-                   prediction.probabilities.begin();
+                                        const ImagePrediction& prediction, ExplainMethod method, int64_t label) {
+  const int64_t labels = static_cast<int64_t>(prediction.probabilities.size());
+  VP_REQUIRE(label >= -1 && label < labels, "heatmap: label ", label, " of ", labels);
+  const auto top = label >= 0 ? label
+                              : std::max_element(prediction.probabilities.begin(), prediction.probabilities.end()) -
+                                    prediction.probabilities.begin();
   RenderedHeatmap out;
   out.finding = classifier_.labels()[static_cast<size_t>(top)];
   out.probability = prediction.probabilities[static_cast<size_t>(top)];

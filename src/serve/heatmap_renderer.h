@@ -1,6 +1,6 @@
-// The heatmap overlay of an image's most probable label, as `predict --heatmap` draws it: for `serve`'s
-// ?heatmap=METHOD answers and the Secondary Capture sent with --send-heatmaps. One at a time (a forward and backward
-// pass in fp32): heatmaps are for looking, not throughput.
+// The heatmap overlay of an image's most probable label (or of a chosen one), as `predict --heatmap` and `explain
+// --finding` draw it: for `serve`'s ?heatmap=METHOD[&finding=NAME] answers and the Secondary Capture sent with
+// --send-heatmaps. One at a time (a forward and backward pass in fp32): heatmaps are for looking, not throughput.
 #pragma once
 
 #include <mutex>
@@ -21,9 +21,10 @@ struct RenderedHeatmap {
 class HeatmapRenderer {
  public:
   explicit HeatmapRenderer(const ImageClassifier& classifier) : classifier_(classifier) {}
-  // `image` as decoded, `prediction` its classifier answer. Thread-safe.
+  // `image` as decoded, `prediction` its classifier answer; `label`: the label to explain (-1: the most probable).
+  // Thread-safe.
   RenderedHeatmap render(const DecodedImage& image, const std::string& name, const ImagePrediction& prediction,
-                         ExplainMethod method);
+                         ExplainMethod method, int64_t label = -1);
 
  private:
   const ImageClassifier& classifier_;

@@ -3,9 +3,11 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 
+#include "serve/try_page.h"
 #include "util/log.h"
 
 namespace vitpipe {
@@ -41,6 +43,31 @@ std::string printable(const std::string& text) {
       out += concat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
   }
   return text.size() > 200 ? out + "..." : out;
+}
+
+// ?heatmap=METHOD and ?finding=NAME (a label of the model; without it each image's most probable one).
+std::optional<HeatmapRequest> heatmap_request(const httplib::Request& req, const std::vector<std::string>& labels) {
+  if (!req.has_param("heatmap")) {
+    if (req.has_param("finding")) throw HttpError(400, "?finding=: give ?heatmap=METHOD too (the map to draw)");
+    return std::nullopt;
+  }
+  HeatmapRequest out;
+  try {
+    out.method = parse_explain_method(req.get_param_value("heatmap"));
+  } catch (const Error& e) {
+    throw HttpError(400, concat("?heatmap=: ", e.what()));
+  }
+  if (req.has_param("finding")) {
+    const std::string finding = req.get_param_value("finding");
+    const auto it = std::find(labels.begin(), labels.end(), finding);
+    if (it == labels.end()) {
+      std::string known;
+      for (const auto& label : labels) known += (known.empty() ? "" : ", ") + label;
+      throw HttpError(400, concat("?finding=", finding, ": not a label of the model (", known, ")"));
+    }
+    out.label = it - labels.begin();
+  }
+  return out;
 }
 
 // Releases an admission slot however the handler ends.
@@ -151,6 +178,19 @@ void HttpService::add_routes() {
   server_->Get("/healthz", guarded("/healthz", false, [](const Request&, Response& res) {
                  answer_json(res, 200, {{"status", "ok"}});
                }));
+  // The try-it page: public like /healthz (it holds nothing of the model; its requests carry the token). The policy
+  // lets it reach this server alone: no CDN, no other origin, no frames.
+  server_->Get("/", guarded("/", false, [](const Request&, Response& res) {
+                 res.status = 200;
+                 res.set_header("Content-Security-Policy",
+                                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                "img-src data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                                "frame-ancestors 'none'");
+                 res.set_header("X-Content-Type-Options", "nosniff");
+                 res.set_header("Referrer-Policy", "no-referrer");
+                 res.set_header("Cache-Control", "no-cache");
+                 res.set_content(std::string(try_page_html()), "text/html; charset=utf-8");
+               }));
   server_->Get("/readyz", guarded("/readyz", true, [this](const Request&, Response& res) {
                  if (ready_)
                    answer_json(res, 200, {{"status", "ready"}});
@@ -205,14 +245,7 @@ void HttpService::add_routes() {
                                                                                       const ContentReader& reader) {
                   if (!admit(res)) return;
                   Admission admission{admitted_};
-                  std::optional<ExplainMethod> heatmap;
-                  if (req.has_param("heatmap")) {
-                    try {
-                      heatmap = parse_explain_method(req.get_param_value("heatmap"));
-                    } catch (const Error& e) {
-                      throw HttpError(400, concat("?heatmap=: ", e.what()));
-                    }
-                  }
+                  const std::optional<HeatmapRequest> heatmap = heatmap_request(req, predictions_.labels());
                   if (req.is_multipart_form_data()) {
                     // cpp-httplib's form-data parser, its bytes counted as they arrive.
                     std::vector<std::string> names, bodies;

@@ -62,15 +62,16 @@ PredictionService::Pending PredictionService::queue_image(const std::string& nam
   return pending;
 }
 
-nlohmann::json PredictionService::answer(Pending& pending, std::optional<ExplainMethod> heatmap) {
+nlohmann::json PredictionService::answer(Pending& pending, std::optional<HeatmapRequest> heatmap) {
   const ImagePrediction prediction = pending.prediction.get();
   nlohmann::json answer = prediction_json(pending.name, prediction, classifier_.labels());
   if (heatmap) {
-    const RenderedHeatmap map = heatmaps_.render(pending.image, pending.name, prediction, *heatmap);
+    const RenderedHeatmap map =
+        heatmaps_.render(pending.image, pending.name, prediction, heatmap->method, heatmap->label);
     const std::vector<uint8_t> png = encode_png(map.overlay);
     answer["heatmap"] = {
         {"finding", map.finding},
-        {"method", explain_method_name(*heatmap)},
+        {"method", explain_method_name(heatmap->method)},
         {"probability", map.probability},
         {"png_base64", base64(std::string_view(reinterpret_cast<const char*>(png.data()), png.size()))}};
   }
@@ -80,13 +81,13 @@ nlohmann::json PredictionService::answer(Pending& pending, std::optional<Explain
 int64_t PredictionService::window() const { return 2 * batcher_.max_batch(); }
 
 nlohmann::json PredictionService::predict_image(const std::string& name, std::string_view bytes,
-                                                std::optional<ExplainMethod> heatmap) {
+                                                std::optional<HeatmapRequest> heatmap) {
   Pending pending = queue_image(name, bytes, heatmap.has_value());
   return answer(pending, heatmap);
 }
 
 nlohmann::json PredictionService::predict_body(std::string_view content_type, std::string_view body,
-                                               std::optional<ExplainMethod> heatmap) {
+                                               std::optional<HeatmapRequest> heatmap) {
   MediaType type;
   if (!content_type.empty()) {
     try {
@@ -106,7 +107,7 @@ nlohmann::json PredictionService::predict_body(std::string_view content_type, st
 
 nlohmann::json PredictionService::predict_images(const std::vector<std::string>& names,
                                                  const std::vector<std::string_view>& images,
-                                                 std::optional<ExplainMethod> heatmap) {
+                                                 std::optional<HeatmapRequest> heatmap) {
   if (images.empty()) throw HttpError(400, "multipart body: no parts (expected one image per part)");
   // A window of images is decoded and queued before any answer is awaited, so they share batches; the window
   // bounds what one request holds in memory (preprocessed images are 600 KB each at 224 px).

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "evaluation/operating_thresholds.h"
+#include "evaluation/ranking_metrics.h"
 #include "io/preprocessor_config.h"
 #include "parallel/pipeline_executor.h"
-#include "train/metrics.h"
-#include "train/operating_thresholds.h"
 
 namespace vitpipe {
 

@@ -13,6 +13,7 @@
 
 #include "io/hf_config.h"
 #include "io/model_reference.h"
+#include "parallel/launch_environment.h"
 #include "parallel/mpi_communicator.h"
 #include "train/grad_clip.h"
 #include "train/optimizer.h"
@@ -261,7 +262,11 @@ PlanInputs plan_inputs(const TrainOptions& o, const ViTConfig& config, const Pla
   in.processes_per_node = job.processes_per_node();
   in.cores_per_node = std::max(1, available_cores());
   in.loader_threads = o.loader_threads;
-  in.threads_per_process = o.threads > 0 ? o.threads : std::max(1, in.cores_per_node / in.processes_per_node);
+  // As the run will take them (train/run_world.h): --threads, else Slurm's CPUs per task, else the node's share.
+  in.threads_per_process = o.threads > 0 ? o.threads
+                           : launch_environment().cpus_per_task > 0
+                               ? launch_environment().cpus_per_task
+                               : std::max(1, in.cores_per_node / in.processes_per_node);
   in.memory_per_process = o.memory_per_process.empty()
                               ? machine_memory_bytes() / in.processes_per_node
                               : parse_memory_size(o.memory_per_process, "--memory-per-process");

@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "evaluation/ranking_metrics.h"
 #include "tensor/tensor.h"
-#include "train/metrics.h"
 
 namespace vitpipe {
 

@@ -19,11 +19,13 @@ std::string number(const char* format, double value) {
 
 }  // namespace
 
-void write_predictions_csv(const std::filesystem::path& path, const EvaluationReport& report, const Dataset& dataset) {
+void write_predictions_csv(const std::filesystem::path& path, const EvaluationReport& report, const Dataset& dataset,
+                           const std::vector<std::string>& subgroup_columns) {
   const size_t labels = report.labels.size();
   VP_REQUIRE(report.scores.size() == report.items.size() * labels && report.targets.size() == report.scores.size(),
              "--save-predictions: the evaluation kept no per-image scores");
   std::string text = "image,patient,view,sex,age";  // view, sex, age: the report's subgroups (blank: not known)
+  for (const auto& column : subgroup_columns) text += ',' + csv_escape("subgroup:" + column);
   auto header = [&](const char* kind) {
     for (const auto& label : report.labels) {
       text += ',';
@@ -45,6 +47,10 @@ void write_predictions_csv(const std::filesystem::path& path, const EvaluationRe
     text += ',';
     text += csv_escape(item.sex);
     text += item.age_years >= 0 ? number(",%.6g", item.age_years) : std::string(",");
+    for (size_t c = 0; c < subgroup_columns.size(); ++c) {
+      text += ',';
+      if (c < item.subgroup_values.size()) text += csv_escape(item.subgroup_values[c]);
+    }
     const float* scores = report.scores.data() + r * labels;
     const float* targets = report.targets.data() + r * labels;
     const float* weights = report.weights.empty() ? nullptr : report.weights.data() + r * labels;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "parallel/launch_environment.h"
 #include "parallel/local_communicator.h"
 #include "parallel/mpi_communicator.h"
 #include "util/log.h"
@@ -12,16 +13,22 @@
 namespace vitpipe {
 namespace {
 
-// Under mpirun, "every core" (--threads 0) means this rank's share of its node: mpirun binds more than 2 ranks to a
-// whole socket, so each would start a thread per core and N ranks would oversubscribe the node N times (OpenMP's
-// spinning threads then crawl: 4 ranks on 2 cores ran 47x slower than with one thread each).
+// Under mpirun or srun, "every core" (--threads 0) means this rank's share of its node: Slurm's CPUs per task, else
+// the node's cores over the launcher's ranks on it. mpirun binds more than 2 ranks to a whole socket, so each would
+// start a thread per core and N ranks would oversubscribe the node N times (OpenMP's spinning threads then crawl:
+// 4 ranks on 2 cores ran 47x slower than with one thread each).
 int threads_per_mpi_rank(int requested) {
   if (requested > 0) return requested;
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (local == nullptr) local = std::getenv("MPI_LOCALNRANKS");  // MPICH's Hydra
-  const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
   const int node_cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  return std::max(1, std::min(available_cores(), node_cores / ranks_here));
+  return default_threads_per_rank(launch_environment(), node_cores, available_cores());
+}
+
+// One process: every core it may use, or Slurm's CPUs per task inside a job (task/none binds nothing).
+int threads_per_process(int requested) {
+  if (requested > 0) return requested;
+  LaunchEnvironment one_process;
+  one_process.cpus_per_task = launch_environment().cpus_per_task;
+  return default_threads_per_rank(one_process, available_cores(), available_cores());
 }
 
 }  // namespace
@@ -38,7 +45,8 @@ void run_on_world(int local_ranks, int threads, const std::function<void(Communi
     finalize_mpi();
     return;
   }
-  const int total = configure_threads(threads);
+  refuse_srun_tasks_without_mpi(launch_environment(), false);
+  const int total = configure_threads(threads_per_process(threads));
   if (local_ranks <= 1) {
     auto world = make_world_communicator();
     body(*world);

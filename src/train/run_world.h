@@ -10,8 +10,9 @@ namespace vitpipe {
 
 // `local_ranks`: ranks to run as threads when not launched by mpirun. Under mpirun the world is MPI's and a
 // failure on any rank aborts the job (parallel/communicator.h: run_or_abort); MPI is finalised at the end.
-// `threads`: CPU threads for the whole process (0 = all cores), shared evenly by local ranks; under mpirun, 0 means
-// this rank's share of its node's cores (the node's cores / the ranks mpirun started on it), at least 1.
+// `threads`: CPU threads for the whole process (0 = all cores, or SLURM_CPUS_PER_TASK inside a Slurm job), shared
+// evenly by local ranks; under mpirun or srun, 0 means this rank's share of its node: SLURM_CPUS_PER_TASK if set, else
+// the node's cores / the ranks the launcher started on it, at least 1 (parallel/launch_environment.h).
 void run_on_world(int local_ranks, int threads, const std::function<void(Communicator& world)>& body);
 
 bool launched_as_mpi_job();

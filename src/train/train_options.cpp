@@ -20,6 +20,7 @@
 #include "train/training_checkpoint.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/recorded_path.h"
 
 namespace vitpipe {
 namespace {
@@ -191,7 +192,9 @@ const std::vector<OptionDef>& option_table() {
        }},
       {"allow-tf32", nullptr, "On a GPU, let fp32 GEMMs use TF32 tensor cores (off by default)",
        [](O& o, const V& v) { o.allow_tf32 = v.null ? false : v.boolean(); }},
-      {"threads", "N", "CPU threads; 0 = all cores this process may use (default 0)",
+      {"threads", "N",
+       "CPU threads; 0 = all cores this process may use, under mpirun or srun the rank's share of its node, in a Slurm "
+       "job SLURM_CPUS_PER_TASK (default 0)",
        [](O& o, const V& v) {
          o.threads = v.null ? defaults().threads : static_cast<int>(std::clamp<int64_t>(v.integer(), -1, 1 << 20));
        }},
@@ -249,6 +252,9 @@ const std::vector<OptionDef>& option_table() {
        }},
       {"labels", "SET", "Map the dataset's labels onto chestxray14 | chexpert | union | a JSON FILE",
        [](O& o, const V& v) { o.labels = v.null ? defaults().labels : v.scalar(); }},
+      {"subgroup", "COLUMN",
+       "Also report the final evaluation by this column of a csv: dataset (repeatable; sex, age band and view always)",
+       [](O& o, const V& v) { o.subgroups = v.null ? defaults().subgroups : v.list(); }},
       {"add-no-finding", nullptr, "ChestX-ray14: add \"No Finding\" as a 15th label",
        [](O& o, const V& v) { o.add_no_finding = v.null ? defaults().add_no_finding : v.boolean(); }},
       {"partial-batch", "MODE",
@@ -357,6 +363,10 @@ const std::vector<OptionDef>& option_table() {
        [](O& o, const V& v) { o.export_onnx = v.null ? defaults().export_onnx : v.boolean(); }},
       {"license", "ID", "The license the model card declares (a Hub license id, e.g. apache-2.0); default none",
        [](O& o, const V& v) { o.license = v.null ? defaults().license : v.scalar(); }},
+      {"push-to-hub", "ORG/NAME",
+       "At the end, push the exported model (<output-dir>/model) to this Hub repository as `vitpipe push` does "
+       "(HF_TOKEN or the token file: a write token); default off",
+       [](O& o, const V& v) { o.push_to_hub = v.null ? defaults().push_to_hub : v.scalar(); }},
   };
   return table;
 }
@@ -708,6 +718,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["label_vote"] = label_vote;
   j["mimic_labels"] = mimic_labels;
   j["labels"] = labels;
+  j["subgroup"] = subgroups;
   j["partial_batch"] = partial_batch;
   j["loader_threads"] = loader_threads;
   j["checkpoint_every"] = checkpoint_every;
@@ -740,6 +751,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["export_adapter"] = export_adapter;
   j["export_onnx"] = export_onnx;
   j["license"] = license;
+  j["push_to_hub"] = push_to_hub;
   return j;
 }
 
@@ -784,9 +796,13 @@ void apply_config_file(TrainOptions& options, const std::filesystem::path& path)
   }
 }
 
+// Options given once per value on the command line (--subgroup A --subgroup B); a list in a config file.
+static bool repeatable(const OptionDef& def) { return std::string(def.name) == "subgroup"; }
+
 struct TrainOptionsParser::Registered {
   const OptionDef* def = nullptr;
   std::string value;
+  std::vector<std::string> values;  // a repeatable option (--subgroup)
   bool flag = false;
   CLI::Option* option = nullptr;
 };
@@ -816,11 +832,29 @@ TrainOptionsParser::TrainOptionsParser(CLI::App* app) {
     } else if (std::string(def.name) == "resume") {
       // --resume alone (a flag) or --resume auto: an optional value; "" stands for "given without one".
       entry->option = app->add_option(flag, entry->value, def.help)->type_name(def.hint)->expected(0, 1);
+    } else if (repeatable(def)) {
+      entry->option = app->add_option(flag, entry->values, def.help)->type_name(def.hint);
     } else {
       entry->option = app->add_option(flag, entry->value, def.help)->type_name(def.hint);
     }
     registered_.push_back(std::move(entry));
   }
+}
+
+TrainOptions with_recorded_paths(TrainOptions o) {
+  o.model = recorded_model_reference(o.model);
+  if (!o.initial_adapter.empty()) o.initial_adapter = recorded_model_reference(o.initial_adapter);
+  o.data = recorded_data_spec(o.data);
+  if (!o.output_dir.empty()) o.output_dir = recorded_path(o.output_dir);
+  if (!o.trace.empty()) o.trace = recorded_path(o.trace);
+  if (!o.profile_cache.empty()) o.profile_cache = recorded_path(o.profile_cache);
+  // A named set stays a name; a file is recorded where it is (named_label_set reads either).
+  std::error_code error;
+  if (o.labels != "chestxray14" && o.labels != "chexpert" && o.labels != "union" && !o.labels.empty() &&
+      std::filesystem::is_regular_file(o.labels, error)) {
+    o.labels = recorded_path(o.labels);
+  }
+  return o;
 }
 
 void continue_peft_adapter(TrainOptions& o) {
@@ -848,6 +882,12 @@ TrainOptions TrainOptionsParser::resolve(bool validate) const {
     if (entry->option->count() == 0) continue;
     RawValue raw;
     raw.where = std::string("--") + entry->def->name;
+    if (repeatable(*entry->def)) {  // each use one value; commas inside a value are part of the column name
+      raw.is_list = true;
+      raw.items = entry->values;
+      given.emplace_back(entry->def->name, std::move(raw));
+      continue;
+    }
     raw.items.push_back(entry->def->is_flag()                                ? (entry->flag ? "true" : "false")
                         : entry->value.empty() && entry->def->hint[0] == '[' ? "true"  // --resume without a value
                                                                              : entry->value);
@@ -878,11 +918,7 @@ TrainOptions TrainOptionsParser::resolve(bool validate) const {
     options = layered(&saved, saved_path.string());
     // Compared as run files record them (run_training does the same): a relative --model or --data given beside
     // --resume names the same run as the absolute path in train_options.json.
-    const auto recorded = [](TrainOptions o) {
-      o.model = recorded_model_reference(o.model);
-      o.data = recorded_data_spec(o.data);
-      return o;
-    };
+    const auto recorded = [](const TrainOptions& o) { return with_recorded_paths(o); };
     const std::vector<std::string> differing =
         differing_options(recorded(options), recorded(run).to_json(), resume_changeable_options());
     if (!differing.empty()) {
@@ -918,6 +954,7 @@ const std::vector<std::string>& resume_changeable_options() {
                                                  "export-last",
                                                  "export-onnx",
                                                  "export-adapter",
+                                                 "push-to-hub",
                                                  "layout",
                                                  "pipeline-stages",
                                                  "layers-per-stage",

@@ -112,7 +112,9 @@ struct TrainOptions {
   std::string label_vote = "any";         // any | majority: several readers per image (VinDr-CXR)
   std::string mimic_labels = "chexpert";  // chexpert | negbio (MIMIC-CXR-JPG)
   std::string labels;                     // --labels chestxray14 | chexpert | union | FILE; "" = the dataset's
-  std::string partial_batch = "auto";     // auto | use | drop: the last, smaller global batch of an epoch
+  // --subgroup COLUMN (repeatable; csv: datasets): the final evaluation's subgroups by these columns too.
+  std::vector<std::string> subgroups;
+  std::string partial_batch = "auto";  // auto | use | drop: the last, smaller global batch of an epoch
   int loader_threads = 2;
   AugmentOptions augment;
 
@@ -148,6 +150,7 @@ struct TrainOptions {
   bool export_adapter = false;  // --export-adapter: also write peft's adapter files to <output-dir>/adapter
   bool export_onnx = false;     // --export-onnx: also write <output-dir>/model.onnx (io/onnx_export.h)
   std::string license;          // --license ID: declared in the model card (report/model_card.h); "" = not known
+  std::string push_to_hub;      // --push-to-hub ORG/NAME: push <output-dir>/model at the end (io/hub_push.h)
   // Set by run_training when --model names a peft adapter: its LoRA and saved modules start the run (`model` is
   // then its base). Not an option of its own; a resumed run takes them from its checkpoint.
   std::string initial_adapter;
@@ -184,6 +187,13 @@ void complete_defaults(TrainOptions& options);
 // and initial_adapter remembers it (io/peft_adapter.h refuses what vitpipe's LoRA cannot continue). A no-op
 // otherwise, and once applied.
 void continue_peft_adapter(TrainOptions& options);
+
+// `options` with every path a user typed as run files (train_options.json, checkpoints, the adapter) record it, so
+// they mean the same from any working directory (predict, export, --resume elsewhere): --model and the adapter it
+// continues (local directories; Hub ids stay ids), --data, --output-dir, --trace, a --labels FILE and
+// --profile-cache made absolute. Paths that do not exist yet (the output folder, the trace) are made absolute too;
+// a --data or --labels path that does not exist is kept as typed, for the error that names it.
+TrainOptions with_recorded_paths(TrainOptions options);
 
 // Applies a config file (.json, .yaml or .yml) on top of `options`. Errors name the file, the key and, for YAML,
 // the line.

@@ -19,11 +19,11 @@
 #include "data/data_spec.h"
 #include "data/label_checks.h"
 #include "data/loader.h"
+#include "evaluation/subgroups.h"
 #include "explain/explain_images.h"
 #include "io/model_files.h"
 #include "io/onnx_export.h"
 #include "io/peft_adapter.h"
-#include "io/recorded_model_path.h"
 #include "model/initializer.h"
 #include "model/trainable_set.h"
 #include "model/vit_stage.h"
@@ -127,6 +127,12 @@ void check_resume_compatible(const TrainOptions& now, const nlohmann::json& save
   nlohmann::json was = saved;
   // Runs before absolute paths recorded --data as typed, relative to the directory resuming them.
   if (was.contains("data") && was["data"].is_string()) was["data"] = recorded_data_spec(was["data"].get<std::string>());
+  // ... and a --labels FILE likewise.
+  if (was.contains("labels") && was["labels"].is_string()) {
+    TrainOptions labels_only;
+    labels_only.labels = was["labels"].get<std::string>();
+    was["labels"] = with_recorded_paths(labels_only).labels;
+  }
   const std::vector<std::string> differing = differing_options(now, was, changeable);
   if (differing.empty()) return;
   std::string list;
@@ -279,8 +285,11 @@ void RankTrainer::open_data() {
   d.label_vote = o_.label_vote == "majority" ? LabelVote::majority : LabelVote::any;
   d.mimic_labels = o_.mimic_labels;
   d.labels = o_.labels;
+  d.subgroup_columns = o_.subgroups;
   image_read_ = d.image_read;
   dataset_ = open_dataset(o_.data, d);
+  VP_REQUIRE(o_.subgroups.empty() || dataset_->kind() == "csv", "--subgroup: only for csv: datasets (",
+             dataset_->spec(), " is ", dataset_->kind(), "; its sex, age and view subgroups are reported anyway)");
   VP_REQUIRE(!dataset_->split_indices(Split::train).empty(), o_.data, ": the train split has no images");
   for (const auto& warning : check_trainable_labels(*dataset_, Split::train))
     if (root()) warn(warning);
@@ -1056,11 +1065,6 @@ void RankTrainer::finish() {
   if (test) reports.push_back(evaluate(Split::test));
   if (root()) {
     for (const auto& report : reports) {
-      nlohmann::json record = report.to_json();
-      record.erase("detail");
-      record["type"] = "final_eval";
-      record["step"] = state_.step;
-      metrics_->write(record);
       info("\n", report.split, " split (", report.rows, " images), model ", model_dir.string(), ", loss ", report.loss,
            ":\n", report.table());
     }
@@ -1109,7 +1113,7 @@ void RankTrainer::write_report_heatmaps(const EvaluationReport& report) {
 // (thresholds.json: what the report and `eval --thresholds` apply to test), then the HTML report over the run's files.
 void RankTrainer::write_report(const std::vector<EvaluationReport>& reports, int64_t model_step) {
   for (const auto& report : reports) {
-    write_predictions_csv(output_ / ("predictions-" + report.split + ".csv"), report, *dataset_);
+    write_predictions_csv(output_ / ("predictions-" + report.split + ".csv"), report, *dataset_, o_.subgroups);
   }
   if (!reports.empty()) write_report_heatmaps(reports.back());
   const fs::path thresholds = output_ / "thresholds.json";
@@ -1126,11 +1130,25 @@ void RankTrainer::write_report(const std::vector<EvaluationReport>& reports, int
     inputs.thresholds = read_thresholds_file(thresholds);
     info("operating-point thresholds chosen on val: ", thresholds.string());
   }
-  const bool test = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.split == "test"; });
-  if (test && inputs.splits.count("test")) {  // train --test: the test split by subgroup, as the report shows it
-    const auto& test = inputs.splits.at("test");
-    info("\ntest split by subgroup:\n",
-         subgroups_table(predictions_subgroups(test, ReportOptions{}, report_thresholds(inputs))));
+  // The final evaluation's record of each split, its subgroups beside its other metrics under the names `eval --json`
+  // uses (computed from the predictions as written, at the val-chosen thresholds: what the report shows).
+  const std::optional<ThresholdSet> applied = report_thresholds(inputs);
+  for (const auto& report : reports) {
+    nlohmann::json record = report.to_json();
+    record.erase("detail");
+    record["type"] = "final_eval";
+    record["step"] = state_.step;
+    if (inputs.splits.count(report.split)) {
+      const SubgroupAnalysis subgroups =
+          predictions_subgroups(inputs.splits.at(report.split), ReportOptions{}, applied);
+      record["subgroups"] = subgroups_json(subgroups);
+      record["subgroup_gaps"] = subgroup_gaps_json(subgroups);
+      record["subgroup_left_out"] = subgroup_left_out_json(subgroups);
+      if (report.split == "test")  // train --test: the test split by subgroup, as the report shows it
+        info("\ntest split by subgroup:\n", subgroups_table(subgroups));
+    }
+    metrics_->write(record);
+    inputs.metrics.push_back(std::move(record));
   }
   const fs::path html = output_ / "report.html";
   write_text_file_atomically(html, training_report_html(inputs, ReportOptions{}));
@@ -1160,10 +1178,8 @@ void RankTrainer::write_model_cards() {
 int run_training(const TrainOptions& options) {
   TrainOptions o = options;
   continue_peft_adapter(o);
-  // Run files (train_options.json, checkpoints, the adapter) must name the same model from any directory.
-  o.model = recorded_model_reference(o.model);
-  if (!o.initial_adapter.empty()) o.initial_adapter = recorded_model_reference(o.initial_adapter);
-  o.data = recorded_data_spec(o.data);
+  // Run files (train_options.json, checkpoints, the adapter) must name the same paths from any directory.
+  o = with_recorded_paths(o);
   complete_defaults(o);
   o.validate();
   // Every rank appends its line to the same file: on the host it runs on, the output directory is where a user

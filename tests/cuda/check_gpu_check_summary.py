@@ -8,8 +8,10 @@
 2. gpu_check.sh itself, run from a made-up pack whose vitpipe, test binary and PyTorch peer are fakes (shell and
    Python scripts that say there is a GPU and print made-up figures): the order of the parts, the flags each benchmark
    gets, the compiled peer held past the check's deadline (GPU_CHECK_DEADLINE=30 standing for 460) recorded as failed
-   while the check goes on and ends, an absent peer recorded as skipped, a failing test part failing the verdict and the exit status. The fakes
-   prove the script's plumbing only; nothing here says anything about a GPU.
+   while the check goes on and ends, an absent peer recorded as skipped, a failing test part failing the verdict and
+   the exit status; the parts' caps summing below the 460 s deadline (a copy with one cap raised past it refuses to
+   start), and CUDA's wheels looked for with --python's Python as well as python3. The fakes prove the script's
+   plumbing only; nothing here says anything about a GPU.
 
 Usage: check_gpu_check_summary.py SOURCE_DIR"""
 import json
@@ -142,7 +144,8 @@ case "$1" in
             "cudnn": "9.19.0", "nccl": "2.28.9"}, "devices": [{"index": 0, "name": "Fake H200",
             "compute_capability": "9.0", "memory_bytes": 150754820096}]}}' | tr -d '\n'; echo
         else echo "(fake) vitpipe info"; fi ;;
-  bench) echo "(fake) bench"; echo '{"images_per_s": 3000.5, "batch": 128}' ;;
+  bench) echo "$LD_LIBRARY_PATH" >"$FAKE_CALLS.library_path"
+         echo "(fake) bench"; echo '{"images_per_s": 3000.5, "batch": 128}' ;;
 esac
 ''',
         "tests/test_cuda": r'''#!/bin/sh
@@ -171,6 +174,14 @@ if "--compile" in sys.argv:
 print(json.dumps({"peer": "pytorch-eager", "torch": "2.11.0+fake", "images_per_s": 1500.25}))
 ''')
 
+    # A --python whose sys.path holds CUDA's wheels (as a venv with the nvidia-*-cu13 wheels would); it runs the peer
+    # with this Python otherwise.
+    wheels_python = os.path.join(tmp, "wheels_python")
+    with open(wheels_python, "w") as f:
+        f.write(f'#!/bin/sh\nif [ "$1" = -c ]; then echo /peer-env/site-packages/nvidia/cudnn/lib; exit 0; fi\n'
+                f'exec {sys.executable} "$@"\n')
+    os.chmod(wheels_python, stat.S_IRWXU)
+
     def gpu_check(*args, **env):
         open(calls, "w").close()
         start = time.monotonic()
@@ -179,17 +190,24 @@ print(json.dumps({"peer": "pytorch-eager", "torch": "2.11.0+fake", "images_per_s
         print("\n".join("    " + line for line in (result.stdout + result.stderr).splitlines()))
         return result, time.monotonic() - start, open(calls).read().splitlines()
 
-    result, seconds, called = gpu_check("--peer", peer, GPU_CHECK_DEADLINE="30")
+    result, seconds, called = gpu_check("--peer", peer, "--python", wheels_python, GPU_CHECK_DEADLINE="30")
     out = result.stdout.splitlines()
     check(out[0] == "gpu_check: NVIDIA driver 13.0; cuBLASLt 13.1.0, cuDNN 9.19.0, NCCL 2.28.9, CUDA runtime 13.0",
           f"the first line: the driver's and the libraries' versions ({out[0] if out else ''})")
-    check(called[:2] == ["vitpipe info --json", "vitpipe info"] and called[2].startswith("test_cuda ")
-          and called[3] == "vitpipe bench --device cuda --preset vit-base --precision bf16 --mode train "
+    # Issue #42's order: versions, (attention at the real shapes: no such fake), the benchmark, the tests, the peer.
+    check(called[:2] == ["vitpipe info --json", "vitpipe info"]
+          and called[2] == "vitpipe bench --device cuda --preset vit-base --precision bf16 --mode train "
                            "--batch 128 --steps 30 --json"
+          and called[3].startswith("test_cuda ")
           and called[4] == "peer --preset vit-base --precision bf16 --mode train --batch 128 --steps 30 --device cuda"
           and called[5:] in ([called[4] + " --compile"], []),
           "the parts in order, with the benchmark flags: " + " | ".join(called))
+    library_path = open(calls + ".library_path").read().strip().split(":")
+    check("/peer-env/site-packages/nvidia/cudnn/lib" in library_path,
+          f"the wheels --python's Python sees are on vitpipe's library path ({library_path})")
     s = json.load(open(os.path.join(tmp, "gpu_check_summary.json")))
+    check(isinstance(s.get("caps_s"), int) and s["caps_s"] <= 460 - 20,
+          f"the parts' caps sum at least 20 s below the 460 s deadline ({s.get('caps_s')})")
     # Timed out, or on a slow machine not started: too little time left before the deadline.
     check(s["bench"]["torch_compile"]["status"] == "failed" and seconds < 60
           and s["bench"]["torch_compile"]["reason"].startswith(("timed out after ", "not run: no time left")),
@@ -213,13 +231,25 @@ print(json.dumps({"peer": "pytorch-eager", "torch": "2.11.0+fake", "images_per_s
           and s["bench"]["torch_compile"]["status"] == "skipped" and not any(c.startswith("peer") for c in called),
           "an absent peer: both peer parts skipped, with the reason")
     check(s["tests"]["test_cuda"]["status"] == "failed" and s["tests"]["test_cuda"]["failed"] == 1
-          and s["bench"]["vitpipe"]["status"] == "passed" and "--batch 64 --steps 3" in called[3],
-          "a failing test part is recorded and the check goes on to the benchmark, with --batch and --steps")
+          and s["bench"]["vitpipe"]["status"] == "passed" and "--batch 64 --steps 3" in called[2],
+          "a failing test part is recorded, the benchmark (before it) ran with --batch and --steps")
     check(result.returncode == 1 and s["passed"] is False, f"a failed test part: exit 1, not passed "
                                                            f"({result.returncode})")
     result = subprocess.run([os.path.join(pack, "gpu_check.sh"), "--bogus"], capture_output=True, text=True,
                             timeout=60)
     check(result.returncode == 2 and "unknown option --bogus" in result.stderr, "an unknown option: exit 2")
+    # The caps are checked before anything runs: a copy with the compiled peer's cap raised by 60 s refuses to start.
+    with open(os.path.join(pack, "gpu_check.sh")) as f:
+        text = f.read()
+    check("[torch_compile]=115" in text, "the compiled peer's cap is where this test raises it")
+    raised = os.path.join(pack, "gpu_check_raised.sh")
+    with open(raised, "w") as f:
+        f.write(text.replace("[torch_compile]=115", "[torch_compile]=175"))
+    os.chmod(raised, stat.S_IRWXU)
+    result = subprocess.run([raised], cwd=tmp, capture_output=True, text=True, timeout=60,
+                            env={"PATH": os.environ["PATH"], "FAKE_CALLS": calls})
+    check(result.returncode == 2 and "caps from a pack sum to 500 s, over the 440 s" in result.stderr,
+          f"caps past the deadline: refused before anything runs ({result.returncode}, {result.stderr.strip()})")
 
 if failures:
     print(f"{len(failures)} failed")

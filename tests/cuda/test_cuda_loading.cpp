@@ -164,6 +164,22 @@ TEST(DeviceSelection, EverythingPresentStillSaysTheBackendIsNotBuiltYet) {
   EXPECT_EQ(j["backend"], false);
 }
 
+TEST(DeviceSelection, MoreRanksOnANodeThanGpusIsRefusedInOneLine) {  // issue #42
+  EXPECT_EQ(gpu_for_local_rank(0, 1, 1), 0);
+  EXPECT_EQ(gpu_for_local_rank(3, 4, 8), 3);
+  EXPECT_EQ(gpu_for_local_rank(1, 2, 2), 1);
+  try {
+    gpu_for_local_rank(2, 3, 2);
+    FAIL() << "3 ranks on 2 GPUs were given a GPU";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(contains(what, "3 ranks on this node")) << what;
+    EXPECT_TRUE(contains(what, "2 GPU(s)")) << what;
+    EXPECT_TRUE(contains(what, "at most 2 rank(s) per node")) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
 TEST(DeviceSelection, GpuOlderThanAmpereIsRefusedByName) {
   ASSERT_EQ(setenv("FAKE_CUDA_CAPABILITY", "7.0", 1), 0);
   const CudaStatus status = probe_cuda(FAKE_DRIVER, open_cuda_module(FAKE_MODULE_ONE_GPU));

@@ -61,6 +61,15 @@ if(VITPIPE_CUDA_MODULE_BUILT)
   gtest_discover_tests(test_cuda_executors DISCOVERY_TIMEOUT 60 PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda)
 endif()
 
+# The bf16 tensor-core flash-attention backward's host model against PyTorch's SDPA backward (bf16, ViT-B/16's shape):
+# the probe runs the model on the case the script writes. Skips (77) without torch.
+add_executable(flash_bf16_probe ${CMAKE_CURRENT_LIST_DIR}/probes/flash_bf16_probe.cpp)
+target_include_directories(flash_bf16_probe PRIVATE ${PROJECT_SOURCE_DIR}/src)
+add_test(NAME cuda.flash_bf16_torch
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_flash_bf16_torch.py --probe $<TARGET_FILE:flash_bf16_probe>)
+set_tests_properties(cuda.flash_bf16_torch PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda SKIP_RETURN_CODE 77
+                     TIMEOUT 120)
+
 # scripts/gpu_check.sh --pack into a temporary folder: within 48 MiB, and the packed vitpipe runs with the pack's
 # libraries alone. Reuses this build (no second build); about half a minute, most of it xz.
 add_test(NAME cuda.gpu_pack
@@ -69,7 +78,7 @@ set_tests_properties(cuda.gpu_pack PROPERTIES LABELS cuda SKIP_RETURN_CODE 77 TI
 
 # scripts/gpu_check.sh's summary writer (scripts/gpu_check_summary.py) on made-up part results, and the script's
 # plumbing from a made-up pack of fakes (a vitpipe, a test binary and a PyTorch peer that only pretend): no GPU, no
-# build needed. About 35 s, most of it a fake peer held past a deadline shortened to 30 s.
+# build needed. About 55 s, most of it a fake peer held past a deadline shortened to 30 s.
 add_test(NAME cuda.gpu_check_summary
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_gpu_check_summary.py ${PROJECT_SOURCE_DIR})
 set_tests_properties(cuda.gpu_check_summary PROPERTIES LABELS cuda TIMEOUT 120)
@@ -136,6 +145,7 @@ if(VITPIPE_CUDA_MODULE_BUILT)
   add_executable(test_cuda_backend_fakes ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/test_module_nccl_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/test_module_attention_path_on_fakes.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/test_backend_host_waits_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/module_entry_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp

@@ -2,6 +2,8 @@
 // only on (seed, epoch, item); the epoch plan covers every item once; unreadable images are reported.
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 
 #include "data/augmentation.h"
@@ -11,6 +13,8 @@
 #include "data/loader.h"
 #include "data/packed_cache.h"
 #include "data/pillow_resize.h"
+#include "data/source_fingerprint.h"
+#include "evaluation/subgroup_attributes.h"
 #include "test_helpers.h"
 #include "util/atomic_file.h"
 #include "util/log.h"
@@ -321,16 +325,72 @@ TEST(PackedCache, StaleOrBrokenCachesAreRefused) {
   expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"index.json", "does not match"});
   write_file(other / "c" / "index.json", index);
   const std::string manifest = read_text_file(other / "c" / "manifest.json");
-  std::string v4 = manifest;
-  v4.replace(v4.find("\"version\": 3"), 12, "\"version\": 4");
-  write_file(other / "c" / "manifest.json", v4);
-  expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"format version 4"});
+  std::string newer = manifest;
+  newer.replace(newer.find("\"version\": 4"), 12, "\"version\": 5");
+  write_file(other / "c" / "manifest.json", newer);
+  expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"format version 5", "data prepare"});
   fs::remove(other / "c" / "manifest.json");
   expect_error([&] { open_dataset(other_spec, DatasetOptions{}); }, {"no manifest.json", "not a finished cache"});
   // Preparing into a folder that holds something else is refused.
   write_file(other / "busy" / "thesis.tex", "x");
   expect_error([&] { prepare_packed_cache(*source, other / "busy", quiet_prepare(8)); },
                {"busy", "did not write (thesis.tex)", "--force"});
+}
+
+// Issue 44: sex, age and view travel in the cache, so subgroups work from it with the source gone; a version 3
+// cache (before they were kept) is still read, without them, and says so in one line.
+TEST(PackedCache, KeepsSexAgeAndViewForSubgroupsWithoutTheSource) {
+  TempDir dir;
+  copy_sample(dir / "src");
+  auto source = open_chestxray14_dataset(dir / "src", DatasetOptions{});
+  prepare_packed_cache(*source, dir / "cache", quiet_prepare(8));
+  fs::remove_all(dir / "src");  // no CSV any more: only the cache knows the patients
+  const std::string spec = "cache:" + (dir / "cache").string();
+  auto cache = open_dataset(spec, DatasetOptions{});
+  ASSERT_EQ(cache->size(), source->size());
+  int64_t known_sex = 0;
+  for (int64_t i = 0; i < cache->size(); ++i) {
+    EXPECT_EQ(cache->item(i).sex, source->item(i).sex) << cache->name(i);
+    EXPECT_EQ(cache->item(i).age_years, source->item(i).age_years) << cache->name(i);
+    EXPECT_EQ(cache->item(i).view, source->item(i).view) << cache->name(i);
+    known_sex += !cache->item(i).sex.empty();
+  }
+  EXPECT_EQ(known_sex, cache->size());  // every sample image has a sex
+  std::vector<int64_t> all(static_cast<size_t>(cache->size()));
+  std::iota(all.begin(), all.end(), 0);
+  const auto from_cache = item_attributes(*cache, all, {});
+  const auto from_source = item_attributes(*source, all, {});
+  ASSERT_EQ(from_cache.size(), 3u);
+  for (size_t a = 0; a < from_cache.size(); ++a) {
+    EXPECT_EQ(from_cache[a].name, from_source[a].name);
+    EXPECT_EQ(from_cache[a].group_of_row, from_source[a].group_of_row) << from_cache[a].name;
+    EXPECT_EQ(from_cache[a].left_out, from_source[a].left_out) << from_cache[a].name;
+    EXPECT_TRUE(any_grouped(from_cache[a])) << from_cache[a].name;
+  }
+
+  // The same cache as version 3 wrote it: no sexes or ages in the index (manifest digests made to match).
+  nlohmann::json index = nlohmann::json::parse(read_text_file(dir / "cache" / "index.json"));
+  index.erase("sexes");
+  index.erase("ages");
+  const std::string old_index = index.dump();
+  nlohmann::json manifest = nlohmann::json::parse(read_text_file(dir / "cache" / "manifest.json"));
+  manifest["version"] = 3;
+  manifest["index_bytes"] = old_index.size();
+  manifest["index_sha256"] = sha256_hex(old_index.data(), old_index.size());
+  write_file(dir / "cache" / "index.json", old_index);
+  write_file(dir / "cache" / "manifest.json", manifest.dump(2));
+  ::testing::internal::CaptureStderr();
+  auto old = open_dataset(spec, DatasetOptions{});
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("format version 3 keeps no patient sex or age"), std::string::npos) << said;
+  EXPECT_NE(said.find("data prepare"), std::string::npos) << said;
+  ASSERT_EQ(old->size(), source->size());
+  for (int64_t i = 0; i < old->size(); ++i) {
+    EXPECT_EQ(old->item(i).sex, "");
+    EXPECT_EQ(old->item(i).age_years, -1);
+    EXPECT_EQ(old->item(i).view, source->item(i).view);
+  }
+  EXPECT_FALSE(any_grouped(item_attributes(*old, all, {})[0]));  // sex: nobody placed
 }
 
 TEST(PackedCache, FullSizeOriginalsAt224AndUnreadableImages) {

@@ -3,8 +3,9 @@ drew. Reads DIR/subgroups_input.json ({"scores" [rows][labels], "targets", "pati
 {name: [group or "" per row]}, "draws": [resample][drawn patient names], "confidence", "gaps": [{"label",
 "attribute", "high", "low"}]}). Per attribute and group: roc_auc_score per label on the group's rows (null with one
 class), and over the resamples (every row of each drawn patient that lies in the group; a patient drawn twice
-brings its rows twice) the percentile interval of the defined AUCs; per requested gap the percentile interval of
-high minus low over the resamples where both are defined. Writes DIR/subgroups_reference.json."""
+brings its rows twice) the percentile interval of the defined AUCs; the AUC of the rest (the attribute's other
+groups) and the interval of the group's minus the rest's over the resamples where both are defined; per requested
+gap the percentile interval of high minus low over the resamples where both are defined. Writes DIR/subgroups_reference.json."""
 import json
 import sys
 
@@ -48,11 +49,23 @@ def main(out_dir):
                 kept = rs[member[rs]]
                 draws.append([auc(targets[kept, l], scores[kept, l]) for l in range(labels)])
             per_resample[(name, group)] = draws
+            # The rest: the attribute's other groups (rows it left out are in neither).
+            rest = (groups != "") & ~member
+            rest_rows = np.flatnonzero(rest)
+            rest_draws = []
+            for rs in resample_rows:
+                kept = rs[rest[rs]]
+                rest_draws.append([auc(targets[kept, l], scores[kept, l]) for l in range(labels)])
+            entry["rest"], entry["gap_vs_rest_ci"] = [], []
             for l in range(labels):
                 entry["auc"].append(auc(targets[rows, l], scores[rows, l]))
                 values = [d[l] for d in draws if d[l] is not None]
                 entry["ci"].append(interval(values, case["confidence"], total) if entry["auc"][-1] is not None
                                    else None)
+                entry["rest"].append(auc(targets[rest_rows, l], scores[rest_rows, l]))
+                gaps = [d[l] - r[l] for d, r in zip(draws, rest_draws) if d[l] is not None and r[l] is not None]
+                both = entry["auc"][-1] is not None and entry["rest"][-1] is not None
+                entry["gap_vs_rest_ci"].append(interval(gaps, case["confidence"], total) if both else None)
             out["groups"][f"{name}={group}"] = entry
     for gap in case["gaps"]:
         high = per_resample[(gap["attribute"], gap["high"])]

@@ -1,4 +1,5 @@
-// Subgroups: every subgroup's ROC-AUC, its patient-level interval and the paired interval of the largest gap equal a
+// Subgroups: every subgroup's ROC-AUC, its patient-level interval, its gap against the rest of its attribute's groups
+// with the paired interval, and the paired interval of the largest gap equal a
 // float64 scikit-learn + NumPy recomputation from the same drawn patients (reference_subgroups.py); age bands at their
 // edges, impossible and unknown ages left out and counted; a subgroup with one class listed as too few, not dropped;
 // the underdiagnosis rate on a hand-computed case.
@@ -10,9 +11,9 @@
 #include <vector>
 
 #include "../train/reference.h"
+#include "evaluation/bootstrap_unit.h"
 #include "evaluation/subgroup_attributes.h"
 #include "evaluation/subgroups.h"
-#include "train/bootstrap_unit.h"
 #include "util/random.h"
 
 namespace vitpipe {
@@ -121,7 +122,7 @@ TEST(Subgroups, AucsIntervalsAndPairedGapsEqualScikitLearn) {
   const nlohmann::json ref = read_json_file(dir.path() / "subgroups_reference.json");
 
   ASSERT_EQ(a.groups.size(), ref["groups"].size());  // every subgroup listed, scored or not
-  int too_few = 0;
+  int too_few = 0, against_rest = 0;
   for (const SubgroupResult& g : a.groups) {
     const nlohmann::json& r = ref["groups"][g.attribute + "=" + g.group];
     ASSERT_FALSE(r.is_null()) << g.attribute << "=" << g.group;
@@ -139,8 +140,20 @@ TEST(Subgroups, AucsIntervalsAndPairedGapsEqualScikitLearn) {
       EXPECT_NEAR(g.labels[l].ci->high, r["ci"][l]["high"].get<double>(), 1e-9) << where;
       EXPECT_EQ(g.labels[l].ci->skipped, r["ci"][l]["skipped"].get<int64_t>()) << where;
       EXPECT_EQ(g.labels[l].ci->unit, "patient");
+      // Against the rest of the attribute's groups, paired over the same resamples.
+      ASSERT_EQ(g.labels[l].rest_auc.has_value(), !r["rest"][l].is_null()) << where;
+      ASSERT_EQ(g.labels[l].gap_vs_rest.has_value(), !r["rest"][l].is_null()) << where;
+      if (!g.labels[l].gap_vs_rest) continue;
+      ++against_rest;
+      EXPECT_NEAR(*g.labels[l].rest_auc, r["rest"][l].get<double>(), 1e-9) << where;
+      EXPECT_NEAR(*g.labels[l].gap_vs_rest, *g.labels[l].auc - *g.labels[l].rest_auc, 1e-15) << where;
+      ASSERT_TRUE(g.labels[l].gap_vs_rest_ci && !r["gap_vs_rest_ci"][l].is_null()) << where;
+      EXPECT_NEAR(g.labels[l].gap_vs_rest_ci->low, r["gap_vs_rest_ci"][l]["low"].get<double>(), 1e-9) << where;
+      EXPECT_NEAR(g.labels[l].gap_vs_rest_ci->high, r["gap_vs_rest_ci"][l]["high"].get<double>(), 1e-9) << where;
+      EXPECT_EQ(g.labels[l].gap_vs_rest_ci->skipped, r["gap_vs_rest_ci"][l]["skipped"].get<int64_t>()) << where;
     }
   }
+  EXPECT_GT(against_rest, 10) << "most subgroups are compared with the rest";
   EXPECT_GT(too_few, 0) << "the rare label should leave some subgroup with one class";
   for (size_t k = 0; k < a.gaps.size(); ++k) {
     const SubgroupGap& g = a.gaps[k];

@@ -191,7 +191,7 @@ def main():
         # The overlay: gray (R = G = B) outside the crop's place, coloured inside it.
         entry = index["maps"][0]
         overlay = np.asarray(Image.open(os.path.join(out, entry["overlay"])).convert("RGB")).astype(int)
-        scale = overlay.shape[1] // 96
+        scale = 3  # heatmap_overlay.h: a 96 x 40 image is drawn at 3x (reaching 256 pixels); the film at the left
         height, width = hf_families.resize_output_size(40, 96, processor.size)  # the resized image, before the crop
         left = (width - processor.crop_size["width"]) // 2 * 96 / width
         right = left + processor.crop_size["width"] * 96 / width

@@ -18,8 +18,8 @@ Asserted:
     lands near 0 or 1 by the seed (printed; see the README, "Heatmaps").
 Printed, not asserted: the figures of the untrained (randomly initialised) model, Adebayo et al.'s (2018) model
 randomisation check.
-Also: the .npy maps are float32 at the patch grid, the overlays RGB PNGs at the image's size (x8 here: under 256
-pixels they are enlarged), index.json lists them, and bad input (an unknown --finding, --method or --head-fusion, a
+Also: the .npy maps are float32 at the patch grid, the overlays RGB PNGs with the film at the image's size (x8 here:
+under 256 pixels they are enlarged) and the caption and colour bar beside it, index.json lists them, and bad input (an unknown --finding, --method or --head-fusion, a
 --discard-ratio outside [0, 1), a missing image) is one clear line with exit code 1."""
 
 import json
@@ -95,9 +95,11 @@ def read_maps(maps_dir):
         checks.check(raw.dtype == np.float32 and raw.shape == (SIZE // PATCH, SIZE // PATCH),
                      f"{entry['map']} is float32 at the 8x8 patch grid", f"{raw.dtype} {raw.shape}")
         overlay = Image.open(os.path.join(maps_dir, entry["overlay"]))
-        checks.check(overlay.size == (8 * SIZE, 8 * SIZE) and overlay.mode == "RGB",
-                     f"{entry['overlay']} is an RGB PNG at 8x the 32-pixel image's size (at least 256)",
-                     f"{overlay.size} {overlay.mode}")
+        width, height = overlay.size  # the film at 8x, a caption band above it and the colour bar's panel beside
+        checks.check(8 * SIZE < width < 8 * SIZE * 5 // 4 and 8 * SIZE < height < 8 * SIZE * 5 // 4 and
+                     overlay.mode == "RGB",
+                     f"{entry['overlay']} is an RGB PNG holding the film at 8x the 32-pixel image's size (at least "
+                     "256) with its caption and colour bar outside it", f"{overlay.size} {overlay.mode}")
         maps[entry["method"]].append(raw.astype(np.float64))
     return index, maps
 

@@ -41,3 +41,14 @@ foreach(case pytorch_model_bin_formats_load_like_safetensors sharded_bin_index b
   set_tests_properties(hub.model_dir.${case} PROPERTIES
     ENVIRONMENT "${HUB_TEST_ENV};IO_PROBE=$<TARGET_FILE:io_probe>" LABELS hub TIMEOUT 120)
 endforeach()
+
+# `vitpipe push` and `train --push-to-hub` against the emulator's upload side: download back byte-identical, no LFS
+# object sent twice, a bad token or namespace leaves the repository unchanged, 503s and broken uploads retried.
+foreach(case train_push_to_hub_then_download_byte_identical second_push_uploads_no_lfs_again
+             bad_token_fails_and_leaves_repo_unchanged forbidden_namespace_and_missing_revision
+             unavailable_storage_and_broken_connection_are_retried storage_failing_every_time_commits_nothing
+             create_pr_into_a_private_repo)
+  add_test(NAME hub.push.${case}
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_hub_push.py HubPushTest.test_${case})
+  set_tests_properties(hub.push.${case} PROPERTIES ENVIRONMENT "${HUB_TEST_ENV}" LABELS hub TIMEOUT 120)
+endforeach()

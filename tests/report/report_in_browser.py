@@ -142,6 +142,25 @@ checks.check(left_out.get("impossible age (> 120 years)") == sum(r["age"] == "41
              left_out.get("unknown") == sum(r["age"] == "" for r in saved), "report: impossible and unknown ages "
              "left out and counted", f"{left_out}")
 
+# Localization (issue 44): whole-image boxes (a pointing-game hit by construction; IoBB is 1 too unless the map is
+# constant, which detects no region) on 4 test images,
+# through eval --boxes --save-localization RUN/localization-test.json and the rebuilt report (in the browser below).
+boxes_csv = os.path.join(root, "boxes.csv")
+with open(boxes_csv, "w") as f:
+    f.write("image,finding,x,y,w,h\n")
+    for i in range(4):
+        f.write(f"test_{i:04d}.png,{e2e.BLOB_LABELS[i % 2]},0,0,32,32\n")
+localization_file = os.path.join(run, "localization-test.json")
+e2e.run("eval", "--model", os.path.join(run, "model"), "--data", data, "--split", "test", "--threads", "1",
+        "--boxes", boxes_csv, "--bootstrap", "20", "--save-localization", localization_file)
+localization = json.load(open(localization_file))
+whole = [f for f in localization["per_finding"].values()]
+checks.check(localization["boxes"] == 4 and len(whole) == 2 and
+             all(f["pointing_game"]["value"] == 1.0 for f in whole),
+             "whole-image boxes: pointing game 1 per finding", f"{localization['per_finding']}")
+localization_html = os.path.join(root, "localization.html")
+e2e.run("report", run, "--out", localization_html)
+
 # A real browser, offline.
 browser = shutil.which("chromium") or shutil.which("chromium-browser")
 if not browser:
@@ -163,7 +182,7 @@ checks.check(not console, "no console message in the browser (no script error)",
 external = re.findall(r'(?:src|href)\s*=\s*"(?!data:|#)([^"]*)"', html) + re.findall(r'url\((?!\s*["\']?(?:data:|#))', html)
 checks.check(not external, "the report references nothing outside itself (scripts, styles, images inline)",
              f"{external[:3]}")
-for section in ("configuration", "data", "training", "validation", "evaluation", "heatmaps"):
+for section in ("configuration", "data", "training", "validation", "evaluation", "localization", "heatmaps"):
     checks.check(f'id="{section}"' in dom.stdout, f"the rendered page has its {section} section")
 charts = re.findall(r'<svg class="chart"[^>]*>.*?</svg>', dom.stdout, re.S)
 checks.check(len(charts) >= 3 + 2 * len(e2e.BLOB_LABELS) + 2, "the page has its charts (loss, LR, AUC, ROC, PR, "
@@ -179,6 +198,14 @@ checks.check('id="subgroups"' in sub_dom.stdout and not [l for l in sub_dom.stde
 checks.check(len(forests) == len(e2e.BLOB_LABELS) and
              all(int(n) == 9 and body.count('class="estimate"') >= 1 for n, body in forests),
              "a forest plot per finding: all images and 8 subgroups, with estimates drawn", f"{len(forests)}")
+checks.check('id="localization-not-evaluated"' in dom.stdout, "train's report: localization not evaluated")
+loc_dom = subprocess.run(common + ["--dump-dom", "file://" + localization_html], capture_output=True, text=True,
+                         timeout=120)
+loc_external = re.findall(r'(?:src|href)\s*=\s*"(?!data:|#)([^"]*)"', open(localization_html).read())
+checks.check('id="localization-table"' in loc_dom.stdout and not loc_external and
+             not [line for line in loc_dom.stderr.splitlines() if "CONSOLE" in line] and
+             len(re.findall(r'<img [^>]*src="data:image/png;base64,',
+                            loc_dom.stdout.split('id="localization-images"')[-1])) >= 4, "the rendered report with boxes: its localization table and the 4 boxed images inline, offline")
 images = re.findall(r'<img [^>]*src="data:image/png;base64,', dom.stdout)
 checks.check(len(images) >= 1, "the heatmaps are inlined as data URLs", f"{len(images)}")
 shot = os.path.join(root, "report.png")

@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "evaluation/calibration.h"
+#include "evaluation/curves.h"
+#include "evaluation/operating_point.h"
 #include "report/training_report.h"
-#include "train/curves.h"
 
 namespace vitpipe {
 namespace {

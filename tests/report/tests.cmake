@@ -2,3 +2,8 @@
 add_test(NAME report.in_browser COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/report_in_browser.py)
 set_tests_properties(report.in_browser PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS report TIMEOUT 600
                      SKIP_RETURN_CODE 77)
+
+# The model card's subgroup section (report/card_subgroups.h) against `vitpipe eval --json` on the same split, cell by
+# cell, and "not evaluated" where the predictions carry no sex, age or view or no run is known.
+add_test(NAME report.card_subgroups COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/card_subgroups.py)
+set_tests_properties(report.card_subgroups PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS report TIMEOUT 300)

@@ -30,11 +30,12 @@ class Checks:
         self.failures = []
         self.count = 0
 
-    def check(self, ok, what):
+    def check(self, ok, what, detail=""):
         self.count += 1
         if not ok:
             self.failures.append(what)
-            print("FAIL:", what, flush=True)
+            print("FAIL:", what, f"({detail})" if detail else "", flush=True)
+        return ok
 
     def finish(self):
         print(f"{self.count - len(self.failures)}/{self.count} checks passed", flush=True)

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import random
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from PIL import Image
 
-from serve_common import (Server, form_data, make_images, make_model, metric, predict_lines, related_dicom,
+from serve_common import (VITPIPE, Server, form_data, make_images, make_model, metric, predict_lines, related_dicom,
                           request, run_case, same_prediction)
 
 
@@ -147,6 +148,9 @@ def case_bad_requests(root, checks):
         ("form-data without boundary", "/v1/predict", multi, {"Content-Type": "multipart/form-data"}, 400, ""),
         ("oversize body", "/v1/predict", b"\0" * 300_000, {"Content-Type": "image/png"}, 413, "--max-body"),
         ("unknown heatmap method", "/v1/predict?heatmap=magic", png, {"Content-Type": "image/png"}, 400, "heatmap"),
+        ("a finding without a heatmap", "/v1/predict?finding=A", png, {"Content-Type": "image/png"}, 400, "finding"),
+        ("an unknown finding", "/v1/predict?heatmap=gradcam&finding=Nope", png, {"Content-Type": "image/png"}, 400,
+         "finding"),
         ("STOW with a wrong type", "/dicomweb/studies", stow, {"Content-Type": "application/dicom"}, 415,
          "multipart/related"),
         ("truncated STOW", "/dicomweb/studies", stow[: len(stow) - 40], {"Content-Type": stow_type}, 400, "multipart"),
@@ -248,6 +252,24 @@ def case_heatmap(root, checks):
         reference = np.asarray(Image.open(os.path.join(out, written[0])).convert("RGB"))
         checks.check(served.shape == reference.shape and np.array_equal(served, reference),
                      "heatmap: the served overlay differs from predict --heatmap's")
+        # &finding=NAME (the try-it page's choice): that label's map, the picture `explain --finding NAME` writes.
+        least = min(expected["probabilities"], key=expected["probabilities"].get)
+        status, _, body = request(server.port, "POST", f"/v1/predict?heatmap=gradcam&finding={least}", read(path),
+                                  {"Content-Type": "image/png"})
+        checks.check(status == 200, f"heatmap of {least}: status {status}: {body[:200]}")
+        chosen = json.loads(body).get("heatmap", {}) if status == 200 else {}
+        checks.check(chosen.get("finding") == least and chosen.get("method") == "gradcam",
+                     f"heatmap of a chosen finding: {chosen.get('finding')} / {chosen.get('method')}, expected {least}")
+        explained = os.path.join(root, "explained")
+        subprocess.run([VITPIPE, "explain", "--model", model, "--method", "gradcam", "--finding", least, "--out",
+                        explained, path], check=True, capture_output=True)
+        drawn = [f for f in os.listdir(explained) if f.endswith(".png")]
+        checks.check(len(drawn) == 1, f"explain --finding wrote {drawn}")
+        if chosen and len(drawn) == 1:
+            served = np.asarray(Image.open(io.BytesIO(base64.b64decode(chosen["png_base64"]))).convert("RGB"))
+            reference = np.asarray(Image.open(os.path.join(explained, drawn[0])).convert("RGB"))
+            checks.check(served.shape == reference.shape and np.array_equal(served, reference),
+                         "heatmap of a chosen finding: the served overlay differs from explain --finding's")
     checks.check(server.exit_code == 0, f"SIGTERM: exit {server.exit_code}")
 
 

@@ -31,3 +31,10 @@ foreach(case store-sr stow refused resume)
   set_tests_properties(serve.orthanc.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS serve TIMEOUT 300
                        SKIP_RETURN_CODE 77)
 endforeach()
+
+# --- The page at / in headless Chromium (try_page_in_browser.py): a model trained for two steps on the bundled NIH
+# sample, real NIH images chosen in the page (PNG, full-size PNG, DICOM), its probabilities against `vitpipe predict`,
+# its flags against thresholds.json, the bearer token; skipped without chromium ---
+add_test(NAME serve.try_page COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/try_page_in_browser.py)
+set_tests_properties(serve.try_page PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS serve TIMEOUT 300
+                     SKIP_RETURN_CODE 77)

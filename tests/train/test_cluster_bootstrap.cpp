@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "evaluation/bootstrap_unit.h"
+#include "evaluation/ranking_metrics.h"
 #include "reference.h"
-#include "train/bootstrap_unit.h"
-#include "train/metrics.h"
 #include "util/error.h"
 #include "util/random.h"
 

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "backend/backend.h"
+#include "evaluation/ranking_metrics.h"
 #include "reference.h"
-#include "train/metrics.h"
 
 namespace vitpipe {
 namespace {

@@ -5,8 +5,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "evaluation/ranking_metrics.h"
 #include "reference.h"
-#include "train/metrics.h"
 #include "train/metrics_accumulator.h"
 #include "util/error.h"
 #include "util/random.h"

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <string>
 
+#include "evaluation/operating_thresholds.h"
 #include "reference.h"
-#include "train/operating_thresholds.h"
 #include "util/error.h"
 
 namespace vitpipe {

@@ -7,7 +7,9 @@
   checkpoint), not looked up on the Hub;
 - `export RUN` writes the run's best model (RUN/model), not its newest checkpoint (validation labels inverted, so
   the best evaluation is the first and differs from the last); `export RUN --adapter` the best model's checkpoint;
-- `--keep-checkpoints N` keeps the newest N checkpoints and the best model's; 0 is refused with one line."""
+- `--keep-checkpoints N` keeps the newest N checkpoints and the best model's; 0 is refused with one line;
+- every other path typed and stored (--output-dir, --trace, a --labels FILE, --profile-cache) is absolute in
+  train_options.json, and `train --resume --output-dir RUN` continues the run from another directory."""
 
 import json
 import os
@@ -122,6 +124,29 @@ if result.returncode == 0:
     ok, detail = e2e.same_tensors(e2e.read_safetensors(os.path.join(adapter_out, "adapter_model.safetensors"))[0],
                                   e2e.read_safetensors(os.path.join(lora, "adapter", "adapter_model.safetensors"))[0])
     checks.check(ok, "... the same as the run's own adapter/ (both of the best step)", detail)
+
+# Every path typed (relative) and stored in the run files is absolute there: --output-dir, --trace, a --labels FILE,
+# --profile-cache; `train --resume --output-dir RUN` alone then continues from another directory (before: the labels
+# file and the trace were looked up, and written, relative to wherever the resume ran).
+with open(os.path.join(root, "labels.json"), "w") as f:
+    json.dump({"labels": e2e.BLOB_LABELS}, f)
+vitpipe("train", "--model", "mini", "--output-dir", "paths", *COMMON[:-1], "3", "--trace", "paths-trace.json",
+        "--labels", "labels.json", "--profile-cache", "profiles")
+options = json.load(open(os.path.join(root, "paths", "train_options.json")))
+for key, typed in [("output_dir", "paths"), ("trace", "paths-trace.json"), ("labels", "labels.json"),
+                   ("profile_cache", "profiles")]:
+    checks.check(options[key] == os.path.join(root, typed),
+                 f"train_options.json records --{key.replace('_', '-')} {typed} by its absolute path", options[key])
+os.remove(os.path.join(root, "paths-trace.json"))
+result = vitpipe("train", "--resume", "--output-dir", os.path.join(root, "paths"), "--max-steps", "5", cwd=elsewhere,
+                 expect_ok=False)
+checks.check(result.returncode == 0, "from another directory, train --resume --output-dir RUN continues the run",
+             result.stderr.strip()[-300:])
+checks.check(os.path.exists(os.path.join(root, "paths", "checkpoints", "step-00000005")),
+             "... to its new end (step 5)")
+checks.check(os.path.exists(os.path.join(root, "paths-trace.json")) and
+             not os.path.exists(os.path.join(elsewhere, "paths-trace.json")),
+             "... writing its trace where the run recorded it, not in the working directory")
 
 # A base that moved: one line naming where it was, no Hub lookup.
 shutil.move(mini, os.path.join(root, "mini-moved"))

@@ -15,7 +15,8 @@ constexpr size_t kPixelBytes = 6 * kImageSize * kImageSize * 3 + 64;  // room fo
 
 const char* const kIndex =
     R"({"names":["a.png","b.png"],"labels":[[0],[1]],"source_split":["train","test"],"patients":["1","2"],)"
-    R"("views":["PA","AP"],"offsets":[0,48],"channels":[3,1],"crc32":[749828157,931807011]})";
+    R"("views":["PA","AP"],"sexes":["M","F"],"ages":[40,81.5],"offsets":[0,48],"channels":[3,1],)"
+    R"("crc32":[749828157,931807011]})";
 
 nlohmann::json manifest_for(const std::string& index) {
   return {{"format", "vitpipe-packed-cache"},

@@ -130,10 +130,11 @@ def main(out):
 
     # The packed cache: index.json under a matching manifest (0), a manifest as is (1) or corrected (2).
     index = {"names": ["a.png", "b.png"], "labels": [[0], [1]], "source_split": ["train", "test"],
-             "patients": ["1", "2"], "views": ["PA", "AP"], "offsets": [0, 48], "channels": [3, 1],
+             "patients": ["1", "2"], "views": ["PA", "AP"], "sexes": ["M", "F"], "ages": [40, 81.5],
+             "offsets": [0, 48], "channels": [3, 1],
              "crc32": [zlib.crc32(b"\x7f" * 48), zlib.crc32(b"\x7f" * 16)]}
     put(out, "packed_cache", "index.json", b"\x00" + json.dumps(index).encode())
-    manifest = {"format": "vitpipe-packed-cache", "version": 3, "source": "csv:/absent/data.csv", "kind": "csv",
+    manifest = {"format": "vitpipe-packed-cache", "version": 4, "source": "csv:/absent/data.csv", "kind": "csv",
                 "image_size": 4, "resample": 2, "label_names": ["x", "y"], "multi_label": True,
                 "no_finding_allowed": True, "fingerprint": {"metadata_sha256": "", "images_sha256": "",
                                                             "image_count": 2},

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/calls/attention_sdpa_calls.h"
 #include "backend/cuda/calls/linear_gemm_calls.h"
@@ -16,6 +18,8 @@
 #include "backend/cuda/gemm_executor.h"
 #include "backend/cuda/kernels/backend_kernels.h"
 #include "backend/cuda/kernels/flash_attention.h"
+#include "backend/cuda/kernels/flash_attention_bf16.h"
+#include "backend/cuda/kernels/flash_attention_bf16_math.h"
 #include "backend/cuda/kernels/optimizer_kernels.h"
 #include "backend/cuda/sdpa_executor.h"
 
@@ -61,7 +65,7 @@ void check_cuda(cudaError_t status, const std::string& what) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_tf32_(allow_tf32) {
+CudaBackend::CudaBackend(int device, bool allow_tf32, size_t arena_bytes) : device_(device), allow_tf32_(allow_tf32) {
   try {
     check_cuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -77,10 +81,24 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
       throw std::runtime_error(std::string("cudnnSetStream: ") + cudnnGetErrorString(set));
     }
     check_cuda(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes), "cudaMalloc(cuBLASLt workspace, 32 MiB)");
-    check_cuda(cudaMalloc(&cudnn_workspace_, kCudnnWorkspaceBytes), "cudaMalloc(cuDNN workspace, 64 MiB)");
+    // The two blocks that grow are stream-ordered (cudaMallocAsync / cudaFreeAsync on the backend's stream): their
+    // growth inside a step then neither waits for the host nor synchronises the device, which a cudaFree would,
+    // stalling on NCCL reductions in flight on the communication stream.
+    check_cuda(cudaMallocAsync(&cudnn_workspace_, kCudnnWorkspaceBytes, stream_),
+               "cudaMallocAsync(cuDNN workspace, 64 MiB)");
     cudnn_workspace_bytes_ = kCudnnWorkspaceBytes;
-    check_cuda(cudaMalloc(&arena_memory_, kArenaBytes), "cudaMalloc(scratch arena, 256 MiB)");
-    arena_ = DeviceArena(arena_memory_, kArenaBytes);
+    check_cuda(cudaMallocAsync(&arena_memory_, arena_bytes, stream_),
+               "cudaMallocAsync(scratch arena, " + std::to_string(arena_bytes >> 20) + " MiB)");
+    arena_ = DeviceArena(arena_memory_, arena_bytes);
+    // Host -> device uploads through pinned buffers, each with the event of its last copy (copy_from_host).
+    for (PinnedBuffer& buffer : uploads_) {
+      check_cuda(cudaHostAlloc(&buffer.memory, kUploadChunkBytes, cudaHostAllocDefault),
+                 "cudaHostAlloc(upload buffer, " + std::to_string(kUploadChunkBytes >> 20) + " MiB)");
+      check_cuda(cudaEventCreateWithFlags(&buffer.copied, cudaEventDisableTiming), "cudaEventCreate (upload buffer)");
+    }
+    check_cuda(cudaHostAlloc(&readback_.memory, kReadbackSlots * kReadbackSlotBytes, cudaHostAllocDefault),
+               "cudaHostAlloc(loss read-back)");
+    check_cuda(cudaEventCreateWithFlags(&readback_.copied, cudaEventDisableTiming), "cudaEventCreate (read-back)");
     gemm_ = std::make_unique<GemmExecutor>(cublaslt_, cublas_workspace_, kCublasWorkspaceBytes);
     // VITPIPE_CUDA_SDPA=0: no cuDNN attention (the fallback's check, or a way around a cuDNN that misbehaves).
     if (const char* sdpa = std::getenv("VITPIPE_CUDA_SDPA"); sdpa != nullptr && std::string(sdpa) == "0") {
@@ -92,7 +110,9 @@ CudaBackend::CudaBackend(int device, bool allow_tf32) : device_(device), allow_t
     if (const std::string why = cudnn_sdpa_version_refusal(cudnnGetVersion()); !sdpa_disabled_ && !why.empty()) {
       sdpa_disabled_ = true;
       sdpa_refusal_ = why;
-      std::fprintf(stderr, "vitpipe CUDA backend: %s; bf16 attention runs the fp32 flash kernels on converted copies\n",
+      std::fprintf(stderr,
+                   "vitpipe CUDA backend: %s; bf16 attention runs vitpipe's flash kernels (the backward pass on tensor "
+                   "cores where the head dimension allows, else fp32 on converted copies)\n",
                    why.c_str());
     }
     sdpa_ = std::make_unique<SdpaExecutor>(cudnn_, [this](size_t bytes) { return cudnn_workspace(bytes); });
@@ -143,10 +163,16 @@ void CudaBackend::release() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   gemm_.reset();
   sdpa_.reset();
-  if (arena_memory_ != nullptr) cudaFree(arena_memory_);
-  for (void* block : retired_scratch_) cudaFree(block);
+  if (arena_memory_ != nullptr) cudaFreeAsync(arena_memory_, stream_);
+  for (void* block : retired_scratch_) cudaFreeAsync(block, stream_);
   retired_scratch_.clear();
-  if (cudnn_workspace_ != nullptr) cudaFree(cudnn_workspace_);
+  if (cudnn_workspace_ != nullptr) cudaFreeAsync(cudnn_workspace_, stream_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (PinnedBuffer* buffer : {&uploads_[0], &uploads_[1], &readback_}) {
+    if (buffer->copied != nullptr) cudaEventDestroy(buffer->copied);
+    if (buffer->memory != nullptr) cudaFreeHost(buffer->memory);
+    *buffer = PinnedBuffer{};
+  }
   if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
   if (cublaslt_ != nullptr) cublasLtDestroy(cublaslt_);
@@ -175,20 +201,38 @@ std::string describe_sdpa_key(bool backward, bool cls_only, int64_t batch, int64
 void CudaBackend::refuse_sdpa(const SdpaKey& key, const std::string& why) {
   sdpa_refused_[key] = why;
   if (sdpa_refusal_.empty()) sdpa_refusal_ = why;
-  std::fprintf(stderr,
-               "vitpipe CUDA backend: cuDNN's SDPA is not used for the %s (%s); that shape runs the fp32 flash "
-               "kernels on converted copies\n",
+  std::fprintf(stderr, "vitpipe CUDA backend: cuDNN's SDPA is not used for the %s (%s); that shape runs %s\n",
                describe_sdpa_key(key.backward, key.cls_only, key.batch, key.tokens, key.hidden, key.heads).c_str(),
-               why.c_str());
+               why.c_str(), fallback_kernels(key).c_str());
+}
+
+// Which of vitpipe's kernels a bf16 pass at `key` falls back to.
+std::string CudaBackend::fallback_kernels(const SdpaKey& key) {
+  if (key.backward && !key.cls_only && key.heads > 0 && flash_bf16_head_dim_supported(key.hidden / key.heads)) {
+    return "the bf16 tensor-core flash kernels";
+  }
+  return "the fp32 flash kernels on converted copies";
 }
 
 std::string CudaBackend::attention_path() const {
-  if (sdpa_disabled_) return "fallback: " + sdpa_refusal_;
-  if (sdpa_refused_.empty()) return "cudnn";
-  std::string path = "fallback for " + std::to_string(sdpa_refused_.size()) + " shape(s), cudnn for the rest";
-  for (const auto& [k, why] : sdpa_refused_) {
-    path += "; " + describe_sdpa_key(k.backward, k.cls_only, k.batch, k.tokens, k.hidden, k.heads) + ": " + why;
+  if (sdpa_disabled_) {
+    return "fallback: " + sdpa_refusal_ +
+           "; backward: the bf16 tensor-core flash kernels at head dimensions 16, 32 and 64, else the fp32 ones";
   }
+  std::string path = "cudnn";
+  if (!sdpa_refused_.empty()) {
+    path = "fallback for " + std::to_string(sdpa_refused_.size()) + " shape(s), cudnn for the rest";
+    for (const auto& [k, why] : sdpa_refused_) {
+      path += "; " + describe_sdpa_key(k.backward, k.cls_only, k.batch, k.tokens, k.hidden, k.heads) + " (on " +
+              fallback_kernels(k) + "): " + why;
+    }
+  }
+  // Which cuDNN graph ran the backward passes cuDNN took, each distinct one once.
+  std::vector<std::string> backward;
+  for (const auto& [k, graph] : sdpa_backward_paths_) {
+    if (std::find(backward.begin(), backward.end(), graph) == backward.end()) backward.push_back(graph);
+  }
+  for (size_t i = 0; i < backward.size(); ++i) path += (i == 0 ? "; backward: " : " / ") + backward[i];
   return path;
 }
 
@@ -206,8 +250,8 @@ void* CudaBackend::take_scratch(size_t bytes, const char* what) {
     const size_t wanted = std::max(2 * arena_.capacity(), arena_.used() + bytes + DeviceArena::kAlignment);
     const size_t size = (wanted + kStep - 1) / kStep * kStep;
     void* memory = nullptr;
-    check_cuda(cudaMalloc(&memory, size),
-               std::string("cudaMalloc(scratch arena for ") + what + ", " + std::to_string(size >> 20) + " MiB)");
+    check_cuda(cudaMallocAsync(&memory, size, stream_),
+               std::string("cudaMallocAsync(scratch arena for ") + what + ", " + std::to_string(size >> 20) + " MiB)");
     retired_scratch_.push_back(arena_memory_);
     arena_memory_ = memory;
     arena_ = DeviceArena(memory, size);
@@ -216,23 +260,22 @@ void* CudaBackend::take_scratch(size_t bytes, const char* what) {
 }
 
 void CudaBackend::reset_scratch() {
-  if (!retired_scratch_.empty()) {
-    check(cudaStreamSynchronize(stream_), "freeing the outgrown scratch arena");  // earlier ops may still use them
-    for (void* block : retired_scratch_) check(cudaFree(block), "freeing the outgrown scratch arena");
-    retired_scratch_.clear();
-  }
+  // Stream-ordered frees: the blocks return to the pool once the stream's earlier ops (which may still read them)
+  // have run; no host wait.
+  for (void* block : retired_scratch_) check(cudaFreeAsync(block, stream_), "freeing the outgrown scratch arena");
+  retired_scratch_.clear();
   arena_.reset();
 }
 
 void CudaBackend::regrow(void*& memory, size_t& capacity, size_t bytes, const char* what) {
   constexpr size_t kStep = 64u << 20;
   const size_t size = (bytes + kStep - 1) / kStep * kStep;
-  check(cudaStreamSynchronize(stream_), what);  // the stream's earlier work may still use the old block
-  check(cudaFree(memory), what);
+  // In stream order: the old block is freed after the stream's earlier work, the new one is ready for its later work.
+  check(cudaFreeAsync(memory, stream_), what);
   memory = nullptr;
   capacity = 0;
-  check_cuda(cudaMalloc(&memory, size),
-             std::string("cudaMalloc(") + what + ", " + std::to_string(size >> 20) + " MiB)");
+  check_cuda(cudaMallocAsync(&memory, size, stream_),
+             std::string("cudaMallocAsync(") + what + ", " + std::to_string(size >> 20) + " MiB)");
   capacity = size;
 }
 
@@ -296,6 +339,7 @@ void CudaBackend::finish_staging() {
 void CudaBackend::linear_forward(const Tensor& in, const Tensor& weight, const Tensor* bias, const Tensor* residual,
                                  const Tensor& out) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t k = last_dim(in), m = leading_rows(in), n = weight.dim(0);
   require(
       weight.rank() == 2 && weight.dim(1) == k && out.numel() == m * n, "linear_forward",
@@ -356,6 +400,7 @@ void CudaBackend::linear_gelu_forward(const Tensor& in, const Tensor& weight, co
 
 void CudaBackend::linear_backward_input(const Tensor& grad_out, const Tensor& weight, const Tensor& grad_in) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t n = last_dim(grad_out), m = leading_rows(grad_out), k = last_dim(weight);
   require(weight.rank() == 2 && weight.dim(0) == n && grad_in.numel() == m * k, "linear_backward_input", "shapes");
   require_float(grad_in, "linear_backward_input", "grad_in");
@@ -374,6 +419,7 @@ void CudaBackend::linear_backward_input(const Tensor& grad_out, const Tensor& we
 
 void CudaBackend::linear_backward_weight(const Tensor& grad_out, const Tensor& in, const Tensor& grad_weight) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t n = last_dim(grad_out), m = leading_rows(grad_out), k = last_dim(in);
   require(leading_rows(in) == m && grad_weight.numel() == n * k, "linear_backward_weight", "shapes");
   require_f32(grad_weight, "linear_backward_weight", "grad_weight");
@@ -538,10 +584,24 @@ void CudaBackend::attention_backward_any(const Tensor& grad_out, const Tensor& q
     }
     try {
       sdpa_->run(call, stream_);
+      sdpa_backward_paths_[key] = sdpa_->backward_path(call.shape);
       done = true;
     } catch (const std::runtime_error& e) {
       refuse_sdpa(key, e.what());
     }
+  }
+  if (!done && !cls_only && is_bf16(qkv) && is_bf16(grad_qkv) && is_bf16(out) &&
+      flash_bf16_head_dim_supported(head_dim) &&
+      flash_bf16_pointers_aligned(qkv.raw(), out.raw(), grad_out.raw(), grad_qkv.raw())) {
+    // The bf16 tensor-core flash kernels on the tensors as they are (no f32 copies). At most: the row dots, then the
+    // bias gradient's partials.
+    reserve_scratch(4 * static_cast<size_t>(batch * heads * tokens + column_partials_floats(batch * tokens, hidden)) +
+                    4 * DeviceArena::kAlignment);
+    float* row_dot = scratch_floats(batch * heads * tokens, "attention_backward's row dots");
+    check(launch_flash_attention_backward_bf16(qkv.raw(), out.raw(), grad_out.raw(), f32(lse), row_dot, grad_qkv.raw(),
+                                               batch, tokens, heads, head_dim, stream_),
+          "attention_backward (bf16 tensor-core flash kernels)");
+    done = true;
   }
   if (!done) {
     // fp32 flash kernels on f32 views (copies where a tensor is bf16 or the op is the classifier token's). At most:
@@ -766,10 +826,7 @@ double CudaBackend::bce_with_logits(const Tensor& logits, const Tensor& targets,
   check(launch_bce_with_logits(f32(logits), f32(targets), f32(pos_weight), f32(weight), grad_scale, f32(grad_logits),
                                rows, labels, losses, sum, stream_),
         op);
-  double host = 0.0;
-  check(cudaMemcpyAsync(&host, sum, sizeof host, cudaMemcpyDeviceToHost, stream_), op);
-  check(cudaStreamSynchronize(stream_), op);
-  return host;
+  return read_back(sum, nullptr, -1, op).sum;
 }
 
 double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, double grad_scale,
@@ -786,11 +843,9 @@ double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, d
   check(launch_cross_entropy(f32(logits), static_cast<const int64_t*>(targets.raw()), grad_scale, f32(grad_logits),
                              rows, classes, losses, sum, invalid, stream_),
         op);
-  double host = 0.0;
-  int64_t bad = -1;
-  check(cudaMemcpyAsync(&host, sum, sizeof host, cudaMemcpyDeviceToHost, stream_), op);
-  check(cudaMemcpyAsync(&bad, invalid, sizeof bad, cudaMemcpyDeviceToHost, stream_), op);
-  check(cudaStreamSynchronize(stream_), op);
+  const LossReadback back = read_back(sum, invalid, classes, op);
+  const double host = back.sum;
+  const int64_t bad = back.invalid;
   if (bad >= 0) {
     int64_t target = 0;
     check(cudaMemcpy(&target, static_cast<const int64_t*>(targets.raw()) + bad, sizeof target, cudaMemcpyDeviceToHost),
@@ -892,6 +947,7 @@ void CudaBackend::swiglu_backward(const Tensor& grad_out, const Tensor& in, cons
 void CudaBackend::lora_forward(const Tensor& in, const Tensor& a, const Tensor& b, double scale, const Tensor& low,
                                const Tensor& out, int64_t column) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t k = last_dim(in), m = leading_rows(in), r = a.dim(0), n = b.dim(0), ld = last_dim(out);
   require(a.rank() == 2 && a.dim(1) == k && b.rank() == 2 && b.dim(1) == r && low.numel() == m * r &&
               leading_rows(out) == m && column + n <= ld,
@@ -909,6 +965,7 @@ void CudaBackend::lora_backward(const Tensor& grad_out, int64_t column, const Te
                                 const Tensor& b, double scale, const Tensor& low, const Tensor* grad_in,
                                 const Tensor* grad_a, const Tensor* grad_b) {
   reset_scratch();
+  const StagingScope staging(staged_);  // cleared however the op ends
   const int64_t k = last_dim(in), m = leading_rows(in), r = a.dim(0), n = b.dim(0), ld = last_dim(grad_out);
   require(a.rank() == 2 && a.dim(1) == k && b.rank() == 2 && b.dim(1) == r && low.numel() == m * r &&
               leading_rows(grad_out) == m && column + n <= ld,
@@ -1110,8 +1167,86 @@ void CudaBackend::copy_from_host(const Tensor& host, const Tensor& device) {
   const char* op = "copy_from_host";
   require_same_layout(host, device, op);
   if (host.nbytes() == 0) return;
-  check(cudaMemcpyAsync(device.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_), op);
-  check(cudaStreamSynchronize(stream_), op);
+  // Chunks through the two pinned buffers in turn: the host copies chunk n + 1 into one while the DMA engine moves
+  // chunk n from the other. A buffer is refilled only after its previous copy (its event); the stream is never
+  // drained, and the caller may reuse `host` on return. Later ops on the stream see the device data.
+  const auto* from = static_cast<const char*>(host.raw());
+  auto* to = static_cast<char*>(device.raw());
+  for (size_t done = 0; done < host.nbytes();) {
+    const size_t bytes = std::min(kUploadChunkBytes, host.nbytes() - done);
+    PinnedBuffer& buffer = uploads_[next_upload_];
+    next_upload_ ^= 1;
+    if (buffer.pending) check(cudaEventSynchronize(buffer.copied), op);
+    std::memcpy(buffer.memory, from + done, bytes);
+    check(cudaMemcpyAsync(to + done, buffer.memory, bytes, cudaMemcpyHostToDevice, stream_), op);
+    check(cudaEventRecord(buffer.copied, stream_), op);
+    buffer.pending = true;
+    done += bytes;
+  }
+}
+
+CudaBackend::LossReadback CudaBackend::read_back(const double* sum, const int64_t* invalid, int64_t classes,
+                                                 const char* op) {
+  // Into pinned memory (an asynchronous copy the DMA engine does): at once, waiting for that copy's event alone, or
+  // deferred into the next slot, read by take_losses once the step's backward passes are enqueued.
+  if (deferring_losses_ && deferred_slots_ == kReadbackSlots) fold_deferred_losses();
+  const size_t slot = deferring_losses_ ? deferred_slots_ : 0;
+  char* at = static_cast<char*>(readback_.memory) + slot * kReadbackSlotBytes;
+  const int64_t no_target_check = -1;
+  std::memcpy(at + sizeof(double), &no_target_check, sizeof(int64_t));  // a fresh slot: no copy into it is pending
+  check(cudaMemcpyAsync(at, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_), op);
+  if (invalid != nullptr) {
+    check(cudaMemcpyAsync(at + sizeof(double), invalid, sizeof(int64_t), cudaMemcpyDeviceToHost, stream_), op);
+  }
+  check(cudaEventRecord(readback_.copied, stream_), op);
+  LossReadback back;
+  if (deferring_losses_) {
+    deferred_classes_.push_back(classes);
+    ++deferred_slots_;
+    return back;  // 0: the sum comes with take_losses
+  }
+  check(cudaEventSynchronize(readback_.copied), op);
+  std::memcpy(&back.sum, at, sizeof(double));
+  std::memcpy(&back.invalid, at + sizeof(double), sizeof(int64_t));
+  return back;
+}
+
+void CudaBackend::defer_losses() {
+  deferring_losses_ = true;
+  deferred_slots_ = 0;  // an earlier step that ended by a throw leaves nothing behind
+  deferred_classes_.clear();
+  deferred_partial_ = 0.0;
+}
+
+void CudaBackend::fold_deferred_losses() {
+  const char* op = "take_losses";
+  if (deferred_slots_ > 0) check(cudaEventSynchronize(readback_.copied), op);  // recorded after the last slot's copy
+  const auto* slots = static_cast<const char*>(readback_.memory);
+  for (size_t i = 0; i < deferred_slots_; ++i) {
+    double sum = 0.0;
+    int64_t bad = -1;
+    std::memcpy(&sum, slots + i * kReadbackSlotBytes, sizeof(double));
+    std::memcpy(&bad, slots + i * kReadbackSlotBytes + sizeof(double), sizeof(int64_t));
+    if (bad >= 0 && deferred_classes_[i] >= 0) {
+      const int64_t classes = deferred_classes_[i];
+      deferring_losses_ = false;
+      deferred_slots_ = 0;
+      deferred_classes_.clear();
+      deferred_partial_ = 0.0;
+      refuse("cross_entropy", "a target of row " + std::to_string(bad) + " is outside [0, " + std::to_string(classes) +
+                                  ") (found when the step's deferred losses were read)");
+    }
+    deferred_partial_ += sum;
+  }
+  deferred_slots_ = 0;
+  deferred_classes_.clear();
+}
+
+double CudaBackend::take_losses() {
+  if (!deferring_losses_) return 0.0;
+  fold_deferred_losses();
+  deferring_losses_ = false;
+  return std::exchange(deferred_partial_, 0.0);
 }
 
 }  // namespace vitpipe::cuda

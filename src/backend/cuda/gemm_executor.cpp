@@ -60,11 +60,12 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribut
 
 }  // namespace
 
-// The descriptors of one shape, and the algorithm the heuristic chose for it.
+// The descriptors of one shape, and the algorithms the heuristic offered for it, best first; one that cuBLASLt
+// refuses at run time is dropped, so later calls start with the first that ran.
 struct GemmExecutor::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> algos;
 
   ~Plan() {
     for (cublasLtMatrixLayout_t l : {a, b, c, d}) {
@@ -116,7 +117,7 @@ GemmExecutor::Plan& GemmExecutor::plan_for(const GemmCall& call) {
 
   cublasLtMatmulPreference_t preference = nullptr;
   check(cublasLtMatmulPreferenceCreate(&preference), call, "cublasLtMatmulPreferenceCreate");
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kHeuristicAlgorithms] = {};
   int found_count = 0;
   const cublasStatus_t status = [&] {
     const uint64_t bytes = workspace_bytes_;
@@ -131,15 +132,17 @@ GemmExecutor::Plan& GemmExecutor::plan_for(const GemmCall& call) {
       st = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof alignment);
       if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
-    return cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c, plan->d, preference, 1,
-                                          &result, &found_count);
+    return cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c, plan->d, preference,
+                                          kHeuristicAlgorithms, results, &found_count);
   }();
   cublasLtMatmulPreferenceDestroy(preference);
   check(status, call, "cublasLtMatmulAlgoGetHeuristic");
-  if (found_count == 0) {
+  for (int i = 0; i < found_count && i < kHeuristicAlgorithms; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(results[i].algo);
+  }
+  if (plan->algos.empty()) {
     throw std::runtime_error(describe(call) + ": cuBLASLt has no algorithm for this call");
   }
-  plan->algo = result.algo;
   return *plans_.emplace(call.shape, std::move(plan)).first->second;
 }
 
@@ -157,9 +160,24 @@ void GemmExecutor::run(const GemmCall& call, cudaStream_t stream) {
   const float alpha = call.shape.alpha, beta = call.shape.beta;
   // beta = 0: C is not read; cuBLASLt still wants a pointer, D serves.
   const void* c = call.shape.beta != 0.0f ? call.data.c : call.data.d;
-  check(cublasLtMatmul(handle_, plan.desc, &alpha, call.data.a, plan.a, call.data.b, plan.b, &beta, c, plan.c,
-                       call.data.d, plan.d, &plan.algo, workspace_, workspace_bytes_, stream),
-        call, "cublasLtMatmul");
+  // An algorithm the heuristic offered may still be refused when it runs (NOT_SUPPORTED, INVALID_VALUE: a pointer's
+  // alignment, the workspace): the next one is tried, and the refused one dropped for this shape. A refusal writes
+  // nothing, so D is as it was for the next try.
+  std::string refusals;
+  while (!plan.algos.empty()) {
+    const cublasStatus_t status =
+        cublasLtMatmul(handle_, plan.desc, &alpha, call.data.a, plan.a, call.data.b, plan.b, &beta, c, plan.c,
+                       call.data.d, plan.d, &plan.algos.front(), workspace_, workspace_bytes_, stream);
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE) {
+      check(status, call, "cublasLtMatmul");
+    }
+    refusals += (refusals.empty() ? "" : ", ") + status_name(status);
+    plan.algos.erase(plan.algos.begin());
+    ++refused_algorithms_;
+  }
+  throw std::runtime_error(describe(call) + ": cublasLtMatmul refused every algorithm the heuristic offered (" +
+                           refusals + ")");
 }
 
 }  // namespace vitpipe::cuda

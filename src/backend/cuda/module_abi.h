@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define VITPIPE_CUDA_MODULE_ABI_VERSION 7u
+#define VITPIPE_CUDA_MODULE_ABI_VERSION 8u
 #define VITPIPE_CUDA_MODULE_ENTRY "vitpipe_cuda_module"
 
 #ifdef __cplusplus
@@ -214,8 +214,8 @@ typedef struct VitpipeCudaModule {
   // *backend set on success, else a message in `error`. TF32 GEMMs only with allow_tf32 != 0.
   int (*backend_create)(int device, int allow_tf32, void** backend, char* error, size_t error_size);
   void (*backend_destroy)(void* backend);
-  // Runs one op (enqueued on the backend's stream; losses synchronise to return their sum): 0 on success, else a
-  // message in `error` that names the op and the failing CUDA / cuBLASLt / cuDNN status.
+  // Runs one op (enqueued on the backend's stream; losses synchronise to return their sum, unless deferred: below): 0
+  // on success, else a message in `error` that names the op and the failing CUDA / cuBLASLt / cuDNN status.
   int (*backend_call)(void* backend, VitpipeBackendCall* call, char* error, size_t error_size);
   // Waits for the backend's stream: 0, or the error of an earlier asynchronous failure in `error`.
   int (*backend_synchronize)(void* backend, char* error, size_t error_size);
@@ -246,8 +246,16 @@ typedef struct VitpipeCudaModule {
   // *done = 1 when every enqueued group has finished, 0 while some is still running; never blocks.
   int (*nccl_query)(void* comm, int* done, char* error, size_t error_size);
   // Since ABI version 7: which path the backend's bf16 attention has taken so far, as one line into `out`: "cudnn"
-  // (cuDNN's SDPA for every call), or "fallback..." with each refused pass and shape and cuDNN's reason. 0 on success.
+  // (cuDNN's SDPA for every call), or "fallback..." with each refused pass and shape and cuDNN's reason; then, once
+  // cuDNN ran a backward pass, "; backward: " and which cuDNN graph ran it. 0 on success.
   int (*backend_attention_path)(void* backend, char* out, size_t out_size);
+  // Since ABI version 8: the losses' sums read once a step's backward passes are enqueued, not per micro-batch
+  // (reading one waits for the device before the host can enqueue the backward). After backend_defer_losses, the
+  // loss ops (VITPIPE_OP_BCE_WITH_LOGITS, VITPIPE_OP_CROSS_ENTROPY) enqueue their sum's copy into pinned host memory
+  // and give 0 as `result`; backend_take_losses waits for those copies, writes their sum (added in call order from
+  // 0.0) into *sum and ends the deferral; a deferred cross-entropy's target out of range is its error. 0 on success.
+  int (*backend_defer_losses)(void* backend, char* error, size_t error_size);
+  int (*backend_take_losses)(void* backend, double* sum, char* error, size_t error_size);
 } VitpipeCudaModule;
 
 typedef const VitpipeCudaModule* (*VitpipeCudaModuleEntry)(void);

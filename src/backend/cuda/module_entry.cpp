@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "backend/backend_call.h"
@@ -100,6 +101,31 @@ int backend_attention_path(void* backend, char* out, size_t out_size) {
   if (out == nullptr || out_size == 0) return 1;
   std::snprintf(out, out_size, "%s", static_cast<vitpipe::cuda::CudaBackend*>(backend)->attention_path().c_str());
   return 0;
+}
+
+int backend_defer_losses(void* backend, char* error, size_t error_size) {
+  try {
+    auto* b = static_cast<vitpipe::cuda::CudaBackend*>(backend);
+    b->make_current();
+    b->defer_losses();
+    return 0;
+  } catch (const std::exception& e) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
+    return 1;
+  }
+}
+
+int backend_take_losses(void* backend, double* sum, char* error, size_t error_size) {
+  try {
+    if (sum == nullptr) throw std::invalid_argument("backend_take_losses: no place for the sum");
+    auto* b = static_cast<vitpipe::cuda::CudaBackend*>(backend);
+    b->make_current();
+    *sum = b->take_losses();
+    return 0;
+  } catch (const std::exception& e) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", e.what());
+    return 1;
+  }
 }
 
 void backend_free(void* backend, void* memory) {
@@ -218,6 +244,8 @@ extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpi
       nccl_wait,
       nccl_query,
       backend_attention_path,
+      backend_defer_losses,
+      backend_take_losses,
   };
   return &module;
 }

@@ -44,8 +44,9 @@ class NcclExecutor {
   void wait();
   // True when everything enqueue() issued has finished; never blocks. Throws on an asynchronous failure.
   bool query();
-  // Makes `compute` wait (on the device, not the host) for the communication enqueued so far: what the backend
-  // enqueues next (an optimizer step) reads the reduced gradients without a host synchronisation.
+  // Makes `compute` wait, on the device, for the communication stream's groups that wait() or query() has not yet
+  // seen finish (nothing once they have). No caller in the module yet: the gradient buckets wait on the host
+  // (module_abi.h's nccl_wait) before the optimizer step; join is what a step that keeps the host out would use.
   void join(cudaStream_t compute);
 
  private:

@@ -1,5 +1,7 @@
 // Turns the SDPA descriptions (calls/sdpa_call.h) into cuDNN 9 backend-API calls: the native SDPA_FWD / SDPA_BWD
 // operation descriptors (cuDNN 9.13 and later; the headers are probed at compile time), one operation graph each,
+// and, where the native SDPA_BWD is refused, the composite backward graph cudnn-frontend builds (17 or 18 pointwise,
+// reduction, reshape and matmul operations; its deterministic dP-workspace variant when determinism is asked),
 // heuristic mode A's engine configurations tried in order (for the backward pass skipping those cuDNN marks
 // non-deterministic) until an execution plan finalises within kMaxWorkspaceBytes of workspace, cached per shape; the
 // backend grows its workspace to what the plan asks. Compiled into the CUDA module only. NOT YET RUN ON A GPU: whether
@@ -12,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "backend/cuda/calls/sdpa_call.h"
@@ -35,6 +38,9 @@ class SdpaExecutor {
   // call and cuDNN's status, or saying that no engine runs it (the caller's cue to fall back).
   void run(const SdpaForwardCall& call, cudaStream_t stream);
   void run(const SdpaBackwardCall& call, cudaStream_t stream);
+  // Which graph ran the backward pass at `shape` (the native SDPA_BWD, or cudnn-frontend's composite graph and why
+  // the native one was refused); empty before it ran.
+  std::string backward_path(const SdpaBackwardShape& shape) const;
 
   struct Plan;
 

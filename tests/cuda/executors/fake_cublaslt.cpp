@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -62,6 +63,10 @@ bool element_type(cudaDataType_t t, cuda::ElementType* out) {
 Counters& counters() {
   static Counters c;
   return c;
+}
+Behaviour& behaviour() {
+  static Behaviour b;
+  return b;
 }
 const std::string& last_error() { return error; }
 
@@ -162,10 +167,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
       !preferences.count(p) || requested < 1) {
     return invalid("heuristic query with an unknown descriptor");
   }
-  results[0] = cublasLtMatmulHeuristicResult_t{};
-  results[0].workspaceSize = 0;
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  *count = 1;
+  if (requested > counters().largest_request) counters().largest_request = requested;
+  const int offered = std::min(requested, behaviour().algorithms_offered);
+  for (int i = 0; i < offered; ++i) {
+    results[i] = cublasLtMatmulHeuristicResult_t{};
+    results[i].algo.data[0] = static_cast<uint64_t>(i);
+    results[i].workspaceSize = 0;
+    results[i].state = CUBLAS_STATUS_SUCCESS;
+  }
+  *count = offered;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -177,6 +187,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
   ++counters().matmuls;
   const Desc& desc = descs.at(d);
   if (algo == nullptr) return invalid("no algorithm");
+  if (behaviour().failing_matmuls > 0) {
+    --behaviour().failing_matmuls;
+    error = "a failure the test asked for";
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  if (static_cast<int64_t>(algo->data[0]) == behaviour().refused_algorithm) {
+    error = "algorithm " + std::to_string(algo->data[0]) + " refused, as the test asked";
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   if (desc.scale != CUDA_R_32F) return invalid("scale type is not CUDA_R_32F");
   vitpipe::cuda::GemmCall call;
   call.what = "fake cublasLtMatmul";

@@ -13,8 +13,19 @@ struct Counters {
   int descriptors_created = 0;
   int heuristic_queries = 0;
   int matmuls = 0;
+  int largest_request = 0;  // the most algorithms one heuristic query asked for
 };
 Counters& counters();
+
+// What a test makes the fake do. The heuristic offers `algorithms_offered` algorithms (numbered 0, 1, ... in
+// algo.data[0]); a cublasLtMatmul with algorithm `refused_algorithm` answers CUBLAS_STATUS_NOT_SUPPORTED, as cuBLASLt
+// may at run time; the next `failing_matmuls` matmuls answer CUBLAS_STATUS_EXECUTION_FAILED whatever the algorithm.
+struct Behaviour {
+  int algorithms_offered = 4;
+  int refused_algorithm = -1;
+  int failing_matmuls = 0;
+};
+Behaviour& behaviour();
 // The last failure's reason (an attribute, a rule of the interpreter), for the tests' messages.
 const std::string& last_error();
 

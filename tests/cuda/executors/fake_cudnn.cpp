@@ -3,12 +3,18 @@
 #include <cudnn.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <map>
+#include <stdexcept>
 #include <vector>
 
+#include "backend/cuda/calls/host_elements.h"
 #include "backend/cuda/calls/sdpa_interpreter.h"
+#include "frontend_sdpa_backward.h"
+#include "tensor/dtype.h"
 
 namespace vitpipe::fake_cudnn {
 namespace {
@@ -50,6 +56,10 @@ size_t type_size(cudnnBackendAttributeType_t t) {
       return sizeof(cudnnBackendHeurMode_t);
     case CUDNN_TYPE_BACKEND_DESCRIPTOR:
       return sizeof(cudnnBackendDescriptor_t);
+    case CUDNN_TYPE_POINTWISE_MODE:
+      return sizeof(cudnnPointwiseMode_t);
+    case CUDNN_TYPE_REDUCTION_OPERATOR_TYPE:
+      return sizeof(cudnnReduceTensorOp_t);
     default:
       return 0;
   }
@@ -59,7 +69,16 @@ size_t type_size(cudnnBackendAttributeType_t t) {
 bool expected_type(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t* type) {
   switch (name) {
     case CUDNN_ATTR_TENSOR_DATA_TYPE:
+    case CUDNN_ATTR_POINTWISE_MATH_PREC:
+    case CUDNN_ATTR_MATMUL_COMP_TYPE:
+    case CUDNN_ATTR_REDUCTION_COMP_TYPE:
       *type = CUDNN_TYPE_DATA_TYPE;
+      return true;
+    case CUDNN_ATTR_POINTWISE_MODE:
+      *type = CUDNN_TYPE_POINTWISE_MODE;
+      return true;
+    case CUDNN_ATTR_REDUCTION_OPERATOR:
+      *type = CUDNN_TYPE_REDUCTION_OPERATOR_TYPE;
       return true;
     case CUDNN_ATTR_TENSOR_DIMENSIONS:
     case CUDNN_ATTR_TENSOR_STRIDES:
@@ -69,6 +88,7 @@ bool expected_type(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t
       *type = CUDNN_TYPE_INT64;
       return true;
     case CUDNN_ATTR_TENSOR_IS_BY_VALUE:
+    case CUDNN_ATTR_TENSOR_IS_VIRTUAL:
       *type = CUDNN_TYPE_BOOLEAN;
       return true;
     case CUDNN_ATTR_OPERATIONGRAPH_HANDLE:
@@ -101,6 +121,19 @@ bool expected_type(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t
     case CUDNN_ATTR_OPERATION_SDPA_BWD_DKDESC:
     case CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC:
     case CUDNN_ATTR_OPERATION_SDPA_BWD_DODDESC:
+    case CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR:
+    case CUDNN_ATTR_OPERATION_POINTWISE_XDESC:
+    case CUDNN_ATTR_OPERATION_POINTWISE_BDESC:
+    case CUDNN_ATTR_OPERATION_POINTWISE_YDESC:
+    case CUDNN_ATTR_OPERATION_MATMUL_ADESC:
+    case CUDNN_ATTR_OPERATION_MATMUL_BDESC:
+    case CUDNN_ATTR_OPERATION_MATMUL_CDESC:
+    case CUDNN_ATTR_OPERATION_MATMUL_DESC:
+    case CUDNN_ATTR_OPERATION_REDUCTION_XDESC:
+    case CUDNN_ATTR_OPERATION_REDUCTION_YDESC:
+    case CUDNN_ATTR_OPERATION_REDUCTION_DESC:
+    case CUDNN_ATTR_OPERATION_RESHAPE_XDESC:
+    case CUDNN_ATTR_OPERATION_RESHAPE_YDESC:
       *type = CUDNN_TYPE_BACKEND_DESCRIPTOR;
       return true;
     default:
@@ -144,6 +177,328 @@ bool strided(const Descriptor* t, cuda::StridedTensor4d* out, int64_t* id) {
   return true;
 }
 
+// ---- cudnn-frontend's composite backward graph: held to frontend_sdpa_backward.h, then interpreted ----
+
+struct TensorInfo {
+  int64_t uid = 0;
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  std::array<int64_t, 4> dims{}, strides{};
+  bool is_virtual = false, by_value = false;
+};
+
+bool flag(const Descriptor& d, cudnnBackendAttributeName_t name) {
+  const auto it = d.attributes.find(name);
+  return it != d.attributes.end() && !it->second.bytes.empty() && it->second.bytes[0] != 0;
+}
+
+bool tensor_info(const Descriptor* t, TensorInfo* out) {
+  if (t == nullptr || !t->finalized || t->type != CUDNN_BACKEND_TENSOR_DESCRIPTOR) return false;
+  const std::vector<int64_t> dims = values<int64_t>(*t, CUDNN_ATTR_TENSOR_DIMENSIONS);
+  const std::vector<int64_t> strides = values<int64_t>(*t, CUDNN_ATTR_TENSOR_STRIDES);
+  if (dims.size() != 4 || strides.size() != 4) return false;
+  out->uid = values<int64_t>(*t, CUDNN_ATTR_TENSOR_UNIQUE_ID)[0];
+  out->type = values<cudnnDataType_t>(*t, CUDNN_ATTR_TENSOR_DATA_TYPE)[0];
+  for (int i = 0; i < 4; ++i) out->dims[i] = dims[i], out->strides[i] = strides[i];
+  out->is_virtual = flag(*t, CUDNN_ATTR_TENSOR_IS_VIRTUAL);
+  out->by_value = flag(*t, CUDNN_ATTR_TENSOR_IS_BY_VALUE);
+  return true;
+}
+
+// An operation's tensors in the order frontend_sdpa_backward.h lists them.
+std::vector<const Descriptor*> operands(const Descriptor& op) {
+  switch (op.type) {
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: {
+      std::vector<const Descriptor*> out = {child(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC)};
+      if (const Descriptor* b = child(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC)) out.push_back(b);
+      out.push_back(child(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC));
+      return out;
+    }
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR:
+      return {child(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC), child(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC),
+              child(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC)};
+    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
+      return {child(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC), child(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC)};
+    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
+      return {child(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC), child(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC)};
+    default:
+      return {};
+  }
+}
+
+std::string text(const std::array<int64_t, 4>& a) {
+  return "[" + std::to_string(a[0]) + ", " + std::to_string(a[1]) + ", " + std::to_string(a[2]) + ", " +
+         std::to_string(a[3]) + "]";
+}
+
+std::string text(const TensorInfo& t) {
+  return "uid " + std::to_string(t.uid) + " type " + std::to_string(t.type) + " dims " + text(t.dims) + " strides " +
+         text(t.strides) + (t.is_virtual ? " virtual" : "") + (t.by_value ? " by value" : "");
+}
+
+std::array<int64_t, 4> swap_last_two(std::array<int64_t, 4> a) {
+  std::swap(a[2], a[3]);
+  return a;
+}
+
+// Empty when `ops` is cudnn-frontend's composite sdpa_backward graph (either variant, *dp_workspace saying which),
+// else the first difference, naming the operation and the operand.
+std::string composite_graph_difference(const std::vector<const Descriptor*>& ops, bool* dp_workspace) {
+  if (ops.size() != 17 && ops.size() != 18) {
+    return std::to_string(ops.size()) + " operations; cudnn-frontend's sdpa_backward has 17 (dP workspace) or 18";
+  }
+  *dp_workspace = ops.size() == 17;
+  // The sizes from Q and K^T, matmul_Q_KT's operands.
+  const std::vector<const Descriptor*> qk = operands(*ops[3]);
+  TensorInfo q, k_t;
+  if (qk.size() != 3 || !tensor_info(qk[0], &q) || !tensor_info(qk[1], &k_t)) {
+    return "operation 3 is not a matmul of two tensors (cudnn-frontend's matmul_Q_KT)";
+  }
+  const std::vector<ExpectedOperation> expected =
+      frontend_sdpa_backward(q.dims[0], q.dims[1], q.dims[2], k_t.dims[3], q.dims[3], q.type, *dp_workspace);
+  std::map<std::string, int64_t> uid_of;
+  std::map<int64_t, std::string> role_of;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ExpectedOperation& e = expected[i];
+    const Descriptor& op = *ops[i];
+    const std::string where = "operation " + std::to_string(i) + " (cudnn-frontend's " + e.name + ")";
+    if (op.type != e.kind) return where + ": descriptor type " + std::to_string(op.type);
+    if (op.type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR) {
+      const Descriptor* pw = child(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
+      if (pw == nullptr || values<cudnnPointwiseMode_t>(*pw, CUDNN_ATTR_POINTWISE_MODE)[0] != e.mode) {
+        return where + ": pointwise mode, expected " + std::to_string(e.mode);
+      }
+      if (!pw->attributes.count(CUDNN_ATTR_POINTWISE_MATH_PREC) ||
+          values<cudnnDataType_t>(*pw, CUDNN_ATTR_POINTWISE_MATH_PREC)[0] != CUDNN_DATA_FLOAT) {
+        return where + ": math precision, expected fp32";
+      }
+    } else if (op.type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) {
+      const Descriptor* mm = child(op, CUDNN_ATTR_OPERATION_MATMUL_DESC);
+      if (mm == nullptr || values<cudnnDataType_t>(*mm, CUDNN_ATTR_MATMUL_COMP_TYPE)[0] != CUDNN_DATA_FLOAT) {
+        return where + ": matmul compute type, expected fp32";
+      }
+    } else if (op.type == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR) {
+      const Descriptor* r = child(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC);
+      if (r == nullptr ||
+          values<cudnnReduceTensorOp_t>(*r, CUDNN_ATTR_REDUCTION_OPERATOR)[0] != CUDNN_REDUCE_TENSOR_ADD ||
+          values<cudnnDataType_t>(*r, CUDNN_ATTR_REDUCTION_COMP_TYPE)[0] != CUDNN_DATA_FLOAT) {
+        return where + ": reduction, expected ADD in fp32";
+      }
+    }
+    const std::vector<const Descriptor*> given = operands(op);
+    if (given.size() != e.operands.size()) {
+      return where + ": " + std::to_string(given.size()) + " operands, expected " + std::to_string(e.operands.size());
+    }
+    std::vector<TensorInfo> infos(given.size());
+    for (size_t j = 0; j < given.size(); ++j) {
+      const ExpectedTensor& et = e.operands[j];
+      TensorInfo& t = infos[j];
+      const std::string operand = where + ", operand " + std::to_string(j) + " (" + et.role + ")";
+      if (!tensor_info(given[j], &t)) return operand + ": not a finalised tensor descriptor";
+      if (t.type != et.type || t.dims != et.dims || (et.strides && t.strides != *et.strides) ||
+          t.is_virtual != et.is_virtual || t.by_value != et.by_value) {
+        return operand + ": " + text(t) + "; cudnn-frontend builds type " + std::to_string(et.type) + " dims " +
+               text(et.dims) + (et.strides ? " strides " + text(*et.strides) : std::string()) +
+               (et.is_virtual ? " virtual" : "") + (et.by_value ? " by value" : "");
+      }
+      // A caller's tensor has unit stride along the features (K and V enter transposed).
+      const int feature = et.role == "K^T" || et.role == "V^T" ? 2 : 3;
+      if (!et.is_virtual && !et.by_value && !et.strides && t.strides[feature] != 1) {
+        return operand + ": " + text(t) + " has no unit stride along the features";
+      }
+      // One uid per role, one role per uid: every operation reads the tensor the frontend's reads.
+      const auto [u, new_role] = uid_of.emplace(et.role, t.uid);
+      if (u->second != t.uid)
+        return operand + ": uid " + std::to_string(t.uid) + " where earlier operations used " +
+               std::to_string(u->second);
+      const auto [r, new_uid] = role_of.emplace(t.uid, et.role);
+      if (r->second != et.role) return operand + ": uid " + std::to_string(t.uid) + " is already " + r->second;
+    }
+    // A reshape here is a transposed view: the same elements, the last two dimensions swapped.
+    if (op.type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR &&
+        (infos[1].dims != swap_last_two(infos[0].dims) || infos[1].strides != swap_last_two(infos[0].strides))) {
+      return where + ": " + text(infos[1]) + " is not " + text(infos[0]) + " transposed";
+    }
+  }
+  return "";
+}
+
+// Runs the graph's operations in order on host memory: caller and workspace tensors through the variant pack's
+// pointers, by-value scalars from it, virtual tensors in buffers of the fake's own (each element rounded to its
+// tensor's type). Every tensor is read and written through its own dimensions and strides (size-1 dimensions
+// broadcast), so a wrong stride or operand shows in the numbers.
+class GraphInterpreter {
+ public:
+  explicit GraphInterpreter(std::function<void*(int64_t)> pointer_of) : pointer_of_(std::move(pointer_of)) {}
+
+  void run(const Descriptor& op) {
+    const std::vector<const Descriptor*> given = operands(op);
+    std::vector<Tensor> t;
+    for (const Descriptor* d : given) {
+      TensorInfo info;
+      if (!tensor_info(d, &info)) throw std::runtime_error("graph: an operand is not a tensor descriptor");
+      t.push_back(bind(info, d == given.back()));
+    }
+    switch (op.type) {
+      case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: {
+        const auto mode = values<cudnnPointwiseMode_t>(*child(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR),
+                                                       CUDNN_ATTR_POINTWISE_MODE)[0];
+        const Tensor& y = t.back();
+        for_each(y.info.dims, [&](const Index& i) {
+          const double x = t[0].read(i), b = t.size() == 3 ? t[1].read(i) : 0.0;
+          double v = 0.0;
+          switch (mode) {
+            case CUDNN_POINTWISE_MUL:
+              v = x * b;
+              break;
+            case CUDNN_POINTWISE_SUB:
+              v = x - b;
+              break;
+            case CUDNN_POINTWISE_EXP:
+              v = std::exp(x);
+              break;
+            case CUDNN_POINTWISE_IDENTITY:
+              v = x;
+              break;
+            default:
+              throw std::runtime_error("graph: a pointwise mode the fake does not run");
+          }
+          y.write(i, v);
+        });
+        break;
+      }
+      case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: {
+        const Tensor &x = t[0], &y = t[1];
+        // Sums in a dense buffer over y's dimensions.
+        const Index& yd = y.info.dims;
+        std::vector<double> sums(static_cast<size_t>(yd[0] * yd[1] * yd[2] * yd[3]), 0.0);
+        const auto dense = [&](const Index& i) {
+          const Index b = broadcast(y.info, i);
+          return static_cast<size_t>(((b[0] * yd[1] + b[1]) * yd[2] + b[2]) * yd[3] + b[3]);
+        };
+        for_each(x.info.dims, [&](const Index& i) { sums[dense(i)] += x.read(i); });
+        for_each(yd, [&](const Index& i) { y.write(i, sums[dense(i)]); });
+        break;
+      }
+      case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: {
+        const Tensor &a = t[0], &b = t[1], &c = t[2];
+        const Index &ad = a.info.dims, &bd = b.info.dims, &cd = c.info.dims;
+        if (ad[3] != bd[2] || ad[2] != cd[2] || bd[3] != cd[3]) {
+          throw std::runtime_error("graph: matmul of " + text(ad) + " by " + text(bd) + " into " + text(cd));
+        }
+        for_each(cd, [&](const Index& i) {
+          double sum = 0.0;
+          for (int64_t k = 0; k < ad[3]; ++k) sum += a.read({i[0], i[1], i[2], k}) * b.read({i[0], i[1], k, i[3]});
+          c.write(i, sum);
+        });
+        break;
+      }
+      case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR: {
+        // Y views X's elements: X laid out by its strides in scratch memory, read back with Y's strides.
+        const Tensor &x = t[0], &y = t[1];
+        if (span(y.info) > span(x.info)) throw std::runtime_error("graph: a reshape past its input's elements");
+        std::vector<double> memory(static_cast<size_t>(span(x.info)), 0.0);
+        for_each(x.info.dims, [&](const Index& i) { memory[static_cast<size_t>(offset(x.info, i))] = x.read(i); });
+        for_each(y.info.dims, [&](const Index& i) { y.write(i, memory[static_cast<size_t>(offset(y.info, i))]); });
+        break;
+      }
+      default:
+        throw std::runtime_error("graph: an operation the fake does not run");
+    }
+  }
+
+ private:
+  using Index = std::array<int64_t, 4>;
+
+  // One operand resolved once: a virtual tensor's buffer, a by-value scalar, or caller memory.
+  struct Tensor {
+    TensorInfo info;
+    std::vector<double>* buffer = nullptr;
+    void* memory = nullptr;
+    cuda::ElementType element = cuda::ElementType::f32;
+    double scalar = 0.0;
+
+    double read(const Index& i) const {
+      if (info.by_value) return scalar;
+      if (buffer != nullptr) return (*buffer)[dense(info, i)];
+      return cuda::load_element(memory, element, offset(info, i));
+    }
+    void write(const Index& i, double v) const {
+      if (info.by_value) throw std::runtime_error("graph: writing a by-value tensor");
+      if (buffer != nullptr) {
+        (*buffer)[dense(info, i)] = rounded(info.type, v);
+      } else {
+        cuda::store_element(memory, element, offset(info, i), v);
+      }
+    }
+  };
+
+  Tensor bind(const TensorInfo& info, bool output) {
+    Tensor t{info};
+    if (info.by_value) {
+      t.scalar = *static_cast<const float*>(pointer(info));
+    } else if (info.is_virtual) {
+      auto it = buffers_.find(info.uid);
+      if (it == buffers_.end()) {
+        if (!output)
+          throw std::runtime_error("graph: virtual uid " + std::to_string(info.uid) + " read before written");
+        const Index& d = info.dims;
+        it = buffers_.emplace(info.uid, std::vector<double>(static_cast<size_t>(d[0] * d[1] * d[2] * d[3]), 0.0)).first;
+      }
+      t.buffer = &it->second;
+    } else {
+      t.memory = pointer(info);
+      t.element = element(info.type);
+    }
+    return t;
+  }
+
+  template <class F>
+  static void for_each(const Index& dims, F&& f) {
+    Index i{};
+    for (i[0] = 0; i[0] < dims[0]; ++i[0])
+      for (i[1] = 0; i[1] < dims[1]; ++i[1])
+        for (i[2] = 0; i[2] < dims[2]; ++i[2])
+          for (i[3] = 0; i[3] < dims[3]; ++i[3]) f(i);
+  }
+  static Index broadcast(const TensorInfo& t, Index i) {
+    for (int k = 0; k < 4; ++k) i[k] = t.dims[k] == 1 ? 0 : i[k];
+    return i;
+  }
+  static int64_t offset(const TensorInfo& t, const Index& i) {
+    int64_t o = 0;
+    for (int k = 0; k < 4; ++k) o += (t.dims[k] == 1 ? 0 : i[k]) * t.strides[k];
+    return o;
+  }
+  // A virtual tensor's element in the fake's buffer: by index, not by its strides (cuDNN never materialises a
+  // virtual tensor, and the frontend declares some with strides that overlap, as mul_dO_O's [h s d, s d, h d, 1]).
+  static size_t dense(const TensorInfo& t, const Index& i) {
+    const Index b = broadcast(t, i);
+    return static_cast<size_t>(((b[0] * t.dims[1] + b[1]) * t.dims[2] + b[2]) * t.dims[3] + b[3]);
+  }
+  static int64_t span(const TensorInfo& t) {
+    int64_t s = 1;
+    for (int k = 0; k < 4; ++k) s += (t.dims[k] - 1) * t.strides[k];
+    return s;
+  }
+  static double rounded(cudnnDataType_t type, double v) {
+    if (type == CUDNN_DATA_BFLOAT16) return bf16_to_float(float_to_bf16(static_cast<float>(v)));
+    return static_cast<float>(v);
+  }
+  static cuda::ElementType element(cudnnDataType_t type) {
+    if (type == CUDNN_DATA_FLOAT) return cuda::ElementType::f32;
+    if (type == CUDNN_DATA_BFLOAT16) return cuda::ElementType::bf16;
+    throw std::runtime_error("graph: a data type the fake does not run");
+  }
+  void* pointer(const TensorInfo& t) {
+    void* p = pointer_of_(t.uid);
+    if (p == nullptr) throw std::runtime_error("graph: uid " + std::to_string(t.uid) + " is not in the variant pack");
+    return p;
+  }
+
+  std::function<void*(int64_t)> pointer_of_;
+  std::map<int64_t, std::vector<double>> buffers_;
+};
+
 }  // namespace
 
 Counters& counters() {
@@ -154,6 +509,12 @@ int64_t plan_workspace_bytes = 0;
 void set_plan_workspace_bytes(int64_t bytes) { plan_workspace_bytes = bytes; }
 int64_t refused_query_rows = 0;
 void set_refused_query_rows(int64_t s_q) { refused_query_rows = s_q; }
+bool native_backward_refused = true;
+void set_native_sdpa_backward_refused(bool refused) { native_backward_refused = refused; }
+bool native_backward_execution_fails = false;
+void set_native_sdpa_backward_execution_fails(bool fails) { native_backward_execution_fails = fails; }
+bool all_engines_nondeterministic = false;
+void set_all_engines_nondeterministic(bool all) { all_engines_nondeterministic = all; }
 const std::string& last_error() { return error; }
 
 }  // namespace vitpipe::fake_cudnn
@@ -231,9 +592,54 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t handle) {
       if (complete && refuses_query_rows(d, CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC)) {
         return not_supported("SDPA_BWD: no engine for this many query rows (the fake's refusal)");
       }
+      if (complete && native_backward_refused) {
+        return bad("SDPA_BWD: CUDNN_STATUS_BAD_PARAM (the fake's refusal, as cuDNN up to 9.20 is reported to)");
+      }
+      break;
+    case CUDNN_BACKEND_POINTWISE_DESCRIPTOR:
+      complete = has(d, {CUDNN_ATTR_POINTWISE_MODE, CUDNN_ATTR_POINTWISE_MATH_PREC});
+      break;
+    case CUDNN_BACKEND_MATMUL_DESCRIPTOR:
+      complete = has(d, {CUDNN_ATTR_MATMUL_COMP_TYPE});
+      break;
+    case CUDNN_BACKEND_REDUCTION_DESCRIPTOR:
+      complete = has(d, {CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_ATTR_REDUCTION_COMP_TYPE});
+      break;
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR:
+      complete = has(d, {CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+                         CUDNN_ATTR_OPERATION_POINTWISE_YDESC});
+      break;
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR:
+      complete = has(d, {CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+                         CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_DESC});
+      break;
+    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
+      complete = has(d, {CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+                         CUDNN_ATTR_OPERATION_REDUCTION_YDESC});
+      break;
+    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
+      complete = has(d, {CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_ATTR_OPERATION_RESHAPE_YDESC});
       break;
     case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
       complete = has(d, {CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_ATTR_OPERATIONGRAPH_HANDLE});
+      if (complete && values<cudnnBackendDescriptor_t>(d, CUDNN_ATTR_OPERATIONGRAPH_OPS).size() > 1) {
+        // Any graph of several operations must be cudnn-frontend's composite SDPA backward.
+        std::vector<const Descriptor*> ops;
+        for (cudnnBackendDescriptor_t op : values<cudnnBackendDescriptor_t>(d, CUDNN_ATTR_OPERATIONGRAPH_OPS)) {
+          ops.push_back(as(op));
+        }
+        bool dp_workspace = false;
+        if (const std::string why = composite_graph_difference(ops, &dp_workspace); !why.empty()) {
+          return bad("composite SDPA backward graph: " + why);
+        }
+        vitpipe::cuda::StridedTensor4d q;
+        int64_t id = 0;
+        if (refused_query_rows > 0 && strided(operands(*ops[3])[0], &q, &id) && q.dims[2] == refused_query_rows) {
+          return not_supported("composite SDPA backward: no engine for this many query rows (the fake's refusal)");
+        }
+        ++counters().composite_graphs_finalized;
+        counters().last_composite_dp_workspace = dp_workspace;
+      }
       if (complete) ++counters().graphs_finalized;
       break;
     case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR:
@@ -281,7 +687,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const handle, cu
     return CUDNN_STATUS_SUCCESS;
   }
   if (name == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE && type == CUDNN_TYPE_NUMERICAL_NOTE) {
-    *count = d.engine == 0 ? 1 : 0;
+    *count = d.engine == 0 || all_engines_nondeterministic ? 1 : 0;
     if (*count > requested) return bad("numerical notes: no room");
     if (*count == 1) static_cast<cudnnBackendNumericalNote_t*>(elements)[0] = CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
     return CUDNN_STATUS_SUCCESS;
@@ -302,7 +708,9 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t plan_h
   const Descriptor& pack = *as(pack_handle);
   if (!plan.finalized || !pack.finalized) return bad("executing an unfinalised plan or variant pack");
   const Descriptor* config = child(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG);
-  const Descriptor* op = child(*config->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS);
+  const std::vector<cudnnBackendDescriptor_t> graph_ops =
+      values<cudnnBackendDescriptor_t>(*config->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS);
+  const Descriptor* op = as(graph_ops[0]);
   const std::vector<int64_t> ids = values<int64_t>(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS);
   const std::vector<void*> pointers = values<void*>(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS);
   if (ids.size() != pointers.size()) return bad("variant pack: ids and pointers differ in number");
@@ -328,7 +736,11 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t plan_h
     return true;
   };
   try {
-    if (op->type == CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR) {
+    if (graph_ops.size() > 1) {
+      // The composite graph, checked against cudnn-frontend's when finalised: run op by op.
+      GraphInterpreter interpreter(pointer_of);
+      for (cudnnBackendDescriptor_t o : graph_ops) interpreter.run(*as(o));
+    } else if (op->type == CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR) {
       SdpaForwardCall call;
       call.what = "fake SDPA_FWD";
       SdpaForwardShape& s = call.shape;
@@ -344,6 +756,8 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t plan_h
       s.batch = s.q.dims[0], s.heads = s.q.dims[1], s.s_q = s.q.dims[2], s.s_kv = s.k.dims[2], s.head_dim = s.q.dims[3];
       call.q = q, call.k = k, call.v = v, call.o = o, call.stats = static_cast<float*>(stats);
       interpret_sdpa_forward(call);
+    } else if (op->type == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR && native_backward_execution_fails) {
+      return bad("SDPA_BWD: CUDNN_STATUS_EXECUTION_FAILED (the fake's failure at execution)");
     } else if (op->type == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR) {
       SdpaBackwardCall call;
       call.what = "fake SDPA_BWD";

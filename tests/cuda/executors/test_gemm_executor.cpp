@@ -117,4 +117,64 @@ TEST(GemmExecutorPlans, ACallBreakingTheRulesNeverReachesCublasLt) {
   EXPECT_EQ(fake_cublaslt::counters().matmuls, matmuls_before);
 }
 
+// Issue #42: the heuristic is asked for several algorithms, and one cuBLASLt refuses at run time (NOT_SUPPORTED)
+// falls through to the next instead of failing the op; the refused one is not tried again for that shape.
+class GemmExecutorFallThrough : public ::testing::Test {
+ protected:
+  void TearDown() override { fake_cublaslt::behaviour() = {}; }
+};
+
+TEST_F(GemmExecutorFallThrough, AnAlgorithmRefusedAtRunTimeFallsThroughToTheNext) {
+  std::vector<char> workspace(1 << 20);
+  cuda::GemmExecutor executor(reinterpret_cast<cublasLtHandle_t>(&workspace), workspace.data(), workspace.size());
+  auto cpu = make_cpu_backend();
+  fake_cublaslt::behaviour().refused_algorithm = 0;  // the heuristic's first choice
+  const Tensor in = random_tensor({197, 192}, DType::f32, 60), w = random_tensor({576, 192}, DType::f32, 61, 0.05);
+  const Tensor bias = random_tensor({576}, DType::f32, 62);
+  const Tensor expected = Tensor::empty({197, 576});
+  cpu->linear_forward(in, w, &bias, nullptr, expected);
+  for (int call = 0; call < 2; ++call) {
+    const Tensor actual = Tensor::zeros({197, 576});
+    const int matmuls_before = fake_cublaslt::counters().matmuls;
+    ASSERT_NO_THROW(executor.run(
+        cuda::linear_forward_gemm(matrix(in), matrix(w), call_tests::bias_vector(bias), nullptr, matrix(actual)),
+        nullptr))
+        << fake_cublaslt::last_error();
+    EXPECT_LT(relative_difference(actual, expected), call_tests::kF32Tolerance) << call;
+    // The first call tries the refused algorithm, then the next; the second goes straight to the one that ran.
+    EXPECT_EQ(fake_cublaslt::counters().matmuls - matmuls_before, call == 0 ? 2 : 1) << call;
+  }
+  EXPECT_EQ(executor.refused_algorithms(), 1);
+  EXPECT_GT(fake_cublaslt::counters().largest_request, 1);
+}
+
+TEST_F(GemmExecutorFallThrough, EveryAlgorithmRefusedThrowsNamingTheRefusals) {
+  std::vector<char> workspace(1 << 20);
+  cuda::GemmExecutor executor(reinterpret_cast<cublasLtHandle_t>(&workspace), workspace.data(), workspace.size());
+  fake_cublaslt::behaviour().algorithms_offered = 1;
+  fake_cublaslt::behaviour().refused_algorithm = 0;
+  const Tensor in = random_tensor({64, 192}, DType::f32, 63), w = random_tensor({192, 192}, DType::f32, 64);
+  const Tensor out = Tensor::zeros({64, 192});
+  try {
+    executor.run(cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(out)), nullptr);
+    FAIL() << "no throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("refused every algorithm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(GemmExecutorFallThrough, AnExecutionFailureIsNotRetried) {
+  std::vector<char> workspace(1 << 20);
+  cuda::GemmExecutor executor(reinterpret_cast<cublasLtHandle_t>(&workspace), workspace.data(), workspace.size());
+  fake_cublaslt::behaviour().failing_matmuls = 1;
+  const Tensor in = random_tensor({64, 192}, DType::f32, 65), w = random_tensor({192, 192}, DType::f32, 66);
+  const Tensor out = Tensor::zeros({64, 192});
+  const int matmuls_before = fake_cublaslt::counters().matmuls;
+  EXPECT_THROW(executor.run(cuda::linear_forward_gemm(matrix(in), matrix(w), {}, nullptr, matrix(out)), nullptr),
+               std::runtime_error);
+  EXPECT_EQ(fake_cublaslt::counters().matmuls - matmuls_before, 1);
+  EXPECT_EQ(executor.refused_algorithms(), 0);
+}
+
 }  // namespace

@@ -32,7 +32,26 @@ std::vector<StreamEvent> take_stream_events() {
   std::lock_guard<std::mutex> lock(log_mutex);
   return std::exchange(logs[std::this_thread::get_id()], {});
 }
+CallCounts& call_counts() {
+  static CallCounts counts;
+  return counts;
+}
+namespace {
+std::mutex pinned_mutex;
+std::map<const char*, size_t> pinned;  // start -> bytes of each cudaHostAlloc block
+
+bool is_pinned(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  std::lock_guard<std::mutex> lock(pinned_mutex);
+  auto it = pinned.upper_bound(c);
+  if (it == pinned.begin()) return false;
+  --it;
+  return c >= it->first && c + bytes <= it->first + it->second;
+}
+}  // namespace
 }  // namespace vitpipe::fake_cuda_runtime
+
+using vitpipe::fake_cuda_runtime::call_counts;
 
 extern "C" {
 
@@ -64,14 +83,49 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  ++call_counts().event_synchronizations;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  ++call_counts().stream_synchronizations;
+  return cudaSuccess;
+}
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  ++call_counts().device_allocations;
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void* p) {
+  ++call_counts().device_frees;
+  std::free(p);
+  return cudaSuccess;
+}
+// Stream-ordered: the stream has run everything enqueued before, so the block is free (or taken) at once.
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  ++call_counts().stream_ordered_allocations;
+  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  ++call_counts().stream_ordered_frees;
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+  ++call_counts().pinned_allocations;
+  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
+  std::lock_guard<std::mutex> lock(vitpipe::fake_cuda_runtime::pinned_mutex);
+  vitpipe::fake_cuda_runtime::pinned[static_cast<const char*>(*p)] = bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(vitpipe::fake_cuda_runtime::pinned_mutex);
+    vitpipe::fake_cuda_runtime::pinned.erase(static_cast<const char*>(p));
+  }
   std::free(p);
   return cudaSuccess;
 }
@@ -79,7 +133,13 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  if (kind == cudaMemcpyHostToDevice) {
+    ++(vitpipe::fake_cuda_runtime::is_pinned(src, bytes) ? call_counts().pinned_uploads
+                                                         : call_counts().pageable_uploads);
+  } else if (kind == cudaMemcpyDeviceToHost && !vitpipe::fake_cuda_runtime::is_pinned(dst, bytes)) {
+    ++call_counts().pageable_readbacks;
+  }
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }

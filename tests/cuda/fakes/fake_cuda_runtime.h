@@ -1,9 +1,11 @@
 // What the fake CUDA runtime (fake_cuda_runtime.cpp) records of events: each cudaEventRecord and cudaStreamWaitEvent,
-// per calling thread, for the NCCL executor's tests (the communication stream waits for the compute stream).
+// per calling thread, for the NCCL executor's tests (the communication stream waits for the compute stream); and
+// counts of the calls that cost a real GPU a host wait or a device-wide synchronisation, for CudaBackend's tests.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <vector>
 
@@ -18,6 +20,23 @@ struct StreamEvent {
 void log_stream_event(const StreamEvent& e);
 // The calling thread's events since its last call.
 std::vector<StreamEvent> take_stream_events();
+
+// Calls counted over all threads since the process started (tests take differences). On a GPU: cudaMalloc and
+// cudaFree may synchronise the device (every stream, NCCL's too); cudaStreamSynchronize drains the stream; a
+// cudaMemcpyAsync from pageable host memory is staged by the driver and returns only when the copy is done.
+struct CallCounts {
+  std::atomic<int> stream_synchronizations{0};     // cudaStreamSynchronize
+  std::atomic<int> event_synchronizations{0};      // cudaEventSynchronize
+  std::atomic<int> device_allocations{0};          // cudaMalloc
+  std::atomic<int> device_frees{0};                // cudaFree
+  std::atomic<int> stream_ordered_allocations{0};  // cudaMallocAsync
+  std::atomic<int> stream_ordered_frees{0};        // cudaFreeAsync
+  std::atomic<int> pinned_allocations{0};          // cudaHostAlloc / cudaMallocHost
+  std::atomic<int> pageable_uploads{0};            // cudaMemcpyAsync host -> device from memory not pinned
+  std::atomic<int> pinned_uploads{0};              // cudaMemcpyAsync host -> device from pinned memory
+  std::atomic<int> pageable_readbacks{0};          // cudaMemcpyAsync device -> host into memory not pinned
+};
+CallCounts& call_counts();
 
 // What the fake cudnnGetVersion answers (91900, the headers' 9.19.0, unless a test sets another).
 extern size_t cudnn_version;

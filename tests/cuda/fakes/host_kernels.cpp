@@ -1,7 +1,7 @@
-// The launchers of kernels/backend_kernels.h and kernels/flash_attention.h on the host, for CudaBackend on fakes
-// (tests/cuda/fakes): each loops over the kernel's index space calling the same backend_math.h / layernorm_math.h /
-// flash_attention_math.h functions the kernel calls, in the kernel's summation order (the column sums' chunks, the
-// warp butterflies as emulated there). What this cannot prove is the kernels' own indexing and launch
+// The launchers of kernels/backend_kernels.h, kernels/flash_attention.h and kernels/flash_attention_bf16.h on the host,
+// for CudaBackend on fakes (tests/cuda/fakes): each loops over the kernel's index space calling the same backend_math.h
+// / layernorm_math.h / flash_attention_math.h functions the kernel calls, in the kernel's summation order (the column
+// sums' chunks, the warp butterflies as emulated there). What this cannot prove is the kernels' own indexing and launch
 // configuration: only a GPU does (test_cuda_gpu).
 #include <algorithm>
 #include <cmath>
@@ -11,6 +11,8 @@
 #include "backend/cuda/kernels/backend_kernels.h"
 #include "backend/cuda/kernels/backend_math.h"
 #include "backend/cuda/kernels/flash_attention.h"
+#include "backend/cuda/kernels/flash_attention_bf16.h"
+#include "backend/cuda/kernels/flash_attention_bf16_math.h"
 #include "backend/cuda/kernels/flash_attention_math.h"
 #include "backend/cuda/kernels/layernorm_math.h"
 
@@ -366,6 +368,46 @@ cudaError_t launch_flash_attention_backward_f32(const float* qkv, const float* o
         std::memcpy(row, &dq[i * head_dim], static_cast<size_t>(head_dim) * sizeof(float));
         std::memcpy(row + hidden, &dk[i * head_dim], static_cast<size_t>(head_dim) * sizeof(float));
         std::memcpy(row + 2 * hidden, &dv[i * head_dim], static_cast<size_t>(head_dim) * sizeof(float));
+      }
+    }
+  }
+  return cudaSuccess;
+}
+
+// ---- the bf16 tensor-core backward, as flash_attention_bf16_math.h models its two kernels ----
+cudaError_t launch_flash_attention_backward_bf16(const void* qkv, const void* out, const void* grad_out,
+                                                 const float* lse, float* row_dot, void* grad_qkv, int64_t batch,
+                                                 int64_t tokens, int64_t heads, int64_t head_dim, cudaStream_t) {
+  if (!flash_bf16_head_dim_supported(head_dim) || !flash_bf16_pointers_aligned(qkv, out, grad_out, grad_qkv)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t hidden = heads * head_dim, stride = 3 * hidden, d = head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const auto widen = [&](const void* base, int64_t offset, int64_t ld, std::vector<float>& to) {
+    to.resize(static_cast<size_t>(tokens * d));
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t e = 0; e < d; ++e) to[static_cast<size_t>(t * d + e)] = widen_bf16(bits(base)[offset + t * ld + e]);
+    }
+  };
+  std::vector<float> q, k, v, o, g, dq(static_cast<size_t>(tokens * d)), dk(dq.size()), dv(dq.size());
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t at = b * tokens * stride + h * d, at_o = b * tokens * hidden + h * d;
+      widen(qkv, at, stride, q);
+      widen(qkv, at + hidden, stride, k);
+      widen(qkv, at + 2 * hidden, stride, v);
+      widen(out, at_o, hidden, o);
+      widen(grad_out, at_o, hidden, g);
+      const int64_t stats = (b * heads + h) * tokens;
+      flash_backward_head_bf16(q.data(), k.data(), v.data(), o.data(), g.data(), lse + stats, tokens, d, d, d, scale,
+                               row_dot + stats, dq.data(), dk.data(), dv.data());
+      for (int64_t t = 0; t < tokens; ++t) {
+        uint16_t* row = bits(grad_qkv) + at + t * stride;
+        for (int64_t e = 0; e < d; ++e) {
+          row[e] = round_to_bf16(dq[static_cast<size_t>(t * d + e)]);
+          row[hidden + e] = round_to_bf16(dk[static_cast<size_t>(t * d + e)]);
+          row[2 * hidden + e] = round_to_bf16(dv[static_cast<size_t>(t * d + e)]);
+        }
       }
     }
   }

@@ -174,7 +174,9 @@ class CudaBackendOnGpu : public ::testing::Test {
     }
     std::printf("attention path at T=%lld, %lld heads of %lld: %s\n", static_cast<long long>(tokens),
                 static_cast<long long>(heads), static_cast<long long>(head_dim), gpu_->attention_path().c_str());
-    EXPECT_EQ(gpu_->attention_path(), "cudnn") << "bf16 attention took the fp32 fallback";
+    // "cudnn", then which graph ran the backward passes.
+    EXPECT_EQ(gpu_->attention_path().rfind("cudnn; backward: cudnn ", 0), 0u) << gpu_->attention_path();
+    EXPECT_EQ(gpu_->attention_path().find("fallback"), std::string::npos) << "bf16 attention took the fallback";
   }
 
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
@@ -346,9 +348,29 @@ TEST_F(CudaBackendOnGpu, AttentionAtRealShapeDinov2Registers) {  // DINOv2-S wit
   check_attention_at(kRealShapeBatch, 261, kOnFakes ? 2 : 6, 64);
 }
 
+// bf16 attention's backward without cuDNN (VITPIPE_CUDA_SDPA=0, as after a refusal): the bf16 tensor-core flash
+// kernels (kernels/flash_attention_backward_bf16.cu; on the fakes their host model) at ViT-B/16's shape, with partial
+// tiles (197 = 3 x 64 + 5), against the CPU backend; the forward stays on the fp32 kernels. On a GPU this is the
+// kernels' first run.
+TEST_F(CudaBackendOnGpu, Bf16BackwardFallbackRunsOnTensorCoresAtVitB16) {
+  setenv("VITPIPE_CUDA_SDPA", "0", 1);
+  gpu_ = std::make_unique<cuda::CudaBackend>(0, false);
+  unsetenv("VITPIPE_CUDA_SDPA");
+  const int64_t batch = kRealShapeBatch, tokens = 197, heads = 12, hidden = heads * 64;
+  const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16);
+  Tensor lse = Tensor::empty({batch, heads, tokens}), out = Tensor::empty({batch, tokens, hidden}, DType::bf16);
+  compare_attention_forward("attention_forward", qkv, heads, lse, out, tolerance_for(DType::bf16));
+  compare_attention_backward(qkv, out, lse, heads, tolerance_for(DType::bf16));
+  EXPECT_NE(
+      gpu_->attention_path().find("backward: the bf16 tensor-core flash kernels at head dimensions 16, 32 and 64"),
+      std::string::npos)
+      << gpu_->attention_path();
+}
+
 #if VITPIPE_ON_FAKES
 // cuDNN refusing the backward pass alone (here: a plan asking for more workspace than any is given) sends only the
-// backward to the fallback; the forward keeps cuDNN, and the fallback's backward reads the log-sum-exp cuDNN saved.
+// backward to the fallback (the bf16 tensor-core kernels at head dimension 16); the forward keeps cuDNN, and the
+// fallback's backward reads the log-sum-exp cuDNN saved.
 TEST_F(CudaBackendOnGpu, RefusedBackwardLeavesTheForwardOnCudnn) {
   const int64_t batch = 2, tokens = 17, hidden = 64, heads = 4;
   const Tensor qkv = random_tensor({batch, tokens, 3 * hidden}, rng_, DType::bf16);
@@ -359,6 +381,10 @@ TEST_F(CudaBackendOnGpu, RefusedBackwardLeavesTheForwardOnCudnn) {
   compare_attention_backward(qkv, out, lse, heads, tol);
   fake_cudnn::set_plan_workspace_bytes(0);
   EXPECT_NE(gpu_->sdpa_refusal().find("within the workspace"), std::string::npos) << gpu_->sdpa_refusal();
+  EXPECT_NE(gpu_->attention_path().find("backward at batch 2, 17 tokens, 4 heads of 16 (on the bf16 tensor-core flash "
+                                        "kernels): attention_backward: cuDNN SDPA: the native SDPA_BWD: "),
+            std::string::npos)
+      << gpu_->attention_path();
   const int executions = fake_cudnn::counters().executions;
   compare_attention_forward("attention_forward again", qkv, heads, lse, out, tol);
   EXPECT_EQ(fake_cudnn::counters().executions, executions + 1) << "the forward pass left cuDNN";

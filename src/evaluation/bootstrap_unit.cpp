@@ -1,4 +1,4 @@
-#include "train/bootstrap_unit.h"
+#include "evaluation/bootstrap_unit.h"
 
 #include <algorithm>
 #include <unordered_map>

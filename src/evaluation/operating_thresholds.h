@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "train/curves.h"
+#include "evaluation/calibration.h"
+#include "evaluation/curves.h"
+#include "evaluation/operating_point.h"
 
 namespace vitpipe {
 

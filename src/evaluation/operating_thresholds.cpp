@@ -1,4 +1,4 @@
-#include "train/operating_thresholds.h"
+#include "evaluation/operating_thresholds.h"
 
 #include <algorithm>
 #include <cmath>

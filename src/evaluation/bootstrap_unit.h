@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "train/metrics.h"
+#include "evaluation/ranking_metrics.h"
 
 namespace vitpipe {
 
