@@ -1187,9 +1187,10 @@ int run_training(const TrainOptions& options) {
   configure_comm_deadline(resolve_comm_timeout(o.comm_timeout.value_or(-1)),
                           (std::filesystem::path(o.output_dir) / "failures.log").string());
   // Without mpirun, the pipeline's stages run as threads of this process; with --layout auto and a core-scaling
-  // profile, the ranks x threads it predicts fastest (whose ranks fit their memory) do, and the planner lays them out.
+  // profile (CPU threads: not for a GPU run), the ranks x threads it predicts fastest (whose ranks fit their memory)
+  // do, and the planner lays them out.
   int local_ranks = o.pipeline_stages, threads = o.threads;
-  if (o.layout == "auto" && !launched_as_mpi_job()) {
+  if (o.layout == "auto" && !launched_as_mpi_job() && select_device(parse_device_choice(o.device)) == Device::cpu) {
     const int cores = threads_of_one_process(o.threads);
     if (const auto split = node_split_from_scaling(o, model_config_for_plan(o), cores, false)) {
       info("--layout auto: ", split->describe());
