@@ -372,6 +372,30 @@ std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& i
   return std::nullopt;
 }
 
+namespace {
+
+// Under mpirun or srun the ranks are the job's: what a core-scaling profile prefers for a node is said, for the next
+// submission, and never stops the run.
+void say_preferred_node_split(const TrainOptions& o, const ViTConfig& config, const PlanInputs& in) {
+  try {
+    const std::optional<ScaledNodeSplit> split = node_split_from_scaling(o, config, in.cores_per_node, false);
+    if (!split) return;
+    const NodeSplit& best = split->choice.chosen;
+    if (best.ranks == in.processes_per_node && best.threads == in.threads_per_process) {
+      info("--layout auto: this job's ", best.ranks, " rank(s) x ", best.threads, " thread(s) per node is the ",
+           split->describe());
+      return;
+    }
+    info("--layout auto: this job runs ", in.processes_per_node, " rank(s) x ", in.threads_per_process,
+         " thread(s) per node, but the ", split->describe(), " (launch ", best.ranks, " rank(s) per node of ",
+         best.threads, " thread(s): srun --ntasks-per-node ", best.ranks, " --cpus-per-task ", best.threads, ")");
+  } catch (const Error& e) {
+    warn("--layout auto: core scaling not used: ", e.what());
+  }
+}
+
+}  // namespace
+
 LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, const ViTConfig& config,
                                         const HostTopology& topology, const std::function<double()>& time_data_path) {
   PlanJob job;
@@ -401,6 +425,7 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   if (world.rank() == 0) {
     info("hosts: ", topology.describe(), " (MPI's shared-memory split)");
     info(plan_text(in, *plan, profiled, cache_dir_of(o)));
+    if (launched_as_mpi_job()) say_preferred_node_split(o, config, in);
     prediction = plan->ranked.front();
     send_to_every_rank(world, prediction_json(prediction).dump(), kLayoutTag);
   } else {

@@ -6,10 +6,13 @@
   is today's (1 process, no "node_split");
 - a --memory-per-process no split fits is one line naming it;
 - train --layout auto --threads 2 with the serial profile runs 2 ranks of 1 thread (what it prints, what the planner
-  lays out), records --scaling in train_options.json; without a profile it runs 1 rank as before.
+  lays out), records --scaling in train_options.json; without a profile it runs 1 rank as before;
+- under mpirun -np 2 (the job's ranks) with the profile that prefers 1 rank, train keeps its 2 ranks and says which
+  split the profile prefers (skipped, said so, without mpirun).
 The profiles are synthetic (known answers); nothing here depends on this machine's speed."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,6 +118,26 @@ with tempfile.TemporaryDirectory() as work:
     log = run(*train, "--output-dir", out).stderr
     check("node split" not in log and "plan: 1 process(es), 1 per node of " in log and "core(s), 2 thread(s) each" in log,
           "train --layout auto without a profile: 1 rank of 2 threads, as before")
+
+    # Under mpirun the ranks are the job's: the split the profile prefers is said, the run goes on with its own.
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("skip  train --layout auto under mpirun: no mpirun")
+    else:
+        start = time.monotonic()
+        result = subprocess.run([mpirun, "--oversubscribe", "--allow-run-as-root", "-np", "2", VITPIPE, "train", "--model", model,
+                                 "--data", "chestxray14:" + SAMPLE, "--batch-size", "8", "--max-steps", "1",
+                                 "--optimizer", "sgd", "--lr", "0.1", "--val-fraction", "0", "--layout", "auto",
+                                 "--link", "10Gbit,20us", "--profile-cache", cache, "--scaling", parallel, "--output-dir", os.path.join(work, "run-mpirun")],
+                                capture_output=True, text=True, timeout=120,
+                                env=dict(ENV, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                                         OMPI_MCA_mpi_yield_when_idle="1"))
+        print(f"  mpirun -np 2 vitpipe train: {time.monotonic() - start:.1f} s")
+        said = [line for line in result.stderr.splitlines() if "this job" in line]
+        print("\n".join(said))
+        check(result.returncode == 0 and any("this job runs 2 rank(s) x 1 thread(s) per node, but the node split: 1 "
+                                             "rank(s) x" in line for line in said),
+              "under mpirun -np 2 with every operation scaling: the run keeps its 2 ranks and says 1 rank is preferred")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
