@@ -1,12 +1,12 @@
 // `vitpipe plan`: the pipeline x data-parallel layout for a training job (see train/layout_auto.h). Takes train's own
 // flags (the layout flags given fix that part of the search) plus the job's size.
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/device_flag.h"
 #include "plan/core_scaling.h"
+#include "plan/node_split_choice.h"
 #include "train/layout_auto.h"
 #include "train/train_options.h"
 #include "util/error.h"
@@ -15,18 +15,9 @@
 namespace vitpipe::cli {
 namespace {
 
-// --scaling FILE: the node's cores split into ranks x threads by each operation's measured scaling.
+// --scaling FILE without --model: the node's cores split into ranks x threads by each operation's measured scaling.
 void run_node_split(const std::string& path, int cores, bool json) {
-  std::ifstream in(path);
-  VP_REQUIRE(in.good(), "--scaling ", path,
-             ": cannot open the file (write it with `vitpipe bench --scaling 1,2 --json`)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("--scaling ", path, ": invalid JSON (", e.what(), ")");
-  }
-  const CoreScaling scaling = CoreScaling::from_json(j, path);
+  const CoreScaling scaling = read_core_scaling_file(path, "--scaling");
   const int node_cores = cores > 0 ? cores : available_cores();
   const std::vector<NodeSplit> splits = rank_node_splits(scaling, node_cores);
   if (!json) {
@@ -58,7 +49,6 @@ void add_plan_command(CLI::App& app) {
     int nodes = 0;
     int top = 6;
     bool json = false;
-    std::string scaling;
     int cores = 0;
   };
   auto flags = std::make_shared<Flags>();
@@ -69,22 +59,20 @@ void add_plan_command(CLI::App& app) {
       ->type_name("K");
   cmd->add_option("--top", flags->top, "Layouts to print (default 6)")->type_name("N");
   cmd->add_flag("--json", flags->json, "Print the plan as JSON");
-  cmd->add_option("--scaling", flags->scaling,
-                  "Instead of the layout: split a node's cores into ranks x threads by each operation's measured "
-                  "scaling (the JSON of `vitpipe bench --scaling 1,2 --json`); an operation that does not scale "
-                  "favours more ranks of fewer threads")
-      ->type_name("FILE");
-  cmd->add_option("--cores", flags->cores, "With --scaling: the node's cores (default 0: this machine's)")
+  cmd->add_option("--cores", flags->cores,
+                  "With --scaling: the node's cores it splits into ranks x threads (default 0: this process's threads)")
       ->type_name("N");
   cmd->callback([parser, flags] {
-    if (!flags->scaling.empty()) {
-      run_node_split(flags->scaling, flags->cores, flags->json);
+    const TrainOptions options = parser->resolve(false);
+    // --scaling FILE alone (train's flag, without --model): only the node split; with --model (and no
+    // --processes) the plan runs on the ranks x threads it chooses.
+    if (!options.scaling.empty() && options.model.empty()) {
+      run_node_split(options.scaling, flags->cores, flags->json);
       return;
     }
-    const TrainOptions options = parser->resolve(false);
     require_cpu_device(options.device, "plan",  // plan profiles the device it plans for
                        "profiles segments on the CPU only; GPU segment profiles are not built yet");
-    run_plan_command(options, flags->processes, flags->nodes, flags->top, flags->json);
+    run_plan_command(options, flags->processes, flags->nodes, flags->top, flags->json, flags->cores);
   });
 }
 

@@ -311,6 +311,27 @@ Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled, int 
   return plan;
 }
 
+std::optional<ScaledNodeSplit> node_split_from_scaling(const TrainOptions& o, const ViTConfig& config, int cores,
+                                                       bool constrained) {
+  std::optional<CoreScalingSource> found = find_core_scaling(o.scaling, cache_dir_of(o));
+  if (!found) return std::nullopt;
+  const auto fits = [&](int ranks, int threads) {
+    PlanJob job;
+    job.processes = ranks;
+    PlanInputs in = plan_inputs(o, config, job, LinkModel{1e12, 0.0, 0.0, "one node"}, constrained);
+    in.threads_per_process = threads;
+    in.cores_per_node = cores;
+    return some_layout_fits_memory(in);
+  };
+  const std::string memory = o.memory_per_process.empty()
+                                 ? concat(format_bytes(machine_memory_bytes()), " of this machine shared by the ranks")
+                                 : concat("--memory-per-process ", o.memory_per_process);
+  ScaledNodeSplit split;
+  split.choice = choose_node_split(found->scaling, cores, fits, memory);
+  split.source = found->path;
+  return split;
+}
+
 std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& in, const TrainOptions& o,
                                         int corunning_ranks, bool* profiled) {
   // Every rank profiles at the same time as rank 0 (the slowest rank's times kept), so the profile holds what
@@ -351,6 +372,30 @@ std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& i
   return std::nullopt;
 }
 
+namespace {
+
+// Under mpirun or srun the ranks are the job's: what a core-scaling profile prefers for a node is said, for the next
+// submission, and never stops the run.
+void say_preferred_node_split(const TrainOptions& o, const ViTConfig& config, const PlanInputs& in) {
+  try {
+    const std::optional<ScaledNodeSplit> split = node_split_from_scaling(o, config, in.cores_per_node, false);
+    if (!split) return;
+    const NodeSplit& best = split->choice.chosen;
+    if (best.ranks == in.processes_per_node && best.threads == in.threads_per_process) {
+      info("--layout auto: this job's ", best.ranks, " rank(s) x ", best.threads, " thread(s) per node is the ",
+           split->describe());
+      return;
+    }
+    info("--layout auto: this job runs ", in.processes_per_node, " rank(s) x ", in.threads_per_process,
+         " thread(s) per node, but the ", split->describe(), " (launch ", best.ranks, " rank(s) per node of ",
+         best.threads, " thread(s): srun --ntasks-per-node ", best.ranks, " --cpus-per-task ", best.threads, ")");
+  } catch (const Error& e) {
+    warn("--layout auto: core scaling not used: ", e.what());
+  }
+}
+
+}  // namespace
+
 LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, const ViTConfig& config,
                                         const HostTopology& topology, const std::function<double()>& time_data_path) {
   PlanJob job;
@@ -380,6 +425,7 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   if (world.rank() == 0) {
     info("hosts: ", topology.describe(), " (MPI's shared-memory split)");
     info(plan_text(in, *plan, profiled, cache_dir_of(o)));
+    if (launched_as_mpi_job()) say_preferred_node_split(o, config, in);
     prediction = plan->ranked.front();
     send_to_every_rank(world, prediction_json(prediction).dump(), kLayoutTag);
   } else {
@@ -411,14 +457,19 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   return prediction;
 }
 
-void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json) {
+void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json, int cores) {
   VP_REQUIRE(processes >= 0, "--processes must be >= 1 (got ", processes, ")");
   VP_REQUIRE(nodes >= 0, "--nodes must be >= 1, or 0 for the hosts mpirun's ranks share memory on (got ", nodes, ")");
   VP_REQUIRE(rows >= 1, "--top must be >= 1 (got ", rows, ")");
   const ViTConfig config = model_config_for_plan(options);
+  // One process without --processes: the ranks x threads a core-scaling profile prefers, when there is one.
+  std::optional<ScaledNodeSplit> split;
+  if (!launched_as_mpi_job() && processes == 0 && nodes <= 1) {
+    split = node_split_from_scaling(options, config, cores > 0 ? cores : threads_of_one_process(options.threads), true);
+  }
   run_on_world(1, options.threads, [&](Communicator& world) {
     PlanJob job;
-    job.processes = launched_as_mpi_job() ? world.size() : std::max(1, processes);
+    job.processes = launched_as_mpi_job() ? world.size() : split ? split->choice.chosen.ranks : std::max(1, processes);
     VP_REQUIRE(!launched_as_mpi_job() || processes == 0 || processes == world.size(), "--processes ", processes,
                " disagrees with mpirun's ", world.size(), " processes: give one of them");
     const HostTopology topology = learn_host_topology(world);
@@ -434,6 +485,10 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     measure_reduction(world, options, config, link);
     if (launched_as_mpi_job()) measure_reduction_across_hosts(world, topology, options, link);
     PlanInputs in = plan_inputs(options, config, job, link, true);
+    if (split) {
+      in.threads_per_process = split->choice.chosen.threads;
+      in.cores_per_node = split->choice.cores;
+    }
     if (launched_as_mpi_job()) measure_reduction_inside_hosts(world, topology, options, config, in);
     bool profiled = false;
     // Under mpirun every rank profiles alongside rank 0, as train --layout auto does: the profile then holds what
@@ -445,12 +500,14 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     if (json) {
       nlohmann::json j = plan_json(in, plan, rows);
       j["profile_measured"] = profiled;
+      if (split) j["node_split"] = node_split_json(split->choice, split->source);
       j["hosts"] = {{"count", topology.hosts()},
                     {"host_of_rank", topology.host_of_rank},
                     {"source", launched_as_mpi_job() ? "MPI's shared-memory split" : "one process"}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       if (launched_as_mpi_job()) std::printf("hosts: %s (MPI's shared-memory split)\n", topology.describe().c_str());
+      if (split) std::printf("%s\n", split->describe().c_str());
       std::printf("%s", plan_text(in, plan, profiled, cache_dir_of(options)).c_str());
       std::string flags;
       for (const auto& f : plan.ranked.front().layout.train_flags()) flags += " " + f;

@@ -11,6 +11,7 @@
 #include "parallel/communicator.h"
 #include "parallel/host_topology.h"
 #include "plan/layout_search.h"
+#include "plan/node_split_choice.h"
 #include "train/train_options.h"
 
 namespace vitpipe {
@@ -62,8 +63,22 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& optio
                                         const HostTopology& topology,
                                         const std::function<double()>& time_data_path = {});
 
+// The ranks x threads one process's `cores` split into (train --layout auto without mpirun, plan without
+// --processes): the fastest by the core scaling (--scaling FILE, else the profile cache's core_scaling.json) among the
+// rank counts for which some layout fits each rank's memory (--memory-per-process, else the machine's memory shared
+// by the ranks; the planner's memory model). nullopt without a scaling profile: one rank of every thread, as before.
+// `constrained`: as plan_inputs'. Throws when no split fits.
+struct ScaledNodeSplit {
+  NodeSplitChoice choice;
+  std::string source;  // the scaling profile's path
+  std::string describe() const { return describe_node_split(choice, source); }
+};
+std::optional<ScaledNodeSplit> node_split_from_scaling(const TrainOptions& options, const ViTConfig& config, int cores,
+                                                       bool constrained);
+
 // `vitpipe plan`: prints (or writes as JSON) the plan for `options` on `processes` processes (0 = mpirun's, or 1)
 // spread over `nodes` (0 = under mpirun the hosts its ranks share memory on, else 1).
-void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json);
+// `cores` (0 = this process's threads): what a scaling profile splits when --processes is not given.
+void run_plan_command(const TrainOptions& options, int processes, int nodes, int rows, bool json, int cores = 0);
 
 }  // namespace vitpipe

@@ -35,6 +35,8 @@ int threads_per_process(int requested) {
 
 bool launched_as_mpi_job() { return launched_by_mpirun(); }
 
+int threads_of_one_process(int requested) { return threads_per_process(requested); }
+
 void run_on_world(int local_ranks, int threads, const std::function<void(Communicator& world)>& body) {
   if (launched_by_mpirun()) {
     configure_threads(threads_per_mpi_rank(threads));

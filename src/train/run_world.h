@@ -17,4 +17,8 @@ void run_on_world(int local_ranks, int threads, const std::function<void(Communi
 
 bool launched_as_mpi_job();
 
+// The CPU threads one process (not under mpirun) runs with for `requested` (--threads; 0 = every core it may use,
+// or Slurm's CPUs per task inside a job): what run_on_world shares among its local ranks.
+int threads_of_one_process(int requested);
+
 }  // namespace vitpipe

@@ -345,6 +345,11 @@ const std::vector<OptionDef>& option_table() {
       {"profile-cache", "DIR",
        "--layout auto: where per-segment profiles are cached (default $XDG_CACHE_HOME/vitpipe or ~/.cache/vitpipe)",
        [](O& o, const V& v) { o.profile_cache = v.null ? defaults().profile_cache : v.scalar(); }},
+      {"scaling", "FILE",
+       "--layout auto and plan: how each operation scales with a rank's threads (the JSON of `vitpipe bench "
+       "--scaling 1,2 --json`); one process splits its cores into the fastest ranks x threads whose ranks fit their "
+       "memory (default: core_scaling.json in the profile cache if there, else one rank of every thread)",
+       [](O& o, const V& v) { o.scaling = v.null ? defaults().scaling : v.scalar(); }},
       {"freeze", "WHAT", "none | backbone (a linear probe: only the classifier trains) (default none)",
        [](O& o, const V& v) {
          o.freeze = v.null ? defaults().freeze : v.choice({"none", "backbone"});
@@ -736,6 +741,7 @@ nlohmann::json TrainOptions::to_json() const {
   j["memory_per_process"] = memory_per_process;
   j["link"] = link;
   j["profile_cache"] = profile_cache;
+  j["scaling"] = scaling;
   if (layout == "auto") {  // chosen by the planner: read back, they must not count as given
     for (const auto& name : layout_option_names()) {
       std::string key = name;
@@ -848,6 +854,7 @@ TrainOptions with_recorded_paths(TrainOptions o) {
   if (!o.output_dir.empty()) o.output_dir = recorded_path(o.output_dir);
   if (!o.trace.empty()) o.trace = recorded_path(o.trace);
   if (!o.profile_cache.empty()) o.profile_cache = recorded_path(o.profile_cache);
+  if (!o.scaling.empty()) o.scaling = recorded_path(o.scaling);
   // A named set stays a name; a file is recorded where it is (named_label_set reads either).
   std::error_code error;
   if (o.labels != "chestxray14" && o.labels != "chexpert" && o.labels != "union" && !o.labels.empty() &&
@@ -965,7 +972,8 @@ const std::vector<std::string>& resume_changeable_options() {
                                                  "micro-batch-size",
                                                  "memory-per-process",
                                                  "link",
-                                                 "profile-cache"};
+                                                 "profile-cache",
+                                                 "scaling"};
   return names;
 }
 

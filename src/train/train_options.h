@@ -134,6 +134,7 @@ struct TrainOptions {
   std::string memory_per_process;  // --memory-per-process SIZE for the planner; "" = this machine's per rank
   std::string link;                // --link BANDWIDTH[,LATENCY] for the planner; "" = measured (ping-pong)
   std::string profile_cache;       // --profile-cache DIR; "" = $XDG_CACHE_HOME/vitpipe (or ~/.cache/vitpipe)
+  std::string scaling;             // --scaling FILE: per-operation core scaling; "" = the profile cache's, if any
   // Layout options given explicitly (command line or config file): --layout auto refuses them, naming the conflict.
   // Where a value came from is not part of the options' value: equal options compare equal whatever their source.
   struct GivenNames {

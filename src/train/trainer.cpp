@@ -1186,9 +1186,20 @@ int run_training(const TrainOptions& options) {
   // looks, and a remote rank's stderr is lost with the link.
   configure_comm_deadline(resolve_comm_timeout(o.comm_timeout.value_or(-1)),
                           (std::filesystem::path(o.output_dir) / "failures.log").string());
-  // Without mpirun, the pipeline's stages run as threads of this process.
+  // Without mpirun, the pipeline's stages run as threads of this process; with --layout auto and a core-scaling
+  // profile (CPU threads: not for a GPU run), the ranks x threads it predicts fastest (whose ranks fit their memory)
+  // do, and the planner lays them out.
+  int local_ranks = o.pipeline_stages, threads = o.threads;
+  if (o.layout == "auto" && !launched_as_mpi_job() && select_device(parse_device_choice(o.device)) == Device::cpu) {
+    const int cores = threads_of_one_process(o.threads);
+    if (const auto split = node_split_from_scaling(o, model_config_for_plan(o), cores, false)) {
+      info("--layout auto: ", split->describe());
+      local_ranks = split->choice.chosen.ranks;
+      threads = cores;  // shared evenly by the local ranks
+    }
+  }
   std::atomic<int> stopped_by{0};
-  run_on_world(o.pipeline_stages, o.threads, [&](Communicator& world) {
+  run_on_world(local_ranks, threads, [&](Communicator& world) {
     install_stop_handlers();  // here, after MPI_Init (which may install handlers of its own)
     RankTrainer trainer(world, o);
     trainer.run();
