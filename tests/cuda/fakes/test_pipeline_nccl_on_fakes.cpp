@@ -349,7 +349,7 @@ TEST(PipelineNcclOnFakesReplay, FindsCrossedSendsAndAcceptsPairedOnes) {
 }
 
 // Interleaved stages keep the host path (a rank's chunks have a stream each) and still equal one stage.
-TEST(PipelineNcclOnFakesInterleaved, DISABLED_KeepsTheHostPathAndEqualsOneStage) {
+TEST(PipelineNcclOnFakesInterleaved, KeepsTheHostPathAndEqualsOneStage) {
   const Problem problem;
   const Outcome one = run_pipeline(problem, 1, ScheduleKind::one_f_one_b, 1, false);
   const Outcome interleaved = run_pipeline(problem, 2, ScheduleKind::interleaved_1f1b, 2, true);
