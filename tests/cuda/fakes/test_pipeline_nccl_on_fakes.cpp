@@ -20,6 +20,7 @@
 #include "fake_cuda_runtime.h"
 #include "model/vit_stage.h"
 #include "parallel/local_communicator.h"
+#include "parallel/optimizer_shards.h"
 #include "parallel/pipeline_executor.h"
 #include "util/random.h"
 
@@ -113,19 +114,24 @@ int host_copies_now() {
   return counts.pageable_uploads.load() + counts.pinned_uploads.load() + counts.pageable_readbacks.load();
 }
 
-Outcome run_pipeline(const Problem& problem, int stages, ScheduleKind kind, int virtual_stages, bool nccl) {
+// `replicas` > 1: data-parallel replicas of the pipeline, each on its share of the batch, reducing their gradients
+// with NCCL where `nccl` says so; `sharded`: --shard-optimizer's reduce to each shard's owner (only the owner's shard
+// of a replica's gradients is the sum, and only it is read back).
+Outcome run_pipeline(const Problem& problem, int stages, ScheduleKind kind, int virtual_stages, bool nccl,
+                     int replicas = 1, bool sharded = false) {
   const VitpipeCudaModule& module = *vitpipe_cuda_module();
   const ViTConfig& c = problem.layout->config();
-  const int m = static_cast<int>(problem.batch / problem.micro_batch);
+  const int64_t per_replica = problem.batch / replicas;
+  const int m = static_cast<int>(per_replica / problem.micro_batch);
   const auto pieces = split_segments(static_cast<int>(c.num_hidden_layers), stages * virtual_stages);
   Outcome out;
   out.grads.assign(static_cast<size_t>(problem.values.numel()), 0.0f);
   out.logits.assign(static_cast<size_t>(problem.batch * c.num_labels()), 0.0f);
-  out.records.resize(static_cast<size_t>(stages));
+  out.records.resize(static_cast<size_t>(stages * replicas));
   std::mutex mutex;
   std::atomic<int> copies{0};
 
-  run_local_ranks(stages, [&](Communicator& local) {
+  run_local_ranks(stages * replicas, [&](Communicator& local) {
     CountingCommunicator world(local);
     ProcessGrid grid(world.size(), world.rank(), stages);
     std::vector<std::unique_ptr<Backend>> backends;
@@ -150,12 +156,19 @@ Outcome run_pipeline(const Problem& problem, int stages, ScheduleKind kind, int 
     options.virtual_stages = virtual_stages;
     options.buckets.bucket_bytes = 4096;
     options.nccl_stages = nccl;
+    options.nccl_gradients = nccl && replicas > 1;
+    if (sharded) {
+      for (ViTStage* stage : chunks) {
+        const FlatParameters& g = stage->gradients();
+        options.shards.push_back(shard_ranges(g.begin(), g.begin() + g.numel(), replicas, 64));
+      }
+    }
     PipelineExecutor executor(grid, world, chunks, options, nullptr);
     StepShape shape;
     shape.micro_batch_sizes.assign(static_cast<size_t>(m), problem.micro_batch);
     shape.global_rows = problem.batch;
     auto source = [&](int mb) {
-      const int64_t begin = mb * problem.micro_batch;
+      const int64_t begin = grid.replica() * per_replica + mb * problem.micro_batch;
       MicroBatchData data;
       data.images = problem.images.slice(begin, begin + problem.micro_batch);
       data.targets = problem.targets.slice(begin, begin + problem.micro_batch);
@@ -191,9 +204,13 @@ Outcome run_pipeline(const Problem& problem, int stages, ScheduleKind kind, int 
     out.nccl_recvs += recvs;
     out.device_to_device = out.device_to_device && executor.stage_exchange() != nullptr;
     out.records[static_cast<size_t>(world.rank())] = std::move(records);
-    for (ViTStage* stage : chunks) {
-      const Tensor host = to_host(stage->backend(), stage->gradients().flat());
-      std::copy(host.f32(), host.f32() + host.numel(), out.grads.begin() + stage->gradients().begin());
+    for (size_t chunk = 0; chunk < chunks.size(); ++chunk) {
+      const FlatParameters& g = chunks[chunk]->gradients();
+      const Tensor host = to_host(chunks[chunk]->backend(), g.flat());
+      ElementRange range{g.begin(), g.begin() + g.numel()};
+      if (sharded) range = options.shards[chunk][static_cast<size_t>(grid.replica())];
+      std::copy(host.f32() + (range.begin - g.begin()), host.f32() + (range.end - g.begin()),
+                out.grads.begin() + range.begin);
     }
     for (const auto& [items, logits] : evaluated) {
       for (size_t r = 0; r < items.size(); ++r) {
@@ -326,6 +343,22 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineNcclOnFakes,
                                            Case{ScheduleKind::zero_bubble_h1, 2}, Case{ScheduleKind::gpipe, 4},
                                            Case{ScheduleKind::one_f_one_b, 4}, Case{ScheduleKind::zero_bubble_h1, 4}),
                          case_name);
+
+// Stages and replicas together: the pipeline's NCCL communicator beside the replicas' (all-reduce, or with
+// --shard-optimizer the reduce to each shard's owner), 2 stages x 2 replicas.
+TEST(PipelineNcclOnFakesReplicas, TwoStagesTwoReplicasEqualOneStage) {
+  const Problem problem;
+  const Outcome one = run_pipeline(problem, 1, ScheduleKind::one_f_one_b, 1, false);
+  for (const bool sharded : {false, true}) {
+    SCOPED_TRACE(sharded ? "--shard-optimizer" : "all-reduce");
+    const Outcome both = run_pipeline(problem, 2, ScheduleKind::one_f_one_b, 1, true, 2, sharded);
+    EXPECT_TRUE(both.device_to_device);
+    EXPECT_EQ(both.messages, 2 * 2 * 2);  // labels only: 2 micro-batches per replica, step and evaluation
+    EXPECT_LT(relative_error(both.grads, one.grads), 1e-5);
+    EXPECT_NEAR(both.loss, one.loss, 1e-6 * std::fabs(one.loss));
+    EXPECT_LT(relative_error(both.logits, one.logits), 1e-5);
+  }
+}
 
 // The replay itself: two ranks sending to each other in groups of their own deadlock on NCCL (not on the fake), and
 // the same calls paired in one group each do not.
