@@ -8,7 +8,9 @@
 // the held sends (Megatron's send-forward-recv-backward pair), so both sides' groups progress together; any other
 // issues the held sends first. No slot is written while a send from it is held. Tested on the fake NCCL
 // (tests/cuda/fakes/test_pipeline_nccl_on_fakes.cpp), which also replays every rank's recorded groups with NCCL's
-// unbuffered matching to show they cannot deadlock.
+// unbuffered matching to show they cannot deadlock. The calls run on the backend's stream, in order with its ops, so
+// the host waits for nothing until finish(); a communication stream joined by events would let a held group overlap
+// the compute after it, and needs a join entry in the module's table (not there yet).
 #pragma once
 
 #include <memory>

@@ -1,8 +1,8 @@
-// The one interpreter of pipeline schedules (parallel/schedule.h): it runs this rank's instruction list for a step
-// on its model chunks (ViTStage), moving activations and gradients with non-blocking messages, the labels from the
-// first stage to the last, and reducing gradients across replicas in buckets that start while the backward pass
-// still runs. One process with one stage is the same code with every message local, so single-process training
-// and pipeline x data parallelism share one path.
+// The one interpreter of pipeline schedules (parallel/schedule.h): it runs this rank's instruction list for a step on
+// its model chunks (ViTStage), moving activations and gradients with non-blocking messages (NCCL send / recv between
+// GPUs, nccl_stage_exchange.h), the labels from the first stage to the last, and reducing gradients across replicas in
+// buckets that start while the backward pass still runs. One process with one stage is the same code with every message
+// local, so single-process training and pipeline x data parallelism share one path.
 #pragma once
 
 #include <cstdint>
