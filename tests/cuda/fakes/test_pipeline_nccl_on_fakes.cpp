@@ -298,13 +298,15 @@ std::string replay_unbuffered(const std::vector<std::vector<fake_nccl::Record>>&
 struct Case {
   ScheduleKind kind;
   int stages;
+  int64_t micro_batch = 2;  // of the batch of 8: 4 micro-batches, or 8 at 1
 };
 
 class PipelineNcclOnFakes : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PipelineNcclOnFakes, EqualsOneStageWithNoActivationThroughTheHost) {
   const Case param = GetParam();
-  const Problem problem;
+  Problem problem;
+  problem.micro_batch = param.micro_batch;
   const int m = static_cast<int>(problem.batch / problem.micro_batch);
   const Outcome one = run_pipeline(problem, 1, ScheduleKind::one_f_one_b, 1, false);
   const Outcome host = run_pipeline(problem, param.stages, param.kind, 1, false);
@@ -335,13 +337,16 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   for (char& ch : kind) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
-  return kind + "_" + std::to_string(info.param.stages) + "_stages";
+  return kind + "_" + std::to_string(info.param.stages) + "_stages_" + std::to_string(8 / info.param.micro_batch) +
+         "_micro_batches";
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, PipelineNcclOnFakes,
                          ::testing::Values(Case{ScheduleKind::gpipe, 2}, Case{ScheduleKind::one_f_one_b, 2},
                                            Case{ScheduleKind::zero_bubble_h1, 2}, Case{ScheduleKind::gpipe, 4},
-                                           Case{ScheduleKind::one_f_one_b, 4}, Case{ScheduleKind::zero_bubble_h1, 4}),
+                                           Case{ScheduleKind::one_f_one_b, 4}, Case{ScheduleKind::zero_bubble_h1, 4},
+                                           Case{ScheduleKind::gpipe, 3, 1}, Case{ScheduleKind::one_f_one_b, 3, 1},
+                                           Case{ScheduleKind::zero_bubble_h1, 3, 1}),
                          case_name);
 
 // Stages and replicas together: the pipeline's NCCL communicator beside the replicas' (all-reduce, or with
