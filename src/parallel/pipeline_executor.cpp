@@ -63,6 +63,9 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
   }
   pipeline_group_ = world_.split(grid_.replica(), grid_.stage());
   data_parallel_group_ = split_data_parallel_group(world_, grid_);
+  if (options_.nccl_stages && pipeline_group_->size() > 1 && options_.virtual_stages == 1) {
+    stage_exchange_ = std::make_unique<NcclStageExchange>(chunks_.front()->backend(), *pipeline_group_);
+  }
   // The data-parallel gradient reduction runs over MPI on host memory (device gradients through host mirrors,
   // gradient_buckets.h), or with NCCL on the device memory itself (nccl_gradients). The sharded optimizer's parameter
   // all-gather reads the parameters directly: over MPI that needs host memory, with NCCL it broadcasts on the device.
@@ -296,6 +299,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     free->request = world_.isend(std::span<const float>(free->data), peer, tag);
   };
 
+  // Device to device (one chunk per rank, so a virtual stage is a stage and the pipeline group's rank).
+  NcclStageExchange* links = stage_exchange_.get();
+
   // A slot for (chunk, mb): the one it already has, or a free one. A slot frees once its micro-batch is done
   // (backward in training, forward in evaluation).
   auto slot_for = [&](int chunk, int mb) {
@@ -366,6 +372,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         break;
       }
       case Op::recv_activation: {
+        if (links) break;  // NCCL: received where the forward needs it (a receive flushes the held sends)
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const Tensor input = stage->input(slot, size_of(mb));
@@ -380,7 +387,12 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int64_t b = size_of(mb);
         int64_t t0 = now();
         timed_wait(state.recv_activation);
-        if (vs > 0) {
+        if (links && vs > 0) {
+          links->recv(stage->input(slot, b), vs - 1);
+          record("recv activation", kTraceP2p, t0, 1, mb);
+        } else if (links) {
+          links->flush();
+        } else if (vs > 0) {
           upload_received(*stage, stage->input(slot, b), state.activation_host);
           record("recv activation", kTraceP2p, t0, 1, mb);
         }
@@ -439,8 +451,12 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         const Tensor output = stage->output(slot, size_of(mb));
         const int64_t t0 = now();
-        send_staged(stage->backend(), output, grid_.rank_of_virtual_stage(vs + 1),
-                    p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
+        if (links) {
+          links->send(output, vs + 1);
+        } else {
+          send_staged(stage->backend(), output, grid_.rank_of_virtual_stage(vs + 1),
+                      p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
+        }
         // Non-blocking: the event is the copy and the posting (value: bytes).
         record("send activation", kTraceP2p, t0, 1, mb, static_cast<int64_t>(output.nbytes()),
                static_cast<int64_t>(output.nbytes()));
@@ -448,6 +464,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         break;
       }
       case Op::recv_grad: {
+        if (links) break;  // NCCL: received where the backward needs it
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const Tensor grad = stage->grad(slot, size_of(mb));
@@ -462,7 +479,12 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         int64_t t0 = now();
         timed_wait(state.recv_grad);
-        if (vs < last_virtual) {
+        if (links && vs < last_virtual) {
+          links->recv(stage->grad(slot, size_of(mb)), vs + 1);
+          record("recv grad", kTraceP2p, t0, 1, mb);
+        } else if (links) {
+          links->flush();
+        } else if (vs < last_virtual) {
           upload_received(*stage, stage->grad(slot, size_of(mb)), state.grad_host);
           record("recv grad", kTraceP2p, t0, 1, mb);
         }
@@ -488,6 +510,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
       case Op::backward_weight: {
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
+        if (links) links->flush();
         const int64_t t0 = now();
         const auto compute_start = std::chrono::steady_clock::now();
         if (mb == last_backward[static_cast<size_t>(chunk)]) {
@@ -508,8 +531,12 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         const Tensor grad = stage->grad(slot, size_of(mb));
         const int64_t t0 = now();
-        send_staged(stage->backend(), grad, grid_.rank_of_virtual_stage(vs - 1),
-                    p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
+        if (links) {
+          links->send(grad, vs - 1);
+        } else {
+          send_staged(stage->backend(), grad, grid_.rank_of_virtual_stage(vs - 1),
+                      p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
+        }
         record("send grad", kTraceP2p, t0, 1, mb, static_cast<int64_t>(grad.nbytes()),
                static_cast<int64_t>(grad.nbytes()));
         comm.activation_grad_bytes += grad.nbytes();
@@ -526,6 +553,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     }
   }
   // Every message of the step is through before its buffers are touched again.
+  if (links) links->finish();
   for (auto& send : st.staged_sends) timed_wait(send.request);
   for (auto& chunk_slots : st.slots) {
     for (auto& state : chunk_slots) {

@@ -1,8 +1,8 @@
-// The one interpreter of pipeline schedules (parallel/schedule.h): it runs this rank's instruction list for a step
-// on its model chunks (ViTStage), moving activations and gradients with non-blocking messages, the labels from the
-// first stage to the last, and reducing gradients across replicas in buckets that start while the backward pass
-// still runs. One process with one stage is the same code with every message local, so single-process training
-// and pipeline x data parallelism share one path.
+// The one interpreter of pipeline schedules (parallel/schedule.h): it runs this rank's instruction list for a step on
+// its model chunks (ViTStage), moving activations and gradients with non-blocking messages (NCCL send / recv between
+// GPUs, nccl_stage_exchange.h), the labels from the first stage to the last, and reducing gradients across replicas in
+// buckets that start while the backward pass still runs. One process with one stage is the same code with every message
+// local, so single-process training and pipeline x data parallelism share one path.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include "parallel/communication_stats.h"
 #include "parallel/communicator.h"
 #include "parallel/gradient_buckets.h"
+#include "parallel/nccl_stage_exchange.h"
 #include "parallel/optimizer_shards.h"
 #include "parallel/parameter_gather.h"
 #include "parallel/process_grid.h"
@@ -70,6 +71,11 @@ struct ExecutorOptions {
   // here, collectively) instead of through host mirrors over MPI. Only for chunks on the CUDA module's backend on a
   // real GPU (backend/nccl_group.h refuses any other); the trainer sets it for --device cuda.
   bool nccl_gradients = false;
+  // Stages exchange activations and their gradients with NCCL send / recv on their GPUs (nccl_stage_exchange.h)
+  // instead of host copies and MPI messages. Only for the CUDA module's backend on a real GPU, and one chunk per
+  // rank (GPipe, 1F1B, ZB-H1): an interleaved rank's chunks have a stream each, which one communicator cannot order,
+  // so interleaved stages keep the host path. The trainer sets it for --device cuda.
+  bool nccl_stages = false;
 };
 
 // Activation slots a stage needs for this schedule (the most micro-batches it holds at once; 1F1B: <= stages).
@@ -102,6 +108,8 @@ class PipelineExecutor {
   // checkpoints, exports). A no-op when nothing is in flight.
   void complete_parameters();
   bool sharded() const { return !options_.shards.empty(); }
+  // The NCCL stage exchange, when activations travel device to device (null otherwise).
+  const NcclStageExchange* stage_exchange() const { return stage_exchange_.get(); }
 
  private:
   struct Pending;
@@ -117,6 +125,7 @@ class PipelineExecutor {
   std::vector<ViTStage*> chunks_;
   ExecutorOptions options_;
   TraceRecorder* trace_;
+  std::unique_ptr<NcclStageExchange> stage_exchange_;    // null: activations travel through host memory and MPI
   std::vector<std::unique_ptr<NcclGroup>> nccl_groups_;  // before buckets_: they outlive the buckets using them
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<ParameterGather> gather_;

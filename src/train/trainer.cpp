@@ -476,6 +476,7 @@ void RankTrainer::build_pipeline() {
   eo.virtual_stages = pc.virtual_stages;
   eo.shards = shards;
   eo.nccl_gradients = device_ == Device::cuda;  // replicas on GPUs reduce with NCCL, not through host memory
+  eo.nccl_stages = device_ == Device::cuda;     // stages on GPUs exchange activations with NCCL send / recv
   if (o_.pos_weight_auto) {
     VP_REQUIRE(dataset_->multi_label(), "--pos-weight auto needs a multi-label dataset");
     const auto items = dataset_->split_indices(Split::train);

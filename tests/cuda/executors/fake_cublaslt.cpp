@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <mutex>
 
 #include "backend/cuda/calls/gemm_interpreter.h"
 
@@ -31,6 +32,9 @@ struct Preference {
   uint64_t workspace = 0;
 };
 
+// The handles' state, shared by every thread (the tests' ranks are threads, each with its backends): every access
+// holds maps_mutex (std::map's nodes stay put, but its tree changes on insert and erase).
+std::mutex maps_mutex;
 std::map<const void*, Desc> descs;
 std::map<const void*, Layout> layouts;
 std::map<const void*, Preference> preferences;
@@ -78,18 +82,21 @@ using vitpipe::cuda::ElementType;
 extern "C" {
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   *d = new cublasLtMatmulDescOpaque_t{};
   descs[*d] = Desc{compute, scale};
   ++counters().descriptors_created;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   descs.erase(d);
   delete d;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                               const void* buf, size_t size) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   Desc& desc = descs.at(d);
   switch (attr) {
     case CUBLASLT_MATMUL_DESC_TRANSA:
@@ -109,17 +116,20 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols,
                                           int64_t ld) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   *l = new cublasLtMatrixLayoutOpaque_t{};
   layouts[*l] = Layout{type, rows, cols, ld};
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   layouts.erase(l);
   delete l;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr,
                                                 const void* buf, size_t size) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   Layout& layout = layouts.at(l);
   switch (attr) {
     case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
@@ -132,11 +142,13 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublas
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   *p = new cublasLtMatmulPreferenceOpaque_t{};
   preferences[*p] = Preference{};
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   preferences.erase(p);
   delete p;
   return CUBLAS_STATUS_SUCCESS;
@@ -144,6 +156,7 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
                                                     size_t size) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   uint32_t alignment = 0;
   switch (attr) {
     case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
@@ -162,6 +175,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p, int requested,
                                               cublasLtMatmulHeuristicResult_t results[], int* count) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   ++counters().heuristic_queries;
   if (!descs.count(d) || !layouts.count(a) || !layouts.count(b) || !layouts.count(c) || !layouts.count(dl) ||
       !preferences.count(p) || requested < 1) {
@@ -184,6 +198,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                               cublasLtMatrixLayout_t al, const void* b, cublasLtMatrixLayout_t bl, const void* beta,
                               const void* c, cublasLtMatrixLayout_t cl, void* dd, cublasLtMatrixLayout_t dl,
                               const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+  std::lock_guard<std::mutex> lock(maps_mutex);
   ++counters().matmuls;
   const Desc& desc = descs.at(d);
   if (algo == nullptr) return invalid("no algorithm");

@@ -1,0 +1,49 @@
+// Pipeline stages on GPUs exchange activations and their gradients device to device with ncclSend / ncclRecv
+// (backend/nccl_group.h, one communicator per pipeline over its stages), instead of host copies and MPI messages.
+//
+// NCCL's point-to-point calls are not buffered: a send finishes only when its peer's recv runs, and both wait on the
+// GPU's stream. The schedules (schedule.h) assume buffered sends, as MPI gives them, so sends issued alone could
+// deadlock 1F1B (stage 0 sending micro-batch 1 forward while stage 1 sends micro-batch 0's gradient back). So the
+// executor holds each send until its next compute op: one that consumes a receive issues it in one NCCL group with
+// the held sends (Megatron's send-forward-recv-backward pair), so both sides' groups progress together; any other
+// issues the held sends first. No slot is written while a send from it is held. Tested on the fake NCCL
+// (tests/cuda/fakes/test_pipeline_nccl_on_fakes.cpp), which also replays every rank's recorded groups with NCCL's
+// unbuffered matching to show they cannot deadlock. The calls run on the backend's stream, in order with its ops, so
+// the host waits for nothing until finish(); a communication stream joined by events would let a held group overlap
+// the compute after it, and needs a join entry in the module's table (not there yet).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/nccl_group.h"
+#include "parallel/communicator.h"
+#include "tensor/tensor.h"
+
+namespace vitpipe {
+
+class NcclStageExchange {
+ public:
+  // Collective over `pipeline_group` (ranked by stage): every stage joins one NCCL communicator on its backend's GPU.
+  NcclStageExchange(Backend& backend, Communicator& pipeline_group);
+
+  // Holds a send of `device` to stage `peer` until recv() or flush(); `device` stays untouched until then.
+  void send(const Tensor& device, int peer);
+  // Receives into `device` from stage `peer`, in one group with the held sends; the backend's later ops see the data.
+  void recv(const Tensor& device, int peer);
+  // Issues the held sends (one group).
+  void flush();
+  // End of a step: flush(), then waits until every call has finished (an asynchronous NCCL failure throws here).
+  void finish();
+
+ private:
+  struct HeldSend {
+    Tensor data;
+    int peer;
+  };
+  std::unique_ptr<NcclGroup> nccl_;
+  std::vector<HeldSend> held_;
+};
+
+}  // namespace vitpipe
