@@ -17,7 +17,7 @@ if(VITPIPE_TSAN_TESTS)
           parallel/comm_deadline parallel/ring_allreduce parallel/chain_collectives
           model/vit_config model/parameter_layout model/initializer model/position_interpolation model/model_family
           model/presets model/trainable_set model/low_rank_update serve/inference_batcher serve/serve_metrics
-          backend/backend_memory)
+          backend/backend_memory evaluation/subgroup_attributes)
     list(APPEND tsan_sources ${PROJECT_SOURCE_DIR}/src/${file}.cpp)
   endforeach()
   add_executable(test_threads_tsan ${tsan_sources}
