@@ -217,7 +217,8 @@ const VitpipeCudaModule& cuda_module_loopback() {
                                            nccl_query,
                                            backend_attention_path,
                                            nullptr,   // backend_defer_losses: the CPU's losses wait for nothing
-                                           nullptr};  // backend_take_losses
+                                           nullptr,   // backend_take_losses
+                                           nullptr};  // nccl_join: point-to-point stays on the backend's stream
   return module;
 }
 

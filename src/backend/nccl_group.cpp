@@ -90,15 +90,28 @@ void NcclGroup::broadcast(const Tensor& t, int root) {
 void NcclGroup::send(const Tensor& t, int peer) {
   require_device(t, "send", false);
   VP_REQUIRE(peer >= 0 && peer < size_, "NCCL send: peer ", peer, " of ", size_, " ranks");
-  issue({VITPIPE_NCCL_SEND, c_dtype(t), t.raw(), nullptr, static_cast<size_t>(t.numel()), peer,
-         VITPIPE_NCCL_STREAM_BACKEND});
+  issue(
+      {VITPIPE_NCCL_SEND, c_dtype(t), t.raw(), nullptr, static_cast<size_t>(t.numel()), peer, point_to_point_stream_});
 }
 
 void NcclGroup::recv(const Tensor& t, int peer) {
   require_device(t, "recv", false);
   VP_REQUIRE(peer >= 0 && peer < size_, "NCCL recv: peer ", peer, " of ", size_, " ranks");
-  issue({VITPIPE_NCCL_RECV, c_dtype(t), nullptr, t.raw(), static_cast<size_t>(t.numel()), peer,
-         VITPIPE_NCCL_STREAM_BACKEND});
+  issue(
+      {VITPIPE_NCCL_RECV, c_dtype(t), nullptr, t.raw(), static_cast<size_t>(t.numel()), peer, point_to_point_stream_});
+}
+
+bool NcclGroup::can_join() const { return module_->abi_version >= 9 && module_->nccl_join != nullptr; }
+
+void NcclGroup::set_point_to_point_on_communication_stream(bool on) {
+  VP_REQUIRE(!on || can_join(), "NCCL: point-to-point on the communication stream needs the module's nccl_join");
+  point_to_point_stream_ = on ? VITPIPE_NCCL_STREAM_COMMUNICATION : VITPIPE_NCCL_STREAM_BACKEND;
+}
+
+void NcclGroup::join() {
+  VP_REQUIRE(can_join(), "NCCL: join needs the module's nccl_join (module table version 9)");
+  char error[512] = {};
+  if (module_->nccl_join(comm_, error, sizeof error) != 0) fail("NCCL (rank ", rank_, " of ", size_, "): ", error);
 }
 
 void NcclGroup::begin_group() {

@@ -52,6 +52,16 @@ class NcclGroup final : public DeviceReducer {
   void send(const Tensor& device, int peer);
   void recv(const Tensor& device, int peer);
 
+  // Whether the module can order the backend's stream after the communication stream (module table version 9:
+  // nccl_join); the loopback table cannot.
+  bool can_join() const;
+  // true: send / recv go on the communication stream, and the caller joins (below) before the backend's next op
+  // touches their tensors; false (the default): on the backend's stream, in order with its ops.
+  void set_point_to_point_on_communication_stream(bool on);
+  // The backend's later ops wait, on the device, for everything issued on the communication stream so far; the
+  // host waits for nothing. Requires can_join().
+  void join();
+
   // The calls between them are issued together as one group at end_group() (nesting is not supported).
   void begin_group();
   void end_group();
@@ -71,6 +81,7 @@ class NcclGroup final : public DeviceReducer {
   void* comm_ = nullptr;
   int rank_ = 0, size_ = 1;
   bool grouping_ = false;
+  int32_t point_to_point_stream_ = VITPIPE_NCCL_STREAM_BACKEND;
   std::vector<VitpipeNcclCall> pending_;
 };
 

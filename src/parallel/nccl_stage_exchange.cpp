@@ -3,7 +3,14 @@
 namespace vitpipe {
 
 NcclStageExchange::NcclStageExchange(Backend& backend, Communicator& pipeline_group)
-    : nccl_(std::make_unique<NcclGroup>(backend, pipeline_group)) {}
+    : nccl_(std::make_unique<NcclGroup>(backend, pipeline_group)), joined_(nccl_->can_join()) {
+  nccl_->set_point_to_point_on_communication_stream(joined_);
+}
+
+void NcclStageExchange::issue_and_join() {
+  nccl_->end_group();
+  if (joined_) nccl_->join();
+}
 
 void NcclStageExchange::send(const Tensor& device, int peer) { held_.push_back({device, peer}); }
 
@@ -11,7 +18,7 @@ void NcclStageExchange::recv(const Tensor& device, int peer) {
   nccl_->begin_group();
   for (const HeldSend& s : held_) nccl_->send(s.data, s.peer);
   nccl_->recv(device, peer);
-  nccl_->end_group();
+  issue_and_join();
   held_.clear();
 }
 
@@ -19,7 +26,7 @@ void NcclStageExchange::flush() {
   if (held_.empty()) return;
   nccl_->begin_group();
   for (const HeldSend& s : held_) nccl_->send(s.data, s.peer);
-  nccl_->end_group();
+  issue_and_join();
   held_.clear();
 }
 

@@ -8,9 +8,12 @@
 // the held sends (Megatron's send-forward-recv-backward pair), so both sides' groups progress together; any other
 // issues the held sends first. No slot is written while a send from it is held. Tested on the fake NCCL
 // (tests/cuda/fakes/test_pipeline_nccl_on_fakes.cpp), which also replays every rank's recorded groups with NCCL's
-// unbuffered matching to show they cannot deadlock. The calls run on the backend's stream, in order with its ops, so
-// the host waits for nothing until finish(); a communication stream joined by events would let a held group overlap
-// the compute after it, and needs a join entry in the module's table (not there yet).
+// unbuffered matching to show they cannot deadlock. The groups run on the communicator's own stream, which waits for
+// the backend's stream (an event) before each; after each the backend's stream waits for it (nccl_join, module table
+// version 9), so a received tensor is complete before the op consuming it and a sent one is not overwritten early;
+// the host waits for nothing until finish(). A module without nccl_join (the loopback table) keeps the calls on the
+// backend's stream. Joining right after each group keeps the order simple; it does not yet overlap a group with the
+// compute after it (that needs joins placed where the buffers are next touched).
 #pragma once
 
 #include <memory>
@@ -42,7 +45,10 @@ class NcclStageExchange {
     Tensor data;
     int peer;
   };
+  void issue_and_join();  // ends the group; the backend's stream waits for it
+
   std::unique_ptr<NcclGroup> nccl_;
+  bool joined_ = false;  // the groups go on the communication stream and are joined
   std::vector<HeldSend> held_;
 };
 

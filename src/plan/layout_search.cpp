@@ -324,6 +324,7 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
       mem.loader = 2.0 * static_cast<double>(in.global_batch / r) *
                    static_cast<double>(c.num_channels * c.image_size * c.image_size) * sizeof(float);
     }
+    if (in.cuda) mem.cuda = cuda_workspaces(p, v, r, s);
     if (mem.total() > out.memory.total()) out.memory = mem;
   }
   // Across nodes, the traffic that stays inside one (the rank order's choice, plan/rank_placement.h; ranks on the
@@ -564,7 +565,12 @@ nlohmann::json prediction_json(const LayoutPrediction& x) {
             {"gemm_copy", x.memory.gemm_copy},
             {"activations", x.memory.activations},
             {"loader", x.memory.loader},
-            {"overhead", x.memory.overhead}}},
+            {"overhead", x.memory.overhead},
+            {"cuda_workspaces",
+             {{"cublaslt", x.memory.cuda.cublaslt},
+              {"cudnn", x.memory.cuda.cudnn},
+              {"arena", x.memory.cuda.arena},
+              {"nccl", x.memory.cuda.nccl}}}}},
           {"bytes_per_step",
            {{"activations", x.volume.activations},
             {"activation_grads", x.volume.activation_grads},

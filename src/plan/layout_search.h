@@ -52,6 +52,8 @@ struct PlanInputs {
   std::optional<bool> shard;
   std::vector<int> layers_per_stage;  // fixed boundaries (with stages)
   int64_t max_micro_batch = 32;       // largest size profiled
+  // Planning for --device cuda: each rank also holds the CUDA backend's workspaces (memory_model.h).
+  bool cuda = false;
 };
 
 struct Layout {

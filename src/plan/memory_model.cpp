@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/backend.h"
+#include "backend/cuda/workspace_sizes.h"
 #include "model/activations.h"
 #include "model/weight_gradients.h"
 
@@ -48,6 +49,30 @@ size_t planned_activation_bytes(const ViTConfig& c, int first, int last, Precisi
       has_embeddings ? EmbeddingActivations::allocate(host_backend(), c, micro_batch, act).bytes() : 0;
   return (per_slot * static_cast<size_t>(slots) + shared) * static_cast<size_t>(micro_batch) + workspace +
          embeddings * static_cast<size_t>(slots);
+}
+
+int nccl_peers(int stages, int virtual_stages, int replicas, int stage) {
+  int peers = 0;
+  if (stages > 1) {
+    if (virtual_stages > 1) {
+      peers += stages == 2 ? 1 : 2;  // the chunks wrap around: both neighbours (the same rank when 2 stages)
+    } else {
+      peers += (stage > 0 ? 1 : 0) + (stage < stages - 1 ? 1 : 0);
+    }
+  }
+  if (replicas > 1) peers += replicas == 2 ? 1 : 2;
+  return peers;
+}
+
+CudaWorkspaces cuda_workspaces(int stages, int virtual_stages, int replicas, int stage) {
+  CudaWorkspaces w;
+  w.cublaslt = static_cast<double>(cuda::kCublasLtWorkspaceBytes);
+  w.cudnn = static_cast<double>(cuda::kCudnnWorkspaceBytes);
+  w.arena = static_cast<double>(cuda::kArenaBytes);
+  // One buffer each way per peer.
+  w.nccl =
+      2.0 * nccl_peers(stages, virtual_stages, replicas, stage) * static_cast<double>(cuda::kNcclBufferBytesPerPeer);
+  return w;
 }
 
 }  // namespace vitpipe

@@ -20,10 +20,28 @@ size_t planned_activation_bytes(const ViTConfig& config, int first_segment, int 
 // vit-micro training run (max RSS minus its planned tensors), rounded up.
 constexpr double kProcessOverheadBytes = 300.0 * 1024 * 1024;
 
+// On --device cuda, the device memory the CUDA backend takes beside the tensors (backend/cuda/workspace_sizes.h,
+// the sizes it allocates): cuBLASLt's and cuDNN's workspaces, the scratch arena, and NCCL's buffers for the peers
+// the rank exchanges with. All 0 on the CPU.
+struct CudaWorkspaces {
+  double cublaslt = 0, cudnn = 0, arena = 0, nccl = 0;
+  double total() const { return cublaslt + cudnn + arena + nccl; }
+};
+
+// The peers one rank of `stage` talks to over NCCL: its pipeline neighbours (with virtual stages the last stage
+// feeds the first, so every stage has both) and its data-parallel ring's two neighbours (one when 2 replicas).
+int nccl_peers(int stages, int virtual_stages, int replicas, int stage);
+
+// The workspaces of a rank of `stage` in a layout of stages x replicas.
+CudaWorkspaces cuda_workspaces(int stages, int virtual_stages, int replicas, int stage);
+
 struct RankMemory {
   double parameters = 0, gradients = 0, optimizer = 0, gemm_copy = 0, activations = 0, loader = 0;
   double overhead = kProcessOverheadBytes;
-  double total() const { return parameters + gradients + optimizer + gemm_copy + activations + loader + overhead; }
+  CudaWorkspaces cuda;
+  double total() const {
+    return parameters + gradients + optimizer + gemm_copy + activations + loader + overhead + cuda.total();
+  }
 };
 
 }  // namespace vitpipe

@@ -178,6 +178,24 @@ TEST(NcclGroupOnLoopbackTwoRanks, RanksThatDisagreeFailAtWait) {
   });
 }
 
+// The loopback table has no nccl_join (module table version 9): point-to-point stays on the backend's stream, and
+// asking for the communication stream or a join says why instead of running unordered.
+TEST(NcclGroupOnLoopbackTwoRanks, WithoutNcclJoinPointToPointStaysOnTheBackendsStream) {
+  run_local_ranks(2, [&](Communicator& comm) {
+    std::unique_ptr<Backend> backend = loopback();
+    NcclGroup nccl(*backend, comm);
+    EXPECT_FALSE(nccl.can_join());
+    nccl.set_point_to_point_on_communication_stream(false);
+    try {
+      nccl.set_point_to_point_on_communication_stream(true);
+      ADD_FAILURE() << "the communication stream was taken without nccl_join";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("nccl_join"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(nccl.join(), Error);
+  });
+}
+
 TEST(NcclGroupOnLoopbackTwoRanks, RefusesHostTensorsOtherDtypesAndOtherBackends) {
   run_local_ranks(2, [&](Communicator& comm) {
     std::unique_ptr<Backend> backend = loopback();

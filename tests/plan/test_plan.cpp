@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "backend/backend.h"
+#include "backend/cuda/workspace_sizes.h"
 #include "model/vit_stage.h"
 #include "parallel/local_communicator.h"
 #include "parallel/pipeline_executor.h"
@@ -443,6 +444,66 @@ TEST(PlanProfile, MedianIsTheUpperMiddleSoProfileAndTrainerAgree) {
   EXPECT_EQ(median_of({4.0, 1.0, 3.0, 2.0}), 3.0);
   EXPECT_EQ(median_of({0.5}), 0.5);
   EXPECT_EQ(median_of({}), 0.0);
+}
+
+// --device cuda: every rank also holds the CUDA backend's workspaces, at the sizes the backend allocates.
+TEST(PlanCudaWorkspaces, CountedAtTheBackendsSizesAndListedInTheJson) {
+  PlanInputs in = inputs(4, 16, 1e12);
+  in.cuda = true;
+  in.stages = 4;
+  const LayoutPrediction x = plan_layouts(in, synthetic_profile(0.5)).ranked.at(0);
+  EXPECT_EQ(x.memory.cuda.cublaslt, static_cast<double>(cuda::kCublasLtWorkspaceBytes));
+  EXPECT_EQ(x.memory.cuda.cudnn, static_cast<double>(cuda::kCudnnWorkspaceBytes));
+  EXPECT_EQ(x.memory.cuda.arena, static_cast<double>(cuda::kArenaBytes));
+  // The worst rank of 4 stages is a middle one: 2 neighbours, a buffer each way.
+  EXPECT_EQ(x.memory.cuda.nccl, 4.0 * static_cast<double>(cuda::kNcclBufferBytesPerPeer));
+  const nlohmann::json j = prediction_json(x);
+  EXPECT_EQ(j.at("memory").at("cuda_workspaces").at("cudnn").get<double>(), x.memory.cuda.cudnn);
+  EXPECT_EQ(j.at("memory").at("cuda_workspaces").at("nccl").get<double>(), x.memory.cuda.nccl);
+  EXPECT_DOUBLE_EQ(j.at("memory_per_rank_bytes").get<double>(), x.memory.total());
+}
+
+TEST(PlanCudaWorkspaces, NcclPeersArePipelineNeighboursAndTheRing) {
+  EXPECT_EQ(nccl_peers(1, 1, 1, 0), 0);
+  EXPECT_EQ(nccl_peers(2, 1, 1, 0), 1);
+  EXPECT_EQ(nccl_peers(3, 1, 1, 1), 2);
+  EXPECT_EQ(nccl_peers(3, 1, 1, 2), 1);
+  EXPECT_EQ(nccl_peers(3, 2, 1, 0), 2);  // interleaved: the last stage feeds the first
+  EXPECT_EQ(nccl_peers(1, 1, 2, 0), 1);  // a ring of 2 is one peer
+  EXPECT_EQ(nccl_peers(1, 1, 4, 0), 2);
+  EXPECT_EQ(nccl_peers(2, 1, 4, 1), 3);
+  EXPECT_EQ(cuda_workspaces(1, 1, 1, 0).nccl, 0.0);
+}
+
+// Memory enough for a layout on the CPU but not for it plus the workspaces: on cuda it is refused, and the search
+// picks another layout (or none) instead of the one that fits only without them.
+TEST(PlanCudaWorkspaces, ALayoutFittingOnlyWithoutThemIsNotChosen) {
+  const ModelProfile profile = synthetic_profile(0.5);
+  PlanInputs fixed = inputs(2, 8, 1e12);
+  fixed.stages = 2;
+  fixed.micro_batch = 2;
+  fixed.schedule = ScheduleKind::one_f_one_b;
+  fixed.recompute = false;
+  fixed.shard = false;
+  const LayoutPrediction cpu = plan_layouts(fixed, profile).ranked.at(0);
+  EXPECT_EQ(cpu.memory.cuda.total(), 0.0);
+  fixed.memory_per_process = cpu.memory.total() + 1024 * 1024;
+  EXPECT_FALSE(plan_layouts(fixed, profile).ranked.empty());
+  fixed.cuda = true;
+  const Plan refused = plan_layouts(fixed, profile);
+  EXPECT_TRUE(refused.ranked.empty());
+  ASSERT_TRUE(refused.least_memory.has_value());
+  EXPECT_GT(refused.least_memory->memory.total(), fixed.memory_per_process);
+
+  PlanInputs open = inputs(4, 16, 1e12);
+  const LayoutPrediction fastest = plan_layouts(open, profile).ranked.at(0);
+  open.memory_per_process = fastest.memory.total();
+  open.cuda = true;
+  for (const auto& x : plan_layouts(open, profile).ranked) {
+    EXPECT_NE(x.layout.describe(), fastest.layout.describe());
+    EXPECT_GT(x.memory.cuda.total(), 0.0);
+    EXPECT_LE(x.memory.total(), open.memory_per_process);
+  }
 }
 
 }  // namespace

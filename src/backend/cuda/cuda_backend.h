@@ -46,6 +46,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/calls/row_major_matrix.h"
 #include "backend/cuda/device_arena.h"
+#include "backend/cuda/workspace_sizes.h"
 
 namespace vitpipe::cuda {
 
@@ -55,9 +56,10 @@ struct OptimizerRunTable;  // kernels/optimizer_kernels.h
 
 class CudaBackend final : public Backend {
  public:
-  static constexpr size_t kCublasWorkspaceBytes = 32u << 20;
-  static constexpr size_t kCudnnWorkspaceBytes = 64u << 20;
-  static constexpr size_t kArenaBytes = 256u << 20;
+  // Shared with the planner's memory model (workspace_sizes.h).
+  static constexpr size_t kCublasWorkspaceBytes = cuda::kCublasLtWorkspaceBytes;
+  static constexpr size_t kCudnnWorkspaceBytes = cuda::kCudnnWorkspaceBytes;
+  static constexpr size_t kArenaBytes = cuda::kArenaBytes;
 
   // Pinned host memory for uploads: two buffers of this size, used in turn (copy_from_host).
   static constexpr size_t kUploadChunkBytes = 16u << 20;

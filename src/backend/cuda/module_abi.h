@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define VITPIPE_CUDA_MODULE_ABI_VERSION 8u
+#define VITPIPE_CUDA_MODULE_ABI_VERSION 9u
 #define VITPIPE_CUDA_MODULE_ENTRY "vitpipe_cuda_module"
 
 #ifdef __cplusplus
@@ -256,6 +256,10 @@ typedef struct VitpipeCudaModule {
   // 0.0) into *sum and ends the deferral; a deferred cross-entropy's target out of range is its error. 0 on success.
   int (*backend_defer_losses)(void* backend, char* error, size_t error_size);
   int (*backend_take_losses)(void* backend, double* sum, char* error, size_t error_size);
+  // Since ABI version 9: the backend's stream waits, on the device (an event; the host waits for nothing), for every
+  // group nccl_run has put on the communication stream so far. Point-to-point calls issued there are joined before
+  // the backend's next op reads or writes their buffers. 0 on success.
+  int (*nccl_join)(void* comm, char* error, size_t error_size);
 } VitpipeCudaModule;
 
 typedef const VitpipeCudaModule* (*VitpipeCudaModuleEntry)(void);

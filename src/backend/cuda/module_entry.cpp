@@ -220,6 +220,18 @@ int nccl_query(void* comm, int* done, char* error, size_t error_size) {
   }
 }
 
+int nccl_join(void* comm, char* error, size_t error_size) {
+  auto& c = *static_cast<ModuleComm*>(comm);
+  try {
+    c.backend->make_current();
+    c.executor->join(c.backend->stream());
+    return 0;
+  } catch (const std::exception& e) {
+    report(e, error, error_size);
+    return 1;
+  }
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpipe_cuda_module(void) {
@@ -246,6 +258,7 @@ extern "C" __attribute__((visibility("default"))) const VitpipeCudaModule* vitpi
       backend_attention_path,
       backend_defer_losses,
       backend_take_losses,
+      nccl_join,
   };
   return &module;
 }

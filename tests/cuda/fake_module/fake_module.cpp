@@ -43,6 +43,9 @@ const VitpipeCudaModule kModule = {FAKE_ABI_VERSION,
                                    nullptr,
                                    nullptr,
                                    nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
                                    nullptr};
 
 }  // namespace

@@ -107,6 +107,8 @@ struct Outcome {
   long long nccl_sends = 0, nccl_recvs = 0;             // the fake NCCL's ncclSend / ncclRecv calls, all ranks
   bool device_to_device = true;                         // every rank's executor had the NCCL stage exchange
   std::vector<std::vector<fake_nccl::Record>> records;  // the fake NCCL\'s calls, by rank
+  // The fake runtime's event records and waits of the step and the evaluation, by rank.
+  std::vector<std::vector<fake_cuda_runtime::StreamEvent>> stream_events;
 };
 
 int host_copies_now() {
@@ -128,6 +130,7 @@ Outcome run_pipeline(const Problem& problem, int stages, ScheduleKind kind, int 
   out.grads.assign(static_cast<size_t>(problem.values.numel()), 0.0f);
   out.logits.assign(static_cast<size_t>(problem.batch * c.num_labels()), 0.0f);
   out.records.resize(static_cast<size_t>(stages * replicas));
+  out.stream_events.resize(static_cast<size_t>(stages * replicas));
   std::mutex mutex;
   std::atomic<int> copies{0};
 
@@ -176,6 +179,7 @@ Outcome run_pipeline(const Problem& problem, int stages, ScheduleKind kind, int 
       return data;
     };
     fake_nccl::take_records();
+    fake_cuda_runtime::take_stream_events();
     local.barrier();  // every rank set up (its parameters uploaded)
     int copies_before = 0;
     if (world.rank() == 0) copies_before = host_copies_now();
@@ -186,6 +190,7 @@ Outcome run_pipeline(const Problem& problem, int stages, ScheduleKind kind, int 
         shape, source, [&](const Tensor& logits, const Tensor&, const Tensor&, const std::vector<int64_t>& items) {
           evaluated.emplace_back(items, std::vector<float>(logits.f32(), logits.f32() + logits.numel()));
         });
+    std::vector<fake_cuda_runtime::StreamEvent> stream_events = fake_cuda_runtime::take_stream_events();
     local.barrier();  // every rank's copies of the step and the evaluation, none of the read-backs below
     if (world.rank() == 0) copies = host_copies_now() - copies_before;
     local.barrier();
@@ -204,6 +209,7 @@ Outcome run_pipeline(const Problem& problem, int stages, ScheduleKind kind, int 
     out.nccl_recvs += recvs;
     out.device_to_device = out.device_to_device && executor.stage_exchange() != nullptr;
     out.records[static_cast<size_t>(world.rank())] = std::move(records);
+    out.stream_events[static_cast<size_t>(world.rank())] = std::move(stream_events);
     for (size_t chunk = 0; chunk < chunks.size(); ++chunk) {
       const FlatParameters& g = chunks[chunk]->gradients();
       const Tensor host = to_host(chunks[chunk]->backend(), g.flat());
@@ -295,6 +301,36 @@ std::string replay_unbuffered(const std::vector<std::vector<fake_nccl::Record>>&
   return stuck;
 }
 
+// One rank's event log against the stage exchange's ordering: each group goes on the communication stream after it
+// waited for the compute stream (the executor records an event on the compute stream, the communication stream waits
+// for it), and the compute stream waits for the event recorded after the group before anything else, so no op reads
+// a received tensor (or overwrites a sent one) before NCCL is done with it. Returns the groups seen, or -1 with
+// `why` set when one was not joined.
+int joined_groups(const std::vector<fake_cuda_runtime::StreamEvent>& log, std::string& why) {
+  using E = fake_cuda_runtime::StreamEvent;
+  int groups = 0;
+  for (size_t i = 0; i + 1 < log.size(); ++i) {
+    // record(ready, compute) then wait(communication, ready): a group about to be issued.
+    if (log[i].kind != E::record || log[i + 1].kind != E::wait || log[i + 1].event != log[i].event) continue;
+    const cudaStream_t compute = log[i].stream, communication = log[i + 1].stream;
+    if (communication == compute) continue;
+    size_t done = i + 2;
+    while (done < log.size() && !(log[done].kind == E::record && log[done].stream == communication)) ++done;
+    if (done == log.size()) {
+      why = "a group on the communication stream recorded no event after it";
+      return -1;
+    }
+    if (done + 1 >= log.size() || log[done + 1].kind != E::wait || log[done + 1].stream != compute ||
+        log[done + 1].event != log[done].event) {
+      why = "group " + std::to_string(groups) + ": the compute stream went on without waiting for it";
+      return -1;
+    }
+    ++groups;
+    i = done + 1;
+  }
+  return groups;
+}
+
 struct Case {
   ScheduleKind kind;
   int stages;
@@ -323,6 +359,13 @@ TEST_P(PipelineNcclOnFakes, EqualsOneStageWithNoActivationThroughTheHost) {
   EXPECT_EQ(nccl.nccl_recvs, transfers);
   EXPECT_EQ(host.nccl_sends, 0);
   EXPECT_EQ(replay_unbuffered(nccl.records), "");
+  // Every rank's groups ran on its communication stream, each joined by the compute stream (nccl_join) before the
+  // next op: at least one group per micro-batch (a recv, with the held sends riding along, or a flush).
+  for (size_t r = 0; r < nccl.stream_events.size(); ++r) {
+    std::string why;
+    const int groups = joined_groups(nccl.stream_events[r], why);
+    EXPECT_GE(groups, m) << "rank " << r << ": " << why;
+  }
   // The host path posts one message per transfer plus the labels (stage 0 to the last, per micro-batch, step and
   // evaluation); over NCCL only the labels remain.
   EXPECT_EQ(nccl.messages, 2 * m);
