@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 
+#include "util/digest_hex.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -20,18 +21,7 @@ class Sha256 {
   }
   void update(const void* data, size_t size) { EVP_DigestUpdate(ctx_.get(), data, size); }
   void update(const std::string& text) { update(text.data(), text.size() + 1); }  // with the NUL: unambiguous
-  std::string hex() {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    EVP_DigestFinal_ex(ctx_.get(), digest, &length);
-    static const char* digits = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < length; ++i) {
-      out.push_back(digits[digest[i] >> 4]);
-      out.push_back(digits[digest[i] & 15]);
-    }
-    return out;
-  }
+  std::string hex() { return finish_digest_hex(ctx_.get()); }
 
  private:
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;

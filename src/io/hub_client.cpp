@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "util/digest_hex.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/progress.h"
@@ -55,16 +56,7 @@ std::string sha256_of_file(int fd, const std::filesystem::path& path) {
     EVP_DigestUpdate(context.get(), buffer.data(), static_cast<size_t>(n));
     offset += n;
   }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(context.get(), digest, &length);
-  static const char* hex = "0123456789abcdef";
-  std::string text;
-  for (unsigned int i = 0; i < length; ++i) {
-    text += hex[digest[i] >> 4];
-    text += hex[digest[i] & 15];
-  }
-  return text;
+  return finish_digest_hex(context.get());
 }
 
 off_t file_size(int fd) {

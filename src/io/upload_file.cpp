@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "io/hub_settings.h"
+#include "util/digest_hex.h"
 #include "util/error.h"
 #include "util/output_folder.h"
 
@@ -24,16 +25,7 @@ std::string sha256_of_file(const fs::path& path) {
     if (in.gcount() > 0) EVP_DigestUpdate(context.get(), buffer.data(), static_cast<size_t>(in.gcount()));
   }
   VP_REQUIRE(in.eof(), "cannot read ", path.string());
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(context.get(), digest, &length);
-  static const char* hex = "0123456789abcdef";
-  std::string text;
-  for (unsigned int i = 0; i < length; ++i) {
-    text += hex[digest[i] >> 4];
-    text += hex[digest[i] & 15];
-  }
-  return text;
+  return finish_digest_hex(context.get());
 }
 
 std::string git_blob_sha1(const std::string& content) {
@@ -42,16 +34,7 @@ std::string git_blob_sha1(const std::string& content) {
   const std::string header = concat("blob ", content.size());
   EVP_DigestUpdate(context.get(), header.c_str(), header.size() + 1);  // with its NUL
   EVP_DigestUpdate(context.get(), content.data(), content.size());
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(context.get(), digest, &length);
-  static const char* hex = "0123456789abcdef";
-  std::string text;
-  for (unsigned int i = 0; i < length; ++i) {
-    text += hex[digest[i] >> 4];
-    text += hex[digest[i] & 15];
-  }
-  return text;
+  return finish_digest_hex(context.get());
 }
 
 std::vector<UploadFile> list_upload_files(const fs::path& folder) {
