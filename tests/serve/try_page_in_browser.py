@@ -2,7 +2,8 @@
 two steps on the bundled NIH ChestX-ray14 sample (so it has a model card and val-chosen thresholds.json), served,
 and the page is loaded; real NIH images (a 64 px sample image, a full-size 1024 px original, and the same sample image
 as a 16-bit DICOM) are chosen in its file input. For each, the probabilities the page shows (its printed digits and
-the exact value it holds) must equal `vitpipe predict`'s for the same file, sorted most probable first; the
+the value it holds, to 1e-6: serve batches images, and at AVX2 the kernels' sums depend on the batch) must equal
+`vitpipe predict`'s for the same file, sorted most probable first; the
 operating-point flags must be those of the run's thresholds.json; the chosen finding's heatmap must appear. Then with
 --token-file: without the token the page shows the API's 401 as text; with the token pasted it works, and the token
 is in sessionStorage only. Throughout: no console error, no request to any other origin. `chromium --dump-dom` shows
@@ -64,9 +65,9 @@ def check_results(browser, checks, images, expected, thresholds, what):
         checks.check([r["finding"] for r in rows] == order, f"{what} {name}: findings sorted most probable first")
         wrong = [(r["finding"], r["text"], want.get(r["finding"])) for r in rows
                  if r["finding"] not in want or r["text"] != f"{want[r['finding']]:.4f}" or
-                 float(r["value"]) != want[r["finding"]]]
+                 abs(float(r["value"]) - want[r["finding"]]) > 1e-6]
         checks.check(len(rows) == len(want) and not wrong,
-                     f"{what} {name}: the page's probabilities = vitpipe predict's (4 printed digits, exact value)",
+                     f"{what} {name}: the page's probabilities = vitpipe predict's (4 printed digits, value to 1e-6)",
                      f"{wrong[:3]}")
         flags = [(r["finding"], r["youden"], r["sensitivity_90"]) for r in rows]
         if thresholds:
