@@ -103,7 +103,9 @@ def main():
         check(r.returncode == 0 and names == expected, f"folder: exactly its images, sorted (got {names}, "
                                                        f"exit {r.returncode}: {r.stderr.strip()[-300:]})")
         copied = [b for b in rows(r.stdout)[1] if b[0] == expected[-1]]
-        check(copied and copied[0][1:] == alone[good1][1:], "folder: a row equals predicting the file alone")
+        # Within 1e-6, not bit for bit: capped at AVX2 the kernels' sums depend on the batch the image is in.
+        check(copied and all(abs(float(a) - float(b)) <= 1e-6 for a, b in zip(copied[0][1:], alone[good1][1:])),
+              "folder: a row equals predicting the file alone (to 1e-6)")
 
         # An @LIST: its order, blank and comment lines skipped; a folder and a file beside it.
         listing = os.path.join(root, "list.txt")
@@ -158,7 +160,11 @@ def main():
         if not streamed:
             release()
             t.join()
-        rest, err = p.communicate(timeout=300)
+        # Not communicate(): with two pipes it reads the descriptors directly and loses what readline() above had
+        # already buffered (rows went missing, intermittently). stdout through the same buffer; stderr is small.
+        rest = p.stdout.read()
+        err = p.stderr.read()
+        p.wait(timeout=300)
         names = [b[0] for b in rows("".join(seen) + rest)[1]]
         check(streamed and p.returncode == 0 and len(names) == 201 and names[-1] == good2,
               f"200 images stream: rows before the inputs end (streamed={streamed}, rows={len(names)}, "
