@@ -18,6 +18,12 @@ using CuDeviceGet = CuResult (*)(CuDevice*, int);
 using CuDeviceGetName = CuResult (*)(char*, int, CuDevice);
 using CuDeviceGetAttribute = CuResult (*)(int*, int, CuDevice);
 using CuDeviceTotalMem = CuResult (*)(size_t*, CuDevice);
+using CuContext = void*;
+using CuDevicePrimaryCtxRetain = CuResult (*)(CuContext*, CuDevice);
+using CuDevicePrimaryCtxRelease = CuResult (*)(CuDevice);
+using CuCtxPushCurrent = CuResult (*)(CuContext);
+using CuCtxPopCurrent = CuResult (*)(CuContext*);
+using CuMemGetInfo = CuResult (*)(size_t*, size_t*);
 
 template <class Function>
 Function symbol(void* handle, const char* name) {
@@ -119,6 +125,50 @@ CudaDriverProbe probe_cuda_driver(const std::string& library) {
     probe.error = "the NVIDIA driver " + cuda_version_text(probe.version) + " sees no GPU";
   }
   return probe;
+}
+
+CudaMemoryInfo query_cuda_memory(int device, const std::string& library) {
+  CudaMemoryInfo info;
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (handle == nullptr) {
+    info.error = library + " could not be opened";
+    return info;
+  }
+  const auto get_device = symbol<CuDeviceGet>(handle, "cuDeviceGet");
+  const auto retain = symbol<CuDevicePrimaryCtxRetain>(handle, "cuDevicePrimaryCtxRetain");
+  const auto release = symbol<CuDevicePrimaryCtxRelease>(handle, "cuDevicePrimaryCtxRelease_v2");
+  const auto push = symbol<CuCtxPushCurrent>(handle, "cuCtxPushCurrent_v2");
+  const auto pop = symbol<CuCtxPopCurrent>(handle, "cuCtxPopCurrent_v2");
+  const auto mem_info = symbol<CuMemGetInfo>(handle, "cuMemGetInfo_v2");
+  if (!get_device || !retain || !release || !push || !pop || !mem_info) {
+    info.error = library + " does not export cuDevicePrimaryCtxRetain, cuCtxPushCurrent_v2 and cuMemGetInfo_v2";
+    return info;
+  }
+  CuDevice dev = 0;
+  CuContext context = nullptr;
+  if (const CuResult r = get_device(&dev, device); r != kCudaSuccess) {
+    info.error = "cuDeviceGet(" + std::to_string(device) + ") failed with " + cuda_driver_error_text(r);
+    return info;
+  }
+  if (const CuResult r = retain(&context, dev); r != kCudaSuccess) {
+    info.error = "cuDevicePrimaryCtxRetain failed with " + cuda_driver_error_text(r);
+    return info;
+  }
+  if (const CuResult r = push(context); r != kCudaSuccess) {
+    info.error = "cuCtxPushCurrent failed with " + cuda_driver_error_text(r);
+  } else {
+    size_t free = 0, total = 0;
+    if (const CuResult q = mem_info(&free, &total); q != kCudaSuccess) {
+      info.error = "cuMemGetInfo failed with " + cuda_driver_error_text(q);
+    } else {
+      info.free_bytes = free;
+      info.total_bytes = total;
+    }
+    CuContext popped = nullptr;
+    pop(&popped);
+  }
+  release(dev);
+  return info;
 }
 
 }  // namespace vitpipe

@@ -29,6 +29,15 @@ struct CudaDriverProbe {
 // and the devices. No exception: every failure is described in `error`.
 CudaDriverProbe probe_cuda_driver(const std::string& library = "libcuda.so.1");
 
+// A GPU's free and total memory as the driver reports it (cuMemGetInfo) with this process's context on it: the
+// primary context is retained for the question (created if none exists, so its own memory is already taken) and
+// released after. No exception: `error` says what failed.
+struct CudaMemoryInfo {
+  uint64_t free_bytes = 0, total_bytes = 0;
+  std::string error;  // empty when answered
+};
+CudaMemoryInfo query_cuda_memory(int device, const std::string& library = "libcuda.so.1");
+
 // 13000 -> "13.0", 12080 -> "12.8".
 std::string cuda_version_text(int version);
 

@@ -42,7 +42,10 @@ void add_plan_command(CLI::App& app) {
       "Choose stages x replicas, micro-batch, schedule, recompute and optimizer sharding for a training job: profiles "
       "the model's segments once (cached), simulates every layout and prints the fastest that fits beside the next "
       "best. Takes train's flags (--model, --image-size, --precision, --batch-size, --optimizer, ...); layout flags "
-      "given fix that part of the search");
+      "given fix that part of the search. With --device cuda it profiles on this process's GPU (cached per GPU and "
+      "CUDA library versions), budgets each rank the GPU's free memory less a margin of 5% (at least 1 GiB; "
+      "--memory-per-process replaces it) with the CUDA libraries' workspaces counted, plans at most one rank per GPU "
+      "of a node, and without --link assumes PCIe 4.0 rates between a node's GPUs (printed as an assumption)");
   auto parser = add_train_options(cmd);
   struct Flags {
     int processes = 0;
@@ -70,8 +73,7 @@ void add_plan_command(CLI::App& app) {
       run_node_split(options.scaling, flags->cores, flags->json);
       return;
     }
-    require_cpu_device(options.device, "plan",  // plan profiles the device it plans for
-                       "profiles segments on the CPU only; GPU segment profiles are not built yet");
+    resolve_device(options.device);  // plan profiles the device it plans for: a cuda that cannot run says so first
     run_plan_command(options, flags->processes, flags->nodes, flags->top, flags->json, flags->cores);
   });
 }

@@ -270,14 +270,16 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
   auto core_share = [&](int ranks) {
     return std::max(1.0, static_cast<double>(ranks * in.threads_per_process) / cores);
   };
-  const double slowdown = core_share(in.processes_per_node) / core_share(std::max(1, profile.corunning_ranks));
+  // On GPUs each rank computes on its own device: no sharing beyond what the profile holds.
+  const double slowdown =
+      in.cuda ? 1.0 : core_share(in.processes_per_node) / core_share(std::max(1, profile.corunning_ranks));
   const double hidden_bytes = b * static_cast<double>(c.tokens() * c.hidden_size) * sizeof(float);
   const bool split = schedule_splits_backward(layout.schedule);
 
   // With times measured alone beside those measured by every rank at once, a pass is costed between the two by the
   // share of the other ranks computing while it runs, which the simulated schedule gives (settled by iterating).
   const bool overlap_costed =
-      p > 1 && in.processes > 1 && profile.has_alone() && profile.measured_together == in.processes;
+      !in.cuda && p > 1 && in.processes > 1 && profile.has_alone() && profile.measured_together == in.processes;
   std::vector<SimulationCosts> costs(static_cast<size_t>(p)), alone_costs(costs.size());
   // Elements per stage: every value it holds, and the trainable ones (gradients, optimizer state, reductions).
   std::vector<double> stage_values(static_cast<size_t>(p), 0.0), stage_numel(static_cast<size_t>(p), 0.0);
@@ -320,7 +322,8 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
     mem.optimizer = in.optimizer_buffers * 4 * n / (layout.shard ? r : 1);
     mem.gemm_copy = in.precision == Precision::fp32 ? 0.0 : 2 * values;
     mem.activations = static_cast<double>(activations);
-    if (s == 0) {  // the loader's decoded batch and the one it prepares next
+    if (in.cuda) mem.overhead = 0;  // host memory; the GPU's context is out of the budget already
+    if (s == 0 && !in.cuda) {       // the loader's decoded batch and the one it prepares next (host memory on a GPU)
       mem.loader = 2.0 * static_cast<double>(in.global_batch / r) *
                    static_cast<double>(c.num_channels * c.image_size * c.image_size) * sizeof(float);
     }
@@ -388,7 +391,8 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
       reduction_link->collective_bandwidth > 0 ? reduction_link->collective_bandwidth : reduction_link->bandwidth;
   // MPI moves a reduction forward only inside its calls, and on one node the copies and sums are CPU work: with
   // every core already computing, nothing of it hides behind the backward pass or the next forward.
-  const bool no_core_to_spare = in.processes_per_node * in.threads_per_process >= in.cores_per_node;
+  // On GPUs NCCL reduces on the device's communication stream, beside the backward pass.
+  const bool no_core_to_spare = !in.cuda && in.processes_per_node * in.threads_per_process >= in.cores_per_node;
   const double share = r > 1 ? static_cast<double>(r - 1) / r : 0.0;
   // Every stage's ring that crosses between nodes goes through the same network interfaces at about the same time:
   // each node's share of those bytes at the link's rate bounds every stage's reduction (2 stages x 2 replicas on 2
@@ -434,7 +438,8 @@ LayoutPrediction predict_layout(const PlanInputs& in, const ModelProfile& profil
   // The data path: each first-stage rank loads its replica's share of the batch, ahead of the step.
   if (in.data_seconds_per_image > 0) {
     const double per_loader = in.data_seconds_per_image * static_cast<double>(in.global_batch / r);
-    const int busy_threads = in.processes_per_node * in.threads_per_process;
+    // On GPUs a rank's host thread only launches kernels: one busy thread each.
+    const int busy_threads = in.processes_per_node * (in.cuda ? 1 : in.threads_per_process);
     if (busy_threads >= in.cores_per_node) {
       // No core to spare: the node's loading (its first-stage ranks' share) is time-sliced into the compute.
       const double loaders_on_node = std::max(1.0, static_cast<double>(in.processes_per_node) / p);
@@ -526,6 +531,8 @@ std::string what_would_fit(const PlanInputs& in, const ModelProfile& profile, co
     PlanInputs more = in;
     more.processes = n;
     more.processes_per_node = std::max(in.processes_per_node, 1) * n / std::max(in.processes, 1);
+    // On GPUs a node takes no more ranks than it has GPUs: more processes are more nodes.
+    if (in.cuda && in.gpus_per_node > 0) more.processes_per_node = std::min(more.processes_per_node, in.gpus_per_node);
     if (candidate_micro_batches(more).empty()) continue;
     const Plan larger = plan_layouts(more, profile);
     if (!larger.ranked.empty()) {
@@ -588,6 +595,16 @@ nlohmann::json plan_json(const PlanInputs& in, const Plan& plan, int rows) {
   j["processes_per_node"] = in.processes_per_node;
   j["threads_per_process"] = in.threads_per_process;
   j["memory_per_process_bytes"] = in.memory_per_process;
+  j["device"] = in.cuda ? "cuda" : "cpu";
+  if (!in.memory_source.empty()) j["memory_source"] = in.memory_source;
+  if (in.cuda) j["gpus_per_node"] = in.gpus_per_node;
+  if (in.gpu_memory) {
+    j["gpu_memory"] = {{"free_bytes", in.gpu_memory->free_bytes},
+                       {"total_bytes", in.gpu_memory->total_bytes},
+                       {"margin_bytes", in.gpu_memory->margin_bytes},
+                       {"budget_bytes", in.gpu_memory->budget()},
+                       {"devices", in.gpu_memory->devices}};
+  }
   j["link"] = {{"bandwidth_bytes_per_s", in.link.bandwidth},
                {"collective_bandwidth_bytes_per_s", in.link.collective_bandwidth},
                {"latency_s", in.link.latency},

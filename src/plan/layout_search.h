@@ -17,6 +17,7 @@
 #include "model/vit_config.h"
 #include "parallel/process_grid.h"
 #include "parallel/schedule.h"
+#include "plan/gpu_memory_budget.h"
 #include "plan/link_model.h"
 #include "plan/memory_model.h"
 #include "plan/segment_profile.h"
@@ -52,8 +53,14 @@ struct PlanInputs {
   std::optional<bool> shard;
   std::vector<int> layers_per_stage;  // fixed boundaries (with stages)
   int64_t max_micro_batch = 32;       // largest size profiled
-  // Planning for --device cuda: each rank also holds the CUDA backend's workspaces (memory_model.h).
+  // Planning for --device cuda: each rank also holds the CUDA backend's workspaces (memory_model.h), and
+  // memory_per_process is device memory (plan/gpu_memory_budget.h): the host's (the process overhead, the loader's
+  // batches) is not counted against it. Ranks compute on their own GPUs, so the CPU's core sharing (slowdown,
+  // reductions with no core to spare) does not apply.
   bool cuda = false;
+  int gpus_per_node = 0;                      // cuda: the GPUs one node has (ranks per node never exceed it)
+  std::string memory_source;                  // how memory_per_process was obtained, for the printout
+  std::optional<GpuMemoryBudget> gpu_memory;  // cuda without --memory-per-process: what the driver said
 };
 
 struct Layout {

@@ -179,4 +179,12 @@ LinkModel measure_local_link() {
   return from_round_trips(rtt[0], rtt[1], 4.0 * 1048576, "measured: ping-pong between two threads of this process");
 }
 
+LinkModel assumed_gpu_link() {
+  LinkModel link;
+  link.bandwidth = kAssumedGpuLinkBytesPerSecond;
+  link.latency = kAssumedGpuLinkLatencySeconds;
+  link.source = "ASSUMED, not measured: NCCL between the node's GPUs at PCIe 4.0 x16's rate; --link to give it";
+  return link;
+}
+
 }  // namespace vitpipe

@@ -45,4 +45,12 @@ double measure_ring_rate(Communicator& pair, double line_rate);
 // The same between two threads of this process (no mpirun): the shared-memory copy a same-node MPI job would use.
 LinkModel measure_local_link();
 
+// Between the GPUs of one node (--device cuda), where nothing measured NCCL: an ASSUMPTION, labelled as such in its
+// `source` and so in the plan's printout: PCIe 4.0 x16's order of rate (about 16 GB/s each way as NCCL gets it; an
+// NVLink node is faster, so the plan errs against pipelines and replicas) and 20 us per message (a kernel launch and
+// NCCL's protocol). --link replaces it.
+constexpr double kAssumedGpuLinkBytesPerSecond = 16e9;
+constexpr double kAssumedGpuLinkLatencySeconds = 20e-6;
+LinkModel assumed_gpu_link();
+
 }  // namespace vitpipe

@@ -10,6 +10,8 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_level.h"
+#include "backend/cuda_driver.h"
+#include "backend/device_selection.h"
 #include "model/vit_stage.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -29,11 +31,37 @@ constexpr int kRepeats = 3;
 constexpr double kMinSampleSeconds = 0.03;
 constexpr int kMaxRunsPerSample = 256;
 
-double seconds_of(const std::function<void()>& fn) {
-  const auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+// Where a profile runs: the CPU backend, or the CUDA backend of this process's GPU.
+struct MeasureDevice {
+  Device device = Device::cpu;
+  bool allow_tf32 = false;
+};
+
+// Seconds `fn` takes on `backend`. A GPU's ops return once enqueued: the device is waited for before the clock
+// starts and before it stops (a one-element copy to the host, synchronous), so the time is the pass's own.
+class PassClock {
+ public:
+  explicit PassClock(Backend& backend) : backend_(backend) {
+    if (!backend.host_accessible()) {
+      probe_ = backend.allocate({1}, DType::f32);
+      host_ = Tensor::empty({1});
+    }
+  }
+  double seconds_of(const std::function<void()>& fn) {
+    wait();
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    wait();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+ private:
+  void wait() {
+    if (probe_.numel() > 0) backend_.copy_to_host(probe_, host_);
+  }
+  Backend& backend_;
+  Tensor probe_, host_;
+};
 
 // Random values into `t`, a tensor of `backend` (written on the host, then copied in).
 void fill_random(Backend& backend, const Tensor& t, Rng& rng, double stddev) {
@@ -46,10 +74,12 @@ void fill_random(Backend& backend, const Tensor& t, Rng& rng, double stddev) {
 
 // The passes of a stage holding segments [first, last], at micro-batch b: the median of kRepeats samples.
 PassTimes measure_stage(const std::shared_ptr<const TrainableSplit>& split, Precision precision, int first, int last,
-                        int64_t b) {
+                        int64_t b, const MeasureDevice& where) {
   const std::shared_ptr<const ParameterLayout>& layout = split->full;
   const ViTConfig& c = layout->config();
-  auto backend = make_cpu_backend();
+  auto backend = where.device == Device::cuda ? make_backend(Device::cuda, where.allow_tf32) : make_cpu_backend();
+  PassClock clock(*backend);
+  auto seconds_of = [&](const std::function<void()>& fn) { return clock.seconds_of(fn); };
   StageOptions o;
   o.first_segment = first;
   o.last_segment = last;
@@ -87,8 +117,12 @@ PassTimes measure_stage(const std::shared_ptr<const TrainableSplit>& split, Prec
     stage.zero_gradients();
   };
   PassTimes once;
-  run_once(once);  // warms up: oneDNN's primitives are created on first use
+  run_once(once);  // warms up: oneDNN's primitives (cuDNN's and cuBLASLt's engines on a GPU) are made on first use
   once = {};
+  if (where.device == Device::cuda) {  // a second: kernels loaded lazily, workspaces grown by the first
+    run_once(once);
+    once = {};
+  }
   run_once(once);
   const double run_seconds = once.forward + once.backward + once.backward_input + once.backward_weight;
   const int per_sample = static_cast<int>(
@@ -121,16 +155,17 @@ int profiled_block_segment(const TrainableSplit& split) {
   return std::clamp(split.first_trained_segment + 1, 1, layers);
 }
 
-ProfilePoint measure_point(const std::shared_ptr<const TrainableSplit>& split, Precision precision, int64_t b) {
+ProfilePoint measure_point(const std::shared_ptr<const TrainableSplit>& split, Precision precision, int64_t b,
+                           const MeasureDevice& where) {
   const int head = split->full->num_segments() - 1;
   const int block = profiled_block_segment(*split);
   ProfilePoint p;
   p.micro_batch = b;
-  p.embeddings = measure_stage(split, precision, 0, 0, b);
-  p.block = measure_stage(split, precision, block, block, b);
-  p.head = measure_stage(split, precision, head, head, b);
+  p.embeddings = measure_stage(split, precision, 0, 0, b, where);
+  p.block = measure_stage(split, precision, block, block, b, where);
+  p.head = measure_stage(split, precision, head, head, b, where);
   // The final block computes the classifier token only when its stage holds the head: measured with it.
-  p.classifier_block = minus(measure_stage(split, precision, head - 1, head, b), p.head);
+  p.classifier_block = minus(measure_stage(split, precision, head - 1, head, b, where), p.head);
   return p;
 }
 
@@ -275,13 +310,50 @@ ModelProfile ModelProfile::from_json(const nlohmann::json& j, const std::string&
 
 std::string profile_key(const ProfileRequest& r) {
   const ViTConfig& c = r.config;
-  return concat("vitpipe-profile-v7 hidden=", c.hidden_size, " layers=", c.num_hidden_layers,
-                " heads=", c.num_attention_heads, " mlp=", c.intermediate_size, " image=", c.image_size,
-                " patch=", c.patch_size, " channels=", c.num_channels, " labels=", c.num_labels(),
-                " qkv_bias=", c.qkv_bias ? 1 : 0, " problem=", problem_type_name(c.problem_type),
-                " precision=", precision_name(r.precision), " mode=", r.mode.describe(),
-                " cpu=", cpu::cpu_features().model, " level=", cpu::cpu_level_name(cpu::selected_cpu_level()),
+  const std::string model = concat(
+      "vitpipe-profile-v7 hidden=", c.hidden_size, " layers=", c.num_hidden_layers, " heads=", c.num_attention_heads,
+      " mlp=", c.intermediate_size, " image=", c.image_size, " patch=", c.patch_size, " channels=", c.num_channels,
+      " labels=", c.num_labels(), " qkv_bias=", c.qkv_bias ? 1 : 0, " problem=", problem_type_name(c.problem_type),
+      " precision=", precision_name(r.precision), " mode=", r.mode.describe());
+  if (r.device == Device::cuda) {
+    // The GPU and its libraries instead of the CPU and its threads: the host's threads only launch kernels.
+    VP_REQUIRE(r.gpu.is_object() && r.gpu.contains("name"), "profile: a cuda request names its GPU");
+    return concat(model, " device=cuda gpu=", r.gpu.at("name").get<std::string>(),
+                  " sm=", r.gpu.at("compute_capability").get<std::string>(),
+                  " memory=", r.gpu.at("memory_bytes").get<uint64_t>(),
+                  " driver=", r.gpu.at("driver").get<std::string>(), " libraries=", r.gpu.at("libraries").dump(),
+                  " tf32=", r.allow_tf32 ? 1 : 0, " corunning=", r.corunning_ranks, " together=", r.measured_together);
+  }
+  return concat(model, " cpu=", cpu::cpu_features().model, " level=", cpu::cpu_level_name(cpu::selected_cpu_level()),
                 " threads=", r.threads, " corunning=", r.corunning_ranks, " together=", r.measured_together);
+}
+
+nlohmann::json describe_profile_gpu() {
+  const CudaStatus& status = cuda_status();
+  VP_REQUIRE(status.usable(), "--device cuda cannot run: ", status.error);
+  const int index = local_gpu_index();
+  const auto& devices = status.driver.devices;
+  const auto device =
+      std::find_if(devices.begin(), devices.end(), [&](const CudaDevice& d) { return d.index == index; });
+  VP_REQUIRE(device != devices.end(), "--device cuda: the driver lists no GPU ", index);
+  const VitpipeCudaLibraryVersions& v = status.module.libraries;
+  return {{"name", device->name},
+          {"compute_capability", concat(device->major, ".", device->minor)},
+          {"memory_bytes", device->memory_bytes},
+          {"driver", cuda_version_text(status.driver.version)},
+          {"libraries",
+           {{"cuda_runtime", v.cuda_runtime},
+            {"cublaslt", static_cast<uint64_t>(v.cublaslt)},
+            {"cudnn", static_cast<uint64_t>(v.cudnn)},
+            {"nccl", v.nccl}}}};
+}
+
+std::filesystem::path profile_cache_file(const ProfileRequest& request) {
+  if (request.cache_dir.empty()) return {};
+  char name[64];
+  std::snprintf(name, sizeof(name), "profile-%016llx.json",
+                static_cast<unsigned long long>(fnv1a(profile_key(request))));
+  return request.cache_dir / name;
 }
 
 std::filesystem::path default_profile_cache() {
@@ -294,6 +366,21 @@ std::filesystem::path default_profile_cache() {
 namespace {
 
 nlohmann::json describe_request(const ProfileRequest& request) {
+  if (request.device == Device::cuda) {
+    return {{"model",
+             {{"hidden_size", request.config.hidden_size},
+              {"layers", request.config.num_hidden_layers},
+              {"image_size", request.config.image_size},
+              {"patch_size", request.config.patch_size},
+              {"labels", request.config.num_labels()}}},
+            {"precision", precision_name(request.precision)},
+            {"training", request.mode.describe()},
+            {"device", "cuda"},
+            {"gpu", request.gpu},
+            {"allow_tf32", request.allow_tf32},
+            {"corunning_ranks", request.corunning_ranks},
+            {"measured_together", request.measured_together}};
+  }
   return {{"model",
            {{"hidden_size", request.config.hidden_size},
             {"layers", request.config.num_hidden_layers},
@@ -302,6 +389,7 @@ nlohmann::json describe_request(const ProfileRequest& request) {
             {"labels", request.config.num_labels()}}},
           {"precision", precision_name(request.precision)},
           {"training", request.mode.describe()},
+          {"device", "cpu"},
           {"cpu", cpu::cpu_features().model},
           {"cpu_level", cpu::cpu_level_name(cpu::selected_cpu_level())},
           {"threads", request.threads},
@@ -362,10 +450,12 @@ ModelProfile measure_profile_work(const ProfileRequest& request, const ProfileWo
   configure_threads(request.threads);
   auto layout = std::make_shared<const ParameterLayout>(request.config, request.mode.lora);
   const auto split = make_trainable_split(layout, request.mode);
+  const MeasureDevice where{request.device, request.allow_tf32};
   if (alone.share && !work.micro_batches.empty()) {
     std::vector<double> flat;
     if (alone.measures) {
-      for (int64_t b : work.micro_batches) profile.alone_points.push_back(measure_point(split, request.precision, b));
+      for (int64_t b : work.micro_batches)
+        profile.alone_points.push_back(measure_point(split, request.precision, b, where));
       flat = flatten(profile.alone_points, nullptr);
       alone.share(flat);
     } else {
@@ -374,7 +464,7 @@ ModelProfile measure_profile_work(const ProfileRequest& request, const ProfileWo
       unflatten(flat, profile.alone_points, nullptr);
     }
   }
-  for (int64_t b : work.micro_batches) profile.points.push_back(measure_point(split, request.precision, b));
+  for (int64_t b : work.micro_batches) profile.points.push_back(measure_point(split, request.precision, b, where));
   if (work.optimizers && time_optimizers) profile.optimizer_seconds_per_element = time_optimizers(layout);
   configure_threads(saved_threads);
   if (combine) {
@@ -389,9 +479,7 @@ ModelProfile load_or_measure_profile(const ProfileRequest& request, const Optimi
                                      bool* measured, const std::function<void(const ProfileWork&)>& work_known,
                                      const ProfileCombine& combine, const AloneTurn& alone) {
   const std::string key = profile_key(request);
-  char name[64];
-  std::snprintf(name, sizeof(name), "profile-%016llx.json", static_cast<unsigned long long>(fnv1a(key)));
-  const std::filesystem::path file = request.cache_dir.empty() ? std::filesystem::path() : request.cache_dir / name;
+  const std::filesystem::path file = profile_cache_file(request);
   ModelProfile profile;
   if (!file.empty() && std::filesystem::exists(file)) {
     try {

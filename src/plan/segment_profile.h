@@ -1,10 +1,12 @@
-// What one pipeline segment costs on this CPU, measured: the forward pass, the whole backward pass and its two
+// What one pipeline segment costs on this CPU or GPU, measured: the forward pass, the whole backward pass and its two
 // halves (input gradients B, weight gradients W: model/weight_gradients.h) of the embeddings, an encoder block,
 // the final (classifier-token) block and the head, at a few micro-batch sizes, with the threads one rank would
 // use and in the run's training mode (model/trainable_set.h: a frozen segment below the backward path runs forward
 // only, LoRA's B and W passes are its own). Measured once (a few micro-batches each, the median of a few runs) and
-// cached per model, image size, precision, CPU and thread count; the planner (layout_search.h) interpolates between the
-// sizes.
+// cached per model, image size, precision, CPU and thread count (on a GPU: per GPU, compute capability, memory and the
+// loaded CUDA libraries' versions); the planner (layout_search.h) interpolates between the sizes. On a GPU each pass
+// is timed between two waits for the device (a one-element copy to the host, as `bench` ends its timed steps) after
+// two warm-up runs (cuDNN and cuBLASLt choose and build their engines on first use).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include "model/precision.h"
 #include "model/trainable_set.h"
 #include "model/vit_config.h"
+#include "tensor/tensor.h"  // Device
 
 namespace vitpipe {
 
@@ -68,10 +71,22 @@ struct ProfileRequest {
   int measured_together = 1;           // ranks measuring at the same time in the whole job
   std::vector<int64_t> micro_batches;  // sizes the plan needs
   std::filesystem::path cache_dir;     // "" = no cache
+  // Device::cuda: measured on the CUDA backend (backend/device_selection.h's make_backend, this process's GPU).
+  Device device = Device::cpu;
+  bool allow_tf32 = false;  // cuda: fp32 GEMMs on TF32 tensor cores (part of the key: it changes their speed)
+  nlohmann::json gpu;       // cuda: the GPU and the loaded libraries (describe_profile_gpu()), part of the key
 };
 
-// The cache key of a request (model dimensions, precision, training mode, CPU brand and kernel level, threads).
+// The cache key of a request (model dimensions, precision, training mode, then the CPU brand, kernel level and
+// threads, or on cuda the GPU, its libraries and TF32).
 std::string profile_key(const ProfileRequest& request);
+
+// The cache file of a request in its cache_dir (empty without one): named by a hash of its key.
+std::filesystem::path profile_cache_file(const ProfileRequest& request);
+
+// This process's GPU (name, compute capability, memory) and the CUDA libraries the module loaded, with the driver's
+// version: what a cuda profile is keyed by. Requires a usable CUDA backend (select_device(cuda) passed).
+nlohmann::json describe_profile_gpu();
 
 // Measures the optimizers' update cost per element on a range of `layout` (the training layer provides it).
 using OptimizerTimer =

@@ -11,10 +11,12 @@
 #include <fstream>
 #include <thread>
 
+#include "backend/device_selection.h"
 #include "io/hf_config.h"
 #include "io/model_reference.h"
 #include "parallel/launch_environment.h"
 #include "parallel/mpi_communicator.h"
+#include "plan/gpu_memory_budget.h"
 #include "train/grad_clip.h"
 #include "train/optimizer.h"
 #include "train/run_world.h"
@@ -71,11 +73,27 @@ std::string format_seconds_short(double value) {
   return text;
 }
 
-std::string plan_text(const PlanInputs& in, const Plan& plan, bool profiled, const std::string& cache) {
+std::string plan_text(const PlanInputs& in, const Plan& plan, bool profiled, const std::string& cache,
+                      const ModelProfile* profile = nullptr) {
   const std::string data = in.data_seconds_per_image > 0
                                ? concat("; data path ", format_seconds_short(in.data_seconds_per_image * 1e3),
                                         " ms per image, ", in.loader_threads, " loader thread(s)")
                                : std::string();
+  if (in.cuda) {
+    std::string gpu = "GPU";
+    if (profile && profile->describe.contains("gpu")) {
+      const nlohmann::json& g = profile->describe.at("gpu");
+      gpu = concat(g.value("name", std::string("GPU")), " (sm ", g.value("compute_capability", std::string("?")), ", ",
+                   format_bytes(g.value("memory_bytes", 0.0)), ")");
+    }
+    const std::string local = in.local_link.bandwidth > 0 ? "; within a node " + in.local_link.describe() : "";
+    return concat("plan: --device cuda, ", in.processes, " process(es), ", in.processes_per_node, " per node of ",
+                  in.gpus_per_node, " GPU(s), each on its own ", gpu, "; ", format_bytes(in.memory_per_process),
+                  " of device memory per process (", in.memory_source, "), global batch ", in.global_batch, "; link ",
+                  in.link.describe(), local, data, "; profile ", profiled ? "measured now" : "from the cache", " (",
+                  cache, "); ", plan.searched, " layouts searched, ", plan.ranked.size(), " fit\n",
+                  format_plan(in, plan, 6));
+  }
   return concat("plan: ", in.processes, " process(es), ", in.processes_per_node, " per node of ", in.cores_per_node,
                 " core(s), ", in.threads_per_process, " thread(s) each, ", format_bytes(in.memory_per_process),
                 " per process, global batch ", in.global_batch, "; link ", in.link.describe(), data, "; profile ",
@@ -95,7 +113,21 @@ ProfileRequest profile_request(const PlanInputs& in, const TrainOptions& o) {
              " (--batch-size must be divisible by the data-parallel replicas and give every stage a "
              "micro-batch): change --batch-size or the process count");
   request.cache_dir = o.profile_cache.empty() ? default_profile_cache() : std::filesystem::path(o.profile_cache);
+  if (in.cuda) {
+    request.device = Device::cuda;
+    request.allow_tf32 = o.allow_tf32;
+    request.gpu = describe_profile_gpu();
+  }
   return request;
+}
+
+// The optimizer timer of segment_profile.h for the device the plan is for.
+OptimizerTimer optimizer_timer(const PlanInputs& in, const TrainOptions& o) {
+  if (!in.cuda) return [](const std::shared_ptr<const ParameterLayout>& layout) { return time_optimizers(layout); };
+  return [allow_tf32 = o.allow_tf32](const std::shared_ptr<const ParameterLayout>& layout) {
+    const std::unique_ptr<Backend> gpu = make_backend(Device::cuda, allow_tf32);
+    return time_optimizers(layout, gpu.get());
+  };
 }
 
 std::string cache_dir_of(const TrainOptions& o) {
@@ -154,6 +186,17 @@ void measure_reduction_across_hosts(Communicator& world, const HostTopology& top
 // memory, the other ranks of the host polling in MPI's progress loop on the same cores); the slowest host's rate
 // becomes the local link's collective rate. A copy between two threads (measure_local_link) costed the 2 x 2
 // stage-major reduction of 2 namespaced hosts on 2 cores at 0.02-0.05 s a step; it was 0.16-0.29 s exposed.
+// Collective over `world`: on GPUs each rank read its own GPU's free memory; the plan takes the least.
+void least_gpu_memory_of_the_ranks(Communicator& world, const TrainOptions& o, PlanInputs& in) {
+  if (!in.cuda || !o.memory_per_process.empty() || world.size() < 2) return;
+  double budget = in.memory_per_process;
+  world.allreduce(&budget, 1, ReduceOp::min);
+  if (budget < in.memory_per_process) {
+    in.memory_per_process = budget;
+    in.memory_source += "; another rank's GPU has less: " + format_bytes(budget);
+  }
+}
+
 void measure_reduction_inside_hosts(Communicator& world, const HostTopology& topology, const TrainOptions& o,
                                     const ViTConfig& config, PlanInputs& in) {
   if (world.size() < 2 || topology.hosts() < 2 || in.local_link.bandwidth <= 0) return;
@@ -210,26 +253,42 @@ double machine_memory_bytes() {
   return 8.0 * 1073741824.0;  // not Linux: a guess, said as such by the plan's printout of the inputs
 }
 
-std::map<std::string, double> time_optimizers(const std::shared_ptr<const ParameterLayout>& layout) {
+std::map<std::string, double> time_optimizers(const std::shared_ptr<const ParameterLayout>& layout, Backend* backend) {
   std::map<std::string, double> cost;
-  FlatParameters params(layout, 1, 1), grads(layout, 1, 1);
-  for (int64_t i = 0; i < params.numel(); ++i) {
-    params.data()[i] = 0.01f * static_cast<float>(i % 13);
-    grads.data()[i] = 1e-4f * static_cast<float>(i % 7);
+  FlatParameters params(layout, 1, 1, backend), grads(layout, 1, 1, backend);
+  {
+    FlatParameters host_params(layout, 1, 1), host_grads(layout, 1, 1);
+    for (int64_t i = 0; i < params.numel(); ++i) {
+      host_params.data()[i] = 0.01f * static_cast<float>(i % 13);
+      host_grads.data()[i] = 1e-4f * static_cast<float>(i % 7);
+    }
+    if (backend) {
+      backend->copy_from_host(host_params.flat(), params.flat());
+      backend->copy_from_host(host_grads.flat(), grads.flat());
+    } else {
+      params = std::move(host_params);
+      grads = std::move(host_grads);
+    }
   }
   for (const char* name : {"adamw", "lamb", "sgd"}) {
     OptimizerConfig config = optimizer_config_named(name);
     if (config.kind == OptimizerKind::sgd) config.momentum = 0.9;
-    auto optimizer = make_optimizer(config, params);
+    auto optimizer = make_optimizer(config, params, {}, backend);
     double best = 1e30;
     for (int run = 0; run < 3; ++run) {
       // The optimizer phase as the trainer runs it: the gradient norm's pass, the update, the gradients zeroed for
       // the next step. Each streams the buffers through memory; the update alone left the other two unpredicted.
       const auto start = std::chrono::steady_clock::now();
-      volatile double norm = sum_of_squares(grads);
+      volatile double norm = backend ? sum_of_squares(*backend, grads, grads.begin(), grads.begin() + grads.numel())
+                                     : sum_of_squares(grads);
       (void)norm;
       optimizer->step(params, grads, 1e-6);
-      grads.flat().fill_zero();
+      if (backend) {
+        backend->zero(grads.flat());
+        to_host(*backend, params.flat().slice(0, 1));  // waits for the device: its ops return once enqueued
+      } else {
+        grads.flat().fill_zero();
+      }
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (run > 0) best = std::min(best, t);
     }
@@ -271,8 +330,40 @@ PlanInputs plan_inputs(const TrainOptions& o, const ViTConfig& config, const Pla
                               ? machine_memory_bytes() / in.processes_per_node
                               : parse_memory_size(o.memory_per_process, "--memory-per-process");
   in.link = link;
+  // --device cuda (or auto with a GPU; a cuda that cannot run was refused before): every rank on a GPU of its own.
+  in.cuda = parse_device_choice(o.device) != DeviceChoice::cpu && cuda_status().usable();
+  if (in.cuda) {
+    in.gpus_per_node = std::max(1, cuda_status().runtime_devices);
+    VP_REQUIRE(in.processes_per_node <= in.gpus_per_node, "--device cuda: ", in.processes_per_node,
+               " process(es) per node for ", in.gpus_per_node,
+               " GPU(s) per node: two ranks would share a GPU (NCCL refuses that); plan at most ", in.gpus_per_node,
+               " process(es) per node (--processes, --nodes)");
+    if (o.memory_per_process.empty()) {
+      // Under mpirun this rank's GPU (the caller takes the least over the ranks); else the GPUs the node's ranks take.
+      std::vector<int> gpus;
+      if (launched_as_mpi_job()) {
+        gpus.push_back(local_gpu_index());
+      } else {
+        for (int g = 0; g < in.processes_per_node; ++g) gpus.push_back(g);
+      }
+      const GpuMemoryBudget budget = query_gpu_memory_budget(gpus);
+      in.memory_per_process = budget.budget();
+      in.memory_source = budget.describe();
+      in.gpu_memory = budget;
+    } else {
+      in.memory_source = "--memory-per-process, of device memory";
+    }
+    if (o.link.empty()) {
+      // Nothing measured NCCL between this node's GPUs: the labelled assumption (across nodes, the measured link).
+      if (job.nodes > 1) {
+        in.local_link = assumed_gpu_link();
+      } else {
+        in.link = assumed_gpu_link();
+      }
+    }
+  }
   // Ranks of one node talk through its shared memory: the same copy as two threads here.
-  if (job.nodes > 1 && in.processes_per_node > 1) in.local_link = measure_local_link();
+  if (!in.cuda && job.nodes > 1 && in.processes_per_node > 1) in.local_link = measure_local_link();
   const OptimizerConfig optimizer = o.optimizer_config();
   in.optimizer = optimizer.kind == OptimizerKind::adamw  ? "adamw"
                  : optimizer.kind == OptimizerKind::lamb ? "lamb"
@@ -296,17 +387,19 @@ PlanInputs plan_inputs(const TrainOptions& o, const ViTConfig& config, const Pla
 
 Plan make_plan(const PlanInputs& in, const TrainOptions& o, bool* profiled, int corunning_ranks, int together,
                const std::function<void(const ProfileWork&)>& work_known, const ProfileCombine& combine,
-               const AloneTurn& alone) {
+               const AloneTurn& alone, ModelProfile* profile_out) {
   ProfileRequest request = profile_request(in, o);
   request.corunning_ranks = corunning_ranks;
   request.measured_together = together;
-  const ModelProfile profile = load_or_measure_profile(request, time_optimizers, profiled, work_known, combine, alone);
+  const ModelProfile profile =
+      load_or_measure_profile(request, optimizer_timer(in, o), profiled, work_known, combine, alone);
+  if (profile_out) *profile_out = profile;
   Plan plan = plan_layouts(in, profile);
   if (plan.ranked.empty()) {
-    fail("no layout of ", in.processes, " process(es) fits ", format_bytes(in.memory_per_process),
-         " per process (--memory-per-process) for this model (", in.config.num_hidden_layers, " layers, hidden ",
-         in.config.hidden_size, ", ", in.config.image_size, " px) at global batch ", in.global_batch, ": ",
-         what_would_fit(in, profile, plan));
+    fail("no layout of ", in.processes, " process(es) fits ", format_bytes(in.memory_per_process), " per process (",
+         in.cuda ? "device memory: " + in.memory_source : std::string("--memory-per-process"), ") for this model (",
+         in.config.num_hidden_layers, " layers, hidden ", in.config.hidden_size, ", ", in.config.image_size,
+         " px) at global batch ", in.global_batch, ": ", what_would_fit(in, profile, plan));
   }
   return plan;
 }
@@ -333,7 +426,7 @@ std::optional<ScaledNodeSplit> node_split_from_scaling(const TrainOptions& o, co
 }
 
 std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& in, const TrainOptions& o,
-                                        int corunning_ranks, bool* profiled) {
+                                        int corunning_ranks, bool* profiled, ModelProfile* profile_out) {
   // Every rank profiles at the same time as rank 0 (the slowest rank's times kept), so the profile holds what
   // sharing the machine's cores and memory bandwidth with the other ranks costs, as training will.
   const ProfileCombine combine = [&](std::vector<double>& values) {
@@ -349,7 +442,8 @@ std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& i
       values = nlohmann::json::parse(receive_politely(world, kAloneTag)).get<std::vector<double>>();
     }
   };
-  if (world.size() == 1) alone = {};
+  // On GPUs each rank measures on its own device: nothing shared to tell apart, no turn alone.
+  if (world.size() == 1 || in.cuda) alone = {};
   if (world.rank() == 0) {
     const auto work_known = [&](const ProfileWork& work) {
       send_to_every_rank(world,
@@ -357,7 +451,7 @@ std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& i
                          kProfileTag);
     };
     return make_plan(in, o, profiled, corunning_ranks, world.size(), work_known,
-                     world.size() > 1 ? combine : ProfileCombine{}, alone);
+                     world.size() > 1 ? combine : ProfileCombine{}, alone, profile_out);
   }
   const nlohmann::json asked = nlohmann::json::parse(receive_politely(world, kProfileTag));
   ProfileWork work;
@@ -367,7 +461,7 @@ std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& i
     ProfileRequest request = profile_request(in, o);
     request.corunning_ranks = corunning_ranks;
     request.measured_together = world.size();
-    measure_profile_work(request, work, time_optimizers, combine, alone);
+    measure_profile_work(request, work, optimizer_timer(in, o), combine, alone);
   }
   return std::nullopt;
 }
@@ -413,6 +507,7 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
   measure_reduction(world, o, config, link);
   measure_reduction_across_hosts(world, topology, o, link);
   PlanInputs in = plan_inputs(o, config, job, link, false);
+  least_gpu_memory_of_the_ranks(world, o, in);
   measure_reduction_inside_hosts(world, topology, o, config, in);
   in.threads_per_process = configured_threads();  // what this job's ranks run with
   in.cores_per_node = cores_of_the_job(world);
@@ -421,10 +516,11 @@ LayoutPrediction choose_training_layout(Communicator& world, TrainOptions& o, co
     if (time_data_path) in.data_seconds_per_image = time_data_path();  // alone: the others wait politely
   }
   bool profiled = false;
-  const std::optional<Plan> plan = make_plan_alongside(world, in, o, here, &profiled);
+  ModelProfile profile;
+  const std::optional<Plan> plan = make_plan_alongside(world, in, o, here, &profiled, &profile);
   if (world.rank() == 0) {
     info("hosts: ", topology.describe(), " (MPI's shared-memory split)");
-    info(plan_text(in, *plan, profiled, cache_dir_of(o)));
+    info(plan_text(in, *plan, profiled, cache_dir_of(o), &profile));
     if (launched_as_mpi_job()) say_preferred_node_split(o, config, in);
     prediction = plan->ranked.front();
     send_to_every_rank(world, prediction_json(prediction).dump(), kLayoutTag);
@@ -464,7 +560,9 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
   const ViTConfig config = model_config_for_plan(options);
   // One process without --processes: the ranks x threads a core-scaling profile prefers, when there is one.
   std::optional<ScaledNodeSplit> split;
-  if (!launched_as_mpi_job() && processes == 0 && nodes <= 1) {
+  const bool cuda = parse_device_choice(options.device) != DeviceChoice::cpu && cuda_status().usable();
+  // A core-scaling profile splits CPU cores; on GPUs a rank takes a GPU.
+  if (!cuda && !launched_as_mpi_job() && processes == 0 && nodes <= 1) {
     split = node_split_from_scaling(options, config, cores > 0 ? cores : threads_of_one_process(options.threads), true);
   }
   run_on_world(1, options.threads, [&](Communicator& world) {
@@ -485,21 +583,24 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     measure_reduction(world, options, config, link);
     if (launched_as_mpi_job()) measure_reduction_across_hosts(world, topology, options, link);
     PlanInputs in = plan_inputs(options, config, job, link, true);
+    least_gpu_memory_of_the_ranks(world, options, in);
     if (split) {
       in.threads_per_process = split->choice.chosen.threads;
       in.cores_per_node = split->choice.cores;
     }
     if (launched_as_mpi_job()) measure_reduction_inside_hosts(world, topology, options, config, in);
     bool profiled = false;
+    ModelProfile profile;
     // Under mpirun every rank profiles alongside rank 0, as train --layout auto does: the profile then holds what
     // the job's ranks cost each other on shared cores and memory (namespaced hosts share one machine's).
     const std::optional<Plan> together =
-        make_plan_alongside(world, in, options, topology.ranks_on(topology.host_of_rank.at(0)), &profiled);
+        make_plan_alongside(world, in, options, topology.ranks_on(topology.host_of_rank.at(0)), &profiled, &profile);
     if (world.rank() != 0) return;
     const Plan& plan = *together;
     if (json) {
       nlohmann::json j = plan_json(in, plan, rows);
       j["profile_measured"] = profiled;
+      j["profile"] = {{"key", profile.key}, {"describe", profile.describe}};
       if (split) j["node_split"] = node_split_json(split->choice, split->source);
       j["hosts"] = {{"count", topology.hosts()},
                     {"host_of_rank", topology.host_of_rank},
@@ -508,7 +609,7 @@ void run_plan_command(const TrainOptions& options, int processes, int nodes, int
     } else {
       if (launched_as_mpi_job()) std::printf("hosts: %s (MPI's shared-memory split)\n", topology.describe().c_str());
       if (split) std::printf("%s\n", split->describe().c_str());
-      std::printf("%s", plan_text(in, plan, profiled, cache_dir_of(options)).c_str());
+      std::printf("%s", plan_text(in, plan, profiled, cache_dir_of(options), &profile).c_str());
       std::string flags;
       for (const auto& f : plan.ranked.front().layout.train_flags()) flags += " " + f;
       std::printf(

@@ -27,31 +27,37 @@ double parse_memory_size(std::string_view text, const std::string& where);
 double machine_memory_bytes();  // MemTotal of /proc/meminfo
 
 // Each optimizer's phase cost per element (the gradient norm's pass, the update, zeroing the gradients: what the
-// trainer does after the backward), measured on one block's parameters (segment_profile.h's timer).
-std::map<std::string, double> time_optimizers(const std::shared_ptr<const ParameterLayout>& layout);
+// trainer does after the backward), measured on one block's parameters (segment_profile.h's timer). With `backend`
+// (a GPU's) on its memory, the device waited for at the end of each timed run; else on the host.
+std::map<std::string, double> time_optimizers(const std::shared_ptr<const ParameterLayout>& layout,
+                                              Backend* backend = nullptr);
 
 // config.json of --model (no weights read) with --image-size applied; the labels as the checkpoint has them.
 ViTConfig model_config_for_plan(const TrainOptions& options);
 
 // The planner's inputs. `constrained`: the layout flags given explicitly fix that part of the search (plan);
 // otherwise everything is searched (train --layout auto, which refuses those flags). Threads per process:
-// --threads, else the node's cores shared by its processes.
+// --threads, else the node's cores shared by its processes. With --device cuda (or auto finding a GPU): more
+// processes per node than GPUs is refused in one line; the memory per process is the GPU's free memory less a margin
+// (plan/gpu_memory_budget.h; --memory-per-process replaces it), under mpirun this rank's GPU (the caller takes the
+// least over the ranks); the link between a node's GPUs without --link is the labelled assumption of
+// plan/link_model.h (nothing here measures NCCL yet).
 PlanInputs plan_inputs(const TrainOptions& options, const ViTConfig& config, const PlanJob& job, const LinkModel& link,
                        bool constrained);
 
 // Profiles (or reads the cache) and plans. Throws, saying what would fit, when no layout fits the memory given.
 // `corunning_ranks`, `together`, `work_known`, `combine`, `alone`: profiling alongside other ranks
-// (segment_profile.h).
+// (segment_profile.h). `profile` (optional) receives the profile planned with.
 Plan make_plan(const PlanInputs& inputs, const TrainOptions& options, bool* profiled = nullptr, int corunning_ranks = 1,
                int together = 1, const std::function<void(const ProfileWork&)>& work_known = {},
-               const ProfileCombine& combine = {}, const AloneTurn& alone = {});
+               const ProfileCombine& combine = {}, const AloneTurn& alone = {}, ModelProfile* profile = nullptr);
 
 // Collective over `world`: rank 0 profiles (unless cached) and plans while every other rank measures the same work
 // at the same time (the slowest rank's times kept), after rank 0 measured alone while the others slept; rank 0 gets
 // the plan, the others nullopt. `corunning_ranks`:
 // the ranks of this job on rank 0's node.
 std::optional<Plan> make_plan_alongside(Communicator& world, const PlanInputs& inputs, const TrainOptions& options,
-                                        int corunning_ranks, bool* profiled = nullptr);
+                                        int corunning_ranks, bool* profiled = nullptr, ModelProfile* profile = nullptr);
 
 // train --layout auto, collective over `world`: rank 0 times the data path (`time_data_path`, optional: seconds per
 // training image) while the others wait without spinning, then every rank profiles the segments at once (unless

@@ -249,3 +249,32 @@ if(VITPIPE_CUDA_MODULE_BUILT)
     set_tests_properties(cuda.fakes.train.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS cuda TIMEOUT 900)
   endforeach()
 endif()
+
+# `vitpipe plan --device cuda` (and train --layout auto) through the real binary, on a module built from the module's
+# table and CudaBackend over the host-memory fakes (libvitpipe_cuda_on_fakes.so, opened by VITPIPE_CUDA_MODULE) with
+# the fake driver as libcuda.so.1: the profile is measured through the module and keyed by the (fake) GPU, the budget
+# is the fake GPU's free memory less the margin, the workspaces are counted, ranks per node never exceed the GPUs,
+# and cpu and cuda profiles share a cache without colliding. Timings on fakes mean nothing and are not asserted.
+if(VITPIPE_CUDA_MODULE_BUILT)
+  add_library(vitpipe_cuda_on_fakes MODULE ${PROJECT_SOURCE_DIR}/src/backend/cuda/module_entry.cpp
+              ${PROJECT_SOURCE_DIR}/src/backend/cuda/cuda_backend.cpp
+              ${PROJECT_SOURCE_DIR}/src/backend/cuda/gemm_executor.cpp
+              ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
+              ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp
+              ${PROJECT_SOURCE_DIR}/src/backend/backend_call.cpp ${PROJECT_SOURCE_DIR}/src/tensor/tensor.cpp
+              ${PROJECT_SOURCE_DIR}/src/tensor/dtype.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp
+              ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kernels.cpp
+              ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp
+              ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp)
+  target_include_directories(vitpipe_cuda_on_fakes PRIVATE ${PROJECT_SOURCE_DIR}/src ${CUDAToolkit_INCLUDE_DIRS}
+                             ${VITPIPE_CUDNN_INCLUDE_DIR} ${VITPIPE_NCCL_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
+  target_compile_definitions(vitpipe_cuda_on_fakes PRIVATE VITPIPE_CUDA_ARCHITECTURES="fakes")
+  target_link_libraries(vitpipe_cuda_on_fakes PRIVATE vitpipe_cuda_calls)
+  set_target_properties(vitpipe_cuda_on_fakes PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  target_compile_options(vitpipe_cuda_on_fakes PRIVATE -fopenmp-simd)
+  target_link_options(vitpipe_cuda_on_fakes PRIVATE -Wl,--no-undefined)
+  add_test(NAME cuda.fakes.plan
+           COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_plan_cuda_fakes.py
+                   --module $<TARGET_FILE:vitpipe_cuda_on_fakes> --fake-driver $<TARGET_FILE:fake_cuda_driver>)
+  set_tests_properties(cuda.fakes.plan PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS "cuda;plan" TIMEOUT 300)
+endif()
