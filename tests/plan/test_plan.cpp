@@ -9,6 +9,7 @@
 #include "model/vit_stage.h"
 #include "parallel/local_communicator.h"
 #include "parallel/pipeline_executor.h"
+#include "plan/gpu_memory_budget.h"
 #include "plan/layout_search.h"
 #include "plan/link_model.h"
 #include "plan/memory_model.h"
@@ -504,6 +505,98 @@ TEST(PlanCudaWorkspaces, ALayoutFittingOnlyWithoutThemIsNotChosen) {
     EXPECT_GT(x.memory.cuda.total(), 0.0);
     EXPECT_LE(x.memory.total(), open.memory_per_process);
   }
+}
+
+// --device cuda: the profile is keyed by the GPU and its libraries (not the CPU and its threads), so a cpu and a cuda
+// profile of the same model never share a cache file, and a change of GPU, library or TF32 measures again.
+TEST(PlanCudaProfile, KeyNamesTheGpuAndItsLibrariesNotTheCpu) {
+  ProfileRequest cpu;
+  cpu.config = small_config();
+  cpu.threads = 2;
+  cpu.cache_dir = "/cache";
+  ProfileRequest gpu = cpu;
+  gpu.device = Device::cuda;
+  EXPECT_THROW(profile_key(gpu), Error);  // a cuda request names its GPU
+  gpu.gpu = {{"name", "Test GPU"},
+             {"compute_capability", "8.0"},
+             {"memory_bytes", uint64_t{40} << 30},
+             {"driver", "13.0"},
+             {"libraries", {{"cuda_runtime", 13000}, {"cublaslt", 130100}, {"cudnn", 91900}, {"nccl", 22809}}}};
+  const std::string key = profile_key(gpu);
+  EXPECT_NE(key.find("device=cuda gpu=Test GPU sm=8.0 memory=42949672960 driver=13.0"), std::string::npos) << key;
+  EXPECT_NE(key.find("\"cudnn\":91900"), std::string::npos) << key;
+  EXPECT_EQ(key.find(" cpu="), std::string::npos) << key;
+  EXPECT_EQ(key.find(" threads="), std::string::npos) << key;
+  EXPECT_NE(profile_key(cpu).find(" cpu="), std::string::npos);
+  EXPECT_NE(profile_cache_file(cpu), profile_cache_file(gpu));
+  EXPECT_EQ(profile_cache_file(gpu).parent_path(), std::filesystem::path("/cache"));
+
+  ProfileRequest other = gpu;
+  other.threads = 7;  // the host's threads only launch kernels
+  EXPECT_EQ(profile_key(other), key);
+  other.allow_tf32 = true;
+  EXPECT_NE(profile_key(other), key);
+  other = gpu;
+  other.gpu["libraries"]["cudnn"] = 92100;
+  EXPECT_NE(profile_key(other), key);
+  other = gpu;
+  other.gpu["name"] = "Other GPU";
+  EXPECT_NE(profile_cache_file(other), profile_cache_file(gpu));
+}
+
+TEST(PlanGpuMemory, BudgetIsTheFreeMemoryLessTheMargin) {
+  const double gib = 1024.0 * 1024 * 1024;
+  const GpuMemoryBudget h100 = gpu_memory_budget_of(79 * gib, 80 * gib);
+  EXPECT_DOUBLE_EQ(h100.margin_bytes, 4 * gib);  // 5%
+  EXPECT_DOUBLE_EQ(h100.budget(), 75 * gib);
+  const GpuMemoryBudget small = gpu_memory_budget_of(6 * gib, 8 * gib);
+  EXPECT_DOUBLE_EQ(small.margin_bytes, gib);  // at least 1 GiB
+  EXPECT_DOUBLE_EQ(small.budget(), 5 * gib);
+  EXPECT_EQ(gpu_memory_budget_of(0.5 * gib, 8 * gib).budget(), 0.0);  // never negative
+  EXPECT_NE(small.describe().find("free of"), std::string::npos);
+}
+
+// On GPUs the host's memory (the process overhead, the loader's batches) is not device memory, and ranks sharing a
+// node's cores do not slow each other's passes: each computes on its own GPU.
+TEST(PlanCudaWorkspaces, HostMemoryAndCoreSharingAreNotTheGpus) {
+  const ModelProfile profile = synthetic_profile(0.5);
+  PlanInputs in = inputs(4, 16, 1e12);
+  in.stages = 4;
+  in.micro_batch = 2;
+  in.schedule = ScheduleKind::one_f_one_b;
+  in.recompute = false;
+  in.shard = false;
+  in.processes_per_node = 4;  // 4 ranks x 2 threads on 2 cores: 4x oversubscribed on the CPU
+  in.threads_per_process = 2;
+  in.cores_per_node = 2;
+  const LayoutPrediction cpu = plan_layouts(in, profile).ranked.at(0);
+  in.cuda = true;
+  in.gpus_per_node = 4;
+  const LayoutPrediction gpu = plan_layouts(in, profile).ranked.at(0);
+  EXPECT_GT(cpu.memory.loader, 0.0);
+  EXPECT_EQ(gpu.memory.loader, 0.0);
+  EXPECT_EQ(gpu.memory.overhead, 0.0);
+  EXPECT_EQ(cpu.memory.cuda.total(), 0.0);
+  EXPECT_GT(gpu.memory.cuda.total(), 0.0);
+  ASSERT_EQ(gpu.stage_passes.size(), cpu.stage_passes.size());
+  for (size_t s = 0; s < gpu.stage_passes.size(); ++s) {
+    EXPECT_DOUBLE_EQ(cpu.stage_passes[s].forward, 4 * gpu.stage_passes[s].forward);
+  }
+  // The JSON says which device and where the budget came from.
+  in.memory_source = "test";
+  const nlohmann::json j = plan_json(in, plan_layouts(in, profile), 1);
+  EXPECT_EQ(j.at("device"), "cuda");
+  EXPECT_EQ(j.at("memory_source"), "test");
+  EXPECT_EQ(j.at("gpus_per_node"), 4);
+}
+
+// Nothing measured NCCL between a node's GPUs: the figure used says so wherever the link is printed.
+TEST(PlanLink, TheGpuLinkIsALabelledAssumption) {
+  const LinkModel link = assumed_gpu_link();
+  EXPECT_EQ(link.bandwidth, kAssumedGpuLinkBytesPerSecond);
+  EXPECT_EQ(link.latency, kAssumedGpuLinkLatencySeconds);
+  EXPECT_NE(link.describe().find("ASSUMED, not measured"), std::string::npos) << link.describe();
+  EXPECT_EQ(link.collective_bandwidth, 0.0);  // nothing claims a measured reduction rate
 }
 
 }  // namespace
