@@ -336,11 +336,14 @@ const std::vector<OptionDef>& option_table() {
          o.layout = v.null ? defaults().layout : v.choice({"manual", "auto"});
        }},
       {"memory-per-process", "SIZE",
-       "--layout auto: memory each process may use, e.g. 16GiB (default: this machine's memory per rank)",
+       "--layout auto: memory each process may use, e.g. 16GiB (default: this machine's memory per rank; with "
+       "--device cuda its GPU's free memory less a margin of 5%, at least 1 GiB)",
        [](O& o, const V& v) { o.memory_per_process = v.null ? defaults().memory_per_process : v.scalar(); }},
       {"link", "BANDWIDTH[,LATENCY]",
        "--layout auto: the network between processes, its line rate, e.g. 10Gbit,20us; under mpirun across hosts the "
-       "gradient reduction's rate over it is measured too (default: measured by a ping-pong)",
+       "gradient reduction's rate over it is measured too (default: measured by a ping-pong; with --device cuda, "
+       "between "
+       "a node's GPUs an assumption of PCIe 4.0 rates, printed as such)",
        [](O& o, const V& v) { o.link = v.null ? defaults().link : v.scalar(); }},
       {"profile-cache", "DIR",
        "--layout auto: where per-segment profiles are cached (default $XDG_CACHE_HOME/vitpipe or ~/.cache/vitpipe)",
