@@ -13,7 +13,9 @@
 #      run this check again);
 #   5. the PyTorch peer with the same model, batch, steps and precision (bf16 autocast), `--device cuda` eager and
 #      with `--compile`;
-#   6. a JSON summary (scripts/gpu_check_summary.py): versions, the GPU, each test part's status and counts, the three
+#   6. `vitpipe plan --device cuda` for ViT-Tiny/16 (GPU segment profiles, the GPU's free memory; recorded, never
+#      the verdict);
+#   7. a JSON summary (scripts/gpu_check_summary.py): versions, the GPU, each test part's status and counts, the three
 #      images/s figures, vitpipe/eager and vitpipe/compile, and issue 24's 4,500 images/s target and 7,500 bound.
 # Every part runs under `timeout` (the caps below sum at least 20 s below the 460 s deadline, so that no part is cut
 # short by those before it; the script refuses to start otherwise); a part that fails or times
@@ -64,11 +66,13 @@ done
 # Each part's cap in seconds, in the order the parts run. Each path's caps sum at least 20 s below the deadline (the
 # start: unpacking, vitpipe info), checked here and by tests/cuda/check_gpu_check_summary.py.
 check_deadline=460  # 8 minutes less 10 s for a part that ignores timeout's TERM and 10 s for the summary
+# plan_cuda's 15 s were cpu_scaling's (40 before): both are recorded, never the verdict.
 declare -A cap=([attention_real_shapes]=45 [bench_vitpipe]=70 [test_cuda_gpu]=45 [golden_gpu]=50 [test_cuda]=10
-  [test_cuda_executors]=10 [ctest_cuda]=160 [torch_eager]=55 [torch_compile]=115 [cpu_scaling]=40)
+  [test_cuda_executors]=10 [ctest_cuda]=160 [torch_eager]=55 [torch_compile]=115 [plan_cuda]=15 [cpu_scaling]=25)
 pack_caps=$((cap[attention_real_shapes] + cap[bench_vitpipe] + cap[test_cuda_gpu] + cap[golden_gpu] + cap[test_cuda] +
-  cap[test_cuda_executors] + cap[torch_eager] + cap[torch_compile] + cap[cpu_scaling]))
-checkout_caps=$((cap[bench_vitpipe] + cap[ctest_cuda] + cap[torch_eager] + cap[torch_compile] + cap[cpu_scaling]))
+  cap[test_cuda_executors] + cap[torch_eager] + cap[torch_compile] + cap[plan_cuda] + cap[cpu_scaling]))
+checkout_caps=$((cap[bench_vitpipe] + cap[ctest_cuda] + cap[torch_eager] + cap[torch_compile] + cap[plan_cuda] +
+  cap[cpu_scaling]))
 for caps in "from a pack:$pack_caps" "in a checkout:$checkout_caps"; do
   if ((${caps#*:} > check_deadline - 20)); then
     echo "gpu_check: the parts' caps ${caps%:*} sum to ${caps#*:} s, over the $((check_deadline - 20)) s that the" \
@@ -336,7 +340,35 @@ for variant in eager compile; do
   fi
 done
 
-# 6. CPU scaling (issue 46; a block of its own, after the GPU parts): `vitpipe bench --scaling` at 1, 2, 4, 8 and 16
+# 6. The planner on this GPU (issue 42): `vitpipe plan --device cuda` profiles ViT-Tiny/16's segments at 224 px on
+# the GPU (bf16, one micro-batch size: --micro-batch-size fixes it), reads the GPU's free memory through the driver
+# and plans one rank; its JSON is kept as <summary>.logs/plan_cuda/plan.json and the chosen layout, the budget and the
+# profile's key go into the summary. Recorded, never the verdict.
+plan_dir=$logs/plan_cuda
+rm -rf "$plan_dir"
+mkdir -p "$plan_dir"
+run_part plan.cuda "${cap[plan_cuda]}" bash -c '"$1" init --preset vit-tiny --out "$2/model" >/dev/null &&
+  "$1" plan --device cuda --model "$2/model" --precision bf16 --batch-size 64 --micro-batch-size 16 \
+    --profile-cache "$2/cache" --json >"$2/plan.json"' plan_cuda "$vitpipe" "$plan_dir"
+if [[ -z "$part_reason" ]] && planned=$("${host_env[@]}" python3 -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["device"] == "cuda" and j["layouts"], "no cuda plan"
+print(json.dumps({"chosen": j["layouts"][0]["train_flags"], "step_seconds": j["layouts"][0]["step_seconds"],
+                  "memory_per_rank_bytes": j["layouts"][0]["memory_per_rank_bytes"],
+                  "gpu_memory": j.get("gpu_memory"), "link": j["link"]["source"], "profile_key": j["profile"]["key"]}))' \
+  "$plan_dir/plan.json" 2>&1); then
+  record "plan.cuda.status=passed" "plan.cuda.json=$plan_dir/plan.json" "plan.cuda.plan:=$planned"
+  echo "gpu_check: plan --device cuda: $planned"
+else
+  planned=${planned:-no plan}
+  plan_reason=${part_reason:-${planned##*$'\n'}}  # the error's last line: one line per record
+  record "plan.cuda.status=failed" "plan.cuda.reason=$plan_reason"
+  echo "gpu_check: plan --device cuda: FAILED ($plan_reason)"
+fi
+rm -rf "$plan_dir/model"  # its random weights: only config.json was read
+write_summary
+
+# 7. CPU scaling (issue 46; a block of its own, after the GPU parts): `vitpipe bench --scaling` at 1, 2, 4, 8 and 16
 # threads (as many as the machine has), ViT-Tiny/16, batch 16, 2 steps, fp32, on this machine's cores, the only
 # ones here beyond 2; at most its cap, and only in what is left of the deadline. Its JSON line (what `vitpipe plan
 # --scaling` reads) is kept as <summary>.logs/cpu_scaling.json and the best node splits go into the summary.
@@ -356,7 +388,7 @@ else
 fi
 write_summary
 
-# 7. The summary, written whole once more (it was after every part), and its line.
+# 8. The summary, written whole once more (it was after every part), and its line.
 record "seconds:=$SECONDS"
 write_summary
 echo "gpu_check: $("${host_env[@]}" python3 "$helper" digest "$summary") -> $summary"
