@@ -199,7 +199,8 @@ void least_gpu_memory_of_the_ranks(Communicator& world, const TrainOptions& o, P
 
 void measure_reduction_inside_hosts(Communicator& world, const HostTopology& topology, const TrainOptions& o,
                                     const ViTConfig& config, PlanInputs& in) {
-  if (world.size() < 2 || topology.hosts() < 2 || in.local_link.bandwidth <= 0) return;
+  // On GPUs the link within a node is NCCL's, which this MPI reduction does not measure: the assumption stands.
+  if (world.size() < 2 || topology.hosts() < 2 || in.local_link.bandwidth <= 0 || in.cuda) return;
   const int host = topology.host_of_rank.at(static_cast<size_t>(world.rank()));
   const std::unique_ptr<Communicator> on_host = world.split(host, world.rank());
   const TrainingMode mode = o.training_mode();

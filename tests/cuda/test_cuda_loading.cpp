@@ -97,6 +97,27 @@ TEST(CudaDriver, ToolkitStubIsFoundButNotUsable) {
             "libcuda.so.1 is the toolkit's stub, not a driver");
 }
 
+// plan --device cuda budgets a rank by the GPU's free memory: asked of the driver with the primary context current
+// (the fake answers only then), and every failure said, not thrown.
+TEST(CudaDriver, FreeMemoryIsAskedWithTheGpusContext) {
+  ASSERT_EQ(setenv("FAKE_CUDA_TOTAL_MEMORY", "8589934592", 1), 0);
+  ASSERT_EQ(setenv("FAKE_CUDA_FREE_MEMORY", "6442450944", 1), 0);
+  const CudaMemoryInfo info = query_cuda_memory(0, FAKE_DRIVER);
+  unsetenv("FAKE_CUDA_TOTAL_MEMORY");
+  unsetenv("FAKE_CUDA_FREE_MEMORY");
+  EXPECT_TRUE(info.error.empty()) << info.error;
+  EXPECT_EQ(info.free_bytes, uint64_t{6} << 30);
+  EXPECT_EQ(info.total_bytes, uint64_t{8} << 30);
+  const CudaMemoryInfo second = query_cuda_memory(0, FAKE_DRIVER);  // the context was released: retained again
+  EXPECT_TRUE(second.error.empty()) << second.error;
+  EXPECT_EQ(second.total_bytes, uint64_t{80} << 30);
+
+  EXPECT_TRUE(
+      contains(query_cuda_memory(1, FAKE_DRIVER).error, "cuDeviceGet(1) failed with CUDA_ERROR_INVALID_DEVICE"));
+  EXPECT_TRUE(contains(query_cuda_memory(0, FAKE_MODULE_NO_ENTRY).error, "does not export cuDevicePrimaryCtxRetain"));
+  EXPECT_TRUE(contains(query_cuda_memory(0, "libvitpipe_test_no_such_driver.so.1").error, "could not be opened"));
+}
+
 TEST(CudaDriver, VersionText) {
   EXPECT_EQ(cuda_version_text(13000), "13.0");
   EXPECT_EQ(cuda_version_text(12080), "12.8");
