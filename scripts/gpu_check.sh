@@ -347,15 +347,17 @@ done
 plan_dir=$logs/plan_cuda
 rm -rf "$plan_dir"
 mkdir -p "$plan_dir"
+# shellcheck disable=SC2016 # $1 and $2 are the inner bash's arguments
 run_part plan.cuda "${cap[plan_cuda]}" bash -c '"$1" init --preset vit-tiny --out "$2/model" >/dev/null &&
   "$1" plan --device cuda --model "$2/model" --precision bf16 --batch-size 64 --micro-batch-size 16 \
     --profile-cache "$2/cache" --json >"$2/plan.json"' plan_cuda "$vitpipe" "$plan_dir"
 if [[ -z "$part_reason" ]] && planned=$("${host_env[@]}" python3 -c 'import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["device"] == "cuda" and j["layouts"], "no cuda plan"
-print(json.dumps({"chosen": j["layouts"][0]["train_flags"], "step_seconds": j["layouts"][0]["step_seconds"],
-                  "memory_per_rank_bytes": j["layouts"][0]["memory_per_rank_bytes"],
-                  "gpu_memory": j.get("gpu_memory"), "link": j["link"]["source"], "profile_key": j["profile"]["key"]}))' \
+x = j["layouts"][0]
+print(json.dumps({"chosen": x["train_flags"], "step_seconds": x["step_seconds"],
+                  "memory_per_rank_bytes": x["memory_per_rank_bytes"], "gpu_memory": j.get("gpu_memory"),
+                  "link": j["link"]["source"], "profile_key": j["profile"]["key"]}))' \
   "$plan_dir/plan.json" 2>&1); then
   record "plan.cuda.status=passed" "plan.cuda.json=$plan_dir/plan.json" "plan.cuda.plan:=$planned"
   echo "gpu_check: plan --device cuda: $planned"

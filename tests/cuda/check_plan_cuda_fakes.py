@@ -91,7 +91,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check("libraries=" in key and "cudnn" in key and "tf32=0" in key, "the key names the loaded libraries and TF32")
     check(gpu.get("name") == "Fake GPU" and gpu.get("compute_capability") == "9.0" and gpu.get("memory_bytes") == TOTAL,
           f"the profile describes the fake GPU ({gpu})")
-    check(j.get("gpu_memory", {}).get("free_bytes") == 6 * GIB and j.get("gpu_memory", {}).get("margin_bytes") == MARGIN,
+    budget = j.get("gpu_memory", {})
+    check(budget.get("free_bytes") == 6 * GIB and budget.get("margin_bytes") == MARGIN,
           f"the budget is read from the fake GPU: 6 GiB free, margin {MARGIN / GIB:.2f} GiB ({j.get('gpu_memory')})")
     check(j.get("memory_per_process_bytes") == 6 * GIB - MARGIN,
           f"memory per process = the GPU's free memory less the margin ({j.get('memory_per_process_bytes')})")
