@@ -277,4 +277,9 @@ if(VITPIPE_CUDA_MODULE_BUILT)
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_plan_cuda_fakes.py
                    --module $<TARGET_FILE:vitpipe_cuda_on_fakes> --fake-driver $<TARGET_FILE:fake_cuda_driver>)
   set_tests_properties(cuda.fakes.plan PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS "cuda;plan" TIMEOUT 300)
+else()
+  # Without CUDA's, cuDNN's and NCCL's headers the module on fakes cannot be built: said, and skipped.
+  add_test(NAME cuda.fakes.plan COMMAND ${VITPIPE_PYTHON} -c
+           "print('skipped: no CUDA module in this build, so no module on fakes'); raise SystemExit(77)")
+  set_tests_properties(cuda.fakes.plan PROPERTIES LABELS "cuda;plan" SKIP_RETURN_CODE 77)
 endif()
