@@ -60,6 +60,8 @@ size_t type_size(cudnnBackendAttributeType_t t) {
       return sizeof(cudnnPointwiseMode_t);
     case CUDNN_TYPE_REDUCTION_OPERATOR_TYPE:
       return sizeof(cudnnReduceTensorOp_t);
+    case CUDNN_TYPE_TENSOR_REORDERING_MODE:
+      return sizeof(cudnnBackendTensorReordering_t);
     default:
       return 0;
   }
@@ -79,6 +81,9 @@ bool expected_type(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t
       return true;
     case CUDNN_ATTR_REDUCTION_OPERATOR:
       *type = CUDNN_TYPE_REDUCTION_OPERATOR_TYPE;
+      return true;
+    case CUDNN_ATTR_TENSOR_REORDERING_MODE:
+      *type = CUDNN_TYPE_TENSOR_REORDERING_MODE;
       return true;
     case CUDNN_ATTR_TENSOR_DIMENSIONS:
     case CUDNN_ATTR_TENSOR_STRIDES:
@@ -184,6 +189,7 @@ struct TensorInfo {
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   std::array<int64_t, 4> dims{}, strides{};
   bool is_virtual = false, by_value = false;
+  cudnnBackendTensorReordering_t reordering = CUDNN_TENSOR_REORDERING_NONE;
 };
 
 bool flag(const Descriptor& d, cudnnBackendAttributeName_t name) {
@@ -201,6 +207,9 @@ bool tensor_info(const Descriptor* t, TensorInfo* out) {
   for (int i = 0; i < 4; ++i) out->dims[i] = dims[i], out->strides[i] = strides[i];
   out->is_virtual = flag(*t, CUDNN_ATTR_TENSOR_IS_VIRTUAL);
   out->by_value = flag(*t, CUDNN_ATTR_TENSOR_IS_BY_VALUE);
+  out->reordering = t->attributes.count(CUDNN_ATTR_TENSOR_REORDERING_MODE)
+                        ? values<cudnnBackendTensorReordering_t>(*t, CUDNN_ATTR_TENSOR_REORDERING_MODE)[0]
+                        : CUDNN_TENSOR_REORDERING_NONE;
   return true;
 }
 
@@ -295,10 +304,11 @@ std::string composite_graph_difference(const std::vector<const Descriptor*>& ops
       const std::string operand = where + ", operand " + std::to_string(j) + " (" + et.role + ")";
       if (!tensor_info(given[j], &t)) return operand + ": not a finalised tensor descriptor";
       if (t.type != et.type || t.dims != et.dims || (et.strides && t.strides != *et.strides) ||
-          t.is_virtual != et.is_virtual || t.by_value != et.by_value) {
-        return operand + ": " + text(t) + "; cudnn-frontend builds type " + std::to_string(et.type) + " dims " +
-               text(et.dims) + (et.strides ? " strides " + text(*et.strides) : std::string()) +
-               (et.is_virtual ? " virtual" : "") + (et.by_value ? " by value" : "");
+          t.is_virtual != et.is_virtual || t.by_value != et.by_value || t.reordering != et.reordering) {
+        return operand + ": " + text(t) + " reordering " + std::to_string(t.reordering) +
+               "; cudnn-frontend builds type " + std::to_string(et.type) + " dims " + text(et.dims) +
+               (et.strides ? " strides " + text(*et.strides) : std::string()) + (et.is_virtual ? " virtual" : "") +
+               (et.by_value ? " by value" : "") + " reordering " + std::to_string(et.reordering);
       }
       // A caller's tensor has unit stride along the features (K and V enter transposed).
       const int feature = et.role == "K^T" || et.role == "V^T" ? 2 : 3;
@@ -385,8 +395,11 @@ class GraphInterpreter {
         if (ad[3] != bd[2] || ad[2] != cd[2] || bd[3] != cd[3]) {
           throw std::runtime_error("graph: matmul of " + text(ad) + " by " + text(bd) + " into " + text(cd));
         }
+        // An F16x16 output is the dQ accumulator, which the engine adds into (split over key blocks, with atomics):
+        // the caller zeroes it first (cudnn-frontend's memset workspace modification).
+        const bool accumulates = c.info.reordering == CUDNN_TENSOR_REORDERING_F16x16;
         for_each(cd, [&](const Index& i) {
-          double sum = 0.0;
+          double sum = accumulates ? c.read(i) : 0.0;
           for (int64_t k = 0; k < ad[3]; ++k) sum += a.read({i[0], i[1], i[2], k}) * b.read({i[0], i[1], k, i[3]});
           c.write(i, sum);
         });
