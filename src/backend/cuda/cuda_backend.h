@@ -238,8 +238,12 @@ class CudaBackend final : public Backend {
   // The cuDNN workspace, grown (between ops, in stream order) to at least `bytes` for the SDPA plan
   // about to run: from kCudnnWorkspaceBytes up to SdpaExecutor::kMaxWorkspaceBytes.
   void* cudnn_workspace(size_t bytes);
+  // The growing blocks (arena, cuDNN workspace): cudaMallocAsync / cudaFreeAsync on the stream where the GPU has
+  // memory pools (cudaDevAttrMemoryPoolsSupported), else cudaMalloc, and cudaFree after draining the stream.
+  cudaError_t allocate_block(void** memory, size_t bytes);
+  cudaError_t free_block(void* memory);
   // Replaces `memory` (of `capacity` bytes) by a block of at least `bytes`, in 64 MiB steps: cudaFreeAsync and
-  // cudaMallocAsync on the stream, so neither the host nor the device waits.
+  // cudaMallocAsync on the stream, so neither the host nor the device waits (free_block, allocate_block).
   void regrow(void*& memory, size_t& capacity, size_t bytes, const char* what);
   void check(cudaError_t status, const char* what);
   void attention_f32_forward(const float* qkv, float* out, float* lse, int64_t batch, int64_t tokens, int64_t heads,
@@ -252,6 +256,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   bool allow_tf32_;
+  bool stream_ordered_ = false;  // the GPU has memory pools: the growing blocks are allocated in stream order
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

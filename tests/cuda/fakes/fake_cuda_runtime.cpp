@@ -102,13 +102,20 @@ cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  *value = attribute == cudaDevAttrMemoryPoolsSupported && vitpipe::fake_cuda_runtime::memory_pools_supported ? 1 : 0;
+  return cudaSuccess;
+}
 // Stream-ordered: the stream has run everything enqueued before, so the block is free (or taken) at once.
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  if (!vitpipe::fake_cuda_runtime::memory_pools_supported) return cudaErrorNotSupported;
   ++call_counts().stream_ordered_allocations;
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  if (!vitpipe::fake_cuda_runtime::memory_pools_supported) return cudaErrorNotSupported;
   ++call_counts().stream_ordered_frees;
   std::free(p);
   return cudaSuccess;
@@ -178,6 +185,7 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t) { return CUDNN_STATUS_SUCCESS; }
 }  // extern "C"
 
 size_t vitpipe::fake_cuda_runtime::cudnn_version = 91900;
+bool vitpipe::fake_cuda_runtime::memory_pools_supported = true;
 
 // What module_entry.cpp's library_versions asks (the probe on fakes goes through the module's own table).
 extern "C" {

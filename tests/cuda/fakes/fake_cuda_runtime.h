@@ -40,5 +40,8 @@ CallCounts& call_counts();
 
 // What the fake cudnnGetVersion answers (91900, the headers' 9.19.0, unless a test sets another).
 extern size_t cudnn_version;
+// Whether the fake GPU answers cudaDevAttrMemoryPoolsSupported with 1 (the default); without, cudaMallocAsync and
+// cudaFreeAsync fail with cudaErrorNotSupported, as the runtime's do on a device or driver without memory pools.
+extern bool memory_pools_supported;
 
 }  // namespace vitpipe::fake_cuda_runtime
