@@ -148,12 +148,13 @@ struct SdpaExecutor::Plan {
     return make_tensor(type, dims, strides, next_virtual++, true, what);
   }
 
-  // A [1, 1, 1, 1] fp32 tensor passed by value (a host float in the variant pack): the scale, or the constant 1.
+  // A [1, 1, 1, 1] fp32 tensor passed by value (a host float in the variant pack): the scale, or the constant 1. Its
+  // byte alignment is 16, as cudnn-frontend gives every tensor it creates.
   Descriptor& scalar(int64_t id, const char* what) {
     Descriptor& d = add(CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
     const cudnnDataType_t type = CUDNN_DATA_FLOAT;
     const std::array<int64_t, 4> ones = {1, 1, 1, 1};
-    const int64_t alignment = 4;
+    const int64_t alignment = 16;
     const bool by_value = true;
     d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
     d.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, ones.data());

@@ -190,6 +190,7 @@ struct TensorInfo {
   std::array<int64_t, 4> dims{}, strides{};
   bool is_virtual = false, by_value = false;
   cudnnBackendTensorReordering_t reordering = CUDNN_TENSOR_REORDERING_NONE;
+  int64_t alignment = 0;
 };
 
 bool flag(const Descriptor& d, cudnnBackendAttributeName_t name) {
@@ -207,6 +208,7 @@ bool tensor_info(const Descriptor* t, TensorInfo* out) {
   for (int i = 0; i < 4; ++i) out->dims[i] = dims[i], out->strides[i] = strides[i];
   out->is_virtual = flag(*t, CUDNN_ATTR_TENSOR_IS_VIRTUAL);
   out->by_value = flag(*t, CUDNN_ATTR_TENSOR_IS_BY_VALUE);
+  out->alignment = values<int64_t>(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)[0];
   out->reordering = t->attributes.count(CUDNN_ATTR_TENSOR_REORDERING_MODE)
                         ? values<cudnnBackendTensorReordering_t>(*t, CUDNN_ATTR_TENSOR_REORDERING_MODE)[0]
                         : CUDNN_TENSOR_REORDERING_NONE;
@@ -310,6 +312,8 @@ std::string composite_graph_difference(const std::vector<const Descriptor*>& ops
                (et.strides ? " strides " + text(*et.strides) : std::string()) + (et.is_virtual ? " virtual" : "") +
                (et.by_value ? " by value" : "") + " reordering " + std::to_string(et.reordering);
       }
+      // cudnn-frontend's create_cudnn_tensor gives every tensor, by-value scalars too, a byte alignment of 16.
+      if (t.alignment != 16) return operand + ": byte alignment " + std::to_string(t.alignment) + ", expected 16";
       // A caller's tensor has unit stride along the features (K and V enter transposed).
       const int feature = et.role == "K^T" || et.role == "V^T" ? 2 : 3;
       if (!et.is_virtual && !et.by_value && !et.strides && t.strides[feature] != 1) {
