@@ -120,10 +120,8 @@ struct SdpaExecutor::Plan {
     return *keep.back();
   }
 
-  // `reordering`: the layout the engine keeps the tensor in (F16x16 for the frontend's dQ accumulator).
   Descriptor& make_tensor(cudnnDataType_t type, const std::array<int64_t, 4>& dims,
-                          const std::array<int64_t, 4>& strides, int64_t id, bool is_virtual, const char* what,
-                          cudnnBackendTensorReordering_t reordering = CUDNN_TENSOR_REORDERING_NONE) {
+                          const std::array<int64_t, 4>& strides, int64_t id, bool is_virtual, const char* what) {
     Descriptor& d = add(CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
     const int64_t alignment = 16;
     d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
@@ -132,9 +130,6 @@ struct SdpaExecutor::Plan {
     d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id);
     d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
     if (is_virtual) d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
-    if (reordering != CUDNN_TENSOR_REORDERING_NONE) {
-      d.set(CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &reordering);
-    }
     d.finalize();
     return d;
   }
@@ -405,9 +400,10 @@ std::vector<Descriptor*> composite_backward_graph(SdpaExecutor::Plan& p, const S
     ops.push_back(&p.matmul(ds, k, d_q, what));  // matmul_dS_K
   } else {
     const std::array<int64_t, 4> dq_dims = {b, h, sq, d}, dq_strides = {h * sq * d, sq * d, d, 1};
-    // F16x16 and zeroed before each execution, as the frontend gives its dQ_accum: the matmul adds into it.
-    Descriptor& accumulator =
-        p.make_tensor(f32, dq_dims, dq_strides, kDqAccumulator, false, what, CUDNN_TENSOR_REORDERING_F16x16);
+    // Zeroed before each execution: the matmul adds into it. cudnn-frontend memsets it for cuDNN before 9.6 (its
+    // engines zero it themselves since); one memset is right for both. (Frontends of the cuDNN 8.9-9.5 era also
+    // reordered it F16x16; the current one, transcribed here, does not.)
+    Descriptor& accumulator = p.make_tensor(f32, dq_dims, dq_strides, kDqAccumulator, false, what);
     p.workspace_tensors.push_back({kDqAccumulator, b * h * sq * d * int64_t{sizeof(float)}, true});
     ops.push_back(&p.matmul(ds, k, accumulator, what));                                      // matmul_dS_K
     ops.push_back(&p.pointwise(CUDNN_POINTWISE_IDENTITY, accumulator, nullptr, d_q, what));  // identity_dQ

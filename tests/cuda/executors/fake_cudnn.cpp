@@ -342,7 +342,9 @@ std::string composite_graph_difference(const std::vector<const Descriptor*>& ops
 // broadcast), so a wrong stride or operand shows in the numbers.
 class GraphInterpreter {
  public:
-  explicit GraphInterpreter(std::function<void*(int64_t)> pointer_of) : pointer_of_(std::move(pointer_of)) {}
+  // `accumulator_uid`: the tensor a matmul adds into (the dQ accumulator), 0 for none.
+  GraphInterpreter(std::function<void*(int64_t)> pointer_of, int64_t accumulator_uid)
+      : pointer_of_(std::move(pointer_of)), accumulator_uid_(accumulator_uid) {}
 
   void run(const Descriptor& op) {
     const std::vector<const Descriptor*> given = operands(op);
@@ -399,9 +401,10 @@ class GraphInterpreter {
         if (ad[3] != bd[2] || ad[2] != cd[2] || bd[3] != cd[3]) {
           throw std::runtime_error("graph: matmul of " + text(ad) + " by " + text(bd) + " into " + text(cd));
         }
-        // An F16x16 output is the dQ accumulator, which the engine adds into (split over key blocks, with atomics):
-        // the caller zeroes it first (cudnn-frontend's memset workspace modification).
-        const bool accumulates = c.info.reordering == CUDNN_TENSOR_REORDERING_F16x16;
+        // The dQ accumulator (what the graph's identity op reads) is added into, split over key blocks with atomics:
+        // the caller zeroes it first (cudnn-frontend's memset workspace modification; cuDNN 9.6 and later engines
+        // may zero it themselves, which the fake does not assume).
+        const bool accumulates = c.info.uid == accumulator_uid_;
         for_each(cd, [&](const Index& i) {
           double sum = accumulates ? c.read(i) : 0.0;
           for (int64_t k = 0; k < ad[3]; ++k) sum += a.read({i[0], i[1], i[2], k}) * b.read({i[0], i[1], k, i[3]});
@@ -513,6 +516,7 @@ class GraphInterpreter {
   }
 
   std::function<void*(int64_t)> pointer_of_;
+  int64_t accumulator_uid_;
   std::map<int64_t, std::vector<double>> buffers_;
 };
 
@@ -755,7 +759,19 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t plan_h
   try {
     if (graph_ops.size() > 1) {
       // The composite graph, checked against cudnn-frontend's when finalised: run op by op.
-      GraphInterpreter interpreter(pointer_of);
+      // The dQ accumulator: what the identity op (identity_dQ) reads.
+      int64_t accumulator = 0;
+      for (cudnnBackendDescriptor_t o : graph_ops) {
+        const Descriptor& op = *as(o);
+        const Descriptor* pw = child(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
+        TensorInfo x;
+        if (op.type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR && pw != nullptr &&
+            values<cudnnPointwiseMode_t>(*pw, CUDNN_ATTR_POINTWISE_MODE)[0] == CUDNN_POINTWISE_IDENTITY &&
+            tensor_info(operands(op)[0], &x)) {
+          accumulator = x.uid;
+        }
+      }
+      GraphInterpreter interpreter(pointer_of, accumulator);
       for (cudnnBackendDescriptor_t o : graph_ops) interpreter.run(*as(o));
     } else if (op->type == CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR) {
       SdpaForwardCall call;

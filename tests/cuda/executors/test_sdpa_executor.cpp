@@ -208,9 +208,10 @@ TEST(SdpaExecutorOnFakeCudnn, NonDeterministicBackwardTakesTheDqAccumulatorVaria
   EXPECT_EQ(c.f.asked.back(), aligned(softmax_sum) + aligned(accumulator));
 }
 
-// The engine adds dS K into dQ_accum, which cudnn-frontend zeroes before every execution (its memset workspace
-// modification): with the workspace holding what an earlier op left there, and on a second run of the same plan
-// (the first run's sums still in it), dQ is still the CPU backend's.
+// The engine adds dS K into dQ_accum, which cudnn-frontend zeroes before every execution for cuDNN before 9.6 (its
+// memset workspace modification; later engines zero it themselves) and the executor zeroes always: with the workspace
+// holding what an earlier op left there, and on a second run of the same plan (the first run's sums still in it), dQ
+// is still the CPU backend's.
 TEST(SdpaExecutorOnFakeCudnn, DqAccumulatorIsZeroedBeforeEveryExecution) {
   FakeDefaults defaults;
   BackwardCase c(1, 33, 64, 4, 47);
