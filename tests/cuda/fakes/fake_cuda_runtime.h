@@ -35,6 +35,10 @@ struct CallCounts {
   std::atomic<int> pageable_uploads{0};            // cudaMemcpyAsync host -> device from memory not pinned
   std::atomic<int> pinned_uploads{0};              // cudaMemcpyAsync host -> device from pinned memory
   std::atomic<int> pageable_readbacks{0};          // cudaMemcpyAsync device -> host into memory not pinned
+  // cudaMemcpyAsync host -> device from a pinned block whose previous copy may still be running: neither the event
+  // recorded after that copy was synchronised (or queried done) nor its stream since. On a GPU the host refilled the
+  // block under the DMA engine reading it.
+  std::atomic<int> pinned_refills_in_flight{0};
 };
 CallCounts& call_counts();
 

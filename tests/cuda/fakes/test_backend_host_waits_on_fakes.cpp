@@ -38,6 +38,7 @@ struct CountsSince {
   int pageable_uploads = call_counts().pageable_uploads;
   int pinned_uploads = call_counts().pinned_uploads;
   int pageable_readbacks = call_counts().pageable_readbacks;
+  int pinned_refills_in_flight = call_counts().pinned_refills_in_flight;
 };
 
 Tensor filled(const Shape& shape, float first) {
@@ -84,6 +85,9 @@ TEST(CudaBackendHostWaitsOnFakes, AMicroBatchUploadsThroughPinnedBuffersAndNever
   EXPECT_EQ(after.pinned_uploads - before.pinned_uploads, 2 * (3 + 1));
   EXPECT_EQ(after.pageable_readbacks - before.pageable_readbacks, 0) << "the loss read into pageable memory";
   EXPECT_EQ(after.pinned_allocations - before.pinned_allocations, 0) << "pinned memory taken inside a step";
+  // Each buffer is refilled only once the event recorded after its previous copy was waited for.
+  EXPECT_EQ(after.pinned_refills_in_flight - before.pinned_refills_in_flight, 0)
+      << "a pinned buffer refilled while its previous copy may still run";
   // Waits are for single copies: a buffer's previous chunk before refilling it, and the loss's own read-back.
   EXPECT_GT(after.event_synchronizations - before.event_synchronizations, 0);
 
