@@ -2,7 +2,8 @@
 // never reads one on the host. One stream; one cuBLASLt workspace (32 MiB, Hopper's size), one cuDNN workspace and
 // one scratch arena (device_arena.h) taken at construction. The arena and the cuDNN workspace grow where an op needs
 // more (regrow, take_scratch): stream-ordered (cudaMallocAsync / cudaFreeAsync on the stream), so growth inside a
-// step neither waits on the host nor synchronises the device under NCCL reductions in flight.
+// step neither waits on the host nor synchronises the device under NCCL reductions in flight; on a GPU without memory
+// pools (cudaDevAttrMemoryPoolsSupported 0) through cudaMalloc, and cudaFree after draining the stream.
 //   GEMMs: the call builders of calls/ (linear_gemm_calls.h, lora_gemm_calls.h) through GemmExecutor; TF32 only when
 //     asked. A matrix whose rows are not whole 16-byte units (14 f32 logits, LoRA's rank 4 in bf16) or that starts
 //     off 16-byte alignment (a slice of a larger weight, as DeiT's two heads) is staged into a
