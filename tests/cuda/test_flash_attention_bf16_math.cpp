@@ -267,6 +267,173 @@ TEST(FlashAttentionBf16Math, FragmentsOfQAndKGiveTheScoreTile) {
   }
 }
 
+// ---- The kernels' own loads (flash_attention_bf16_math.h: load_a_fragment, stage_tile_rows,
+// load_b_fragment_transposed, load_b_fragment, accumulator_pair_as_a), run on the host over bf16 bits in the packed
+// layout the kernels read (qkv rows 3 H d apart, o and dO rows H d apart, the last head's slice), with an mma.sync
+// m16n8k16 emulated from its definition over the fragment layouts. Each warp's S tile (Q K^T, padded rows and keys
+// 0), then dQ's k-steps (the tile's accumulators re-packed as A, times K from the staged tile), and dV's (P^T times
+// dO), must equal the plain products, for the first and the partial last tiles of T = 197, 261 (256 + 4 registers
+// + the class token), 1370 (DINOv2 at 518 px) and 65, at every head dimension the kernels are built for.
+
+uint16_t bits_of(float v) { return cuda::round_to_bf16(v); }
+float value_of(uint16_t b) { return cuda::widen_bf16(b); }
+
+// One m16n8k16 over a warp's registers: C += A B, each lane's four values where mma_c_element puts them.
+void emulated_mma(float (&c)[32][4], const uint32_t (&a)[32][4], const uint32_t (&b)[32][2]) {
+  double A[16][16] = {}, B[16][8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 8; ++i) {
+      const cuda::FragmentElement e = cuda::mma_a_element(lane, i);
+      A[e.row][e.col] = value_of(static_cast<uint16_t>(a[lane][i / 2] >> (16 * (i % 2))));
+    }
+    for (int i = 0; i < 4; ++i) {
+      const cuda::FragmentElement e = cuda::mma_b_element(lane, i);
+      B[e.row][e.col] = value_of(static_cast<uint16_t>(b[lane][i / 2] >> (16 * (i % 2))));
+    }
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 4; ++i) {
+      const cuda::FragmentElement e = cuda::mma_c_element(lane, i);
+      double sum = 0.0;
+      for (int k = 0; k < 16; ++k) sum += A[e.row][k] * B[k][e.col];
+      c[lane][i] += static_cast<float>(sum);
+    }
+  }
+}
+
+template <int D>
+void check_kernel_loads(int64_t T) {
+  constexpr int64_t H = 3, h = H - 1, kTile = cuda::kFlashBf16Tile;
+  constexpr int kSteps = D / cuda::kMmaK, kTilesN = kTile / cuda::kMmaN;
+  const int64_t ld = 3 * H * D, ld_o = H * D;
+  std::vector<uint16_t> qkv(static_cast<size_t>(T * ld)), grad_out(static_cast<size_t>(T * ld_o));
+  const std::vector<float> r1 = bf16_values(T * ld, 31 + D, 1.0), r2 = bf16_values(T * ld_o, 37 + D, 1.0);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = bits_of(r1[i]);
+  for (size_t i = 0; i < grad_out.size(); ++i) grad_out[i] = bits_of(r2[i]);
+  const uint16_t* q = qkv.data() + h * D;
+  const uint16_t* k = q + H * D;
+  const uint16_t* d_o = grad_out.data() + h * D;
+  const auto at = [](const uint16_t* m, int64_t row, int64_t rows, int64_t stride, int64_t e) {
+    return row < rows ? double{value_of(m[row * stride + e])} : 0.0;
+  };
+  const int64_t blocks = (T + cuda::kFlashBf16Rows - 1) / cuda::kFlashBf16Rows, tiles = (T + kTile - 1) / kTile;
+  for (const int64_t block : {int64_t{0}, blocks - 1}) {
+    for (const int64_t tile : {int64_t{0}, tiles - 1}) {
+      const int64_t j0 = tile * kTile;
+      // The block's 128 threads stage the tiles (K for S and dQ; dO for dV, as the dK/dV kernel does).
+      alignas(16) uint16_t keys[kTile][D + cuda::kFlashBf16SharedPad], grads[kTile][D + cuda::kFlashBf16SharedPad];
+      for (unsigned thread = 0; thread < 128; ++thread) {
+        ASSERT_NO_THROW(cuda::stage_tile_rows<D>(keys, k, ld, j0, T, thread, 128));
+        ASSERT_NO_THROW(cuda::stage_tile_rows<D>(grads, d_o, ld_o, j0, T, thread, 128));
+      }
+      for (int warp = 0; warp < cuda::kFlashBf16Warps; ++warp) {
+        const int64_t r0 = block * cuda::kFlashBf16Rows + warp * cuda::kMmaM;
+        const std::string where = "T " + std::to_string(T) + " d " + std::to_string(D) + " rows from " +
+                                  std::to_string(r0) + " keys from " + std::to_string(j0);
+        // S = Q K^T: A fragments of Q's rows, B fragments of the staged K^T.
+        uint32_t a[kSteps][32][4];
+        for (int s = 0; s < kSteps; ++s) {
+          for (int lane = 0; lane < 32; ++lane) cuda::load_a_fragment(a[s][lane], q, ld, r0, T, s * cuda::kMmaK, lane);
+        }
+        float scores[kTilesN][32][4] = {};
+        for (int n = 0; n < kTilesN; ++n) {
+          for (int s = 0; s < kSteps; ++s) {
+            uint32_t b[32][2];
+            for (int lane = 0; lane < 32; ++lane) {
+              cuda::load_b_fragment_transposed(b[lane][0], b[lane][1], keys, n * cuda::kMmaN, s * cuda::kMmaK, lane);
+            }
+            emulated_mma(scores[n], a[s], b);
+          }
+        }
+        for (int n = 0; n < kTilesN; ++n) {
+          for (int lane = 0; lane < 32; ++lane) {
+            for (int i = 0; i < 4; ++i) {
+              const cuda::FragmentElement c = cuda::mma_c_element(lane, i);
+              const int64_t row = r0 + c.row, key = j0 + n * cuda::kMmaN + c.col;
+              float plain = 0.0f;  // k-steps of 16 added in fp32, as the accumulator takes them
+              for (int s = 0; s < kSteps; ++s) {
+                double step = 0.0;
+                for (int e = 16 * s; e < 16 * s + 16; ++e) step += at(q, row, T, ld, e) * at(k, key, T, ld, e);
+                plain += static_cast<float>(step);
+              }
+              ASSERT_EQ(scores[n][lane][i], plain) << where << " S(" << row << ", " << key << ")";
+            }
+          }
+        }
+        // dQ's k-steps: the accumulators (the scores stand in for dS) re-packed as A, times K's staged rows; and
+        // dV's: the same as P^T times dO's staged rows. A 16-key slice of the tile each. `dense`: the warp's tile as
+        // the lanes hold it, rounded to bf16 as the kernels round P and dS.
+        double dense[cuda::kMmaM][kTile] = {};
+        for (int n = 0; n < kTilesN; ++n) {
+          for (int lane = 0; lane < 32; ++lane) {
+            for (int i = 0; i < 4; ++i) {
+              const cuda::FragmentElement c = cuda::mma_c_element(lane, i);
+              dense[c.row][n * cuda::kMmaN + c.col] = value_of(bits_of(scores[n][lane][i]));
+            }
+          }
+        }
+        for (int ks = 0; ks < kTile / cuda::kMmaK; ++ks) {
+          uint32_t a_ds[32][4];
+          for (int lane = 0; lane < 32; ++lane) {
+            float acc[kTilesN][4];
+            for (int n = 0; n < kTilesN; ++n)
+              for (int i = 0; i < 4; ++i) acc[n][i] = scores[n][lane][i];
+            for (int r = 0; r < 4; ++r) {
+              float lo = 0.0f, hi = 0.0f;
+              cuda::accumulator_pair_as_a(acc, ks, r, &lo, &hi);
+              a_ds[lane][r] = static_cast<uint32_t>(bits_of(lo)) | (static_cast<uint32_t>(bits_of(hi)) << 16);
+            }
+          }
+          for (int n = 0; n < D / cuda::kMmaN; ++n) {
+            for (int which = 0; which < 2; ++which) {
+              const auto& tile_rows = which == 0 ? keys : grads;
+              const uint16_t* source = which == 0 ? k : d_o;
+              const int64_t stride = which == 0 ? ld : ld_o;
+              uint32_t b[32][2];
+              for (int lane = 0; lane < 32; ++lane) {
+                cuda::load_b_fragment(b[lane][0], b[lane][1], tile_rows, ks * cuda::kMmaK, n * cuda::kMmaN, lane);
+              }
+              float out[32][4] = {};
+              emulated_mma(out, a_ds, b);
+              for (int lane = 0; lane < 32; ++lane) {
+                for (int i = 0; i < 4; ++i) {
+                  const cuda::FragmentElement c = cuda::mma_c_element(lane, i);
+                  const int64_t feature = n * cuda::kMmaN + c.col;
+                  double plain = 0.0;
+                  for (int kk = 0; kk < cuda::kMmaK; ++kk) {
+                    const int key_in_tile = ks * cuda::kMmaK + kk;
+                    plain += dense[c.row][key_in_tile] * at(source, j0 + key_in_tile, T, stride, feature);
+                  }
+                  ASSERT_EQ(out[lane][i], static_cast<float>(plain))
+                      << where << (which == 0 ? " dQ" : " dV") << " k-step " << ks << " (" << c.row << ", " << feature
+                      << ")";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(FlashAttentionBf16Math, KernelLoadsGiveTheTilesProductsAtRealLayouts) {
+  for (const int64_t T : {197, 261, 1370, 65}) {
+    check_kernel_loads<16>(T);
+    check_kernel_loads<32>(T);
+    check_kernel_loads<64>(T);
+  }
+}
+
+// A 16-byte tile load off 16-byte alignment (a head slice starting 8 bytes in) is refused on the host, as the device's
+// 128-bit load would fault.
+TEST(FlashAttentionBf16Math, TileStagingNeedsSixteenByteAlignment) {
+  alignas(16) uint16_t rows[4 * 32] = {};
+  alignas(16) uint16_t tile[cuda::kFlashBf16Tile][16 + cuda::kFlashBf16SharedPad];
+  EXPECT_NO_THROW(cuda::stage_tile_rows<16>(tile, rows, 32, 0, 4, 0, 1));
+  EXPECT_THROW(cuda::stage_tile_rows<16>(tile, rows + 4, 32, 0, 4, 0, 1), std::logic_error);
+}
+
 TEST(FlashAttentionBf16Math, HeadDimensionsTheKernelsAreBuiltFor) {
   for (int64_t d : {16, 32, 64}) EXPECT_TRUE(cuda::flash_bf16_head_dim_supported(d)) << d;
   for (int64_t d : {8, 24, 48, 80, 128}) EXPECT_FALSE(cuda::flash_bf16_head_dim_supported(d)) << d;

@@ -68,6 +68,17 @@ void check_cuda(cudaError_t status, const std::string& what) {
 CudaBackend::CudaBackend(int device, bool allow_tf32, size_t arena_bytes) : device_(device), allow_tf32_(allow_tf32) {
   try {
     check_cuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+    // cudaMallocAsync needs the device's memory pools (not every device, driver or virtualised GPU has them).
+    int pools = 0;
+    check_cuda(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device),
+               "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)");
+    stream_ordered_ = pools != 0;
+    if (!stream_ordered_) {
+      std::fprintf(stderr,
+                   "vitpipe CUDA backend: GPU %d has no memory pools (cudaMallocAsync); the scratch arena and the "
+                   "cuDNN workspace grow through cudaMalloc, waiting for the stream\n",
+                   device);
+    }
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     const cublasStatus_t lt = cublasLtCreate(&cublaslt_);
     if (lt != CUBLAS_STATUS_SUCCESS) {
@@ -84,11 +95,10 @@ CudaBackend::CudaBackend(int device, bool allow_tf32, size_t arena_bytes) : devi
     // The two blocks that grow are stream-ordered (cudaMallocAsync / cudaFreeAsync on the backend's stream): their
     // growth inside a step then neither waits for the host nor synchronises the device, which a cudaFree would,
     // stalling on NCCL reductions in flight on the communication stream.
-    check_cuda(cudaMallocAsync(&cudnn_workspace_, kCudnnWorkspaceBytes, stream_),
-               "cudaMallocAsync(cuDNN workspace, 64 MiB)");
+    check_cuda(allocate_block(&cudnn_workspace_, kCudnnWorkspaceBytes), "allocating the cuDNN workspace (64 MiB)");
     cudnn_workspace_bytes_ = kCudnnWorkspaceBytes;
-    check_cuda(cudaMallocAsync(&arena_memory_, arena_bytes, stream_),
-               "cudaMallocAsync(scratch arena, " + std::to_string(arena_bytes >> 20) + " MiB)");
+    check_cuda(allocate_block(&arena_memory_, arena_bytes),
+               "allocating the scratch arena (" + std::to_string(arena_bytes >> 20) + " MiB)");
     arena_ = DeviceArena(arena_memory_, arena_bytes);
     // Host -> device uploads through pinned buffers, each with the event of its last copy (copy_from_host).
     for (PinnedBuffer& buffer : uploads_) {
@@ -159,14 +169,26 @@ Tensor CudaBackend::allocate(const Shape& shape, DType dtype) {
   return Tensor::wrap_device(memory, shape, dtype, Device::cuda, std::move(owner));
 }
 
+cudaError_t CudaBackend::allocate_block(void** memory, size_t bytes) {
+  return stream_ordered_ ? cudaMallocAsync(memory, bytes, stream_) : cudaMalloc(memory, bytes);
+}
+
+cudaError_t CudaBackend::free_block(void* memory) {
+  if (stream_ordered_) return cudaFreeAsync(memory, stream_);
+  // No pool: the stream's earlier work may still use the block.
+  const cudaError_t drained = cudaStreamSynchronize(stream_);
+  const cudaError_t freed = cudaFree(memory);
+  return drained != cudaSuccess ? drained : freed;
+}
+
 void CudaBackend::release() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   gemm_.reset();
   sdpa_.reset();
-  if (arena_memory_ != nullptr) cudaFreeAsync(arena_memory_, stream_);
-  for (void* block : retired_scratch_) cudaFreeAsync(block, stream_);
+  if (arena_memory_ != nullptr) free_block(arena_memory_);
+  for (void* block : retired_scratch_) free_block(block);
   retired_scratch_.clear();
-  if (cudnn_workspace_ != nullptr) cudaFreeAsync(cudnn_workspace_, stream_);
+  if (cudnn_workspace_ != nullptr) free_block(cudnn_workspace_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   for (PinnedBuffer* buffer : {&uploads_[0], &uploads_[1], &readback_}) {
     if (buffer->copied != nullptr) cudaEventDestroy(buffer->copied);
@@ -250,8 +272,8 @@ void* CudaBackend::take_scratch(size_t bytes, const char* what) {
     const size_t wanted = std::max(2 * arena_.capacity(), arena_.used() + bytes + DeviceArena::kAlignment);
     const size_t size = (wanted + kStep - 1) / kStep * kStep;
     void* memory = nullptr;
-    check_cuda(cudaMallocAsync(&memory, size, stream_),
-               std::string("cudaMallocAsync(scratch arena for ") + what + ", " + std::to_string(size >> 20) + " MiB)");
+    check_cuda(allocate_block(&memory, size),
+               std::string("allocating the scratch arena for ") + what + " (" + std::to_string(size >> 20) + " MiB)");
     retired_scratch_.push_back(arena_memory_);
     arena_memory_ = memory;
     arena_ = DeviceArena(memory, size);
@@ -262,7 +284,7 @@ void* CudaBackend::take_scratch(size_t bytes, const char* what) {
 void CudaBackend::reset_scratch() {
   // Stream-ordered frees: the blocks return to the pool once the stream's earlier ops (which may still read them)
   // have run; no host wait.
-  for (void* block : retired_scratch_) check(cudaFreeAsync(block, stream_), "freeing the outgrown scratch arena");
+  for (void* block : retired_scratch_) check(free_block(block), "freeing the outgrown scratch arena");
   retired_scratch_.clear();
   arena_.reset();
 }
@@ -271,11 +293,11 @@ void CudaBackend::regrow(void*& memory, size_t& capacity, size_t bytes, const ch
   constexpr size_t kStep = 64u << 20;
   const size_t size = (bytes + kStep - 1) / kStep * kStep;
   // In stream order: the old block is freed after the stream's earlier work, the new one is ready for its later work.
-  check(cudaFreeAsync(memory, stream_), what);
+  check(free_block(memory), what);
   memory = nullptr;
   capacity = 0;
-  check_cuda(cudaMallocAsync(&memory, size, stream_),
-             std::string("cudaMallocAsync(") + what + ", " + std::to_string(size >> 20) + " MiB)");
+  check_cuda(allocate_block(&memory, size),
+             std::string("allocating the ") + what + " (" + std::to_string(size >> 20) + " MiB)");
   capacity = size;
 }
 

@@ -2,7 +2,8 @@
 // never reads one on the host. One stream; one cuBLASLt workspace (32 MiB, Hopper's size), one cuDNN workspace and
 // one scratch arena (device_arena.h) taken at construction. The arena and the cuDNN workspace grow where an op needs
 // more (regrow, take_scratch): stream-ordered (cudaMallocAsync / cudaFreeAsync on the stream), so growth inside a
-// step neither waits on the host nor synchronises the device under NCCL reductions in flight.
+// step neither waits on the host nor synchronises the device under NCCL reductions in flight; on a GPU without memory
+// pools (cudaDevAttrMemoryPoolsSupported 0) through cudaMalloc, and cudaFree after draining the stream.
 //   GEMMs: the call builders of calls/ (linear_gemm_calls.h, lora_gemm_calls.h) through GemmExecutor; TF32 only when
 //     asked. A matrix whose rows are not whole 16-byte units (14 f32 logits, LoRA's rank 4 in bf16) or that starts
 //     off 16-byte alignment (a slice of a larger weight, as DeiT's two heads) is staged into a
@@ -238,8 +239,12 @@ class CudaBackend final : public Backend {
   // The cuDNN workspace, grown (between ops, in stream order) to at least `bytes` for the SDPA plan
   // about to run: from kCudnnWorkspaceBytes up to SdpaExecutor::kMaxWorkspaceBytes.
   void* cudnn_workspace(size_t bytes);
+  // The growing blocks (arena, cuDNN workspace): cudaMallocAsync / cudaFreeAsync on the stream where the GPU has
+  // memory pools (cudaDevAttrMemoryPoolsSupported), else cudaMalloc, and cudaFree after draining the stream.
+  cudaError_t allocate_block(void** memory, size_t bytes);
+  cudaError_t free_block(void* memory);
   // Replaces `memory` (of `capacity` bytes) by a block of at least `bytes`, in 64 MiB steps: cudaFreeAsync and
-  // cudaMallocAsync on the stream, so neither the host nor the device waits.
+  // cudaMallocAsync on the stream, so neither the host nor the device waits (free_block, allocate_block).
   void regrow(void*& memory, size_t& capacity, size_t bytes, const char* what);
   void check(cudaError_t status, const char* what);
   void attention_f32_forward(const float* qkv, float* out, float* lse, int64_t batch, int64_t tokens, int64_t heads,
@@ -252,6 +257,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   bool allow_tf32_;
+  bool stream_ordered_ = false;  // the GPU has memory pools: the growing blocks are allocated in stream order
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

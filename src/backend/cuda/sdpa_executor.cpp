@@ -91,9 +91,14 @@ struct SdpaExecutor::Plan {
   std::vector<std::unique_ptr<Descriptor>> keep;
   Descriptor* plan = nullptr;
   int64_t workspace_bytes = 0;  // the engine's own
-  // Non-virtual intermediates the graph keeps in device memory (uid, bytes), placed in the workspace after the
-  // engine's part, each at a kWorkspaceAlignment boundary (cudnn-frontend's "workspace modifications").
-  std::vector<std::pair<int64_t, int64_t>> workspace_tensors;
+  // Non-virtual intermediates the graph keeps in device memory, placed in the workspace after the engine's part, each
+  // at a kWorkspaceAlignment boundary (cudnn-frontend's "workspace modifications"). `zeroed`: set to 0 before every
+  // execution (the frontend's memset modification: the dQ accumulator, which the engine adds into).
+  struct WorkspaceTensor {
+    int64_t id, bytes;
+    bool zeroed;
+  };
+  std::vector<WorkspaceTensor> workspace_tensors;
   std::string path;       // which graph and engine, for attention_path
   bool uses_one = false;  // the composite graph's constant 1 (kOne) is in its variant pack
   bool native = false;    // the native SDPA_BWD (replaced by the composite graph if it fails to execute)
@@ -106,7 +111,7 @@ struct SdpaExecutor::Plan {
 
   int64_t total_workspace_bytes() const {
     int64_t total = aligned(workspace_bytes);
-    for (const auto& [id, bytes] : workspace_tensors) total += aligned(bytes);
+    for (const WorkspaceTensor& t : workspace_tensors) total += aligned(t.bytes);
     return total;
   }
 
@@ -138,12 +143,13 @@ struct SdpaExecutor::Plan {
     return make_tensor(type, dims, strides, next_virtual++, true, what);
   }
 
-  // A [1, 1, 1, 1] fp32 tensor passed by value (a host float in the variant pack): the scale, or the constant 1.
+  // A [1, 1, 1, 1] fp32 tensor passed by value (a host float in the variant pack): the scale, or the constant 1. Its
+  // byte alignment is 16, as cudnn-frontend gives every tensor it creates.
   Descriptor& scalar(int64_t id, const char* what) {
     Descriptor& d = add(CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
     const cudnnDataType_t type = CUDNN_DATA_FLOAT;
     const std::array<int64_t, 4> ones = {1, 1, 1, 1};
-    const int64_t alignment = 4;
+    const int64_t alignment = 16;
     const bool by_value = true;
     d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
     d.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, ones.data());
@@ -358,7 +364,7 @@ std::vector<Descriptor*> composite_backward_graph(SdpaExecutor::Plan& p, const S
   Descriptor& row_sum = p.virtual_tensor(f32, rows_dims, rows_strides, what);
   ops.push_back(&p.reduction_add(do_o, row_sum, what));  // reduce_dO_o
   Descriptor& softmax_sum = p.make_tensor(f32, rows_dims, rows_strides, kSoftmaxSum, false, what);
-  p.workspace_tensors.emplace_back(kSoftmaxSum, b * h * sq * int64_t{sizeof(float)});
+  p.workspace_tensors.push_back({kSoftmaxSum, b * h * sq * int64_t{sizeof(float)}, false});
   ops.push_back(&p.pointwise(CUDNN_POINTWISE_MUL, row_sum, &one, softmax_sum, what));  // scale_dropout_inv
 
   // "Q @ KT => exp_softmax => dV"
@@ -394,8 +400,11 @@ std::vector<Descriptor*> composite_backward_graph(SdpaExecutor::Plan& p, const S
     ops.push_back(&p.matmul(ds, k, d_q, what));  // matmul_dS_K
   } else {
     const std::array<int64_t, 4> dq_dims = {b, h, sq, d}, dq_strides = {h * sq * d, sq * d, d, 1};
+    // Zeroed before each execution: the matmul adds into it. cudnn-frontend memsets it for cuDNN before 9.6 (its
+    // engines zero it themselves since); one memset is right for both. (Frontends of the cuDNN 8.9-9.5 era also
+    // reordered it F16x16; the current one, transcribed here, does not.)
     Descriptor& accumulator = p.make_tensor(f32, dq_dims, dq_strides, kDqAccumulator, false, what);
-    p.workspace_tensors.emplace_back(kDqAccumulator, b * h * sq * d * int64_t{sizeof(float)});
+    p.workspace_tensors.push_back({kDqAccumulator, b * h * sq * d * int64_t{sizeof(float)}, true});
     ops.push_back(&p.matmul(ds, k, accumulator, what));                                      // matmul_dS_K
     ops.push_back(&p.pointwise(CUDNN_POINTWISE_IDENTITY, accumulator, nullptr, d_q, what));  // identity_dQ
   }
@@ -418,10 +427,15 @@ void execute(cudnnHandle_t handle, const SdpaExecutor::Plan& plan, void* workspa
   check(cudnnSetStream(handle, stream), what, "cudnnSetStream");
   // The graph's own intermediates after the engine's workspace.
   int64_t offset = SdpaExecutor::Plan::aligned(plan.workspace_bytes);
-  for (const auto& [id, bytes] : plan.workspace_tensors) {
-    ids.push_back(id);
-    pointers.push_back(static_cast<char*>(workspace) + offset);
-    offset += SdpaExecutor::Plan::aligned(bytes);
+  for (const SdpaExecutor::Plan::WorkspaceTensor& t : plan.workspace_tensors) {
+    char* at = static_cast<char*>(workspace) + offset;
+    if (t.zeroed) {
+      const cudaError_t zeroed = cudaMemsetAsync(at, 0, static_cast<size_t>(t.bytes), stream);
+      if (zeroed != cudaSuccess) fail(what, std::string("zeroing the dQ accumulator: ") + cudaGetErrorString(zeroed));
+    }
+    ids.push_back(t.id);
+    pointers.push_back(at);
+    offset += SdpaExecutor::Plan::aligned(t.bytes);
   }
   Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, what);
   pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(ids.size()), ids.data());

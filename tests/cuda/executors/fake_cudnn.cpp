@@ -60,6 +60,8 @@ size_t type_size(cudnnBackendAttributeType_t t) {
       return sizeof(cudnnPointwiseMode_t);
     case CUDNN_TYPE_REDUCTION_OPERATOR_TYPE:
       return sizeof(cudnnReduceTensorOp_t);
+    case CUDNN_TYPE_TENSOR_REORDERING_MODE:
+      return sizeof(cudnnBackendTensorReordering_t);
     default:
       return 0;
   }
@@ -79,6 +81,9 @@ bool expected_type(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t
       return true;
     case CUDNN_ATTR_REDUCTION_OPERATOR:
       *type = CUDNN_TYPE_REDUCTION_OPERATOR_TYPE;
+      return true;
+    case CUDNN_ATTR_TENSOR_REORDERING_MODE:
+      *type = CUDNN_TYPE_TENSOR_REORDERING_MODE;
       return true;
     case CUDNN_ATTR_TENSOR_DIMENSIONS:
     case CUDNN_ATTR_TENSOR_STRIDES:
@@ -184,6 +189,8 @@ struct TensorInfo {
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   std::array<int64_t, 4> dims{}, strides{};
   bool is_virtual = false, by_value = false;
+  cudnnBackendTensorReordering_t reordering = CUDNN_TENSOR_REORDERING_NONE;
+  int64_t alignment = 0;
 };
 
 bool flag(const Descriptor& d, cudnnBackendAttributeName_t name) {
@@ -201,6 +208,10 @@ bool tensor_info(const Descriptor* t, TensorInfo* out) {
   for (int i = 0; i < 4; ++i) out->dims[i] = dims[i], out->strides[i] = strides[i];
   out->is_virtual = flag(*t, CUDNN_ATTR_TENSOR_IS_VIRTUAL);
   out->by_value = flag(*t, CUDNN_ATTR_TENSOR_IS_BY_VALUE);
+  out->alignment = values<int64_t>(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)[0];
+  out->reordering = t->attributes.count(CUDNN_ATTR_TENSOR_REORDERING_MODE)
+                        ? values<cudnnBackendTensorReordering_t>(*t, CUDNN_ATTR_TENSOR_REORDERING_MODE)[0]
+                        : CUDNN_TENSOR_REORDERING_NONE;
   return true;
 }
 
@@ -295,11 +306,14 @@ std::string composite_graph_difference(const std::vector<const Descriptor*>& ops
       const std::string operand = where + ", operand " + std::to_string(j) + " (" + et.role + ")";
       if (!tensor_info(given[j], &t)) return operand + ": not a finalised tensor descriptor";
       if (t.type != et.type || t.dims != et.dims || (et.strides && t.strides != *et.strides) ||
-          t.is_virtual != et.is_virtual || t.by_value != et.by_value) {
-        return operand + ": " + text(t) + "; cudnn-frontend builds type " + std::to_string(et.type) + " dims " +
-               text(et.dims) + (et.strides ? " strides " + text(*et.strides) : std::string()) +
-               (et.is_virtual ? " virtual" : "") + (et.by_value ? " by value" : "");
+          t.is_virtual != et.is_virtual || t.by_value != et.by_value || t.reordering != et.reordering) {
+        return operand + ": " + text(t) + " reordering " + std::to_string(t.reordering) +
+               "; cudnn-frontend builds type " + std::to_string(et.type) + " dims " + text(et.dims) +
+               (et.strides ? " strides " + text(*et.strides) : std::string()) + (et.is_virtual ? " virtual" : "") +
+               (et.by_value ? " by value" : "") + " reordering " + std::to_string(et.reordering);
       }
+      // cudnn-frontend's create_cudnn_tensor gives every tensor, by-value scalars too, a byte alignment of 16.
+      if (t.alignment != 16) return operand + ": byte alignment " + std::to_string(t.alignment) + ", expected 16";
       // A caller's tensor has unit stride along the features (K and V enter transposed).
       const int feature = et.role == "K^T" || et.role == "V^T" ? 2 : 3;
       if (!et.is_virtual && !et.by_value && !et.strides && t.strides[feature] != 1) {
@@ -328,7 +342,9 @@ std::string composite_graph_difference(const std::vector<const Descriptor*>& ops
 // broadcast), so a wrong stride or operand shows in the numbers.
 class GraphInterpreter {
  public:
-  explicit GraphInterpreter(std::function<void*(int64_t)> pointer_of) : pointer_of_(std::move(pointer_of)) {}
+  // `accumulator_uid`: the tensor a matmul adds into (the dQ accumulator), 0 for none.
+  GraphInterpreter(std::function<void*(int64_t)> pointer_of, int64_t accumulator_uid)
+      : pointer_of_(std::move(pointer_of)), accumulator_uid_(accumulator_uid) {}
 
   void run(const Descriptor& op) {
     const std::vector<const Descriptor*> given = operands(op);
@@ -385,8 +401,12 @@ class GraphInterpreter {
         if (ad[3] != bd[2] || ad[2] != cd[2] || bd[3] != cd[3]) {
           throw std::runtime_error("graph: matmul of " + text(ad) + " by " + text(bd) + " into " + text(cd));
         }
+        // The dQ accumulator (what the graph's identity op reads) is added into, split over key blocks with atomics:
+        // the caller zeroes it first (cudnn-frontend's memset workspace modification; cuDNN 9.6 and later engines
+        // may zero it themselves, which the fake does not assume).
+        const bool accumulates = c.info.uid == accumulator_uid_;
         for_each(cd, [&](const Index& i) {
-          double sum = 0.0;
+          double sum = accumulates ? c.read(i) : 0.0;
           for (int64_t k = 0; k < ad[3]; ++k) sum += a.read({i[0], i[1], i[2], k}) * b.read({i[0], i[1], k, i[3]});
           c.write(i, sum);
         });
@@ -496,6 +516,7 @@ class GraphInterpreter {
   }
 
   std::function<void*(int64_t)> pointer_of_;
+  int64_t accumulator_uid_;
   std::map<int64_t, std::vector<double>> buffers_;
 };
 
@@ -738,7 +759,19 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t plan_h
   try {
     if (graph_ops.size() > 1) {
       // The composite graph, checked against cudnn-frontend's when finalised: run op by op.
-      GraphInterpreter interpreter(pointer_of);
+      // The dQ accumulator: what the identity op (identity_dQ) reads.
+      int64_t accumulator = 0;
+      for (cudnnBackendDescriptor_t o : graph_ops) {
+        const Descriptor& op = *as(o);
+        const Descriptor* pw = child(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
+        TensorInfo x;
+        if (op.type == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR && pw != nullptr &&
+            values<cudnnPointwiseMode_t>(*pw, CUDNN_ATTR_POINTWISE_MODE)[0] == CUDNN_POINTWISE_IDENTITY &&
+            tensor_info(operands(op)[0], &x)) {
+          accumulator = x.uid;
+        }
+      }
+      GraphInterpreter interpreter(pointer_of, accumulator);
       for (cudnnBackendDescriptor_t o : graph_ops) interpreter.run(*as(o));
     } else if (op->type == CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR) {
       SdpaForwardCall call;

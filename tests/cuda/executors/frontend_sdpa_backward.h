@@ -5,7 +5,8 @@
 // role, data type, dimensions, strides and whether it is virtual. The frontend's intermediate and compute type is
 // fp32; P and dS are given Q's type where they are transposed for the dV and dK matmuls; K and V enter transposed.
 // dp_workspace: the variant the frontend takes for is_deterministic_algorithm (use_dp_workspace: dQ straight from the
-// matmul); otherwise dQ accumulates in a non-virtual fp32 dQ_accum that an identity op copies to dQ.
+// matmul); otherwise dQ accumulates in a non-virtual fp32 dQ_accum (in the workspace, zeroed by the frontend before
+// each execution for cuDNN before 9.6) that an identity op copies to dQ.
 #pragma once
 
 #include <cudnn.h>
@@ -24,6 +25,8 @@ struct ExpectedTensor {
   std::optional<std::array<int64_t, 4>> strides;  // fixed by the frontend (virtual and workspace tensors)
   bool is_virtual = false;
   bool by_value = false;
+  // None anywhere in the current frontend (its predecessors for cuDNN 8.9-9.5 reordered dQ_accum F16x16).
+  cudnnBackendTensorReordering_t reordering = CUDNN_TENSOR_REORDERING_NONE;
 };
 
 struct ExpectedOperation {
@@ -104,6 +107,7 @@ inline std::vector<ExpectedOperation> frontend_sdpa_backward(int64_t b, int64_t 
   if (dp_workspace) {
     ops.push_back(op("matmul_dS_K", kMatmul, {ds, k, d_q}));
   } else {
+    // Zeroed before execution: the frontend's memset workspace modification before cuDNN 9.6.
     const ExpectedTensor accumulator{"dQ_accum", f32, {b, h, sq, d}, Dims{h * sq * d, sq * d, d, 1}, false, false};
     ops.push_back(op("matmul_dS_K", kMatmul, {ds, k, accumulator}));
     ops.push_back(pw("identity_dQ", CUDNN_POINTWISE_IDENTITY, {accumulator, d_q}));

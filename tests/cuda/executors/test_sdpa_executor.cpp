@@ -208,6 +208,23 @@ TEST(SdpaExecutorOnFakeCudnn, NonDeterministicBackwardTakesTheDqAccumulatorVaria
   EXPECT_EQ(c.f.asked.back(), aligned(softmax_sum) + aligned(accumulator));
 }
 
+// The engine adds dS K into dQ_accum, which cudnn-frontend zeroes before every execution for cuDNN before 9.6 (its
+// memset workspace modification; later engines zero it themselves) and the executor zeroes always: with the workspace
+// holding what an earlier op left there, and on a second run of the same plan (the first run's sums still in it), dQ
+// is still the CPU backend's.
+TEST(SdpaExecutorOnFakeCudnn, DqAccumulatorIsZeroedBeforeEveryExecution) {
+  FakeDefaults defaults;
+  BackwardCase c(1, 33, 64, 4, 47);
+  cuda::SdpaBackwardCall call = c.call();
+  call.shape.deterministic = false;
+  c.f.workspace.assign(size_t{4} << 20, static_cast<char>(0x41));  // floats of about 12.1 everywhere
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_NO_THROW(c.f.executor.run(call, nullptr)) << fake_cudnn::last_error();
+    EXPECT_FALSE(fake_cudnn::counters().last_composite_dp_workspace);
+    EXPECT_LT(relative_difference(c.actual, c.expected), kTolerance) << "run " << run;
+  }
+}
+
 // Every engine marked non-deterministic: filtering the native SDPA_BWD's engines leaves none (the old executor then
 // refused the call and bf16 backward took the fallback); the frontend's dP-workspace graph, deterministic by
 // construction, still runs, and the path says which engine it took.

@@ -8,10 +8,12 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -48,6 +50,40 @@ bool is_pinned(const void* p, size_t bytes) {
   --it;
   return c >= it->first && c + bytes <= it->first + it->second;
 }
+
+// Pinned blocks a host -> device copy read from, not yet known to have finished: the stream it ran on and the events
+// recorded on that stream after it. A synchronisation of any of those events, or of the stream, ends it.
+struct CopyInFlight {
+  cudaStream_t stream;
+  std::vector<cudaEvent_t> events;
+};
+std::map<const char*, CopyInFlight> uploads_in_flight;  // under pinned_mutex
+
+// A copy from `p` (pinned) on `stream`: counts a refill of a block whose last copy may still run, then marks it.
+void upload_from_pinned(const void* p, cudaStream_t stream) {
+  const char* c = static_cast<const char*>(p);
+  std::lock_guard<std::mutex> lock(pinned_mutex);
+  auto it = pinned.upper_bound(c);
+  if (it == pinned.begin()) return;
+  --it;
+  if (uploads_in_flight.count(it->first) > 0) ++call_counts().pinned_refills_in_flight;
+  uploads_in_flight[it->first] = {stream, {}};
+}
+void record_after_uploads(cudaEvent_t event, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(pinned_mutex);
+  for (auto& [block, copy] : uploads_in_flight) {
+    if (copy.stream == stream) copy.events.push_back(event);
+  }
+}
+void uploads_done(cudaEvent_t event, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(pinned_mutex);
+  for (auto it = uploads_in_flight.begin(); it != uploads_in_flight.end();) {
+    const std::vector<cudaEvent_t>& after = it->second.events;
+    const bool done = (event != nullptr && std::find(after.begin(), after.end(), event) != after.end()) ||
+                      (stream != nullptr && it->second.stream == stream);
+    it = done ? uploads_in_flight.erase(it) : std::next(it);
+  }
+}
 }  // namespace
 }  // namespace vitpipe::fake_cuda_runtime
 
@@ -67,7 +103,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
   return cudaSuccess;
 }
 // Events: everything has already run when it is enqueued, so every event has happened; each record and wait is
-// logged (fake_cuda_runtime.h) for the NCCL executor's tests.
+// logged (fake_cuda_runtime.h) for the NCCL executor's tests. Copies from pinned memory are tracked as a GPU would
+// run them, until an event recorded after them or their stream is synchronised (CallCounts::pinned_refills_in_flight).
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
   static std::atomic<intptr_t> next{1};
   *event = reinterpret_cast<cudaEvent_t>(next++ * 16 + 8);
@@ -75,6 +112,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
 }
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  vitpipe::fake_cuda_runtime::record_after_uploads(event, stream);
   vitpipe::fake_cuda_runtime::log_stream_event({vitpipe::fake_cuda_runtime::StreamEvent::record, event, stream});
   return cudaSuccess;
 }
@@ -82,13 +120,18 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   vitpipe::fake_cuda_runtime::log_stream_event({vitpipe::fake_cuda_runtime::StreamEvent::wait, event, stream});
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) {
-  ++call_counts().event_synchronizations;
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  vitpipe::fake_cuda_runtime::uploads_done(event, nullptr);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  ++call_counts().event_synchronizations;
+  vitpipe::fake_cuda_runtime::uploads_done(event, nullptr);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   ++call_counts().stream_synchronizations;
+  vitpipe::fake_cuda_runtime::uploads_done(nullptr, stream);
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
@@ -102,13 +145,20 @@ cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  *value = attribute == cudaDevAttrMemoryPoolsSupported && vitpipe::fake_cuda_runtime::memory_pools_supported ? 1 : 0;
+  return cudaSuccess;
+}
 // Stream-ordered: the stream has run everything enqueued before, so the block is free (or taken) at once.
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  if (!vitpipe::fake_cuda_runtime::memory_pools_supported) return cudaErrorNotSupported;
   ++call_counts().stream_ordered_allocations;
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  if (!vitpipe::fake_cuda_runtime::memory_pools_supported) return cudaErrorNotSupported;
   ++call_counts().stream_ordered_frees;
   std::free(p);
   return cudaSuccess;
@@ -125,6 +175,7 @@ cudaError_t cudaFreeHost(void* p) {
   {
     std::lock_guard<std::mutex> lock(vitpipe::fake_cuda_runtime::pinned_mutex);
     vitpipe::fake_cuda_runtime::pinned.erase(static_cast<const char*>(p));
+    vitpipe::fake_cuda_runtime::uploads_in_flight.erase(static_cast<const char*>(p));
   }
   std::free(p);
   return cudaSuccess;
@@ -133,10 +184,11 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   if (kind == cudaMemcpyHostToDevice) {
-    ++(vitpipe::fake_cuda_runtime::is_pinned(src, bytes) ? call_counts().pinned_uploads
-                                                         : call_counts().pageable_uploads);
+    const bool from_pinned = vitpipe::fake_cuda_runtime::is_pinned(src, bytes);
+    ++(from_pinned ? call_counts().pinned_uploads : call_counts().pageable_uploads);
+    if (from_pinned) vitpipe::fake_cuda_runtime::upload_from_pinned(src, stream);
   } else if (kind == cudaMemcpyDeviceToHost && !vitpipe::fake_cuda_runtime::is_pinned(dst, bytes)) {
     ++call_counts().pageable_readbacks;
   }
@@ -178,6 +230,7 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t) { return CUDNN_STATUS_SUCCESS; }
 }  // extern "C"
 
 size_t vitpipe::fake_cuda_runtime::cudnn_version = 91900;
+bool vitpipe::fake_cuda_runtime::memory_pools_supported = true;
 
 // What module_entry.cpp's library_versions asks (the probe on fakes goes through the module's own table).
 extern "C" {

@@ -35,10 +35,17 @@ struct CallCounts {
   std::atomic<int> pageable_uploads{0};            // cudaMemcpyAsync host -> device from memory not pinned
   std::atomic<int> pinned_uploads{0};              // cudaMemcpyAsync host -> device from pinned memory
   std::atomic<int> pageable_readbacks{0};          // cudaMemcpyAsync device -> host into memory not pinned
+  // cudaMemcpyAsync host -> device from a pinned block whose previous copy may still be running: neither the event
+  // recorded after that copy was synchronised (or queried done) nor its stream since. On a GPU the host refilled the
+  // block under the DMA engine reading it.
+  std::atomic<int> pinned_refills_in_flight{0};
 };
 CallCounts& call_counts();
 
 // What the fake cudnnGetVersion answers (91900, the headers' 9.19.0, unless a test sets another).
 extern size_t cudnn_version;
+// Whether the fake GPU answers cudaDevAttrMemoryPoolsSupported with 1 (the default); without, cudaMallocAsync and
+// cudaFreeAsync fail with cudaErrorNotSupported, as the runtime's do on a device or driver without memory pools.
+extern bool memory_pools_supported;
 
 }  // namespace vitpipe::fake_cuda_runtime

@@ -38,6 +38,7 @@ struct CountsSince {
   int pageable_uploads = call_counts().pageable_uploads;
   int pinned_uploads = call_counts().pinned_uploads;
   int pageable_readbacks = call_counts().pageable_readbacks;
+  int pinned_refills_in_flight = call_counts().pinned_refills_in_flight;
 };
 
 Tensor filled(const Shape& shape, float first) {
@@ -84,6 +85,9 @@ TEST(CudaBackendHostWaitsOnFakes, AMicroBatchUploadsThroughPinnedBuffersAndNever
   EXPECT_EQ(after.pinned_uploads - before.pinned_uploads, 2 * (3 + 1));
   EXPECT_EQ(after.pageable_readbacks - before.pageable_readbacks, 0) << "the loss read into pageable memory";
   EXPECT_EQ(after.pinned_allocations - before.pinned_allocations, 0) << "pinned memory taken inside a step";
+  // Each buffer is refilled only once the event recorded after its previous copy was waited for.
+  EXPECT_EQ(after.pinned_refills_in_flight - before.pinned_refills_in_flight, 0)
+      << "a pinned buffer refilled while its previous copy may still run";
   // Waits are for single copies: a buffer's previous chunk before refilling it, and the loss's own read-back.
   EXPECT_GT(after.event_synchronizations - before.event_synchronizations, 0);
 
@@ -123,6 +127,42 @@ TEST(CudaBackendHostWaitsOnFakes, TheArenaGrowsInStreamOrderWithoutSynchronising
   const Tensor expected = Tensor::empty({rows, n});
   cpu->linear_forward(in, weight, nullptr, &residual, expected);
   const Tensor actual = to_host(gpu, d_out);
+  for (int64_t i = 0; i < actual.numel(); ++i) ASSERT_NEAR(actual.f32()[i], expected.f32()[i], 1e-4) << i;
+}
+
+// A GPU without memory pools (cudaDevAttrMemoryPoolsSupported 0: cudaMallocAsync answers cudaErrorNotSupported):
+// the backend is still created, and the arena grows through cudaMalloc, the outgrown block freed with cudaFree after
+// the stream is drained (its earlier work may still read it).
+TEST(CudaBackendHostWaitsOnFakes, WithoutMemoryPoolsTheArenaGrowsThroughCudaMalloc) {
+  struct Restore {
+    ~Restore() { fake_cuda_runtime::memory_pools_supported = true; }
+  } restore;
+  fake_cuda_runtime::memory_pools_supported = false;
+  std::unique_ptr<cuda::CudaBackend> created;
+  ASSERT_NO_THROW(created = std::make_unique<cuda::CudaBackend>(0, false, size_t{1} << 20));
+  cuda::CudaBackend& gpu = *created;
+  const int64_t rows = 12288, k = 16, n = 14;  // the padded result and residual outgrow the 1 MiB arena, as above
+  const Tensor in = filled({rows, k}, 0.25f), weight = filled({n, k}, -0.125f), residual = filled({rows, n}, 2.0f);
+  const Tensor d_in = gpu.allocate(in.shape(), DType::f32), d_weight = gpu.allocate(weight.shape(), DType::f32);
+  const Tensor d_residual = gpu.allocate(residual.shape(), DType::f32);
+  const Tensor d_out = gpu.allocate({rows, n}, DType::f32), d_again = gpu.allocate({rows, n}, DType::f32);
+  gpu.copy_from_host(in, d_in);
+  gpu.copy_from_host(weight, d_weight);
+  gpu.copy_from_host(residual, d_residual);
+
+  const CountsSince before;
+  gpu.linear_forward(d_in, d_weight, nullptr, &d_residual, d_out);
+  gpu.linear_forward(d_in, d_weight, nullptr, &d_residual, d_again);  // frees the outgrown block
+  const CountsSince after;
+  EXPECT_EQ(after.stream_ordered_allocations - before.stream_ordered_allocations, 0);
+  EXPECT_GE(after.device_allocations - before.device_allocations, 1) << "the arena did not grow";
+  EXPECT_GE(after.device_frees - before.device_frees, 1) << "the outgrown block was not freed";
+  EXPECT_GE(after.stream_synchronizations - before.stream_synchronizations, 1) << "freed without draining the stream";
+
+  auto cpu = make_cpu_backend();
+  const Tensor expected = Tensor::empty({rows, n});
+  cpu->linear_forward(in, weight, nullptr, &residual, expected);
+  const Tensor actual = to_host(gpu, d_again);
   for (int64_t i = 0; i < actual.numel(); ++i) ASSERT_NEAR(actual.f32()[i], expected.f32()[i], 1e-4) << i;
 }
 

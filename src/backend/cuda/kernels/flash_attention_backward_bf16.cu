@@ -7,7 +7,9 @@
 //   dK/dV kernel: a block's 64 key rows keep K and V as A fragments and walk the queries in tiles of 64 (Q, dO, lse,
 //     D in shared memory): S^T = K Q^T, P^T, dP^T = V dO^T, dS^T, then dV += P^T dO and dK += dS^T Q.
 // The arithmetic and the order of k-steps and tiles are flash_attention_bf16_math.h's, whose host model the CPU suite
-// holds to float64 and to PyTorch. NOT YET RUN ON A GPU.
+// holds to float64 and to PyTorch. The fragment loads and the tile staging are that header's too (load_a_fragment,
+// load_b_fragment[_transposed], accumulator_pair_as_a, stage_tile_rows), which the CPU suite runs over the packed
+// layout with an emulated mma.sync. NOT YET RUN ON A GPU.
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -28,15 +30,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Two neighbouring bf16 (4-byte aligned) as one register.
-__device__ __forceinline__ uint32_t load_pair(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// Two bf16 from different rows as one register (low half first).
-__device__ __forceinline__ uint32_t gather_pair(const bf16* lo, const bf16* hi) {
-  return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(lo)) |
-         (static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(hi)) << 16);
-}
-
 // c += a b for a 16x16 bf16 A fragment and a 16x8 bf16 B fragment (PTX ISA's m16n8k16 layouts), fp32 accumulators.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -48,59 +41,22 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 #endif
 }
 
-// The A fragment of rows [r0, r0 + 16) and columns [c0, c0 + 16) of a row-major bf16 matrix (rows `ld` apart), rows at
-// or past `rows` read as 0 (mma_a_element: register r holds values 2r and 2r + 1, neighbours in a row).
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* m, int64_t ld, int64_t r0, int64_t rows, int c0,
-                                       int lane) {
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const FragmentElement e = mma_a_element(lane, 2 * r);
-    a[r] = r0 + e.row < rows ? load_pair(m + (r0 + e.row) * ld + c0 + e.col) : 0u;
-  }
-}
-
-// The B fragment (k x 8) whose element (k, n) is rows[n][k0 + k] of a shared tile: K^T or Q^T or dO^T from row-major
-// rows (mma_b_element: register r holds values 2r and 2r + 1, neighbours in a row of the tile).
-template <int Row>
-__device__ __forceinline__ void load_b_transposed(uint32_t& b0, uint32_t& b1, const bf16 (*rows)[Row], int n0, int k0,
-                                                  int lane) {
-  const FragmentElement e0 = mma_b_element(lane, 0), e1 = mma_b_element(lane, 2);
-  b0 = load_pair(&rows[n0 + e0.col][k0 + e0.row]);
-  b1 = load_pair(&rows[n0 + e1.col][k0 + e1.row]);
-}
-
-// The B fragment (k x 8) whose element (k, n) is rows[k0 + k][n0 + n]: K, Q or dO as they are (two rows a register).
-template <int Row>
-__device__ __forceinline__ void load_b(uint32_t& b0, uint32_t& b1, const bf16 (*rows)[Row], int k0, int n0, int lane) {
-  const FragmentElement e0 = mma_b_element(lane, 0), e1 = mma_b_element(lane, 1), e2 = mma_b_element(lane, 2),
-                        e3 = mma_b_element(lane, 3);
-  b0 = gather_pair(&rows[k0 + e0.row][n0 + e0.col], &rows[k0 + e1.row][n0 + e1.col]);
-  b1 = gather_pair(&rows[k0 + e2.row][n0 + e2.col], &rows[k0 + e3.row][n0 + e3.col]);
-}
-
 // Accumulators of a 16 x 8n tile (n-tiles of 8 columns) as the A fragment of k-step `ks` (columns 16 ks .. 16 ks + 15:
 // n-tiles 2 ks and 2 ks + 1), rounded to bf16 (the values given are P or dS).
 __device__ __forceinline__ void accumulators_as_a(uint32_t (&a)[4], const float (*acc)[4], int ks) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const int lo = 2 * r, hi = 2 * r + 1;
-    a[r] = pack_bf16(acc[2 * ks + a_value_source_tile(lo)][a_value_source_value(lo)],
-                     acc[2 * ks + a_value_source_tile(hi)][a_value_source_value(hi)]);
+    float lo, hi;
+    accumulator_pair_as_a(acc, ks, r, &lo, &hi);
+    a[r] = pack_bf16(lo, hi);
   }
 }
 
-// Rows [row0, row0 + kFlashBf16Tile) of one head's [T, d] slice (rows `ld` apart) into shared rows of d + pad, 16 bytes
-// per thread and step; rows past `rows` are zero.
+// A tile of one head's rows into shared memory by the block's threads (flash_attention_bf16_math.h).
 template <int D>
 __device__ __forceinline__ void stage_tile(bf16 (*shared)[D + kFlashBf16SharedPad], const bf16* m, int64_t ld,
                                            int64_t row0, int64_t rows) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  for (int x = threadIdx.x; x < kFlashBf16Tile * kChunks; x += blockDim.x) {
-    const int r = x / kChunks, c = (x % kChunks) * 8;
-    uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
-    if (row0 + r < rows) chunk = *reinterpret_cast<const uint4*>(m + (row0 + r) * ld + c);
-    *reinterpret_cast<uint4*>(&shared[r][c]) = chunk;
-  }
+  stage_tile_rows<D>(shared, m, ld, row0, rows, threadIdx.x, blockDim.x);
 }
 
 struct HeadPointers {
@@ -172,8 +128,8 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32, 1)
   uint32_t q_frag[kSteps][4], do_frag[kSteps][4];
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    load_a(q_frag[s], p.q, ld, r0, tokens, s * kMmaK, lane);
-    load_a(do_frag[s], p.d_o, ld_o, r0, tokens, s * kMmaK, lane);
+    load_a_fragment(q_frag[s], p.q, ld, r0, tokens, s * kMmaK, lane);
+    load_a_fragment(do_frag[s], p.d_o, ld_o, r0, tokens, s * kMmaK, lane);
   }
   float dq[kOutN][4] = {};
 
@@ -189,9 +145,9 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32, 1)
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         uint32_t b0, b1;
-        load_b_transposed(b0, b1, keys, n * kMmaN, s * kMmaK, lane);
+        load_b_fragment_transposed(b0, b1, keys, n * kMmaN, s * kMmaK, lane);
         mma_bf16(s_acc[n], q_frag[s], b0, b1);
-        load_b_transposed(b0, b1, values, n * kMmaN, s * kMmaK, lane);
+        load_b_fragment_transposed(b0, b1, values, n * kMmaN, s * kMmaK, lane);
         mma_bf16(dp_acc[n], do_frag[s], b0, b1);
       }
     }
@@ -216,7 +172,7 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32, 1)
 #pragma unroll
       for (int n = 0; n < kOutN; ++n) {
         uint32_t b0, b1;
-        load_b(b0, b1, keys, ks * kMmaK, n * kMmaN, lane);
+        load_b_fragment(b0, b1, keys, ks * kMmaK, n * kMmaN, lane);
         mma_bf16(dq[n], a, b0, b1);
       }
     }
@@ -255,8 +211,8 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32, 1)
   uint32_t k_frag[kSteps][4], v_frag[kSteps][4];
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    load_a(k_frag[s], p.k, ld, r0, tokens, s * kMmaK, lane);
-    load_a(v_frag[s], p.v, ld, r0, tokens, s * kMmaK, lane);
+    load_a_fragment(k_frag[s], p.k, ld, r0, tokens, s * kMmaK, lane);
+    load_a_fragment(v_frag[s], p.v, ld, r0, tokens, s * kMmaK, lane);
   }
   float dk[kOutN][4] = {}, dv[kOutN][4] = {};
 
@@ -276,9 +232,9 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32, 1)
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
         uint32_t b0, b1;
-        load_b_transposed(b0, b1, queries, n * kMmaN, s * kMmaK, lane);
+        load_b_fragment_transposed(b0, b1, queries, n * kMmaN, s * kMmaK, lane);
         mma_bf16(s_acc[n], k_frag[s], b0, b1);
-        load_b_transposed(b0, b1, grads, n * kMmaN, s * kMmaK, lane);
+        load_b_fragment_transposed(b0, b1, grads, n * kMmaN, s * kMmaK, lane);
         mma_bf16(dp_acc[n], v_frag[s], b0, b1);
       }
     }
@@ -305,9 +261,9 @@ __global__ void __launch_bounds__(kFlashBf16Warps * 32, 1)
 #pragma unroll
       for (int n = 0; n < kOutN; ++n) {
         uint32_t b0, b1;
-        load_b(b0, b1, grads, ks * kMmaK, n * kMmaN, lane);
+        load_b_fragment(b0, b1, grads, ks * kMmaK, n * kMmaN, lane);
         mma_bf16(dv[n], a_p, b0, b1);
-        load_b(b0, b1, queries, ks * kMmaK, n * kMmaN, lane);
+        load_b_fragment(b0, b1, queries, ks * kMmaK, n * kMmaN, lane);
         mma_bf16(dk[n], a_ds, b0, b1);
       }
     }

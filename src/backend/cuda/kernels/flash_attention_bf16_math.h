@@ -16,6 +16,8 @@
 #include <math.h>
 
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/cuda/kernels/backend_math.h"
@@ -58,6 +60,101 @@ VITPIPE_HOST_DEVICE FragmentElement mma_c_element(int lane, int i) {
 // a_value_source_value(i) of C tile a_value_source_tile(i) (0 or 1) of the same lane.
 VITPIPE_HOST_DEVICE int a_value_source_tile(int i) { return i / 4; }
 VITPIPE_HOST_DEVICE int a_value_source_value(int i) { return i % 4; }
+
+// ---- The kernels' loads and stores through those layouts, shared with the CPU suite ----
+// E is the bf16 element: __nv_bfloat16 on the device, uint16_t (its bits) on the host. The device reads through
+// 32-bit and 128-bit loads; the host copies the same bytes.
+
+// One bf16's bits.
+template <class E>
+VITPIPE_HOST_DEVICE uint16_t fragment_bits(const E* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const uint16_t*>(p);
+#else
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return bits;
+#endif
+}
+// Two neighbouring bf16 (4-byte aligned) as one register, the first in the low half.
+template <class E>
+VITPIPE_HOST_DEVICE uint32_t fragment_pair(const E* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const uint32_t*>(p);
+#else
+  return static_cast<uint32_t>(fragment_bits(p)) | (static_cast<uint32_t>(fragment_bits(p + 1)) << 16);
+#endif
+}
+// Two bf16 from different rows as one register (low half first).
+template <class E>
+VITPIPE_HOST_DEVICE uint32_t fragment_gather(const E* lo, const E* hi) {
+  return static_cast<uint32_t>(fragment_bits(lo)) | (static_cast<uint32_t>(fragment_bits(hi)) << 16);
+}
+
+// The A fragment of rows [r0, r0 + 16) and columns [c0, c0 + 16) of a row-major bf16 matrix (rows `ld` apart), rows at
+// or past `rows` read as 0 (mma_a_element: register r holds values 2r and 2r + 1, neighbours in a row).
+template <class E>
+VITPIPE_HOST_DEVICE void load_a_fragment(uint32_t (&a)[4], const E* m, int64_t ld, int64_t r0, int64_t rows, int c0,
+                                         int lane) {
+  for (int r = 0; r < 4; ++r) {
+    const FragmentElement e = mma_a_element(lane, 2 * r);
+    a[r] = r0 + e.row < rows ? fragment_pair(m + (r0 + e.row) * ld + c0 + e.col) : 0u;
+  }
+}
+
+// The B fragment (k x 8) whose element (k, n) is rows[n0 + n][k0 + k] of a shared tile: K^T, Q^T or dO^T from their
+// row-major rows (mma_b_element: register r holds values 2r and 2r + 1, neighbours in a row of the tile).
+template <int Row, class E>
+VITPIPE_HOST_DEVICE void load_b_fragment_transposed(uint32_t& b0, uint32_t& b1, const E (*rows)[Row], int n0, int k0,
+                                                    int lane) {
+  const FragmentElement e0 = mma_b_element(lane, 0), e1 = mma_b_element(lane, 2);
+  b0 = fragment_pair(&rows[n0 + e0.col][k0 + e0.row]);
+  b1 = fragment_pair(&rows[n0 + e1.col][k0 + e1.row]);
+}
+
+// The B fragment (k x 8) whose element (k, n) is rows[k0 + k][n0 + n]: K, Q or dO as they are (two rows a register).
+template <int Row, class E>
+VITPIPE_HOST_DEVICE void load_b_fragment(uint32_t& b0, uint32_t& b1, const E (*rows)[Row], int k0, int n0, int lane) {
+  const FragmentElement e0 = mma_b_element(lane, 0), e1 = mma_b_element(lane, 1), e2 = mma_b_element(lane, 2),
+                        e3 = mma_b_element(lane, 3);
+  b0 = fragment_gather(&rows[k0 + e0.row][n0 + e0.col], &rows[k0 + e1.row][n0 + e1.col]);
+  b1 = fragment_gather(&rows[k0 + e2.row][n0 + e2.col], &rows[k0 + e3.row][n0 + e3.col]);
+}
+
+// Register r of the A fragment of k-step `ks` (columns 16 ks .. 16 ks + 15: C tiles 2 ks and 2 ks + 1) from a 16 x 8n
+// tile's accumulators: its two values, low half first, before rounding to bf16.
+VITPIPE_HOST_DEVICE void accumulator_pair_as_a(const float (*acc)[4], int ks, int r, float* lo, float* hi) {
+  *lo = acc[2 * ks + a_value_source_tile(2 * r)][a_value_source_value(2 * r)];
+  *hi = acc[2 * ks + a_value_source_tile(2 * r + 1)][a_value_source_value(2 * r + 1)];
+}
+
+// Rows [row0, row0 + kFlashBf16Tile) of one head's [T, D] slice (rows `ld` apart) into shared rows of D + pad, 16 bytes
+// per thread and step (`thread` of `threads`); rows past `rows` are zero. The host checks each 16-byte load's alignment
+// (the device's 128-bit load needs it).
+template <int D, class E>
+VITPIPE_HOST_DEVICE void stage_tile_rows(E (*shared)[D + kFlashBf16SharedPad], const E* m, int64_t ld, int64_t row0,
+                                         int64_t rows, unsigned thread, unsigned threads) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  for (int x = thread; x < kFlashBf16Tile * kChunks; x += threads) {
+    const int r = x / kChunks, c = (x % kChunks) * 8;
+    const bool inside = row0 + r < rows;
+#ifdef __CUDA_ARCH__
+    uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
+    if (inside) chunk = *reinterpret_cast<const uint4*>(m + (row0 + r) * ld + c);
+    *reinterpret_cast<uint4*>(&shared[r][c]) = chunk;
+#else
+    unsigned char chunk[16] = {};
+    if (inside) {
+      const E* from = m + (row0 + r) * ld + c;
+      if (reinterpret_cast<uintptr_t>(from) % 16 != 0 || reinterpret_cast<uintptr_t>(&shared[r][c]) % 16 != 0) {
+        throw std::logic_error("stage_tile_rows: a 16-byte load or store off 16-byte alignment");
+      }
+      std::memcpy(chunk, from, sizeof chunk);
+    }
+    std::memcpy(&shared[r][c], chunk, sizeof chunk);
+#endif
+  }
+}
 
 // Round to the nearest bf16 (ties to even, as __float2bfloat16_rn), kept as a float.
 VITPIPE_HOST_DEVICE float bf16_rounded(float x) { return widen_bf16(round_to_bf16(x)); }
