@@ -16,6 +16,7 @@
 // compute after it (that needs joins placed where the buffers are next touched).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -31,25 +32,30 @@ class NcclStageExchange {
   // Collective over `pipeline_group` (ranked by stage): every stage joins one NCCL communicator on its backend's GPU.
   NcclStageExchange(Backend& backend, Communicator& pipeline_group);
 
-  // Holds a send of `device` to stage `peer` until recv() or flush(); `device` stays untouched until then.
+  // Holds a send of `device` to stage `peer` until the next issue(); `device` stays untouched until it is joined.
   void send(const Tensor& device, int peer);
-  // Receives into `device` from stage `peer`, in one group with the held sends; the backend's later ops see the data.
+  // Posts a receive into `device` from stage `peer`, issued by the next issue(); read it only once it is joined.
   void recv(const Tensor& device, int peer);
-  // Issues the held sends (one group).
-  void flush();
-  // End of a step: flush(), then waits until every call has finished (an asynchronous NCCL failure throws here).
+  // Issues the held sends and posted receives as one NCCL group; returns its number (1, 2, ...), or the last one's
+  // when nothing was held or posted.
+  int64_t issue();
+  // The backend's later ops wait, on the device, for group `group` (and every group issued so far): call it before
+  // the first op that reads a tensor it received or writes one it sent. Nothing when already joined.
+  void join_through(int64_t group);
+  // End of a step: issues what is held, joins, and waits until every call has finished (an asynchronous NCCL failure
+  // throws here).
   void finish();
 
  private:
-  struct HeldSend {
+  struct Transfer {
     Tensor data;
     int peer;
   };
-  void issue_and_join();  // ends the group; the backend's stream waits for it
 
   std::unique_ptr<NcclGroup> nccl_;
   bool joined_ = false;  // the groups go on the communication stream and are joined
-  std::vector<HeldSend> held_;
+  std::vector<Transfer> held_, posted_;
+  int64_t issued_ = 0, joined_through_ = 0;
 };
 
 }  // namespace vitpipe

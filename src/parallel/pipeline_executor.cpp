@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "backend/cuda_module_backend.h"
+#include "parallel/transfer_plan.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -63,7 +64,14 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
   }
   pipeline_group_ = world_.split(grid_.replica(), grid_.stage());
   data_parallel_group_ = split_data_parallel_group(world_, grid_);
-  if (options_.nccl_stages && pipeline_group_->size() > 1 && options_.virtual_stages == 1) {
+  if (options_.nccl_stages && pipeline_group_->size() > 1) {
+    // One communicator per pipeline, on the backend every chunk of this rank shares: its stream is the one order
+    // the communicator's events keep (an interleaved rank's chunks run one after another anyway).
+    for (ViTStage* chunk : chunks_) {
+      VP_REQUIRE(&chunk->backend() == &chunks_.front()->backend(),
+                 "executor: stages over NCCL need this rank's model chunks on one backend (one stream); got a backend "
+                 "per chunk");
+    }
     stage_exchange_ = std::make_unique<NcclStageExchange>(chunks_.front()->backend(), *pipeline_group_);
   }
   // The data-parallel gradient reduction runs over MPI on host memory (device gradients through host mirrors,
@@ -174,17 +182,9 @@ void PipelineExecutor::forward_only(const StepShape& requested, const MicroBatch
   exchange_shape(shape);
   const int m = static_cast<int>(shape.micro_batch_sizes.size());
   const int v = options_.virtual_stages, p = grid_.stages();
-  // Chunk after chunk, micro-batch after micro-batch: acyclic along the virtual stages, so it cannot deadlock.
-  std::vector<Instruction> program;
-  for (int chunk = 0; chunk < v; ++chunk) {
-    const int vs = virtual_stage_of(p, grid_.stage(), chunk);
-    for (int mb = 0; mb < m; ++mb) {
-      if (vs == 0 || vs == v * p - 1) program.push_back({Op::load_micro_batch, mb, chunk});
-      if (vs > 0) program.push_back({Op::recv_activation, mb, chunk});
-      program.push_back({Op::forward, mb, chunk});
-      if (vs < v * p - 1) program.push_back({Op::send_activation, mb, chunk});
-    }
-  }
+  // Forwards only, p micro-batches at a time through the chunks (transfer_plan.h): acyclic along the virtual stages,
+  // so it cannot deadlock, and a chunk's inputs arrive as it needs them.
+  const std::vector<Instruction> program = forward_only_schedule(p, m, grid_.stage(), v);
   run(program, shape, source, &sink, nullptr);
 }
 
@@ -299,7 +299,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     free->request = world_.isend(std::span<const float>(free->data), peer, tag);
   };
 
-  // Device to device (one chunk per rank, so a virtual stage is a stage and the pipeline group's rank).
+  // Device to device: virtual stage j lives on stage j % p, the pipeline group's rank (the last stage's chunk c
+  // sends to stage 0's chunk c + 1; transfer_plan.h names the peers).
   NcclStageExchange* links = stage_exchange_.get();
 
   // A slot for (chunk, mb): the one it already has, or a free one. A slot frees once its micro-batch is done
@@ -323,7 +324,56 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     return slot;
   };
 
-  for (const Instruction& in : program) {
+  // NCCL's groups, in the order transfer_plan.h gives (deadlock-free under NCCL's unbuffered matching). A group is
+  // joined just before the first op that reads or writes a slot it touched (slot_group), not right after it is
+  // issued, so the compute in between overlaps it; a group the next op needs is joined before the next is issued
+  // (a join waits for every group issued so far).
+  TransferPlan plan;
+  if (links) {
+    std::vector<std::vector<Instruction>> programs;
+    if (training) {
+      programs = make_all_schedules(options_.schedule, p, m, v);
+    } else {
+      for (int s = 0; s < p; ++s) programs.push_back(forward_only_schedule(p, m, s, v));
+    }
+    VP_REQUIRE(programs[static_cast<size_t>(grid_.stage())] == program,
+               "executor: the step's program is not the one the transfer plan assumes");
+    plan = plan_transfers(programs, v, grid_.stage(), training);
+  }
+  std::vector<std::vector<int64_t>> slot_group(chunks_.size());  // [chunk][slot]: the last group touching the slot
+  for (size_t c = 0; c < chunks_.size(); ++c) slot_group[c].assign(st.slots[c].size(), 0);
+  auto join_slot = [&](int chunk, int slot) {
+    if (links) links->join_through(slot_group[static_cast<size_t>(chunk)][static_cast<size_t>(slot)]);
+  };
+  // Issues `groups`; joins right after one that touches (chunk, slot), the slot of the op about to run.
+  auto issue = [&](const std::vector<TransferPlan::Group>& groups, int chunk, int slot) {
+    for (const TransferPlan::Group& group : groups) {
+      std::vector<std::pair<int, int>> touched;
+      bool needed = false;
+      for (const PlannedTransfer& t : group) {
+        const ViTStage& owner = *chunks_[static_cast<size_t>(t.chunk)];
+        const int s = slot_for(t.chunk, t.micro_batch);
+        const int64_t b = size_of(t.micro_batch);
+        if (t.send) {
+          links->send(t.gradient ? owner.grad(s, b) : owner.output(s, b), t.peer);
+        } else {
+          links->recv(t.gradient ? owner.grad(s, b) : owner.input(s, b), t.peer);
+        }
+        touched.emplace_back(t.chunk, s);
+        needed = needed || (t.chunk == chunk && s == slot);
+      }
+      const int64_t number = links->issue();
+      for (const auto& [c, s] : touched) slot_group[static_cast<size_t>(c)][static_cast<size_t>(s)] = number;
+      if (needed) links->join_through(number);
+    }
+  };
+  auto exchange_before = [&](size_t i, int chunk, int slot) {
+    issue(plan.before[i], chunk, slot);
+    join_slot(chunk, slot);
+  };
+
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Instruction& in = program[i];
     const int chunk = in.chunk, mb = in.micro_batch;
     ViTStage* stage = in.micro_batch >= 0 ? chunks_[static_cast<size_t>(chunk)] : nullptr;
     const int vs = virtual_stage(chunk);
@@ -337,6 +387,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
           VP_REQUIRE(data.images.dim(0) == b, "executor: micro-batch ", mb, " has ", data.images.dim(0),
                      " images, the step said ", b);
           const int slot = slot_for(chunk, mb);
+          join_slot(chunk, slot);
           stage->backend().copy_from_host(data.images, stage->input(slot, b));
           VP_REQUIRE(!weighted || data.weights.numel() == b * labels, "executor: micro-batch ", mb,
                      " has no label weights, the step said it would");
@@ -387,11 +438,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int64_t b = size_of(mb);
         int64_t t0 = now();
         timed_wait(state.recv_activation);
-        if (links && vs > 0) {
-          links->recv(stage->input(slot, b), vs - 1);
-          record("recv activation", kTraceP2p, t0, 1, mb);
-        } else if (links) {
-          links->flush();
+        if (links) {
+          exchange_before(i, chunk, slot);
+          if (vs > 0) record("recv activation", kTraceP2p, t0, 1, mb);
         } else if (vs > 0) {
           upload_received(*stage, stage->input(slot, b), state.activation_host);
           record("recv activation", kTraceP2p, t0, 1, mb);
@@ -451,9 +500,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         const Tensor output = stage->output(slot, size_of(mb));
         const int64_t t0 = now();
-        if (links) {
-          links->send(output, vs + 1);
-        } else {
+        if (!links) {  // NCCL: sent in the plan's group
           send_staged(stage->backend(), output, grid_.rank_of_virtual_stage(vs + 1),
                       p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
         }
@@ -479,11 +526,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         int64_t t0 = now();
         timed_wait(state.recv_grad);
-        if (links && vs < last_virtual) {
-          links->recv(stage->grad(slot, size_of(mb)), vs + 1);
-          record("recv grad", kTraceP2p, t0, 1, mb);
-        } else if (links) {
-          links->flush();
+        if (links) {
+          exchange_before(i, chunk, slot);
+          if (vs < last_virtual) record("recv grad", kTraceP2p, t0, 1, mb);
         } else if (vs < last_virtual) {
           upload_received(*stage, stage->grad(slot, size_of(mb)), state.grad_host);
           record("recv grad", kTraceP2p, t0, 1, mb);
@@ -510,7 +555,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
       case Op::backward_weight: {
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
-        if (links) links->flush();
+        if (links) exchange_before(i, chunk, slot);
         const int64_t t0 = now();
         const auto compute_start = std::chrono::steady_clock::now();
         if (mb == last_backward[static_cast<size_t>(chunk)]) {
@@ -531,9 +576,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         const Tensor grad = stage->grad(slot, size_of(mb));
         const int64_t t0 = now();
-        if (links) {
-          links->send(grad, vs - 1);
-        } else {
+        if (!links) {  // NCCL: sent in the plan's group
           send_staged(stage->backend(), grad, grid_.rank_of_virtual_stage(vs - 1),
                       p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
         }
@@ -553,7 +596,10 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     }
   }
   // Every message of the step is through before its buffers are touched again.
-  if (links) links->finish();
+  if (links) {
+    issue(plan.after, -1, -1);
+    links->finish();
+  }
   for (auto& send : st.staged_sends) timed_wait(send.request);
   for (auto& chunk_slots : st.slots) {
     for (auto& state : chunk_slots) {
@@ -572,7 +618,17 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
 
 int activation_slots_needed(ScheduleKind kind, int stages, int micro_batches, int stage, int virtual_stages) {
   const SimulationResult simulated = simulate_schedule(kind, stages, micro_batches, virtual_stages);
-  return std::max(1, simulated.peak_in_flight.at(static_cast<size_t>(stage)));
+  int slots = std::max(1, simulated.peak_in_flight.at(static_cast<size_t>(stage)));
+  if (stages > 1) {
+    // Over NCCL a receive takes its slot when its group is issued (transfer_plan.h), which may be before its forward.
+    const auto training = make_all_schedules(kind, stages, micro_batches, virtual_stages);
+    slots = std::max(slots, plan_transfers(training, virtual_stages, stage, true).peak_slots);
+    std::vector<std::vector<Instruction>> evaluation;
+    for (int s = 0; s < stages; ++s)
+      evaluation.push_back(forward_only_schedule(stages, micro_batches, s, virtual_stages));
+    slots = std::max(slots, plan_transfers(evaluation, virtual_stages, stage, false).peak_slots);
+  }
+  return slots;
 }
 
 }  // namespace vitpipe

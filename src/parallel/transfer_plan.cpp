@@ -1,0 +1,145 @@
+#include "parallel/transfer_plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "util/error.h"
+
+namespace vitpipe {
+namespace {
+
+bool is_compute(Op op) {
+  return op == Op::forward || op == Op::backward || op == Op::backward_input || op == Op::backward_weight;
+}
+
+// Unit-time durations in integers (a backward is two forwards).
+int64_t duration(Op op) { return op == Op::backward ? 4 : is_compute(op) ? 2 : 0; }
+
+// A transfer as both ends name it: (kind, sending virtual stage, micro-batch).
+using TransferKey = std::tuple<int, int, int>;
+
+}  // namespace
+
+std::vector<Instruction> forward_only_schedule(int stages, int micro_batches, int stage, int virtual_stages) {
+  const int p = stages, v = virtual_stages, last = v * p - 1;
+  std::vector<Instruction> program;
+  for (int first = 0; first < micro_batches; first += p) {
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const int vs = virtual_stage_of(p, stage, chunk);
+      for (int mb = first; mb < std::min(micro_batches, first + p); ++mb) {
+        if (vs == 0 || vs == last) program.push_back({Op::load_micro_batch, mb, chunk});
+        if (vs > 0) program.push_back({Op::recv_activation, mb, chunk});
+        program.push_back({Op::forward, mb, chunk});
+        if (vs < last) program.push_back({Op::send_activation, mb, chunk});
+      }
+    }
+  }
+  return program;
+}
+
+TransferPlan plan_transfers(const std::vector<std::vector<Instruction>>& programs, int virtual_stages, int stage,
+                            bool training) {
+  const int p = static_cast<int>(programs.size()), v = virtual_stages, last = v * p - 1;
+  // Every stage's compute ops in unit time; a send is ready when its producer ends.
+  std::map<TransferKey, int64_t> ready;
+  std::vector<std::vector<int64_t>> start(static_cast<size_t>(p));
+  std::vector<size_t> pc(static_cast<size_t>(p), 0);
+  std::vector<int64_t> clock(static_cast<size_t>(p), 0);
+  for (int s = 0; s < p; ++s) start[static_cast<size_t>(s)].assign(programs[static_cast<size_t>(s)].size(), -1);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      const auto su = static_cast<size_t>(s);
+      const auto& program = programs[su];
+      for (; pc[su] < program.size(); ++pc[su]) {
+        const Instruction& in = program[pc[su]];
+        const int vs = virtual_stage_of(p, s, in.chunk);
+        int64_t at = clock[su];
+        if ((in.op == Op::forward && vs > 0) || ((in.op == Op::backward || in.op == Op::backward_input) && vs < last)) {
+          const bool gradient = in.op != Op::forward;
+          const auto it = ready.find({gradient, gradient ? vs + 1 : vs - 1, in.micro_batch});
+          if (it == ready.end()) break;
+          at = std::max(at, it->second);
+        }
+        if (in.op == Op::send_activation || in.op == Op::send_grad) {
+          ready[{in.op == Op::send_grad, vs, in.micro_batch}] = clock[su];
+        }
+        start[su][pc[su]] = at;
+        clock[su] = at + duration(in.op);
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    VP_REQUIRE(pc[static_cast<size_t>(s)] == programs[static_cast<size_t>(s)].size(), "transfer plan: stage ", s,
+               " waits forever at instruction ", pc[static_cast<size_t>(s)]);
+  }
+
+  // This stage's transfers, ordered by (ready time, kind, sending virtual stage, micro-batch) as their peers order
+  // them.
+  const auto& program = programs[static_cast<size_t>(stage)];
+  const auto& times = start[static_cast<size_t>(stage)];
+  struct Keyed {
+    int64_t time;
+    TransferKey key;
+    PlannedTransfer transfer;
+  };
+  std::vector<Keyed> transfers;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Instruction& in = program[i];
+    const int vs = virtual_stage_of(p, stage, in.chunk);
+    if (in.op == Op::send_activation || in.op == Op::send_grad) {
+      const bool gradient = in.op == Op::send_grad;
+      const TransferKey key{gradient, vs, in.micro_batch};
+      transfers.push_back(
+          {ready.at(key), key, {true, gradient, in.micro_batch, in.chunk, (gradient ? vs - 1 : vs + 1) % p}});
+    } else if ((in.op == Op::forward && vs > 0) ||
+               ((in.op == Op::backward || in.op == Op::backward_input) && vs < last)) {
+      const bool gradient = in.op != Op::forward;
+      const TransferKey key{gradient, gradient ? vs + 1 : vs - 1, in.micro_batch};
+      transfers.push_back({ready.at(key), key, {false, gradient, in.micro_batch, in.chunk, std::get<1>(key) % p}});
+    }
+  }
+  std::sort(transfers.begin(), transfers.end(),
+            [](const Keyed& a, const Keyed& b) { return std::tie(a.time, a.key) < std::tie(b.time, b.key); });
+
+  TransferPlan plan;
+  plan.before.resize(program.size());
+  size_t next = 0;
+  auto take_until = [&](int64_t time, std::vector<TransferPlan::Group>& groups) {
+    for (; next < transfers.size() && transfers[next].time <= time; ++next) {
+      if (groups.empty() || next == 0 || transfers[next - 1].time != transfers[next].time) groups.emplace_back();
+      groups.back().push_back(transfers[next].transfer);
+    }
+  };
+  // Slots held per chunk: from the load, the forward or its receive's issue, to the end of its micro-batch.
+  std::vector<std::vector<char>> held(static_cast<size_t>(v), std::vector<char>(1, 0));
+  std::vector<int> holding(static_cast<size_t>(v), 0);
+  auto hold = [&](int chunk, int mb) {
+    auto& h = held[static_cast<size_t>(chunk)];
+    if (h.size() <= static_cast<size_t>(mb)) h.resize(static_cast<size_t>(mb) + 1, 0);
+    if (h[static_cast<size_t>(mb)]) return;
+    h[static_cast<size_t>(mb)] = 1;
+    plan.peak_slots = std::max(plan.peak_slots, ++holding[static_cast<size_t>(chunk)]);
+  };
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Instruction& in = program[i];
+    if (!is_compute(in.op)) continue;
+    take_until(times[i], plan.before[i]);
+    for (const auto& group : plan.before[i]) {
+      for (const PlannedTransfer& t : group) {
+        if (!t.send && !t.gradient) hold(t.chunk, t.micro_batch);
+      }
+    }
+    hold(in.chunk, in.micro_batch);
+    const bool done = training ? in.op == Op::backward || in.op == Op::backward_weight : in.op == Op::forward;
+    if (done) --holding[static_cast<size_t>(in.chunk)];
+  }
+  take_until(std::numeric_limits<int64_t>::max(), plan.after);
+  return plan;
+}
+
+}  // namespace vitpipe
