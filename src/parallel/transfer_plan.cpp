@@ -103,15 +103,23 @@ TransferPlan plan_transfers(const std::vector<std::vector<Instruction>>& program
       transfers.push_back({ready.at(key), key, {false, gradient, in.micro_batch, in.chunk, std::get<1>(key) % p}});
     }
   }
-  std::sort(transfers.begin(), transfers.end(),
-            [](const Keyed& a, const Keyed& b) { return std::tie(a.time, a.key) < std::tie(b.time, b.key); });
+  // Gradients before activations of the same time, in groups of their own: before a backward its gradient's group
+  // is joined and the previous forward's activation goes out after it, overlapping the backward (one group for both
+  // would be joined before the backward). Both ends order a transfer by the same (time, kind, sender, micro-batch).
+  auto order = [](const Keyed& k) {
+    return std::make_tuple(k.time, 1 - std::get<0>(k.key), std::get<1>(k.key), std::get<2>(k.key));
+  };
+  std::sort(transfers.begin(), transfers.end(), [&](const Keyed& a, const Keyed& b) { return order(a) < order(b); });
 
   TransferPlan plan;
   plan.before.resize(program.size());
   size_t next = 0;
   auto take_until = [&](int64_t time, std::vector<TransferPlan::Group>& groups) {
     for (; next < transfers.size() && transfers[next].time <= time; ++next) {
-      if (groups.empty() || next == 0 || transfers[next - 1].time != transfers[next].time) groups.emplace_back();
+      if (groups.empty() || next == 0 || transfers[next - 1].time != transfers[next].time ||
+          transfers[next - 1].transfer.gradient != transfers[next].transfer.gradient) {
+        groups.emplace_back();
+      }
       groups.back().push_back(transfers[next].transfer);
     }
   };

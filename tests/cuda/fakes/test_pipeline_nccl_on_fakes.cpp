@@ -168,6 +168,25 @@ std::string unjoined_touch(const std::vector<Logged>& log) {
   return "";
 }
 
+// Groups of `log` followed by at least one op before the next join (communication overlapping compute), counting
+// only those issued after a backward op began and before the last forward op (the steady state).
+int overlapped_steady_groups(const std::vector<Logged>& log) {
+  size_t first_backward = log.size(), last_forward = 0;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i].kind != Logged::op) continue;
+    if (log[i].code == VITPIPE_OP_ATTENTION_BACKWARD && first_backward == log.size()) first_backward = i;
+    if (log[i].code == VITPIPE_OP_ATTENTION_FORWARD) last_forward = i;
+  }
+  int overlapped = 0;
+  for (size_t i = first_backward; i < last_forward; ++i) {
+    if (log[i].kind != Logged::group) continue;
+    size_t k = i + 1;
+    while (k < log.size() && log[k].kind != Logged::join && log[k].kind != Logged::op) ++k;
+    if (k < log.size() && log[k].kind == Logged::op) ++overlapped;
+  }
+  return overlapped;
+}
+
 ViTConfig small_config(int64_t layers) {
   ViTConfig c;
   c.hidden_size = 32;
@@ -562,6 +581,19 @@ TEST(PipelineNcclOnFakesJoins, RemovingANeededJoinIsCaught) {
   EXPECT_GT(joins, 0);
   EXPECT_GT(caught, 0);
   std::printf("joins %d, each needed by a later op: %d\n", joins, caught);
+}
+
+TEST(PipelineNcclOnFakesJoins, OneFOneBSteadyStateOverlapsGroupsWithCompute) {
+  Problem problem;
+  problem.micro_batch = 1;  // 8 micro-batches on 4 stages: a steady state on every stage
+  const Outcome nccl = run_pipeline(problem, 4, ScheduleKind::one_f_one_b, 1, true);
+  int overlapped = 0;
+  for (size_t r = 0; r < nccl.step_log.size(); ++r) {
+    const int here = overlapped_steady_groups(nccl.step_log[r]);
+    std::printf("rank %zu: %d steady-state groups with compute before their join\n", r, here);
+    overlapped += here;
+  }
+  EXPECT_GT(overlapped, 0);
 }
 
 // Interleaved 1F1B over NCCL: p stages x v chunks per rank on one backend, m micro-batches of one image, with and
