@@ -364,6 +364,13 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
       }
       const int64_t number = links->issue();
       for (const auto& [c, s] : touched) slot_group[static_cast<size_t>(c)][static_cast<size_t>(s)] = number;
+      if (!training) {  // an evaluation's slot is free once its output's send is issued (and joined before reuse)
+        for (size_t k = 0; k < group.size(); ++k) {
+          if (group[k].send)
+            st.slots[static_cast<size_t>(touched[k].first)][static_cast<size_t>(touched[k].second)].backward_done =
+                true;
+        }
+      }
       if (needed) links->join_through(number);
     }
   };
@@ -493,7 +500,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         }
         if (training) result->compute_seconds += seconds_since(compute_start);
         record("forward", kTraceCompute, t0, 0, mb);
-        if (!training) state.backward_done = true;  // evaluation: the slot is done once its output is sent
+        // Evaluation: the slot is done once its output is sent (from a staged copy; over NCCL once the send is issued).
+        if (!training && (!links || vs == last_virtual)) state.backward_done = true;
         break;
       }
       case Op::send_activation: {
@@ -620,7 +628,8 @@ int activation_slots_needed(ScheduleKind kind, int stages, int micro_batches, in
   const SimulationResult simulated = simulate_schedule(kind, stages, micro_batches, virtual_stages);
   int slots = std::max(1, simulated.peak_in_flight.at(static_cast<size_t>(stage)));
   if (stages > 1) {
-    // Over NCCL a receive takes its slot when its group is issued (transfer_plan.h), which may be before its forward.
+    // Over NCCL a receive takes its slot when its group is issued (transfer_plan.h): never before its forward in the
+    // tested settings (TransferPlan.*), counted here in case.
     const auto training = make_all_schedules(kind, stages, micro_batches, virtual_stages);
     slots = std::max(slots, plan_transfers(training, virtual_stages, stage, true).peak_slots);
     std::vector<std::vector<Instruction>> evaluation;

@@ -78,7 +78,21 @@ TransferPlan plan_transfers(const std::vector<std::vector<Instruction>>& program
                " waits forever at instruction ", pc[static_cast<size_t>(s)]);
   }
 
-  // This stage's transfers, ordered by (ready time, kind, sending virtual stage, micro-batch) as their peers order
+  // When each transfer is due: a gradient when it is ready (its slot is held anyway, so receiving it early costs no
+  // memory), an activation when it is ready and its forward starts (receiving it earlier would take a slot early).
+  std::map<TransferKey, int64_t> due = ready;
+  for (int s = 0; s < p; ++s) {
+    const auto& list = programs[static_cast<size_t>(s)];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const int vs = virtual_stage_of(p, s, list[i].chunk);
+      if (list[i].op == Op::forward && vs > 0) {
+        int64_t& at = due.at({false, vs - 1, list[i].micro_batch});
+        at = std::max(at, start[static_cast<size_t>(s)][i]);
+      }
+    }
+  }
+
+  // This stage's transfers, ordered by (due time, kind, sending virtual stage, micro-batch) as their peers order
   // them.
   const auto& program = programs[static_cast<size_t>(stage)];
   const auto& times = start[static_cast<size_t>(stage)];
@@ -95,12 +109,12 @@ TransferPlan plan_transfers(const std::vector<std::vector<Instruction>>& program
       const bool gradient = in.op == Op::send_grad;
       const TransferKey key{gradient, vs, in.micro_batch};
       transfers.push_back(
-          {ready.at(key), key, {true, gradient, in.micro_batch, in.chunk, (gradient ? vs - 1 : vs + 1) % p}});
+          {due.at(key), key, {true, gradient, in.micro_batch, in.chunk, (gradient ? vs - 1 : vs + 1) % p}});
     } else if ((in.op == Op::forward && vs > 0) ||
                ((in.op == Op::backward || in.op == Op::backward_input) && vs < last)) {
       const bool gradient = in.op != Op::forward;
       const TransferKey key{gradient, gradient ? vs + 1 : vs - 1, in.micro_batch};
-      transfers.push_back({ready.at(key), key, {false, gradient, in.micro_batch, in.chunk, std::get<1>(key) % p}});
+      transfers.push_back({due.at(key), key, {false, gradient, in.micro_batch, in.chunk, std::get<1>(key) % p}});
     }
   }
   // Gradients before activations of the same time, in groups of their own: before a backward its gradient's group
@@ -123,7 +137,8 @@ TransferPlan plan_transfers(const std::vector<std::vector<Instruction>>& program
       groups.back().push_back(transfers[next].transfer);
     }
   };
-  // Slots held per chunk: from the load, the forward or its receive's issue, to the end of its micro-batch.
+  // Slots held per chunk: from the load, the forward or its receive's issue, to the end of its micro-batch (an
+  // evaluation's: its forward, or the issue of its output's send).
   std::vector<std::vector<char>> held(static_cast<size_t>(v), std::vector<char>(1, 0));
   std::vector<int> holding(static_cast<size_t>(v), 0);
   auto hold = [&](int chunk, int mb) {
@@ -141,9 +156,13 @@ TransferPlan plan_transfers(const std::vector<std::vector<Instruction>>& program
       for (const PlannedTransfer& t : group) {
         if (!t.send && !t.gradient) hold(t.chunk, t.micro_batch);
       }
+      for (const PlannedTransfer& t : group) {
+        if (t.send && !training) --holding[static_cast<size_t>(t.chunk)];
+      }
     }
     hold(in.chunk, in.micro_batch);
-    const bool done = training ? in.op == Op::backward || in.op == Op::backward_weight : in.op == Op::forward;
+    const bool done =
+        training ? in.op == Op::backward || in.op == Op::backward_weight : virtual_stage_of(p, stage, in.chunk) == last;
     if (done) --holding[static_cast<size_t>(in.chunk)];
   }
   take_until(std::numeric_limits<int64_t>::max(), plan.after);

@@ -3,12 +3,13 @@
 // groups run one after another on one stream. Per-op pairing (a send held until the next op's receive) suffices for
 // one chunk per rank, but an interleaved rank talks to both neighbours for two chunks at once and its groups crossed
 // (a deadlock from 4 micro-batches on 2 stages). So every rank simulates every stage's program in unit time, keys
-// each transfer by the time it becomes ready (its producer's end), and issues its own transfers in key order, one
-// group per key, each before the first op that starts at or after the key. Both ends of a transfer agree on its key,
-// so by induction over keys the smallest unfinished key's groups are every involved rank's current group and match:
-// no deadlock, for any schedule the simulator accepts (Megatron's per-step send_forward_backward_recv_forward_backward
-// is the same idea: one group a step, with both neighbours). Tested by replaying the recorded calls with NCCL's
-// matching (tests/cuda/fakes/test_pipeline_nccl_on_fakes.cpp).
+// each transfer by the time it is due (a gradient: its producer's end; an activation: that, or its forward's start
+// if later, so that no receive takes a slot before the host path would), and issues its own transfers in key order,
+// one group per key and kind, each before the first op that starts at or after the key. Both ends of a transfer agree
+// on its key, so by induction over keys the smallest unfinished key's groups are every involved rank's current group
+// and match: no deadlock, for any schedule the simulator accepts (Megatron's per-step
+// send_forward_backward_recv_forward_backward is the same idea: one group a step, with both neighbours). Tested by
+// replaying the recorded calls with NCCL's matching (tests/cuda/fakes/test_pipeline_nccl_on_fakes.cpp).
 #pragma once
 
 #include <vector>
