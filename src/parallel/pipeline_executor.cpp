@@ -345,9 +345,20 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
   auto join_slot = [&](int chunk, int slot) {
     if (links) links->join_through(slot_group[static_cast<size_t>(chunk)][static_cast<size_t>(slot)]);
   };
-  // Issues `groups`; joins right after one that touches (chunk, slot), the slot of the op about to run.
-  auto issue = [&](const std::vector<TransferPlan::Group>& groups, int chunk, int slot) {
+  // Issues `groups`; joins right after one that receives for (chunk, mb), the op about to run, so that the groups
+  // after it stay unjoined while that op computes.
+  auto issue = [&](const std::vector<TransferPlan::Group>& groups, int chunk, int mb) {
     for (const TransferPlan::Group& group : groups) {
+      if (!training) {
+        // An evaluation's slot is free once its output's send is issued; a receive in the same group may take it
+        // (it writes the input, the send reads the output), and the slot's next op joins the group first.
+        for (const PlannedTransfer& t : group) {
+          if (t.send) {
+            const int s = slot_for(t.chunk, t.micro_batch);
+            st.slots[static_cast<size_t>(t.chunk)][static_cast<size_t>(s)].backward_done = true;
+          }
+        }
+      }
       std::vector<std::pair<int, int>> touched;
       bool needed = false;
       for (const PlannedTransfer& t : group) {
@@ -360,24 +371,27 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
           links->recv(t.gradient ? owner.grad(s, b) : owner.input(s, b), t.peer);
         }
         touched.emplace_back(t.chunk, s);
-        needed = needed || (t.chunk == chunk && s == slot);
+        needed = needed || (!t.send && t.chunk == chunk && t.micro_batch == mb);
       }
       const int64_t number = links->issue();
       for (const auto& [c, s] : touched) slot_group[static_cast<size_t>(c)][static_cast<size_t>(s)] = number;
-      if (!training) {  // an evaluation's slot is free once its output's send is issued (and joined before reuse)
-        for (size_t k = 0; k < group.size(); ++k) {
-          if (group[k].send)
-            st.slots[static_cast<size_t>(touched[k].first)][static_cast<size_t>(touched[k].second)].backward_done =
-                true;
-        }
-      }
       if (needed) links->join_through(number);
     }
   };
-  auto exchange_before = [&](size_t i, int chunk, int slot) {
-    issue(plan.before[i], chunk, slot);
-    join_slot(chunk, slot);
+  // Before compute op `i` on (chunk, mb): its groups, once (a load issues its forward's early), before the op takes
+  // its slot (an evaluation's slot frees as its output's send is issued).
+  std::vector<char> issued(program.size(), 0);
+  auto issue_before = [&](size_t i, int chunk, int mb) {
+    if (!links || issued[i]) return;
+    issued[i] = 1;
+    issue(plan.before[i], chunk, mb);
   };
+  std::vector<size_t> next_compute(program.size(), program.size());
+  for (size_t i = program.size(), next = program.size(); i-- > 0;) {
+    const Op op = program[i].op;
+    if (op == Op::forward || op == Op::backward || op == Op::backward_input || op == Op::backward_weight) next = i;
+    next_compute[i] = next;
+  }
 
   for (size_t i = 0; i < program.size(); ++i) {
     const Instruction& in = program[i];
@@ -393,6 +407,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
           data = source(mb);
           VP_REQUIRE(data.images.dim(0) == b, "executor: micro-batch ", mb, " has ", data.images.dim(0),
                      " images, the step said ", b);
+          issue_before(next_compute[i], chunk, mb);
           const int slot = slot_for(chunk, mb);
           join_slot(chunk, slot);
           stage->backend().copy_from_host(data.images, stage->input(slot, b));
@@ -440,13 +455,14 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         break;
       }
       case Op::forward: {
+        issue_before(i, chunk, mb);
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const int64_t b = size_of(mb);
         int64_t t0 = now();
         timed_wait(state.recv_activation);
         if (links) {
-          exchange_before(i, chunk, slot);
+          join_slot(chunk, slot);
           if (vs > 0) record("recv activation", kTraceP2p, t0, 1, mb);
         } else if (vs > 0) {
           upload_received(*stage, stage->input(slot, b), state.activation_host);
@@ -535,7 +551,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         int64_t t0 = now();
         timed_wait(state.recv_grad);
         if (links) {
-          exchange_before(i, chunk, slot);
+          issue_before(i, chunk, mb);
+          join_slot(chunk, slot);
           if (vs < last_virtual) record("recv grad", kTraceP2p, t0, 1, mb);
         } else if (vs < last_virtual) {
           upload_received(*stage, stage->grad(slot, size_of(mb)), state.grad_host);
@@ -563,7 +580,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
       case Op::backward_weight: {
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
-        if (links) exchange_before(i, chunk, slot);
+        issue_before(i, chunk, mb);
+        join_slot(chunk, slot);
         const int64_t t0 = now();
         const auto compute_start = std::chrono::steady_clock::now();
         if (mb == last_backward[static_cast<size_t>(chunk)]) {
@@ -605,7 +623,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
   }
   // Every message of the step is through before its buffers are touched again.
   if (links) {
-    issue(plan.after, -1, -1);
+    issue(plan.after, -1, -1);  // nothing more runs: no join needed before finish()
     links->finish();
   }
   for (auto& send : st.staged_sends) timed_wait(send.request);

@@ -153,11 +153,11 @@ TransferPlan plan_transfers(const std::vector<std::vector<Instruction>>& program
     if (!is_compute(in.op)) continue;
     take_until(times[i], plan.before[i]);
     for (const auto& group : plan.before[i]) {
-      for (const PlannedTransfer& t : group) {
-        if (!t.send && !t.gradient) hold(t.chunk, t.micro_batch);
+      for (const PlannedTransfer& t : group) {  // a receive may reuse the slot of a send in its group (another tensor)
+        if (t.send && !training) --holding[static_cast<size_t>(t.chunk)];
       }
       for (const PlannedTransfer& t : group) {
-        if (t.send && !training) --holding[static_cast<size_t>(t.chunk)];
+        if (!t.send && !t.gradient) hold(t.chunk, t.micro_batch);
       }
     }
     hold(in.chunk, in.micro_batch);
