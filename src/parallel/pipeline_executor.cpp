@@ -643,19 +643,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
 }
 
 int activation_slots_needed(ScheduleKind kind, int stages, int micro_batches, int stage, int virtual_stages) {
+  // Over NCCL too: transfer_plan.h never takes a slot before the host path would (TransferPlan.* checks it).
   const SimulationResult simulated = simulate_schedule(kind, stages, micro_batches, virtual_stages);
-  int slots = std::max(1, simulated.peak_in_flight.at(static_cast<size_t>(stage)));
-  if (stages > 1) {
-    // Over NCCL a receive takes its slot when its group is issued (transfer_plan.h): never before its forward in the
-    // tested settings (TransferPlan.*), counted here in case.
-    const auto training = make_all_schedules(kind, stages, micro_batches, virtual_stages);
-    slots = std::max(slots, plan_transfers(training, virtual_stages, stage, true).peak_slots);
-    std::vector<std::vector<Instruction>> evaluation;
-    for (int s = 0; s < stages; ++s)
-      evaluation.push_back(forward_only_schedule(stages, micro_batches, s, virtual_stages));
-    slots = std::max(slots, plan_transfers(evaluation, virtual_stages, stage, false).peak_slots);
-  }
-  return slots;
+  return std::max(1, simulated.peak_in_flight.at(static_cast<size_t>(stage)));
 }
 
 }  // namespace vitpipe

@@ -1,4 +1,4 @@
-// transfer_plan.h on its own, for every schedule (GPipe, 1F1B, ZB-H1, interleaved with 2 and 3 chunks), 2 to 4
+// transfer_plan.h on its own, for every schedule (GPipe, 1F1B, ZB-H1, interleaved with 2 and 3 chunks), 2 to 6
 // stages and several micro-batch counts, training and evaluation: the plans of all stages together must (1) send
 // each pair of stages' transfers in the order the receiver takes them (NCCL matches the k-th send from a to b with
 // b's k-th receive from a, whatever they carry), (2) finish under NCCL's unbuffered matching (a group completes only
@@ -143,7 +143,7 @@ void check(const Setting& s) {
 
 TEST(TransferPlan, EverySchedulePairsItsTransfersAndCannotDeadlock) {
   for (const bool training : {true, false}) {
-    for (int p = 2; p <= 4; ++p) {
+    for (int p = 2; p <= 6; ++p) {
       for (int m : {1, 2, 3, 4, 5, 8, 12}) {
         for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zero_bubble_h1}) {
           check({kind, p, 1, m, training});
