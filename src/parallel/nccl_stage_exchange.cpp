@@ -7,31 +7,30 @@ NcclStageExchange::NcclStageExchange(Backend& backend, Communicator& pipeline_gr
   nccl_->set_point_to_point_on_communication_stream(joined_);
 }
 
-void NcclStageExchange::issue_and_join() {
-  nccl_->end_group();
-  if (joined_) nccl_->join();
-}
-
 void NcclStageExchange::send(const Tensor& device, int peer) { held_.push_back({device, peer}); }
 
-void NcclStageExchange::recv(const Tensor& device, int peer) {
+void NcclStageExchange::recv(const Tensor& device, int peer) { posted_.push_back({device, peer}); }
+
+int64_t NcclStageExchange::issue() {
+  if (held_.empty() && posted_.empty()) return issued_;
   nccl_->begin_group();
-  for (const HeldSend& s : held_) nccl_->send(s.data, s.peer);
-  nccl_->recv(device, peer);
-  issue_and_join();
+  for (const Transfer& t : held_) nccl_->send(t.data, t.peer);
+  for (const Transfer& t : posted_) nccl_->recv(t.data, t.peer);
+  nccl_->end_group();
   held_.clear();
+  posted_.clear();
+  return ++issued_;
 }
 
-void NcclStageExchange::flush() {
-  if (held_.empty()) return;
-  nccl_->begin_group();
-  for (const HeldSend& s : held_) nccl_->send(s.data, s.peer);
-  issue_and_join();
-  held_.clear();
+void NcclStageExchange::join_through(int64_t group) {
+  if (group <= joined_through_) return;
+  if (joined_) nccl_->join();  // waits for every group issued so far, `group` among them
+  joined_through_ = issued_;
 }
 
 void NcclStageExchange::finish() {
-  flush();
+  issue();
+  join_through(issued_);
   nccl_->wait();
 }
 

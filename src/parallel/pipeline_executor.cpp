@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "backend/cuda_module_backend.h"
+#include "parallel/transfer_plan.h"
 #include "util/error.h"
 
 namespace vitpipe {
@@ -63,7 +64,14 @@ PipelineExecutor::PipelineExecutor(const ProcessGrid& grid, Communicator& world,
   }
   pipeline_group_ = world_.split(grid_.replica(), grid_.stage());
   data_parallel_group_ = split_data_parallel_group(world_, grid_);
-  if (options_.nccl_stages && pipeline_group_->size() > 1 && options_.virtual_stages == 1) {
+  if (options_.nccl_stages && pipeline_group_->size() > 1) {
+    // One communicator per pipeline, on the backend every chunk of this rank shares: its stream is the one order
+    // the communicator's events keep (an interleaved rank's chunks run one after another anyway).
+    for (ViTStage* chunk : chunks_) {
+      VP_REQUIRE(&chunk->backend() == &chunks_.front()->backend(),
+                 "executor: stages over NCCL need this rank's model chunks on one backend (one stream); got a backend "
+                 "per chunk");
+    }
     stage_exchange_ = std::make_unique<NcclStageExchange>(chunks_.front()->backend(), *pipeline_group_);
   }
   // The data-parallel gradient reduction runs over MPI on host memory (device gradients through host mirrors,
@@ -174,17 +182,9 @@ void PipelineExecutor::forward_only(const StepShape& requested, const MicroBatch
   exchange_shape(shape);
   const int m = static_cast<int>(shape.micro_batch_sizes.size());
   const int v = options_.virtual_stages, p = grid_.stages();
-  // Chunk after chunk, micro-batch after micro-batch: acyclic along the virtual stages, so it cannot deadlock.
-  std::vector<Instruction> program;
-  for (int chunk = 0; chunk < v; ++chunk) {
-    const int vs = virtual_stage_of(p, grid_.stage(), chunk);
-    for (int mb = 0; mb < m; ++mb) {
-      if (vs == 0 || vs == v * p - 1) program.push_back({Op::load_micro_batch, mb, chunk});
-      if (vs > 0) program.push_back({Op::recv_activation, mb, chunk});
-      program.push_back({Op::forward, mb, chunk});
-      if (vs < v * p - 1) program.push_back({Op::send_activation, mb, chunk});
-    }
-  }
+  // Forwards only, p micro-batches at a time through the chunks (transfer_plan.h): acyclic along the virtual stages,
+  // so it cannot deadlock, and a chunk's inputs arrive as it needs them.
+  const std::vector<Instruction> program = forward_only_schedule(p, m, grid_.stage(), v);
   run(program, shape, source, &sink, nullptr);
 }
 
@@ -299,7 +299,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     free->request = world_.isend(std::span<const float>(free->data), peer, tag);
   };
 
-  // Device to device (one chunk per rank, so a virtual stage is a stage and the pipeline group's rank).
+  // Device to device: virtual stage j lives on stage j % p, the pipeline group's rank (the last stage's chunk c
+  // sends to stage 0's chunk c + 1; transfer_plan.h names the peers).
   NcclStageExchange* links = stage_exchange_.get();
 
   // A slot for (chunk, mb): the one it already has, or a free one. A slot frees once its micro-batch is done
@@ -323,7 +324,77 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     return slot;
   };
 
-  for (const Instruction& in : program) {
+  // NCCL's groups, in the order transfer_plan.h gives (deadlock-free under NCCL's unbuffered matching). A group is
+  // joined just before the first op that reads or writes a slot it touched (slot_group), not right after it is
+  // issued, so the compute in between overlaps it; a group the next op needs is joined before the next is issued
+  // (a join waits for every group issued so far).
+  TransferPlan plan;
+  if (links) {
+    std::vector<std::vector<Instruction>> programs;
+    if (training) {
+      programs = make_all_schedules(options_.schedule, p, m, v);
+    } else {
+      for (int s = 0; s < p; ++s) programs.push_back(forward_only_schedule(p, m, s, v));
+    }
+    VP_REQUIRE(programs[static_cast<size_t>(grid_.stage())] == program,
+               "executor: the step's program is not the one the transfer plan assumes");
+    plan = plan_transfers(programs, v, grid_.stage(), training);
+  }
+  std::vector<std::vector<int64_t>> slot_group(chunks_.size());  // [chunk][slot]: the last group touching the slot
+  for (size_t c = 0; c < chunks_.size(); ++c) slot_group[c].assign(st.slots[c].size(), 0);
+  auto join_slot = [&](int chunk, int slot) {
+    if (links) links->join_through(slot_group[static_cast<size_t>(chunk)][static_cast<size_t>(slot)]);
+  };
+  // Issues `groups`; joins right after one that receives for (chunk, mb), the op about to run, so that the groups
+  // after it stay unjoined while that op computes.
+  auto issue = [&](const std::vector<TransferPlan::Group>& groups, int chunk, int mb) {
+    for (const TransferPlan::Group& group : groups) {
+      if (!training) {
+        // An evaluation's slot is free once its output's send is issued; a receive in the same group may take it
+        // (it writes the input, the send reads the output), and the slot's next op joins the group first.
+        for (const PlannedTransfer& t : group) {
+          if (t.send) {
+            const int s = slot_for(t.chunk, t.micro_batch);
+            st.slots[static_cast<size_t>(t.chunk)][static_cast<size_t>(s)].backward_done = true;
+          }
+        }
+      }
+      std::vector<std::pair<int, int>> touched;
+      bool needed = false;
+      for (const PlannedTransfer& t : group) {
+        const ViTStage& owner = *chunks_[static_cast<size_t>(t.chunk)];
+        const int s = slot_for(t.chunk, t.micro_batch);
+        const int64_t b = size_of(t.micro_batch);
+        if (t.send) {
+          links->send(t.gradient ? owner.grad(s, b) : owner.output(s, b), t.peer);
+        } else {
+          links->recv(t.gradient ? owner.grad(s, b) : owner.input(s, b), t.peer);
+        }
+        touched.emplace_back(t.chunk, s);
+        needed = needed || (!t.send && t.chunk == chunk && t.micro_batch == mb);
+      }
+      const int64_t number = links->issue();
+      for (const auto& [c, s] : touched) slot_group[static_cast<size_t>(c)][static_cast<size_t>(s)] = number;
+      if (needed) links->join_through(number);
+    }
+  };
+  // Before compute op `i` on (chunk, mb): its groups, once (a load issues its forward's early), before the op takes
+  // its slot (an evaluation's slot frees as its output's send is issued).
+  std::vector<char> issued(program.size(), 0);
+  auto issue_before = [&](size_t i, int chunk, int mb) {
+    if (!links || issued[i]) return;
+    issued[i] = 1;
+    issue(plan.before[i], chunk, mb);
+  };
+  std::vector<size_t> next_compute(program.size(), program.size());
+  for (size_t i = program.size(), next = program.size(); i-- > 0;) {
+    const Op op = program[i].op;
+    if (op == Op::forward || op == Op::backward || op == Op::backward_input || op == Op::backward_weight) next = i;
+    next_compute[i] = next;
+  }
+
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Instruction& in = program[i];
     const int chunk = in.chunk, mb = in.micro_batch;
     ViTStage* stage = in.micro_batch >= 0 ? chunks_[static_cast<size_t>(chunk)] : nullptr;
     const int vs = virtual_stage(chunk);
@@ -336,7 +407,9 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
           data = source(mb);
           VP_REQUIRE(data.images.dim(0) == b, "executor: micro-batch ", mb, " has ", data.images.dim(0),
                      " images, the step said ", b);
+          issue_before(next_compute[i], chunk, mb);
           const int slot = slot_for(chunk, mb);
+          join_slot(chunk, slot);
           stage->backend().copy_from_host(data.images, stage->input(slot, b));
           VP_REQUIRE(!weighted || data.weights.numel() == b * labels, "executor: micro-batch ", mb,
                      " has no label weights, the step said it would");
@@ -382,16 +455,15 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         break;
       }
       case Op::forward: {
+        issue_before(i, chunk, mb);
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         const int64_t b = size_of(mb);
         int64_t t0 = now();
         timed_wait(state.recv_activation);
-        if (links && vs > 0) {
-          links->recv(stage->input(slot, b), vs - 1);
-          record("recv activation", kTraceP2p, t0, 1, mb);
-        } else if (links) {
-          links->flush();
+        if (links) {
+          join_slot(chunk, slot);
+          if (vs > 0) record("recv activation", kTraceP2p, t0, 1, mb);
         } else if (vs > 0) {
           upload_received(*stage, stage->input(slot, b), state.activation_host);
           record("recv activation", kTraceP2p, t0, 1, mb);
@@ -444,16 +516,15 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         }
         if (training) result->compute_seconds += seconds_since(compute_start);
         record("forward", kTraceCompute, t0, 0, mb);
-        if (!training) state.backward_done = true;  // evaluation: the slot is done once its output is sent
+        // Evaluation: the slot is done once its output is sent (from a staged copy; over NCCL once the send is issued).
+        if (!training && (!links || vs == last_virtual)) state.backward_done = true;
         break;
       }
       case Op::send_activation: {
         const int slot = slot_for(chunk, mb);
         const Tensor output = stage->output(slot, size_of(mb));
         const int64_t t0 = now();
-        if (links) {
-          links->send(output, vs + 1);
-        } else {
+        if (!links) {  // NCCL: sent in the plan's group
           send_staged(stage->backend(), output, grid_.rank_of_virtual_stage(vs + 1),
                       p2p_tag(MessageKind::activation, mb, (vs + 1) / p, v));  // the receiver's chunk
         }
@@ -479,11 +550,10 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
         int64_t t0 = now();
         timed_wait(state.recv_grad);
-        if (links && vs < last_virtual) {
-          links->recv(stage->grad(slot, size_of(mb)), vs + 1);
-          record("recv grad", kTraceP2p, t0, 1, mb);
-        } else if (links) {
-          links->flush();
+        if (links) {
+          issue_before(i, chunk, mb);
+          join_slot(chunk, slot);
+          if (vs < last_virtual) record("recv grad", kTraceP2p, t0, 1, mb);
         } else if (vs < last_virtual) {
           upload_received(*stage, stage->grad(slot, size_of(mb)), state.grad_host);
           record("recv grad", kTraceP2p, t0, 1, mb);
@@ -510,7 +580,8 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
       case Op::backward_weight: {
         const int slot = slot_for(chunk, mb);
         auto& state = st.slots[static_cast<size_t>(chunk)][static_cast<size_t>(slot)];
-        if (links) links->flush();
+        issue_before(i, chunk, mb);
+        join_slot(chunk, slot);
         const int64_t t0 = now();
         const auto compute_start = std::chrono::steady_clock::now();
         if (mb == last_backward[static_cast<size_t>(chunk)]) {
@@ -531,9 +602,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
         const int slot = slot_for(chunk, mb);
         const Tensor grad = stage->grad(slot, size_of(mb));
         const int64_t t0 = now();
-        if (links) {
-          links->send(grad, vs - 1);
-        } else {
+        if (!links) {  // NCCL: sent in the plan's group
           send_staged(stage->backend(), grad, grid_.rank_of_virtual_stage(vs - 1),
                       p2p_tag(MessageKind::gradient, mb, (vs - 1) / p, v));  // the receiver's chunk
         }
@@ -553,7 +622,10 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
     }
   }
   // Every message of the step is through before its buffers are touched again.
-  if (links) links->finish();
+  if (links) {
+    issue(plan.after, -1, -1);  // nothing more runs: no join needed before finish()
+    links->finish();
+  }
   for (auto& send : st.staged_sends) timed_wait(send.request);
   for (auto& chunk_slots : st.slots) {
     for (auto& state : chunk_slots) {
@@ -571,6 +643,7 @@ void PipelineExecutor::run(const std::vector<Instruction>& program, const StepSh
 }
 
 int activation_slots_needed(ScheduleKind kind, int stages, int micro_batches, int stage, int virtual_stages) {
+  // Over NCCL too: transfer_plan.h never takes a slot before the host path would (TransferPlan.* checks it).
   const SimulationResult simulated = simulate_schedule(kind, stages, micro_batches, virtual_stages);
   return std::max(1, simulated.peak_in_flight.at(static_cast<size_t>(stage)));
 }

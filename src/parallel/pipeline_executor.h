@@ -72,9 +72,9 @@ struct ExecutorOptions {
   // real GPU (backend/nccl_group.h refuses any other); the trainer sets it for --device cuda.
   bool nccl_gradients = false;
   // Stages exchange activations and their gradients with NCCL send / recv on their GPUs (nccl_stage_exchange.h)
-  // instead of host copies and MPI messages. Only for the CUDA module's backend on a real GPU, and one chunk per
-  // rank (GPipe, 1F1B, ZB-H1): an interleaved rank's chunks have a stream each, which one communicator cannot order,
-  // so interleaved stages keep the host path. The trainer sets it for --device cuda.
+  // instead of host copies and MPI messages, for every schedule. Only for the CUDA module's backend on a real GPU,
+  // with a rank's chunks on one backend (one stream, which the one communicator orders). The trainer sets it for
+  // --device cuda.
   bool nccl_stages = false;
 };
 

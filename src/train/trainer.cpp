@@ -439,7 +439,9 @@ void RankTrainer::build_pipeline() {
     so.max_micro_batch = micro_batch_;
     so.slots = activation_slots_needed(pc.schedule, pc.stages, micro_batches_, grid_->stage(), pc.virtual_stages);
     so.split = split_;
-    backends_.push_back(make_backend(device_, o_.allow_tf32));
+    // On a GPU a rank's chunks share one backend (one stream): the pipeline's NCCL communicator orders every
+    // chunk's activations against that stream (parallel/nccl_stage_exchange.h). On the CPU each keeps its own.
+    if (backends_.empty() || device_ != Device::cuda) backends_.push_back(make_backend(device_, o_.allow_tf32));
     chunks_.push_back(std::make_unique<ViTStage>(layout_, *backends_.back(), so));
     ViTStage& stage = *chunks_.back();
     activation_bytes += stage.activation_bytes();
@@ -686,8 +688,8 @@ void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* recor
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const Optimizer& opt = *optimizers_[c];
     const FlatParameters& g = chunks_[c]->gradients();
-    squares += sharded ? sum_of_squares(*backends_[c], g, opt.range_begin(), opt.range_end())
-                       : sum_of_squares(*backends_[c], g, g.begin(), g.begin() + g.numel());
+    squares += sharded ? sum_of_squares(chunks_[c]->backend(), g, opt.range_begin(), opt.range_end())
+                       : sum_of_squares(chunks_[c]->backend(), g, g.begin(), g.begin() + g.numel());
   }
   squares = sharded ? world_.allreduce(squares) : executor_->pipeline_group().allreduce(squares);
   const double norm = std::sqrt(squares);
@@ -695,7 +697,7 @@ void RankTrainer::optimizer_step(const StepResult& result, nlohmann::json* recor
     const double factor = clip_factor(norm, o_.clip_grad_norm);
     if (factor != 1.0) {
       for (size_t c = 0; c < chunks_.size(); ++c) {
-        scale(*backends_[c], chunks_[c]->gradients(), factor, optimizers_[c]->range_begin(),
+        scale(chunks_[c]->backend(), chunks_[c]->gradients(), factor, optimizers_[c]->range_begin(),
               optimizers_[c]->range_end());
       }
     }
