@@ -51,11 +51,14 @@ std::optional<HeatmapRequest> heatmap_request(const httplib::Request& req, const
     if (req.has_param("finding")) throw HttpError(400, "?finding=: give ?heatmap=METHOD too (the map to draw)");
     return std::nullopt;
   }
+  // The values are a client's bytes: escaped in the answer (a NUL cut the message there, '?finding=Mass').
   HeatmapRequest out;
+  const std::string method = req.get_param_value("heatmap");
   try {
-    out.method = parse_explain_method(req.get_param_value("heatmap"));
-  } catch (const Error& e) {
-    throw HttpError(400, concat("?heatmap=: ", e.what()));
+    out.method = parse_explain_method(method);
+  } catch (const Error&) {
+    throw HttpError(400, concat("?heatmap=", printable(method),
+                                ": unknown method (expected one of: rollout, grad-rollout, gradcam)"));
   }
   if (req.has_param("finding")) {
     const std::string finding = req.get_param_value("finding");
@@ -63,7 +66,7 @@ std::optional<HeatmapRequest> heatmap_request(const httplib::Request& req, const
     if (it == labels.end()) {
       std::string known;
       for (const auto& label : labels) known += (known.empty() ? "" : ", ") + label;
-      throw HttpError(400, concat("?finding=", finding, ": not a label of the model (", known, ")"));
+      throw HttpError(400, concat("?finding=", printable(finding), ": not a label of the model (", known, ")"));
     }
     out.label = it - labels.begin();
   }
@@ -304,6 +307,8 @@ void HttpService::add_routes() {
           res.status == 404   ? concat("no route ", req.method, " ", req.path)
           : res.status == 400 ? std::string("malformed request or unsupported method")
           : res.status == 413 ? concat("the request body is larger than --max-body (", options_.max_body, " bytes)")
+          : res.status == 414 ? concat("the request target (path and query) is longer than ",
+                                       CPPHTTPLIB_REQUEST_URI_MAX_LENGTH, " bytes")
                               : concat("HTTP ", res.status);
       answer_error(res, res.status, what);
       metrics_.record_request(res.status == 404 ? "unmatched" : "malformed", res.status, 0);

@@ -132,6 +132,18 @@ def case_non_utf8(root, checks):
         status, _, body = request(server.port, "POST", "/v1/predict?heatmap=%FB", png,
                                   dict(auth, **{"Content-Type": "image/png"}))
         checks.check(status == 400 and b"heatmap" in body, f"?heatmap=%FB: {status} {body[:160]}")
+        # A NUL in a parameter: the answer names the whole value, escaped (it was cut at the NUL: '?finding=Mass').
+        for query, expected in (("heatmap=rollout&finding=Mass%00x", r"?finding=Mass\x00x: not a label of the model"),
+                                ("heatmap=roll%00out", r"?heatmap=roll\x00out: unknown method (expected one of"),
+                                ("heatmap=rollout&finding=" + "A" * 10000, "longer than 8192 bytes")):
+            status, _, body = request(server.port, "POST", "/v1/predict?" + query, png,
+                                      dict(auth, **{"Content-Type": "image/png"}))
+            try:
+                message = json.loads(body)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = ""
+            checks.check(status in (400, 414) and expected in message, f"?{query[:40]}: {status} {body[:200]}")
+        checks.check(alive(server), "the server died or stopped answering after the bad parameters")
         # STOW-RS: one instance with a UID that is not text, one of a class the DICOM node refuses (Enhanced MR,
         # patched over DX's class UID of the same length), one good: the bad ones fail alone.
         good = read(images[-2])
