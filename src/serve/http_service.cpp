@@ -92,6 +92,10 @@ HttpService::HttpService(PredictionService& predictions, ServeMetrics& metrics, 
   VP_REQUIRE(options_.max_body >= 1024, "--max-body: expected at least 1024 bytes, got ", options_.max_body);
   options_.connections.threads =
       options_.threads > 0 ? options_.threads : static_cast<int>(std::min<int64_t>(options_.max_queue + 8, 4096));
+  int& per_address = options_.connections.max_requests_per_address;
+  VP_REQUIRE(per_address >= 0, "--max-requests-per-address: expected 0 (half of --http-threads) or more, got ",
+             per_address);
+  if (per_address == 0) per_address = std::max(1, options_.connections.threads / 2);
   server_ = std::make_unique<HttpConnectionServer>(options_.connections,
                                                    [this](const char* reason) { metrics_.record_refusal(reason); });
   server_->set_payload_max_length(options_.max_body);

@@ -4,7 +4,7 @@ discloses, and a decompression bomb. Every attack is bounded in time and count; 
 worst a 4xx or 503 and keep serving. Attackers connect from 127.0.0.2 (any 127.x address is loopback on Linux), the
 probes from 127.0.0.1, as an attacker and a clinic would be two hosts.
 
-    serve_attacks.py --case non-utf8|pipelining|slow-clients|port-in-use|keep-alive|no-length|model-info|decode-bomb|
+    serve_attacks.py --case non-utf8|pipelining|slow-clients|slow-bodies|port-in-use|keep-alive|no-length|model-info|decode-bomb|
                             dicom-node|dicom-nesting
 """
 
@@ -269,6 +269,54 @@ def case_slow_clients(root, checks):
         checks.check(per_address == 5, f"/metrics: per-address refusals {per_address}")
 
 
+def case_slow_bodies(root, checks):
+    """Connections from one address that send a whole header and then a body byte now and then each held an HTTP
+    thread for the 30 s read timeout: 8 of them silenced an 8-thread server. One address now gets half the threads
+    (--max-requests-per-address), so /healthz and a prediction from another address are answered at once."""
+    model = make_model(root)
+    images = make_images(root)
+    png = read(images[0])
+    with Server(model, "--http-threads", "8") as server:
+        header = (b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
+                  b"Content-Length: 1000000\r\n\r\n")
+        slow = []
+        for _ in range(40):
+            s = connect(server.port, ATTACKER)
+            s.sendall(header + b"\x89")
+            slow.append(s)
+        stop = threading.Event()
+
+        def dribble():
+            while not stop.wait(1.0):
+                for s in slow:
+                    try:
+                        s.send(b"P")
+                    except OSError:
+                        pass
+
+        thread = threading.Thread(target=dribble)
+        thread.start()
+        time.sleep(0.5)
+        try:
+            share, total = probe_healthz(server.port, 5)
+            checks.check(share >= 0.8, f"40 slow-body connections: /healthz within 2 s in {share:.0%} of {total}")
+            start = time.time()
+            status, _, _ = request(server.port, "POST", "/v1/predict", png, {"Content-Type": "image/png"}, timeout=10)
+            took = time.time() - start
+            checks.check(status == 200 and took < 3, f"a prediction beside them: {status} after {took:.1f} s")
+        finally:
+            stop.set()
+            thread.join()
+            for s in slow:
+                s.close()
+        checks.check(alive(server), "the server stopped answering")
+    checks.check(server.exit_code == 0, f"exit {server.exit_code}")
+    result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", str(free_port()),
+                             "--max-requests-per-address", "-1"], capture_output=True, text=True, timeout=60)
+    checks.check(result.returncode != 0 and "--max-requests-per-address" in result.stderr,
+                 f"--max-requests-per-address -1: exit {result.returncode}: {result.stderr.strip()[-200:]}")
+
+
 def case_port_in_use(root, checks):
     """A second server on a port in use, HTTP or DICOM, says so in one line and exits 1 (not 134, not silently
     sharing the port)."""
@@ -528,6 +576,7 @@ def case_dicom_nesting(root, checks):
 
 
 CASES = {"non-utf8": case_non_utf8, "pipelining": case_pipelining, "slow-clients": case_slow_clients,
+         "slow-bodies": case_slow_bodies,
          "port-in-use": case_port_in_use, "keep-alive": case_keep_alive, "no-length": case_no_length,
          "model-info": case_model_info, "decode-bomb": case_decode_bomb, "dicom-node": case_dicom_node,
          "dicom-nesting": case_dicom_nesting}
