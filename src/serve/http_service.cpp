@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "serve/try_page.h"
+#include "serve/try_page_policy.h"
 #include "util/log.h"
 
 namespace vitpipe {
@@ -187,12 +188,11 @@ void HttpService::add_routes() {
                }));
   // The try-it page: public like /healthz (it holds nothing of the model; its requests carry the token). The policy
   // lets it reach this server alone: no CDN, no other origin, no frames.
+  // Its inline script and style are allowed by their hashes, not by 'unsafe-inline'.
+  static const std::string policy = inline_content_security_policy(try_page_html());
   server_->Get("/", guarded("/", false, [](const Request&, Response& res) {
                  res.status = 200;
-                 res.set_header("Content-Security-Policy",
-                                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                                "img-src data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
-                                "frame-ancestors 'none'");
+                 res.set_header("Content-Security-Policy", policy);
                  res.set_header("X-Content-Type-Options", "nosniff");
                  res.set_header("Referrer-Policy", "no-referrer");
                  res.set_header("Cache-Control", "no-cache");

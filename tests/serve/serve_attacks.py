@@ -4,7 +4,7 @@ discloses, and a decompression bomb. Every attack is bounded in time and count; 
 worst a 4xx or 503 and keep serving. Attackers connect from 127.0.0.2 (any 127.x address is loopback on Linux), the
 probes from 127.0.0.1, as an attacker and a clinic would be two hosts.
 
-    serve_attacks.py --case non-utf8|pipelining|slow-clients|slow-bodies|port-in-use|keep-alive|no-length|model-info|decode-bomb|
+    serve_attacks.py --case non-utf8|pipelining|slow-clients|slow-bodies|page-policy|port-in-use|keep-alive|no-length|model-info|decode-bomb|
                             dicom-node|dicom-nesting
 """
 
@@ -317,6 +317,26 @@ def case_slow_bodies(root, checks):
                  f"--max-requests-per-address -1: exit {result.returncode}: {result.stderr.strip()[-200:]}")
 
 
+def case_page_policy(root, checks):
+    """The try page's Content-Security-Policy allows its inline script and style by their SHA-256, not by
+    'unsafe-inline' (under which markup injected into the page could run script); the hashes are those of the page
+    served (hashlib), and the page's other headers stay."""
+    import base64
+    import hashlib
+    model = make_model(root)
+    with Server(model) as server:
+        status, headers, page = request(server.port, "GET", "/")
+        policy = headers.get("content-security-policy", "")
+        checks.check(status == 200 and "'unsafe-inline'" not in policy and "default-src 'none'" in policy,
+                     f"GET /: {status}, policy {policy}")
+        for tag in (b"script", b"style"):
+            bodies = re.findall(b"<" + tag + b">(.*?)</" + tag + b">", page, re.S)
+            hashes = ["'sha256-" + base64.b64encode(hashlib.sha256(body).digest()).decode() + "'" for body in bodies]
+            checks.check(bodies and all(h in policy for h in hashes), f"{tag.decode()}-src lacks {hashes}: {policy}")
+        checks.check(headers.get("x-content-type-options") == "nosniff" and "frame-ancestors 'none'" in policy,
+                     f"headers: {headers}")
+
+
 def case_port_in_use(root, checks):
     """A second server on a port in use, HTTP or DICOM, says so in one line and exits 1 (not 134, not silently
     sharing the port)."""
@@ -576,7 +596,7 @@ def case_dicom_nesting(root, checks):
 
 
 CASES = {"non-utf8": case_non_utf8, "pipelining": case_pipelining, "slow-clients": case_slow_clients,
-         "slow-bodies": case_slow_bodies,
+         "slow-bodies": case_slow_bodies, "page-policy": case_page_policy,
          "port-in-use": case_port_in_use, "keep-alive": case_keep_alive, "no-length": case_no_length,
          "model-info": case_model_info, "decode-bomb": case_decode_bomb, "dicom-node": case_dicom_node,
          "dicom-nesting": case_dicom_nesting}
