@@ -21,7 +21,7 @@ with tempfile.TemporaryDirectory(prefix="vitpipe-full-") as root:
     subprocess.run([VITPIPE, "init", "--preset", "vit-micro", "--labels", "chestxray14", "--seed", "1", "--out", model],
                    check=True, capture_output=True)
     commands = {
-        "predict a folder": ["predict", "--model", model, images],
+        "predict 40 images": ["predict", "--model", model, *sorted(os.path.join(images, n) for n in os.listdir(images))[:40]],
         "predict --format csv": ["predict", "--model", model, "--format", "csv", os.path.join(images, "00000001_000.png")],
         "eval --json": ["eval", "--model", model, "--data", "chestxray14:" + sample, "--split", "val", "--json"],
     }
