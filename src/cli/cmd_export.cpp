@@ -194,6 +194,14 @@ void add_export_command(CLI::App& app) {
                "export: --image-size and --external-data belong to --format onnx");
     VP_REQUIRE(o->format == "hf" || o->adapter.empty(), "export --adapter: peft's files go with --format hf");
     VP_REQUIRE(o->image_size >= 0, "export --image-size: expected a positive size, got ", o->image_size);
+    if (o->format == "onnx") {  // before any work: the file's folder must exist, and the name not be a folder
+      const fs::path parent = fs::absolute(o->out).parent_path();
+      VP_REQUIRE(!fs::is_directory(o->out), "export --out ", o->out,
+                 ": is a folder; --format onnx writes one file (e.g. ", (fs::path(o->out) / "model.onnx").string(),
+                 ")");
+      VP_REQUIRE(fs::is_directory(parent), "export --out ", o->out, ": its folder ", parent.string(),
+                 " does not exist (create it first)");
+    }
     if (o->format == "hf") o->out_folder = check_output_folder(o->out, "export", "--out", o->force);
     if (!o->adapter.empty()) o->adapter_folder = check_output_folder(o->adapter, "export", "--adapter", o->force);
     fs::path source = o->checkpoint;

@@ -51,6 +51,7 @@ struct ServeOptions {
   int http_threads = 0;
   int max_connections = 1024;
   int max_connections_per_address = 128;
+  int max_requests_per_address = 0;
   double header_timeout = 10;
   std::string token_file;
   std::string thresholds;  // operating points for the try-it page (default: found by served_thresholds.h)
@@ -153,6 +154,7 @@ void run_serve(const ServeOptions& o) {
              o.header_timeout);
   http.connections.max_connections = o.max_connections;
   http.connections.max_connections_per_address = o.max_connections_per_address;
+  http.connections.max_requests_per_address = o.max_requests_per_address;
   http.connections.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.header_timeout * 1000));
   if (!o.token_file.empty()) http.token.emplace(o.token_file);
 
@@ -285,6 +287,11 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-connections-per-address", o->max_connections_per_address,
                   "Open HTTP connections from one client address at most (behind a proxy: its address)")
+      ->capture_default_str();
+  cmd->add_option("--max-requests-per-address", o->max_requests_per_address,
+                  "Requests from one client address answered at once; more wait for one of its own to end, so slow "
+                  "senders from one address cannot hold every thread (0: half of --http-threads; behind a proxy: "
+                  "--http-threads)")
       ->capture_default_str();
   cmd->add_option("--header-timeout", o->header_timeout,
                   "Seconds a request's line and headers may take in all; slower is answered 408 and closed")

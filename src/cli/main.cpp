@@ -1,7 +1,10 @@
 // vitpipe: fine-tune Hugging Face Vision Transformers on medical images, on CPUs (and later GPUs), with pipeline
 // and data parallelism.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <iostream>
 #include <memory>
 
 #include "cli/commands.h"
@@ -45,6 +48,16 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  // What the command printed must have reached its destination: on a full disk `predict > rows.jsonl` exited 0 with
+  // the rows cut at 8 KiB. A write that failed mid-run leaves the stream's error flag set; the last flush tells why.
+  std::cout.flush();
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  if (flush_failed || std::ferror(stdout) || std::cout.fail()) {
+    std::fprintf(stderr, "error: standard output: the command's output could not all be written (%s)\n",
+                 errno != 0 ? std::strerror(errno) : "a write failed; disk full?");
     return 1;
   }
   return 0;

@@ -78,6 +78,16 @@ std::shared_ptr<FileDataset> open_csv_dataset(const fs::path& csv_in, const Data
   const int split_col = table.find_column({"split", "subset", "set"});
   const int patient_col = table.find_column({"patient", "patient_id", "Patient ID", "subject", "subject_id"});
   const int view_col = table.find_column({"view", "view_position", "View Position"});
+  // Without a path column the first one is taken as the paths, unless it is another known column: a CSV that lost
+  // its path column was read as "1000 of 1000 listed images are missing on disk (1, 1, 1, ...)".
+  VP_REQUIRE(!table.header.empty() && path_col != split_col && path_col != patient_col && path_col != view_col,
+             csv.string(), " line 1: bad header: no image path column (expected one named path, image_path, image, ",
+             "file, filename, file_name or Image Index, or the paths first; the first column, \"",
+             table.header.empty() ? std::string() : table.header[0], "\", is the ",
+             path_col == split_col     ? "split"
+             : path_col == patient_col ? "patient"
+                                       : "view",
+             " column)");
   std::vector<int> subgroup_cols;
   for (const std::string& name : options.subgroup_columns) {
     const int c = table.column(name);

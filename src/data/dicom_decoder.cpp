@@ -27,6 +27,7 @@
 #include "data/dicom_deflate.h"
 #include "data/dicom_jpeg2000.h"
 #include "data/dicom_memory_stream.h"
+#include "data/dicom_nesting.h"
 #include "data/dicom_pixels.h"
 #include "util/decode_memory.h"
 #include "util/error.h"
@@ -262,6 +263,7 @@ bool has_dicom_preamble(const uint8_t* data, size_t size) {
 DicomFileIdentity read_dicom_file_identity(const uint8_t* data, size_t size, const std::string& name) {
   VP_REQUIRE(has_dicom_preamble(data, size), name, ": not a DICOM file (no \"DICM\" after the 128-byte preamble)");
   initialise_dcmtk();
+  check_dicom_nesting(data, size, kPreambleBytes + 4, {}, name, true);
   DicomMemoryStream stream(data, size);
   DcmFileFormat file;
   DcmMetaInfo& meta = *file.getMetaInfo();
@@ -281,9 +283,34 @@ DicomFileIdentity read_dicom_file_identity(const uint8_t* data, size_t size, con
   return identity;
 }
 
+void check_dicom_file_nesting(const uint8_t* data, size_t size, const std::string& name) {
+  if (!has_dicom_preamble(data, size)) return;
+  initialise_dcmtk();
+  check_dicom_nesting(data, size, kPreambleBytes + 4, {}, name, true);
+  DicomMemoryStream stream(data, size);
+  DcmFileFormat file;
+  DcmMetaInfo& meta = *file.getMetaInfo();
+  meta.transferInit();
+  const OFCondition status = meta.read(stream, EXS_Unknown, EGL_noChange, kDicomParseReadLimit);
+  meta.transferEnd();
+  if (status.bad()) return;
+  OFString uid;
+  meta.findAndGetOFString(DCM_TransferSyntaxUID, uid);
+  const DcmXfer syntax(trimmed_dicom_value(uid).c_str());
+  const auto start = static_cast<size_t>(stream.tell());
+  if (syntax.getXfer() == EXS_DeflatedLittleEndianExplicit) {
+    const std::vector<uint8_t> inflated = inflate_dicom_data_set(data + start, size - start, name);
+    check_dicom_nesting(inflated.data(), inflated.size(), 0, {}, name);
+  } else if (syntax.getXfer() != EXS_Unknown) {
+    check_dicom_nesting(data, size, start, {syntax.isExplicitVR() != OFFalse, syntax.isLittleEndian() != OFFalse},
+                        name);
+  }
+}
+
 DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& name, const ImageReadOptions& options) {
   VP_REQUIRE(has_dicom_preamble(data, size), name, ": not a DICOM file (no \"DICM\" after the 128-byte preamble)");
   initialise_dcmtk();
+  check_dicom_nesting(data, size, kPreambleBytes + 4, {}, name, true);
   DicomMemoryStream stream(data, size);
   std::vector<uint8_t> inflated;  // declared before `file`, whose deferred values may point into it (or `data`)
   DcmFileFormat file;
@@ -310,9 +337,12 @@ DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& n
     // Inflated here rather than through DCMTK's filter, which loads every value whatever its length field says.
     const auto start = static_cast<size_t>(stream.tell());
     inflated = inflate_dicom_data_set(data + start, size - start, name);
+    check_dicom_nesting(inflated.data(), inflated.size(), 0, {}, name);
     DicomMemoryStream inflated_stream(inflated.data(), inflated.size());
     status = dataset.read(inflated_stream, EXS_LittleEndianExplicit, EGL_noChange, kDicomParseReadLimit);
   } else {
+    check_dicom_nesting(data, size, static_cast<size_t>(stream.tell()),
+                        {syntax.isExplicitVR() != OFFalse, syntax.isLittleEndian() != OFFalse}, name);
     status = dataset.read(stream, xfer, EGL_noChange, kDicomParseReadLimit);
   }
   dataset.transferEnd();

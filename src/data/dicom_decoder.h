@@ -29,6 +29,11 @@ struct DicomFileIdentity {
 };
 DicomFileIdentity read_dicom_file_identity(const uint8_t* data, size_t size, const std::string& name_for_errors);
 
+// Throws vitpipe::Error naming `name_for_errors` when the file's sequences nest deeper than DCMTK's recursive reader
+// can take (data/dicom_nesting.h): for files DCMTK reads itself (loadFile), checked first. A file whose meta
+// information or transfer syntax cannot be read passes: the reader that follows says why.
+void check_dicom_file_nesting(const uint8_t* data, size_t size, const std::string& name_for_errors);
+
 // Gray images come back with channels == 1, RGB with 3. Multi-frame images are refused unless
 // options.dicom_first_frame. Throws vitpipe::Error naming `name_for_errors` and the offending element.
 DecodedImage decode_dicom(const uint8_t* data, size_t size, const std::string& name_for_errors,

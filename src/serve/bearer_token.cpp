@@ -25,11 +25,14 @@ bool b64token_char(char c) {
 }  // namespace
 
 BearerToken::BearerToken(const std::filesystem::path& file) {
+  // A folder opens and reads as empty: it was refused as "the first line is empty".
+  VP_REQUIRE(!std::filesystem::is_directory(file), "--token-file: ", file.string(),
+             ": is a folder (expected a file whose first line is the token)");
   std::string text;
   try {
     text = read_text_file(file);
-  } catch (const std::exception&) {
-    fail("--token-file: cannot read ", file.string());
+  } catch (const std::exception& e) {
+    fail("--token-file: cannot read ", file.string(), " (", e.what(), ")");
   }
   std::string token = text.substr(0, text.find('\n'));
   while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) token.pop_back();

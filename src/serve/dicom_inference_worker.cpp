@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "data/dicom_decoder.h"
 #include "data/image.h"
 #include "serve/dicom_uid.h"
 #include "serve/secondary_capture.h"
@@ -117,8 +118,11 @@ void DicomInferenceWorker::run() {
 
 void DicomInferenceWorker::process(const std::filesystem::path& file) {
   const std::string name = file.filename().string();
-  const ImageIdentity identity = read_identity(file);
   const std::string bytes = read_bytes(file);
+  // Before DCMTK reads it: what a sender nested too deep for its recursion must not crash the service (and again at
+  // every start, the file waiting in received/).
+  check_dicom_file_nesting(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), name);
+  const ImageIdentity identity = read_identity(file);
   const DecodedImage image = decode_image_memory_keep_gray(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
                                                            name, classifier_.reading());
   std::vector<float> input(static_cast<size_t>(classifier_.input_floats()));

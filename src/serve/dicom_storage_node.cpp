@@ -23,8 +23,10 @@
 #include <system_error>
 #include <thread>
 
+#include "data/dicom_decoder.h"
 #include "serve/dicom_connection_gate.h"
 #include "serve/dicom_identifiers.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -99,13 +101,34 @@ class StorageAssociation : public DcmThreadSCP {
 
  private:
   OFCondition handle_store(T_DIMSE_C_StoreRQ& request, const DcmPresentationContextInfo& context) {
-    DcmFileFormat file;
-    DcmDataset* dataset = file.getDataset();  // received in place: no copy of a large image
-    // An unparsable dataset fails here; DcmSCP then aborts the association, the node carries on.
-    OFCondition received = receiveSTORERequest(request, context.presentationContextID, dataset);
+    // Received to a file as sent, not parsed on the way in: DCMTK's reader recurses into nested sequences, and a
+    // data set nested too deep for it (thousands of levels) overflowed the thread's stack and killed the service.
+    // The file is checked first (data/dicom_nesting.h), then read.
+    const fs::path raw = context_.spool.new_temporary_path();
+    struct RemoveRaw {
+      const fs::path& path;
+      ~RemoveRaw() {
+        std::error_code ignored;
+        fs::remove(path, ignored);
+      }
+    } remove_raw{raw};
+    // A broken stream fails here; DcmSCP then aborts the association, the node carries on.
+    OFCondition received = receiveSTORERequest(request, context.presentationContextID, OFString(raw.c_str()));
     if (received.bad()) {
       warn("DICOM node: C-STORE from '", getPeerAETitle().c_str(), "' not received: ", received.text());
       return received;
+    }
+    DcmFileFormat file;
+    try {
+      const std::string bytes = read_text_file(raw);  // binary-safe
+      check_dicom_file_nesting(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                               concat("instance ", request.AffectedSOPInstanceUID));
+      OFCondition loaded = file.loadFile(raw.c_str());
+      if (loaded.good()) loaded = file.loadAllDataIntoMemory();
+      VP_REQUIRE(loaded.good(), "its data set cannot be read: ", loaded.text());
+    } catch (const std::exception& error) {
+      warn("DICOM node: C-STORE from '", getPeerAETitle().c_str(), "' refused: ", error.what());
+      return sendSTOREResponse(context.presentationContextID, request, STATUS_STORE_Error_CannotUnderstand);
     }
     fs::path stored;
     std::string sop_instance_uid = request.AffectedSOPInstanceUID;

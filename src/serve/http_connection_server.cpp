@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -56,6 +57,8 @@ HttpConnectionServer::HttpConnectionServer(HttpConnectionLimits limits, RefusalO
   VP_REQUIRE(limits_.max_connections_per_address >= 1, "--max-connections-per-address: expected at least 1, got ",
              limits_.max_connections_per_address);
   VP_REQUIRE(limits_.threads >= 1, "--http-threads: expected at least 1, got ", limits_.threads);
+  VP_REQUIRE(limits_.max_requests_per_address >= 1, "--max-requests-per-address: expected at least 1, got ",
+             limits_.max_requests_per_address);
   VP_REQUIRE(limits_.header_timeout.count() >= 100, "--header-timeout: expected at least 0.1 s");
   // A POST without a length would be read until the client closes: answered 411 at once instead. Reading a request
   // after this point is reading its body, bounded per read, not by the header deadline.
@@ -336,12 +339,27 @@ void HttpConnectionServer::worker_loop() {
     Ready connection;
     {
       std::unique_lock lock(mutex_);
-      ready_cv_.wait(lock, [&] { return !ready_.empty() || stopping_; });
-      if (ready_.empty()) return;
-      connection = std::move(ready_.front());
-      ready_.pop_front();
+      // The first connection whose address is under its share: others wait in order, on no thread.
+      auto next = ready_.end();
+      ready_cv_.wait(lock, [&] {
+        next = std::find_if(ready_.begin(), ready_.end(), [&](const Ready& r) {
+          const auto busy = busy_per_address_.find(r.address);
+          return busy == busy_per_address_.end() || busy->second < limits_.max_requests_per_address;
+        });
+        return next != ready_.end() || (stopping_ && ready_.empty());
+      });
+      if (next == ready_.end()) return;
+      connection = std::move(*next);
+      ready_.erase(next);
+      ++busy_per_address_[connection.address];
     }
+    const std::string address = connection.address;
     answer_connection(std::move(connection));
+    {
+      std::lock_guard lock(mutex_);
+      if (--busy_per_address_[address] <= 0) busy_per_address_.erase(address);
+    }
+    ready_cv_.notify_all();
   }
 }
 

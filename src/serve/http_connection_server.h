@@ -32,6 +32,10 @@ struct HttpConnectionLimits {
   std::chrono::milliseconds write_timeout{30000};   // each wait to send more of an answer
   size_t max_header_bytes = 16384;                  // request line and headers
   int threads = 8;                                  // requests answered at once
+  // Requests from one address answered at once; more wait, without a thread, for one of its own to end. A client
+  // sending headers and then a body byte now and then held a thread each: 72 such connections from one address
+  // silenced the service for the 30 s read timeout, again and again.
+  int max_requests_per_address = 8;
 };
 
 class HttpConnectionServer : public httplib::Server {
@@ -43,7 +47,8 @@ class HttpConnectionServer : public httplib::Server {
   HttpConnectionServer(HttpConnectionLimits limits, RefusalObserver on_refusal);
   ~HttpConnectionServer() override;
 
-  // Binds HOST:PORT (0: a free port, then port() says which) without SO_REUSEPORT; throws vitpipe::Error with one line naming --host/--port when it cannot
+  // Binds HOST:PORT (0: a free port, then port() says which) without SO_REUSEPORT; throws vitpipe::Error with one line
+  // naming --host/--port when it cannot
   // ("port P is in use" when another process has it).
   void bind(const std::string& host, int port);
   int port() const { return port_; }
@@ -103,6 +108,7 @@ class HttpConnectionServer : public httplib::Server {
   std::deque<Ready> ready_;
   std::vector<std::pair<int, Waiting>> returned_;  // keep-alive connections given back by workers
   std::unordered_map<std::string, int> per_address_;
+  std::unordered_map<std::string, int> busy_per_address_;  // requests being answered, by address
   int open_ = 0;
   std::vector<std::thread> workers_;
 };

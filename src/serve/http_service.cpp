@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "serve/try_page.h"
+#include "serve/try_page_policy.h"
 #include "util/log.h"
 
 namespace vitpipe {
@@ -51,11 +52,14 @@ std::optional<HeatmapRequest> heatmap_request(const httplib::Request& req, const
     if (req.has_param("finding")) throw HttpError(400, "?finding=: give ?heatmap=METHOD too (the map to draw)");
     return std::nullopt;
   }
+  // The values are a client's bytes: escaped in the answer (a NUL cut the message there, '?finding=Mass').
   HeatmapRequest out;
+  const std::string method = req.get_param_value("heatmap");
   try {
-    out.method = parse_explain_method(req.get_param_value("heatmap"));
-  } catch (const Error& e) {
-    throw HttpError(400, concat("?heatmap=: ", e.what()));
+    out.method = parse_explain_method(method);
+  } catch (const Error&) {
+    throw HttpError(400, concat("?heatmap=", printable(method),
+                                ": unknown method (expected one of: rollout, grad-rollout, gradcam)"));
   }
   if (req.has_param("finding")) {
     const std::string finding = req.get_param_value("finding");
@@ -63,7 +67,7 @@ std::optional<HeatmapRequest> heatmap_request(const httplib::Request& req, const
     if (it == labels.end()) {
       std::string known;
       for (const auto& label : labels) known += (known.empty() ? "" : ", ") + label;
-      throw HttpError(400, concat("?finding=", finding, ": not a label of the model (", known, ")"));
+      throw HttpError(400, concat("?finding=", printable(finding), ": not a label of the model (", known, ")"));
     }
     out.label = it - labels.begin();
   }
@@ -89,6 +93,10 @@ HttpService::HttpService(PredictionService& predictions, ServeMetrics& metrics, 
   VP_REQUIRE(options_.max_body >= 1024, "--max-body: expected at least 1024 bytes, got ", options_.max_body);
   options_.connections.threads =
       options_.threads > 0 ? options_.threads : static_cast<int>(std::min<int64_t>(options_.max_queue + 8, 4096));
+  int& per_address = options_.connections.max_requests_per_address;
+  VP_REQUIRE(per_address >= 0, "--max-requests-per-address: expected 0 (half of --http-threads) or more, got ",
+             per_address);
+  if (per_address == 0) per_address = std::max(1, options_.connections.threads / 2);
   server_ = std::make_unique<HttpConnectionServer>(options_.connections,
                                                    [this](const char* reason) { metrics_.record_refusal(reason); });
   server_->set_payload_max_length(options_.max_body);
@@ -180,12 +188,11 @@ void HttpService::add_routes() {
                }));
   // The try-it page: public like /healthz (it holds nothing of the model; its requests carry the token). The policy
   // lets it reach this server alone: no CDN, no other origin, no frames.
+  // Its inline script and style are allowed by their hashes, not by 'unsafe-inline'.
+  static const std::string policy = inline_content_security_policy(try_page_html());
   server_->Get("/", guarded("/", false, [](const Request&, Response& res) {
                  res.status = 200;
-                 res.set_header("Content-Security-Policy",
-                                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                                "img-src data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
-                                "frame-ancestors 'none'");
+                 res.set_header("Content-Security-Policy", policy);
                  res.set_header("X-Content-Type-Options", "nosniff");
                  res.set_header("Referrer-Policy", "no-referrer");
                  res.set_header("Cache-Control", "no-cache");
@@ -304,6 +311,8 @@ void HttpService::add_routes() {
           res.status == 404   ? concat("no route ", req.method, " ", req.path)
           : res.status == 400 ? std::string("malformed request or unsupported method")
           : res.status == 413 ? concat("the request body is larger than --max-body (", options_.max_body, " bytes)")
+          : res.status == 414 ? concat("the request target (path and query) is longer than ",
+                                       CPPHTTPLIB_REQUEST_URI_MAX_LENGTH, " bytes")
                               : concat("HTTP ", res.status);
       answer_error(res, res.status, what);
       metrics_.record_request(res.status == 404 ? "unmatched" : "malformed", res.status, 0);

@@ -53,6 +53,7 @@
 #include "util/log.h"
 #include "util/median.h"
 #include "util/output_folder.h"
+#include "util/output_folder_lock.h"
 #include "util/progress.h"
 #include "util/stop_request.h"
 #include "util/threads.h"
@@ -187,7 +188,8 @@ class RankTrainer {
   std::shared_ptr<Dataset> dataset_;
   ImageReadOptions image_read_;  // as asked (a cache must have been prepared so)
   std::optional<fs::path> resume_from_;
-  OutputFolder output_folder_;  // --output-dir under the overwrite rule (checked by the root rank)
+  OutputFolder output_folder_;                     // --output-dir under the overwrite rule (checked by the root rank)
+  std::unique_ptr<OutputFolderLock> output_lock_;  // held by the root rank from the first write to the end
   TrainingCheckpoint resumed_;
   LoadedModel model_;
   std::shared_ptr<const ParameterLayout> layout_;  // the whole model, LoRA matrices included
@@ -569,6 +571,8 @@ void RankTrainer::plan_epochs() {
   }
   if (root()) {
     fs::create_directories(output_);
+    // Before anything is written or removed: a second run into the folder stops here.
+    output_lock_ = std::make_unique<OutputFolderLock>(output_, "--output-dir", "train");
     if (!resume_from_) mark_output_folder(output_folder_);
     remove_stale_temporaries(output_);  // what a killed run left half-written
     write_text_file_atomically(output_ / "train_options.json", o_.to_json().dump(2) + "\n");

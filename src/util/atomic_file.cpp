@@ -13,6 +13,14 @@
 namespace vitpipe {
 
 AtomicFileWriter::AtomicFileWriter(std::filesystem::path target) : target_(std::move(target)) {
+  // Named plainly: the rename at the end failed with "cannot rename OUT.tmp-PID to OUT: Is a
+  // directory", or the temporary's open with a name the user never typed.
+  std::error_code error;  // a folder that cannot be looked at is left to open() to report
+  VP_REQUIRE(!std::filesystem::is_directory(target_, error), target_.string(),
+             ": is a folder (expected a file to write)");
+  const std::filesystem::path parent = std::filesystem::absolute(target_, error).parent_path();
+  VP_REQUIRE(parent.empty() || std::filesystem::exists(parent, error) || error, "cannot write ", target_.string(),
+             ": its folder ", parent.string(), " does not exist");
   temporary_ = target_;
   temporary_ += concat(".tmp-", ::getpid());
   fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

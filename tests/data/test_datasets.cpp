@@ -240,6 +240,11 @@ TEST(CsvDataset, JoinedLabelsZeroOneColumnsAndSingleLabel) {
   write_file(dir / "missing.csv", "path,label\nimg/a.png,cat\nimg/zzz.png,dog\n");
   expect_error([&] { open_dataset("csv:" + (dir / "missing.csv").string(), DatasetOptions{}); },
                {"img/zzz.png", "missing"});
+  // The path column left out: named as such, not read from the patient column as paths ("1, 1, ... missing").
+  write_file(dir / "nopath.csv", "patient,split,AP\n1,train_val,0\n2,test,1\n");
+  expect_error(
+      [&] { open_dataset("csv:" + (dir / "nopath.csv").string(), DatasetOptions{}); },
+      {"nopath.csv line 1: bad header: no image path column", "path, image_path", "\"patient\", is the patient"});
   write_file(dir / "split.csv", "path,label,split\nimg/a.png,cat,training-ish\n");
   expect_error([&] { open_dataset("csv:" + (dir / "split.csv").string(), DatasetOptions{}); },
                {"split.csv line 2", "unknown split"});

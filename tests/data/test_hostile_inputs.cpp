@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/csv_table.h"
+#include "data/dicom_decoder.h"
 #include "data/image.h"
 #include "data/png_decoder.h"
 #include "test_helpers.h"
@@ -110,6 +111,135 @@ TEST(HostileSizes, JpegHeaderOf65000By65000PixelsIsRefusedBeforeDecoding) {
   expect_error([&] { decode(jpeg, "bomb.jpg"); },
                {"bomb.jpg", "JPEG is 65000x65000 = 4225000000 pixels, more than the limit of 268435456",
                 "VITPIPE_MAX_IMAGE_PIXELS"});
+}
+
+void append_u16_le(std::string& out, uint16_t value) {
+  out.push_back(static_cast<char>(value & 0xFF));
+  out.push_back(static_cast<char>(value >> 8));
+}
+
+void append_u32_le(std::string& out, uint32_t value) {
+  for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<char>((value >> shift) & 0xFF));
+}
+
+// An explicit VR little endian element with a 2-byte length (US, CS, UI).
+void append_short_element(std::string& out, uint16_t group, uint16_t element, const char* vr, std::string value) {
+  if (value.size() % 2) value.push_back(vr[0] == 'U' && vr[1] == 'I' ? '\0' : ' ');
+  append_u16_le(out, group);
+  append_u16_le(out, element);
+  out.append(vr, 2);
+  append_u16_le(out, static_cast<uint16_t>(value.size()));
+  out += value;
+}
+
+std::string us(uint16_t value) {
+  std::string out;
+  append_u16_le(out, value);
+  return out;
+}
+
+// A 16 x 16 8-bit DX image whose Content Sequence (0040,A730) nests `depth` sequences, each in an item of the one
+// above: of undefined length (delimiters) in explicit VR, or of defined length in implicit VR (the dictionary says
+// SQ), as a hostile sender writes it.
+std::string nested_dicom(int depth, bool implicit_vr) {
+  const std::string syntax = implicit_vr ? "1.2.840.10008.1.2" : "1.2.840.10008.1.2.1";
+  std::string meta;
+  append_u16_le(meta, 0x0002);
+  append_u16_le(meta, 0x0001);
+  meta += std::string("OB\0\0", 4);
+  append_u32_le(meta, 2);
+  meta += std::string("\0\1", 2);
+  append_short_element(meta, 0x0002, 0x0002, "UI", "1.2.840.10008.5.1.4.1.1.1.1");
+  append_short_element(meta, 0x0002, 0x0003, "UI", "1.2.3.4.5");
+  append_short_element(meta, 0x0002, 0x0010, "UI", syntax);
+  std::string file(128, '\0');
+  file += "DICM";
+  append_short_element(file, 0x0002, 0x0000, "UL", "");
+  file.resize(file.size() - 2);
+  append_u16_le(file, 4);
+  append_u32_le(file, static_cast<uint32_t>(meta.size()));
+  file += meta;
+  // The data set's elements: explicit VR as above; implicit VR: tag and a 4-byte length.
+  const auto element = [&](std::string& out, uint16_t group, uint16_t number, const char* vr, std::string value) {
+    if (!implicit_vr) return append_short_element(out, group, number, vr, value);
+    if (value.size() % 2) value.push_back(vr[0] == 'U' && vr[1] == 'I' ? '\0' : ' ');
+    append_u16_le(out, group);
+    append_u16_le(out, number);
+    append_u32_le(out, static_cast<uint32_t>(value.size()));
+    out += value;
+  };
+  std::string data;
+  element(data, 0x0008, 0x0016, "UI", "1.2.840.10008.5.1.4.1.1.1.1");
+  element(data, 0x0008, 0x0018, "UI", "1.2.3.4.5");
+  if (implicit_vr) {
+    std::string inner;  // built from the innermost out: each level's length is its content's
+    element(inner, 0x0040, 0xA160, "UT", "x");
+    for (int level = 0; level < depth; ++level) {
+      std::string item;
+      append_u16_le(item, 0xFFFE);
+      append_u16_le(item, 0xE000);
+      append_u32_le(item, static_cast<uint32_t>(inner.size()));
+      item += inner;
+      std::string sequence;
+      append_u16_le(sequence, 0x0040);
+      append_u16_le(sequence, 0xA730);
+      append_u32_le(sequence, static_cast<uint32_t>(item.size()));
+      inner = sequence + item;
+    }
+    data += inner;
+  } else {
+    for (int level = 0; level < depth; ++level) {
+      append_u16_le(data, 0x0040);
+      append_u16_le(data, 0xA730);
+      data += std::string("SQ\0\0", 4);
+      append_u32_le(data, 0xFFFFFFFF);
+      append_u16_le(data, 0xFFFE);
+      append_u16_le(data, 0xE000);
+      append_u32_le(data, 0xFFFFFFFF);
+    }
+    for (int level = 0; level < depth; ++level) {
+      for (uint16_t delimiter : {uint16_t{0xE00D}, uint16_t{0xE0DD}}) {
+        append_u16_le(data, 0xFFFE);
+        append_u16_le(data, delimiter);
+        append_u32_le(data, 0);
+      }
+    }
+  }
+  element(data, 0x0028, 0x0002, "US", us(1));
+  element(data, 0x0028, 0x0004, "CS", "MONOCHROME2");
+  element(data, 0x0028, 0x0010, "US", us(16));
+  element(data, 0x0028, 0x0011, "US", us(16));
+  element(data, 0x0028, 0x0100, "US", us(8));
+  element(data, 0x0028, 0x0101, "US", us(8));
+  element(data, 0x0028, 0x0102, "US", us(7));
+  element(data, 0x0028, 0x0103, "US", us(0));
+  append_u16_le(data, 0x7FE0);
+  append_u16_le(data, 0x0010);
+  if (implicit_vr) {
+    append_u32_le(data, 256);
+  } else {
+    data += std::string("OW\0\0", 4);
+    append_u32_le(data, 256);
+  }
+  data += std::string(256, '\x80');
+  return file + data;
+}
+
+// DCMTK parses nested sequences by recursion: 20,000 levels (720 KB) overflowed an 8 MB stack and killed the process
+// (`serve` answering a POST with it included) before this was refused up front.
+TEST(HostileNesting, DicomSequencesNested20000DeepAreRefusedBeforeParsing) {
+  for (bool implicit_vr : {false, true}) {
+    SCOPED_TRACE(implicit_vr ? "implicit VR, defined lengths" : "explicit VR, undefined lengths");
+    const std::string deep = nested_dicom(20000, implicit_vr);
+    expect_error([&] { decode(deep, "deep.dcm"); },
+                 {"deep.dcm: sequences nest more than 64 deep", "(0040,A730)", "refused before parsing"});
+    // A real file's few levels read as ever.
+    const DecodedImage shallow = decode(nested_dicom(8, implicit_vr), "shallow.dcm");
+    EXPECT_EQ(shallow.width, 16);
+    EXPECT_EQ(shallow.height, 16);
+    EXPECT_EQ(decode(nested_dicom(64, implicit_vr), "limit.dcm").width, 16);
+    expect_error([&] { decode(nested_dicom(65, implicit_vr), "over.dcm"); }, {"over.dcm: sequences nest more than 64"});
+  }
 }
 
 TEST(HostileSizes, ImagePixelLimitIsRaisedAndLoweredByTheEnvironment) {

@@ -174,6 +174,24 @@ cache = os.path.join(work, "cache")
 refused("CheXpert CSV with an unknown value", ["data", "prepare", "--data", "chexpert:" + root, "--out", cache],
         cache, "train.csv line 3", "\"Edema\"", "\"yes\"")
 
+# An output path that is a folder, or in a folder that does not exist: one line naming it before any work (it was
+# "cannot rename OUT.tmp-PID to OUT: Is a directory" after it, or a temporary's name the user never typed).
+folder = os.path.join(work, "a-folder")
+os.makedirs(folder)
+result = subprocess.run([VITPIPE, "image", "convert", os.path.join(work, "good.dcm"), folder], capture_output=True,
+                        text=True)
+lines = [line for line in result.stderr.splitlines() if line.strip()]
+check(result.returncode == 1 and len(lines) == 1 and folder + ": is a folder (expected a file to write)" in lines[0]
+      and not os.listdir(folder) and not [n for n in os.listdir(work) if ".tmp-" in n],
+      "image convert into a folder: one line naming it", f"exit {result.returncode}: {result.stderr.strip()}")
+missing = os.path.join(work, "no-such-folder", "out.png")
+result = subprocess.run([VITPIPE, "image", "convert", os.path.join(work, "good.dcm"), missing], capture_output=True,
+                        text=True)
+lines = [line for line in result.stderr.splitlines() if line.strip()]
+check(result.returncode == 1 and len(lines) == 1 and "cannot write " + missing in lines[0] and
+      "does not exist" in lines[0] and ".tmp-" not in lines[0],
+      "image convert into a missing folder: one line naming it", f"exit {result.returncode}: {result.stderr.strip()}")
+
 shutil.rmtree(work, ignore_errors=True)
 if failures:
     print(f"{len(failures)} check(s) failed:\n  " + "\n  ".join(failures))

@@ -28,3 +28,8 @@ endforeach()
 # ones (rows still written, reported at the end, exit 1 unless --skip-unreadable), streaming.
 add_test(NAME predict.many COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/predict_many.py)
 set_tests_properties(predict.many PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS predict TIMEOUT 300)
+
+# Output that cannot be written (stdout on a full disk: /dev/full) ends predict and eval with exit 1 and one line.
+add_test(NAME predict.output_not_written COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/output_not_written.py)
+set_tests_properties(predict.output_not_written PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS predict TIMEOUT 300
+                     SKIP_RETURN_CODE 77)

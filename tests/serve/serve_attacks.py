@@ -4,16 +4,19 @@ discloses, and a decompression bomb. Every attack is bounded in time and count; 
 worst a 4xx or 503 and keep serving. Attackers connect from 127.0.0.2 (any 127.x address is loopback on Linux), the
 probes from 127.0.0.1, as an attacker and a clinic would be two hosts.
 
-    serve_attacks.py --case non-utf8|pipelining|slow-clients|port-in-use|keep-alive|no-length|model-info|decode-bomb|
-                            dicom-node
+    serve_attacks.py --case non-utf8|pipelining|slow-clients|slow-bodies|page-policy|port-in-use|keep-alive|no-length|model-info|decode-bomb|
+                            dicom-node|dicom-nesting
 """
 
 import http.client
 import json
 import os
+import resource
 import re
+import shutil
 import socket
 import statistics
+import struct
 import subprocess
 import threading
 import time
@@ -129,6 +132,18 @@ def case_non_utf8(root, checks):
         status, _, body = request(server.port, "POST", "/v1/predict?heatmap=%FB", png,
                                   dict(auth, **{"Content-Type": "image/png"}))
         checks.check(status == 400 and b"heatmap" in body, f"?heatmap=%FB: {status} {body[:160]}")
+        # A NUL in a parameter: the answer names the whole value, escaped (it was cut at the NUL: '?finding=Mass').
+        for query, expected in (("heatmap=rollout&finding=Mass%00x", r"?finding=Mass\x00x: not a label of the model"),
+                                ("heatmap=roll%00out", r"?heatmap=roll\x00out: unknown method (expected one of"),
+                                ("heatmap=rollout&finding=" + "A" * 10000, "longer than 8192 bytes")):
+            status, _, body = request(server.port, "POST", "/v1/predict?" + query, png,
+                                      dict(auth, **{"Content-Type": "image/png"}))
+            try:
+                message = json.loads(body)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = ""
+            checks.check(status in (400, 414) and expected in message, f"?{query[:40]}: {status} {body[:200]}")
+        checks.check(alive(server), "the server died or stopped answering after the bad parameters")
         # STOW-RS: one instance with a UID that is not text, one of a class the DICOM node refuses (Enhanced MR,
         # patched over DX's class UID of the same length), one good: the bad ones fail alone.
         good = read(images[-2])
@@ -252,6 +267,74 @@ def case_slow_clients(root, checks):
         status, _, text = request(server.port, "GET", "/metrics")
         per_address = metric(text.decode(), "vitpipe_http_refused_total", {"reason": "per_address"})
         checks.check(per_address == 5, f"/metrics: per-address refusals {per_address}")
+
+
+def case_slow_bodies(root, checks):
+    """Connections from one address that send a whole header and then a body byte now and then each held an HTTP
+    thread for the 30 s read timeout: 8 of them silenced an 8-thread server. One address now gets half the threads
+    (--max-requests-per-address), so /healthz and a prediction from another address are answered at once."""
+    model = make_model(root)
+    images = make_images(root)
+    png = read(images[0])
+    with Server(model, "--http-threads", "8") as server:
+        header = (b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\n"
+                  b"Content-Length: 1000000\r\n\r\n")
+        slow = []
+        for _ in range(40):
+            s = connect(server.port, ATTACKER)
+            s.sendall(header + b"\x89")
+            slow.append(s)
+        stop = threading.Event()
+
+        def dribble():
+            while not stop.wait(1.0):
+                for s in slow:
+                    try:
+                        s.send(b"P")
+                    except OSError:
+                        pass
+
+        thread = threading.Thread(target=dribble)
+        thread.start()
+        time.sleep(0.5)
+        try:
+            share, total = probe_healthz(server.port, 5)
+            checks.check(share >= 0.8, f"40 slow-body connections: /healthz within 2 s in {share:.0%} of {total}")
+            start = time.time()
+            status, _, _ = request(server.port, "POST", "/v1/predict", png, {"Content-Type": "image/png"}, timeout=10)
+            took = time.time() - start
+            checks.check(status == 200 and took < 3, f"a prediction beside them: {status} after {took:.1f} s")
+        finally:
+            stop.set()
+            thread.join()
+            for s in slow:
+                s.close()
+        checks.check(alive(server), "the server stopped answering")
+    checks.check(server.exit_code == 0, f"exit {server.exit_code}")
+    result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", str(free_port()),
+                             "--max-requests-per-address", "-1"], capture_output=True, text=True, timeout=60)
+    checks.check(result.returncode != 0 and "--max-requests-per-address" in result.stderr,
+                 f"--max-requests-per-address -1: exit {result.returncode}: {result.stderr.strip()[-200:]}")
+
+
+def case_page_policy(root, checks):
+    """The try page's Content-Security-Policy allows its inline script and style by their SHA-256, not by
+    'unsafe-inline' (under which markup injected into the page could run script); the hashes are those of the page
+    served (hashlib), and the page's other headers stay."""
+    import base64
+    import hashlib
+    model = make_model(root)
+    with Server(model) as server:
+        status, headers, page = request(server.port, "GET", "/")
+        policy = headers.get("content-security-policy", "")
+        checks.check(status == 200 and "'unsafe-inline'" not in policy and "default-src 'none'" in policy,
+                     f"GET /: {status}, policy {policy}")
+        for tag in (b"script", b"style"):
+            bodies = re.findall(b"<" + tag + b">(.*?)</" + tag + b">", page, re.S)
+            hashes = ["'sha256-" + base64.b64encode(hashlib.sha256(body).digest()).decode() + "'" for body in bodies]
+            checks.check(bodies and all(h in policy for h in hashes), f"{tag.decode()}-src lacks {hashes}: {policy}")
+        checks.check(headers.get("x-content-type-options") == "nosniff" and "frame-ancestors 'none'" in policy,
+                     f"headers: {headers}")
 
 
 def case_port_in_use(root, checks):
@@ -436,9 +519,87 @@ def case_dicom_node(root, checks):
                  f"a malformed --allowed-callers: exit {result.returncode}: {result.stderr.strip()[-200:]}")
 
 
+def nested_dicom(depth):
+    """A 16 x 16 8-bit DX image whose Content Sequence nests `depth` sequences of undefined length (explicit VR
+    little endian), each in an item of the one above: 36 bytes a level."""
+    def element(group, number, vr, value):
+        value += b"\0" if len(value) % 2 else b""
+        if vr in (b"OB", b"OW", b"SQ", b"UN", b"UT"):
+            return struct.pack("<HH", group, number) + vr + b"\0\0" + struct.pack("<I", len(value)) + value
+        return struct.pack("<HH", group, number) + vr + struct.pack("<H", len(value)) + value
+    uid = b"1.2.826.0.1.3680043.10.1047.7"
+    meta = (element(2, 1, b"OB", b"\0\1") + element(2, 2, b"UI", b"1.2.840.10008.5.1.4.1.1.1.1")
+            + element(2, 3, b"UI", uid) + element(2, 0x10, b"UI", b"1.2.840.10008.1.2.1"))
+    data = (element(8, 0x16, b"UI", b"1.2.840.10008.5.1.4.1.1.1.1") + element(8, 0x18, b"UI", uid)
+            + element(0x20, 0xD, b"UI", uid + b".1") + element(0x20, 0xE, b"UI", uid + b".2"))
+    data += (struct.pack("<HH", 0x40, 0xA730) + b"SQ\0\0" + b"\xff" * 4 + struct.pack("<HHI", 0xFFFE, 0xE000, 0xFFFFFFFF)) * depth
+    data += (struct.pack("<HHI", 0xFFFE, 0xE00D, 0) + struct.pack("<HHI", 0xFFFE, 0xE0DD, 0)) * depth
+    for number, vr, value in ((2, b"US", struct.pack("<H", 1)), (4, b"CS", b"MONOCHROME2"),
+                              (0x10, b"US", struct.pack("<H", 16)), (0x11, b"US", struct.pack("<H", 16)),
+                              (0x100, b"US", struct.pack("<H", 8)), (0x101, b"US", struct.pack("<H", 8)),
+                              (0x102, b"US", struct.pack("<H", 7)), (0x103, b"US", struct.pack("<H", 0))):
+        data += element(0x28, number, vr, value)
+    data += element(0x7FE0, 0x10, b"OW", b"\x80" * 256)
+    return b"\0" * 128 + b"DICM" + element(2, 0, b"UL", struct.pack("<I", len(meta))) + meta + data
+
+
+def case_dicom_nesting(root, checks):
+    """DICOM sequences nested thousands deep (DCMTK reads them by recursion: about 5,000 levels overflowed an 8 MB
+    stack) are refused with a reason on every door, and the service lives on: POST /v1/predict, STOW-RS, a C-STORE,
+    and a file already in the spool's received/ at start (before, serve died at every start on it)."""
+    model = make_model(root)
+    images = make_images(root)
+    deep = nested_dicom(8000)
+    spool = os.path.join(root, "spool")
+    os.makedirs(os.path.join(spool, "received"))
+    with open(os.path.join(spool, "received", "1.2.826.0.1.3680043.10.1047.7.dcm"), "wb") as f:
+        f.write(deep)
+    dicom_port = free_port()
+    server = Server(model, "--dicom-port", str(dicom_port), "--spool", spool, "--allowed-callers", "any")
+    try:
+        server.__enter__()  # not `with`: a start that fails is this case's finding, not an error
+    except RuntimeError as error:
+        checks.check(False, f"serve with a deeply nested file in received/: {str(error)[-300:]}")
+        return
+    try:
+        deadline = time.time() + 30
+        dead = os.path.join(spool, "dead-letter", "1.2.826.0.1.3680043.10.1047.7.dcm.reason.txt")
+        while time.time() < deadline and not os.path.exists(dead):
+            time.sleep(0.2)
+        checks.check(os.path.exists(dead) and "nest more than 64 deep" in read(dead).decode(),
+                     "the nested file in received/ is not in dead-letter/ with its reason")
+        status, _, body = request(server.port, "POST", "/v1/predict", deep, {"Content-Type": "application/dicom"})
+        checks.check(status == 400 and b"sequences nest more than 64 deep" in body, f"POST: {status} {body[:200]}")
+        ctype, stow = related_dicom([deep])
+        status, _, body = request(server.port, "POST", "/dicomweb/studies", stow, {"Content-Type": ctype})
+        checks.check(status == 409 and b"nest more than 64" in body, f"STOW-RS: {status} {body[:300]}")
+        if shutil.which("storescu"):
+            path = os.path.join(root, "deep.dcm")
+            with open(path, "wb") as f:
+                f.write(deep)
+            # storescu reads the file with DCMTK too: it needs the stack that vitpipe no longer does.
+            unlimited = lambda: resource.setrlimit(resource.RLIMIT_STACK, (resource.RLIM_INFINITY,) * 2)
+            result = subprocess.run(["storescu", "-to", "30", "-aet", "ATTACKER", "-aec", "VITPIPE", "127.0.0.1",
+                                     str(dicom_port), path], capture_output=True, timeout=120, preexec_fn=unlimited)
+            print(f"storescu of the nested file: exit {result.returncode}")
+            checks.check(alive(server), "the service died after a C-STORE of a deeply nested file")
+            checks.check("refused: instance 1.2.826.0.1.3680043.10.1047.7: sequences nest more than 64" in
+                         server.output(), "the refused C-STORE is not logged with its reason")
+            checks.check(not os.listdir(os.path.join(spool, "received")), "the refused instance was stored")
+        else:
+            print("storescu (dcmtk) is not installed: the C-STORE part is not run")
+        status, _, body = request(server.port, "POST", "/v1/predict", read(images[0]), {"Content-Type": "image/png"})
+        checks.check(status == 200, f"an ordinary image after the attacks: {status}")
+    finally:
+        server.__exit__(None, None, None)
+    checks.check(server.exit_code == 0, f"exit {server.exit_code}")
+
+
 CASES = {"non-utf8": case_non_utf8, "pipelining": case_pipelining, "slow-clients": case_slow_clients,
+         "slow-bodies": case_slow_bodies, "page-policy": case_page_policy,
          "port-in-use": case_port_in_use, "keep-alive": case_keep_alive, "no-length": case_no_length,
-         "model-info": case_model_info, "decode-bomb": case_decode_bomb, "dicom-node": case_dicom_node}
+         "model-info": case_model_info, "decode-bomb": case_decode_bomb, "dicom-node": case_dicom_node,
+         "dicom-nesting": case_dicom_nesting}
 
 
 if __name__ == "__main__":

@@ -151,6 +151,21 @@ TEST(BearerToken, RefusesAnEmptyOrMalformedFile) {
   }
 }
 
+TEST(BearerToken, NamesAFolderGivenAsTheTokenFile) {
+  // A folder read as empty text: it was refused as "the first line is empty".
+  const fs::path folder = fs::temp_directory_path() / ("vitpipe_token_dir_" + std::to_string(::getpid()));
+  fs::create_directories(folder);
+  try {
+    BearerToken token(folder);
+    FAIL() << "a folder was accepted as the token file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a folder (expected a file whose first line is the token)"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove(folder);
+}
+
 TEST(DerivedDicomUid, StableValidAndDistinct) {
   const std::string a = derived_dicom_uid("vitpipe sr\nmodel\n1.2.3");
   EXPECT_EQ(a, derived_dicom_uid("vitpipe sr\nmodel\n1.2.3"));

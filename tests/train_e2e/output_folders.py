@@ -108,5 +108,13 @@ checks.check(r.returncode == 1 and "--resume" in r.stderr, "train --force over i
 r = train(cache)
 checks.check(r.returncode == 1 and "vitpipe data prepare" in r.stderr, "train into a cache folder: refused, naming it",
              r.stderr.strip()[-300:])
+# export --format onnx writes one file: a folder or a missing parent named up front in one line (it was "cannot
+# rename OUT.tmp-PID to OUT: Is a directory" after the export's work).
+for out, expected in ((os.path.join(root, "exported"), "is a folder; --format onnx writes one file"),
+                      (os.path.join(root, "no-such-folder", "m.onnx"), "does not exist (create it first)")):
+    r = vitpipe("export", model, "--format", "onnx", "--out", out)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error")]
+    checks.check(r.returncode == 1 and len(errors) == 1 and out in errors[0] and expected in errors[0],
+                 f"export --format onnx --out {os.path.basename(out)}: one line naming it", r.stderr.strip()[-300:])
 e2e.cleanup(root)
 checks.finish()

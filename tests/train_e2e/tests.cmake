@@ -4,11 +4,12 @@
 # through export / predict / eval / the cache, masked labels and cross-dataset label mapping; run_files: what a run
 # writes read back from another directory (absolute model paths, `export RUN` = its best model, --keep-checkpoints);
 # model_card: the README.md train / export / `vitpipe card` write (PyYAML, huggingface_hub's model-index schema,
-# eval's numbers); output_folders: one overwrite rule for every command that writes a folder.
+# eval's numbers); output_folders: one overwrite rule for every command that writes a folder; concurrent_output_dir:
+# a second train into a folder another is writing is refused (the folder's lock).
 foreach(check train_refuses_bad_flags train_learns_and_exports train_resume train_accumulation eval_matches_sklearn
         train_checkpoint_cadence sbatch_template
         intensity_and_labels train_same_at_every_level eval_patients_and_thresholds run_files model_card
-        output_folders)
+        output_folders concurrent_output_dir)
   add_test(NAME train_e2e.${check} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/${check}.py)
   set_tests_properties(train_e2e.${check} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS train_e2e TIMEOUT 600
                       SKIP_RETURN_CODE 77)
