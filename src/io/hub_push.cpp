@@ -13,6 +13,7 @@
 #include "io/upload_file.h"
 #include "util/base64.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/log.h"
 #include "util/progress.h"
 
@@ -34,7 +35,8 @@ nlohmann::json parse_json_answer(const HttpResponse& response, const std::string
   try {
     return nlohmann::json::parse(response.body);
   } catch (const nlohmann::json::exception& e) {
-    fail("the answer of ", response.url, " to ", what, " is not JSON (", e.what(), "); is HF_ENDPOINT a Hub?");
+    fail("the answer of ", response.url, " to ", what, " is not JSON (", json_error_detail(e, response.body).substr(1),
+         "); is HF_ENDPOINT a Hub?");
   }
 }
 
