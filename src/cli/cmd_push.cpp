@@ -16,7 +16,11 @@ void add_push_command(CLI::App& app) {
       "Face Hub repository as one commit, creating the repository if needed; prints the commit's URL");
   auto folder = std::make_shared<std::string>();
   auto options = std::make_shared<HubPushOptions>();
-  cmd->add_option("dir", *folder, "The model or adapter folder (config.json or adapter_config.json in it)")->required();
+  cmd->add_option(
+         "dir", *folder,
+         "The model or adapter folder: config.json and weights (model.safetensors, its index or pytorch_model.bin), or "
+         "adapter_config.json and adapter_model.safetensors; checked before the token")
+      ->required();
   cmd->add_option("--repo", options->repo_id, "Hub repository, ORG/NAME (created if it does not exist)")->required();
   cmd->add_flag("--private", options->private_repo,
                 "Create the repository private (an existing one keeps its visibility); default public");

@@ -9,6 +9,7 @@
 #include "data/chexpert_observations.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 
 namespace vitpipe {
 namespace {
@@ -57,10 +58,11 @@ LabelSet union_set() {
 
 LabelSet label_set_file(const std::filesystem::path& path) {
   nlohmann::json j;
+  const std::string text = read_text_file(path);
   try {
-    j = nlohmann::json::parse(read_text_file(path));
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail(path.string(), ": not valid JSON (", e.what(), ")");
+    fail(path.string(), ": not valid JSON", json_error_detail(e, text));
   }
   VP_REQUIRE(j.is_object() && j.contains("labels") && j["labels"].is_array() && !j["labels"].empty(), path.string(),
              ": expected {\"labels\": [names...], \"synonyms\": {\"dataset name\": \"label\"}}");

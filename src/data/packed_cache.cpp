@@ -18,6 +18,7 @@
 #include "data/source_fingerprint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/json_integer.h"
 #include "util/log.h"
 #include "util/output_folder.h"
@@ -342,10 +343,11 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   VP_REQUIRE(fs::is_regular_file(manifest_path), "cache:", dir.string(), ": no ", kPackedCacheManifestName,
              " (not a finished cache: run `vitpipe data prepare --out ", dir.string(), "`)");
   json manifest;
+  const std::string manifest_text = read_text_file(manifest_path);
   try {
-    manifest = json::parse(read_text_file(manifest_path));
+    manifest = json::parse(manifest_text);
   } catch (const json::exception& e) {
-    fail(manifest_path.string(), ": not valid JSON (", e.what(), ")");
+    fail(manifest_path.string(), ": not valid JSON", json_error_detail(e, manifest_text));
   }
   const std::string where = manifest_path.string();
   VP_REQUIRE(manifest.is_object() && manifest.value("format", "") == kFormatName, where,
@@ -435,7 +437,7 @@ std::shared_ptr<PackedCacheDataset> open_packed_cache(const fs::path& dir_in, co
   try {
     index = json::parse(index_text);
   } catch (const json::exception& e) {
-    fail((dir / kIndexName).string(), ": not valid JSON (", e.what(), ")");
+    fail((dir / kIndexName).string(), ": not valid JSON", json_error_detail(e, index_text));
   }
   std::vector<SourceEntry> entries;
   std::vector<uint64_t> offsets;

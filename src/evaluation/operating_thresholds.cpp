@@ -5,6 +5,7 @@
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 
 namespace vitpipe {
 namespace {
@@ -88,10 +89,11 @@ ThresholdSet read_thresholds_file(const std::filesystem::path& path) {
   const std::string where = path.string();
   VP_REQUIRE(std::filesystem::is_regular_file(path), where, ": no such file (train writes RUN_DIR/thresholds.json)");
   nlohmann::json j;
+  const std::string text = read_text_file(path);
   try {
-    j = nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::exception&) {
-    fail(where, ": not JSON (expected train's thresholds.json)");
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, ": not JSON (expected train's thresholds.json)", json_error_detail(e, text));
   }
   VP_REQUIRE(j.is_object() && j.value("format", "") == "vitpipe-thresholds", where,
              ": \"format\" must be \"vitpipe-thresholds\" (train's thresholds.json)");

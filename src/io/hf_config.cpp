@@ -9,6 +9,7 @@
 #include "model/model_family.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/log.h"
 
 namespace vitpipe {
@@ -280,7 +281,7 @@ HfConfig parse_hf_config_text(const std::string& text, const std::string& source
   try {
     json = Json::parse(text);
   } catch (const Json::exception& e) {
-    fail(source, ": not valid JSON: ", e.what());
+    fail(source, ": not valid JSON", json_error_detail(e, text));
   }
   return parse_hf_config(json, source);
 }

@@ -15,6 +15,7 @@
 
 #include "util/digest_hex.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/log.h"
 #include "util/progress.h"
 
@@ -179,8 +180,9 @@ HubRepoInfo HubClient::repo_info(const std::string& repo_id, const std::string& 
       for (const auto& sibling : json.at("siblings")) info.files.push_back(sibling.at("rfilename").get<std::string>());
     }
   } catch (const nlohmann::json::exception& e) {
-    fail("the answer from ", request.url, " is not the Hub's model info (", e.what(), "); is HF_ENDPOINT (",
-         settings_.endpoint, ") a Hugging Face Hub?");
+    fail("the answer from ", request.url, " is not the Hub's model info (",
+         json_error_detail(e, response.body).substr(1), "); is HF_ENDPOINT (", settings_.endpoint,
+         ") a Hugging Face Hub?");
   }
   VP_REQUIRE(is_commit_hash(info.commit), "the Hub's model info for ", repo_id, " has a malformed \"sha\": '",
              info.commit.substr(0, 60), "'");

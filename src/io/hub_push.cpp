@@ -13,6 +13,7 @@
 #include "io/upload_file.h"
 #include "util/base64.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/log.h"
 #include "util/progress.h"
 
@@ -34,7 +35,8 @@ nlohmann::json parse_json_answer(const HttpResponse& response, const std::string
   try {
     return nlohmann::json::parse(response.body);
   } catch (const nlohmann::json::exception& e) {
-    fail("the answer of ", response.url, " to ", what, " is not JSON (", e.what(), "); is HF_ENDPOINT a Hub?");
+    fail("the answer of ", response.url, " to ", what, " is not JSON (", json_error_detail(e, response.body).substr(1),
+         "); is HF_ENDPOINT a Hub?");
   }
 }
 
@@ -261,12 +263,34 @@ void check_push_request(const HubPushOptions& options, const HubSettings& settin
              settings.token_path.string(), ")");
 }
 
+void check_push_folder(const fs::path& folder) {
+  std::error_code error;
+  VP_REQUIRE(fs::exists(folder, error), "push: ", folder.string(),
+             " does not exist (expected a model or adapter folder)");
+  VP_REQUIRE(fs::is_directory(folder, error), "push: ", folder.string(),
+             " is not a directory (expected a model or adapter folder)");
+  const auto has_any = [&](std::initializer_list<const char*> names) {
+    return std::any_of(names.begin(), names.end(),
+                       [&](const char* name) { return fs::is_regular_file(folder / name); });
+  };
+  if (has_any({"config.json"})) {
+    VP_REQUIRE(has_any({"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                        "pytorch_model.bin.index.json"}),
+               "push: ", folder.string(),
+               " has config.json but no weights (expected model.safetensors, "
+               "model.safetensors.index.json or pytorch_model.bin)");
+  } else if (has_any({"adapter_config.json"})) {
+    VP_REQUIRE(has_any({"adapter_model.safetensors", "adapter_model.bin"}), "push: ", folder.string(),
+               " has adapter_config.json but no adapter_model.safetensors (or adapter_model.bin)");
+  } else {
+    fail("push: ", folder.string(),
+         " is not a model or adapter folder (it has neither config.json nor adapter_config.json)");
+  }
+}
+
 HubPushResult push_folder(const fs::path& folder, const HubPushOptions& options, const HubSettings& settings) {
+  check_push_folder(folder);  // local inputs first: a mistyped folder is named before a missing token
   check_push_request(options, settings);
-  VP_REQUIRE(fs::is_directory(folder), "push: ", folder.string(), " is not a directory");
-  VP_REQUIRE(fs::exists(folder / "config.json") || fs::exists(folder / "adapter_config.json"),
-             "push: ", folder.string(),
-             " is not a model or adapter folder (it has neither config.json nor adapter_config.json)");
   return Pusher(options, settings).push(folder);
 }
 

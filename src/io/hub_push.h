@@ -42,6 +42,11 @@ struct HubPushResult {
   size_t lfs_uploaded = 0;       // LFS objects sent (the others were on the Hub already)
 };
 
+// The folder as a push needs it: a directory with config.json and weights (model.safetensors, its sharded index or
+// pytorch_model.bin), or adapter_config.json and adapter_model.safetensors / .bin. Checked before the token, so a
+// mistyped folder is named first.
+void check_push_folder(const std::filesystem::path& folder);
+
 // What can be refused before any request: the repo id, a token, offline mode, the revision's form.
 void check_push_request(const HubPushOptions& options, const HubSettings& settings);
 

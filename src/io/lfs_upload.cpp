@@ -6,6 +6,7 @@
 
 #include "io/http_retry.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/progress.h"
 
 namespace vitpipe {
@@ -86,7 +87,8 @@ std::vector<LfsBatchObject> lfs_batch_upload(const HubSettings& settings, const 
       answer.push_back(std::move(parsed));
     }
   } catch (const nlohmann::json::exception& e) {
-    fail("the answer of ", request.url, " is not an LFS batch answer (", e.what(), ")");
+    fail("the answer of ", request.url, " is not an LFS batch answer (", json_error_detail(e, response.body).substr(1),
+         ")");
   }
   return answer;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -17,6 +18,7 @@
 #include "model/low_rank_update.h"
 #include "model/model_family.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/log.h"
 
 namespace fs = std::filesystem;
@@ -108,13 +110,14 @@ AdapterConfig read_adapter_config(const fs::path& directory) {
   AdapterConfig c;
   const fs::path path = directory / "adapter_config.json";
   c.path = path.string();
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   VP_REQUIRE(in, "cannot read ", c.path);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   Json j;
   try {
-    j = Json::parse(in);
+    j = Json::parse(text);
   } catch (const Json::exception& e) {
-    fail(c.path, ": not JSON (", e.what(), ")");
+    fail(c.path, ": not JSON", json_error_detail(e, text));
   }
   VP_REQUIRE(j.is_object(), c.path, ": expected a JSON object");
   try {  // a field of the wrong JSON type (use_rslora: "yes") names the file, not just the JSON library
@@ -257,12 +260,13 @@ TensorMap read_adapter_weights(const fs::path& directory, std::string& file) {
 std::vector<std::string> labels_beside(const fs::path& directory) {
   const fs::path path = directory / "config.json";
   if (!fs::exists(path)) return {};
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   Json j;
   try {
-    j = Json::parse(in);
+    j = Json::parse(text);
   } catch (const Json::exception& e) {
-    fail(path.string(), ": not JSON (", e.what(), ")");
+    fail(path.string(), ": not JSON", json_error_detail(e, text));
   }
   if (!j.contains("id2label") || !j["id2label"].is_object()) return {};
   std::vector<std::string> labels(j["id2label"].size());

@@ -7,6 +7,7 @@
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/log.h"
 #include "util/size_limits.h"
 
@@ -133,7 +134,7 @@ PreprocessorConfig parse_preprocessor_config_text(const std::string& text, const
   try {
     json = Json::parse(text);
   } catch (const Json::exception& e) {
-    fail(source, ": not valid JSON: ", e.what());
+    fail(source, ": not valid JSON", json_error_detail(e, text));
   }
   VP_REQUIRE(json.is_object(), source, ": expected a JSON object, got ", json.type_name());
   PreprocessorConfig config;

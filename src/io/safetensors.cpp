@@ -11,6 +11,7 @@
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 
 namespace vitpipe {
 namespace {
@@ -109,7 +110,7 @@ Json parse_header_json(std::string_view text, const std::string& file) {
   try {
     return Json::parse(text.begin(), text.end(), callback);
   } catch (const Json::exception& e) {
-    fail(file, ": header is not valid JSON: ", e.what());
+    fail(file, ": header is not valid JSON", json_error_detail(e, text));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 
 namespace vitpipe {
 
@@ -15,10 +16,11 @@ bool is_plain_file_name(const std::string& name) {
 WeightIndex read_weight_index(const std::filesystem::path& index_path) {
   const std::string file = index_path.string();
   nlohmann::json index;
+  const std::string text = read_text_file(index_path);
   try {
-    index = nlohmann::json::parse(read_text_file(index_path));
+    index = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail(file, ": not valid JSON: ", e.what());
+    fail(file, ": not valid JSON", json_error_detail(e, text));
   }
   VP_REQUIRE(index.is_object(), file, ": expected a JSON object with \"weight_map\"");
   VP_REQUIRE(index.contains("weight_map") && index["weight_map"].is_object(), file,

@@ -9,6 +9,7 @@
 
 #include "serve/try_page.h"
 #include "serve/try_page_policy.h"
+#include "util/json_error_detail.h"
 #include "util/log.h"
 
 namespace vitpipe {
@@ -26,8 +27,10 @@ void answer_json(httplib::Response& res, int status, const nlohmann::json& body,
   res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", type);
 }
 
+// A message may quote a client's bytes (a part's file name): control and non-UTF-8 bytes go out as \xNN, not as
+// U+FFFD or a raw escape sequence for the client's terminal.
 void answer_error(httplib::Response& res, int status, const std::string& message) {
-  answer_json(res, status, {{"error", message}});
+  answer_json(res, status, {{"error", escape_message_bytes(message)}});
 }
 
 // An unauthenticated client's body is read at most this far before the 401 and a closed connection: enough for an

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -19,6 +20,7 @@
 #include "model/precision.h"
 #include "train/training_checkpoint.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/log.h"
 #include "util/recorded_path.h"
 
@@ -494,8 +496,9 @@ Entries entries_from_yaml(const std::filesystem::path& path) {
 }
 
 nlohmann::json parse_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   VP_REQUIRE(in.good(), path.string(), ": cannot open the config file");
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   // Reject duplicate top-level keys (nlohmann would keep the last silently).
   std::set<std::string> seen;
   auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
@@ -506,9 +509,9 @@ nlohmann::json parse_json_file(const std::filesystem::path& path) {
     return true;
   };
   try {
-    return nlohmann::json::parse(in, callback);
+    return nlohmann::json::parse(text, callback);
   } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers past a double
-    fail(path.string(), ": invalid JSON: ", e.what());
+    fail(path.string(), ": invalid JSON", json_error_detail(e, text));
   }
 }
 

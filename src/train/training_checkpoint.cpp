@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/json_integer.h"
 
 namespace vitpipe {
@@ -143,10 +144,11 @@ std::optional<fs::path> best_model_checkpoint(const fs::path& output_dir) {
   if (!latest) return std::nullopt;
   const fs::path state_path = *latest / "trainer_state.json";
   nlohmann::json state_json;
+  const std::string state_text = read_text_file(state_path);
   try {
-    state_json = nlohmann::json::parse(read_text_file(state_path));
+    state_json = nlohmann::json::parse(state_text);
   } catch (const nlohmann::json::exception& e) {
-    fail(state_path.string(), ": invalid JSON (", e.what(), ")");
+    fail(state_path.string(), ": invalid JSON", json_error_detail(e, state_text));
   }
   const TrainerState state = TrainerState::from_json(state_json, state_path.string());
   if (state.best_step < 0) return latest;
@@ -161,10 +163,11 @@ TrainingCheckpoint read_training_checkpoint(const fs::path& directory) {
   const fs::path state_path = directory / "trainer_state.json";
   VP_REQUIRE(fs::exists(state_path), directory.string(), ": not a training checkpoint (no trainer_state.json)");
   nlohmann::json state_json;
+  const std::string state_text = read_text_file(state_path);
   try {
-    state_json = nlohmann::json::parse(read_text_file(state_path));
+    state_json = nlohmann::json::parse(state_text);
   } catch (const nlohmann::json::exception& e) {
-    fail(state_path.string(), ": invalid JSON (", e.what(), ")");
+    fail(state_path.string(), ": invalid JSON", json_error_detail(e, state_text));
   }
   c.state = TrainerState::from_json(state_json, state_path.string());
   const fs::path trainable_path = directory / kTrainableFileName;

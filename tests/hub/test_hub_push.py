@@ -226,7 +226,9 @@ class HubPushTest(unittest.TestCase):
                                    "create the branch first")
         self.assertEqual(self.state("acme/vit-micro-xray"), before)
         result = self.push(os.path.join(self.tmp.name, "nowhere"), expect_rc=1)
-        self.assert_one_error_line(result, "is not a directory")
+        self.assert_one_error_line(result, "nowhere does not exist")
+        result = self.push(os.path.join(folder, "config.json"), expect_rc=1)
+        self.assert_one_error_line(result, "config.json is not a directory")
         result = self.push(self.tmp.name, expect_rc=1)
         self.assert_one_error_line(result, "is not a model or adapter folder")
         # A peft adapter folder goes up as a model folder does.
@@ -250,6 +252,33 @@ class HubPushTest(unittest.TestCase):
                          dict(folder_files(adapter), **{".gitattributes": DEFAULT_GITATTRIBUTES}))
         result = self.push(folder, "not a repo id", expect_rc=1)
         self.assert_one_error_line(result, "not a Hub repo id of the form ORG/NAME")
+
+    def test_local_folder_checked_before_token_and_network(self):
+        # Without a token, a mistyped or incomplete folder is named first (before: "needs a Hub token"); no request.
+        folder = self.model()
+        weightless = os.path.join(self.tmp.name, "weightless")
+        os.makedirs(weightless)
+        with open(os.path.join(weightless, "config.json"), "w") as f:
+            f.write(open(os.path.join(folder, "config.json")).read())
+        bare_adapter = os.path.join(self.tmp.name, "bare-adapter")
+        os.makedirs(bare_adapter)
+        with open(os.path.join(bare_adapter, "adapter_config.json"), "w") as f:
+            f.write('{"peft_type": "LORA", "r": 4}')
+        missing = os.path.join(self.tmp.name, "mistyped-model")
+        for path, expected in [(missing, "does not exist"),
+                               (os.path.join(folder, "model.safetensors"), "is not a directory"),
+                               (self.home, "is not a model or adapter folder"),
+                               (weightless, "has config.json but no weights"),
+                               (bare_adapter, "has adapter_config.json but no adapter_model.safetensors")]:
+            for token in (None, TOKEN):
+                result = self.run_cli(["push", path, "--repo", "acme/vit-micro-xray"], expect_rc=1, HF_TOKEN=token)
+                self.assert_one_error_line(result, path, expected)
+                self.assertNotIn("token", result.stderr)
+        self.assertEqual(self.hub.hub_log, [])
+        # The folder fine, the token is what is missing: said before any request.
+        result = self.run_cli(["push", folder, "--repo", "acme/vit-micro-xray"], expect_rc=1)
+        self.assert_one_error_line(result, "needs a Hub token with write access")
+        self.assertEqual(self.hub.hub_log, [])
 
     def test_unavailable_storage_and_broken_connection_are_retried(self):
         folder = self.model()

@@ -47,7 +47,7 @@ endforeach()
 foreach(case train_push_to_hub_then_download_byte_identical second_push_uploads_no_lfs_again
              bad_token_fails_and_leaves_repo_unchanged forbidden_namespace_and_missing_revision
              unavailable_storage_and_broken_connection_are_retried storage_failing_every_time_commits_nothing
-             create_pr_into_a_private_repo)
+             create_pr_into_a_private_repo local_folder_checked_before_token_and_network)
   add_test(NAME hub.push.${case}
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/test_hub_push.py HubPushTest.test_${case})
   set_tests_properties(hub.push.${case} PROPERTIES ENVIRONMENT "${HUB_TEST_ENV}" LABELS hub TIMEOUT 120)

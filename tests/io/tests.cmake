@@ -9,3 +9,8 @@ foreach(check safetensors_interop model_interop position_interpolation_reference
   set_tests_properties(io.python.${check} PROPERTIES
     ENVIRONMENT "${VITPIPE_TEST_ENV};IO_PROBE=$<TARGET_FILE:io_probe>" LABELS io TIMEOUT 300)
 endforeach()
+
+# JSON files with a control or non-UTF-8 byte on the command line (a model's config.json, train --config, --labels
+# FILE): one error line naming the file, the byte offset and the byte as \xNN, stderr strict UTF-8 (json_bad_bytes.py).
+add_test(NAME io.json_bad_bytes COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/json_bad_bytes.py)
+set_tests_properties(io.json_bad_bytes PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS io TIMEOUT 120)

@@ -5,7 +5,7 @@ worst a 4xx or 503 and keep serving. Attackers connect from 127.0.0.2 (any 127.x
 probes from 127.0.0.1, as an attacker and a clinic would be two hosts.
 
     serve_attacks.py --case non-utf8|pipelining|slow-clients|slow-bodies|page-policy|port-in-use|keep-alive|no-length|model-info|decode-bomb|
-                            dicom-node|dicom-nesting
+                            dicom-node|dicom-nesting|bad-bytes
 """
 
 import http.client
@@ -595,11 +595,52 @@ def case_dicom_nesting(root, checks):
     checks.check(server.exit_code == 0, f"exit {server.exit_code}")
 
 
+def strict_json(body):
+    """The answer decoded as strict UTF-8 JSON, or None."""
+    try:
+        return json.loads(body.decode("utf-8", errors="strict"))
+    except ValueError:
+        return None
+
+
+def case_bad_bytes(root, checks):
+    """Bodies with control and non-UTF-8 bytes (a JSON body, a part whose file name carries an escape sequence and
+    \\xff): a 4xx whose answer is strict UTF-8 JSON, its message with those bytes written \\xNN (before: the escape
+    sequence raw in the decoded message, \\xff as U+FFFD), and the server serving on."""
+    model = make_model(root)
+    png = read(make_images(root)[0])
+    with Server(model) as server:
+        status, _, body = request(server.port, "POST", "/v1/predict", b'{"image": \x01\xff\x7f}',
+                                  {"Content-Type": "application/json"})
+        answer = strict_json(body)
+        checks.check(400 <= status < 500 and isinstance(answer, dict) and "error" in answer,
+                     f"a JSON body with bad bytes: a 4xx with a JSON error, got {status} {body[:160]!r}")
+        status, _, body = request(server.port, "POST", "/v1/predict", b'{"image": \x01\xff\x7f}',
+                                  {"Content-Type": "image/png"})
+        answer = strict_json(body)
+        checks.check(status == 400 and isinstance(answer, dict) and "error" in answer,
+                     f"the same body as image/png: 400 with a JSON error, got {status} {body[:160]!r}")
+        boundary = b"vitpipe-bad-bytes-boundary-3d9f"
+        form = (b"--" + boundary + b'\r\nContent-Disposition: form-data; name="image0"; filename="x\x1b[31m\xff.png"'
+                b"\r\nContent-Type: application/octet-stream\r\n\r\n\x01\xffnot an image\r\n--" + boundary + b"--\r\n")
+        status, _, body = request(server.port, "POST", "/v1/predict", form,
+                                  {"Content-Type": "multipart/form-data; boundary=" + boundary.decode()})
+        answer = strict_json(body)
+        message = answer.get("error", "") if isinstance(answer, dict) else ""
+        checks.check(status == 400 and message, f"a part named with bad bytes: 400 with a JSON error, got {status} "
+                     f"{body[:200]!r}")
+        checks.check("x\\x1b[31m\\xff.png" in message and not any(ord(c) < 0x20 or ord(c) == 0x7f for c in message)
+                     and "\ufffd" not in message, "... naming the part x\\x1b[31m\\xff.png, escaped", repr(message))
+        checks.check(alive(server), "the server still answers /healthz")
+        status, _, body = request(server.port, "POST", "/v1/predict", png, {"Content-Type": "image/png"})
+        checks.check(status == 200 and isinstance(strict_json(body), dict), f"and predicts after: {status} {body[:120]!r}")
+
+
 CASES = {"non-utf8": case_non_utf8, "pipelining": case_pipelining, "slow-clients": case_slow_clients,
          "slow-bodies": case_slow_bodies, "page-policy": case_page_policy,
          "port-in-use": case_port_in_use, "keep-alive": case_keep_alive, "no-length": case_no_length,
          "model-info": case_model_info, "decode-bomb": case_decode_bomb, "dicom-node": case_dicom_node,
-         "dicom-nesting": case_dicom_nesting}
+         "dicom-nesting": case_dicom_nesting, "bad-bytes": case_bad_bytes}
 
 
 if __name__ == "__main__":

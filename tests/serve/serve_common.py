@@ -150,8 +150,19 @@ class Server:
     def __enter__(self):
         self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.time() + 60
+        retries = 5
         while time.time() < deadline:
             if self.process.poll() is not None:
+                # free_port() only found a port free a moment ago: a test running beside this one may have taken
+                # it since. Serve says so and exits; start again on another port.
+                if f"port {self.port} is in use" in self.output() and retries > 0:
+                    retries -= 1
+                    self.port = free_port()
+                    self.args[self.args.index("--port") + 1] = str(self.port)
+                    self.log.truncate(0)
+                    self.log.seek(0)
+                    self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
+                    continue
                 raise RuntimeError(f"vitpipe serve exited with {self.process.returncode}: {self.output()}")
             with contextlib.suppress(OSError):
                 if request(self.port, "GET", "/healthz", timeout=2)[0] == 200 and "ready)" in self.output():

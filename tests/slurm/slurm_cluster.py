@@ -156,7 +156,8 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SlurmctldTimeout=30
-SlurmdTimeout=60
+SlurmdTimeout=300
+MessageTimeout=60
 InactiveLimit=0
 KillWait={kill_wait}
 MinJobAge=600
@@ -166,7 +167,7 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
 
 class SlurmCluster:
-    def __init__(self, nodes=2, cpus_per_node=2, kill_wait=60, start_within=30):
+    def __init__(self, nodes=2, cpus_per_node=2, kill_wait=60, start_within=120):
         assert 1 <= nodes <= 8
         self.count = nodes
         self.cpus = cpus_per_node
@@ -269,8 +270,11 @@ class SlurmCluster:
         raise RuntimeError(f"no {what} within {self.start_within} s: {self.logs_tail()}")
 
     def _nodes_idle(self):
-        result = subprocess.run(self.client(["sinfo", "-h", "-N", "-o", "%N %t"]), capture_output=True, text=True,
-                                env=self.env(), timeout=10)
+        try:
+            result = subprocess.run(self.client(["sinfo", "-h", "-N", "-o", "%N %t"]), capture_output=True,
+                                    text=True, env=self.env(), timeout=30)
+        except subprocess.TimeoutExpired:
+            return False  # a controller slow to answer under load is not yet ready: ask again until the deadline
         states = dict(line.split() for line in result.stdout.splitlines() if len(line.split()) == 2)
         return result.returncode == 0 and all(states.get(n) == "idle" for n in self.nodes)
 
@@ -334,8 +338,12 @@ class SlurmCluster:
         return int(out.split(";")[0])
 
     def job(self, job_id):
-        """`scontrol show job` as a dict (JobState, Restarts, ExitCode, ...)."""
-        result = self.run(["scontrol", "show", "job", "-o", str(job_id)], check=False)
+        """`scontrol show job` as a dict (JobState, Restarts, ExitCode, ...); {} when the controller did not answer
+        in time (under load an RPC can time out: the callers poll again)."""
+        try:
+            result = self.run(["scontrol", "show", "job", "-o", str(job_id)], check=False)
+        except subprocess.TimeoutExpired:
+            return {}
         fields = {}
         for word in result.stdout.split():
             if "=" in word:
