@@ -186,6 +186,11 @@ ParallelPlan validate_parallel_config(const ParallelConfig& config) {
                " schedule holds one model chunk per rank; virtual stages per rank must be 1, got ",
                config.virtual_stages);
   }
+  // An interleaved rank hands each chunk's activations to the next stage's rank; with one stage that rank is itself,
+  // which no communicator sends to (the run failed mid-step with "rank 0 cannot send to itself").
+  VP_REQUIRE(config.stages > 1 || config.virtual_stages == 1, "--pipeline-schedule interleaved needs at least 2 ",
+             "pipeline stages (its chunks hand activations to the next stage's rank), got 1 stage x ",
+             config.virtual_stages, " virtual stages; use --pipeline-schedule 1f1b or more --pipeline-stages");
   const int pieces = config.stages * config.virtual_stages;
   if (config.virtual_stages == 1) {
     VP_REQUIRE(pieces <= config.layers + 2, "--pipeline-stages ", config.stages, " is more stages than the model has ",

@@ -277,9 +277,25 @@ if(VITPIPE_CUDA_MODULE_BUILT)
            COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_plan_cuda_fakes.py
                    --module $<TARGET_FILE:vitpipe_cuda_on_fakes> --fake-driver $<TARGET_FILE:fake_cuda_driver>)
   set_tests_properties(cuda.fakes.plan PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS "cuda;plan" TIMEOUT 300)
+  # `vitpipe train --device cuda` itself with 2 stages as threads exchanging activations over the fake NCCL (the
+  # trainer's one backend per rank, the executor's NcclStageExchange): every send counted, and the losses and exported
+  # weights equal the one-stage run's. About 3 s per schedule.
+  foreach(schedule 1f1b interleaved zb-h1 gpipe)
+    add_test(NAME cuda.fakes.train_nccl_stages.${schedule}
+             COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_train_nccl_stages_fakes.py
+                     --module $<TARGET_FILE:vitpipe_cuda_on_fakes> --fake-driver $<TARGET_FILE:fake_cuda_driver>
+                     --case ${schedule})
+    set_tests_properties(cuda.fakes.train_nccl_stages.${schedule} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}"
+                         LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 120)
+  endforeach()
 else()
   # Without CUDA's, cuDNN's and NCCL's headers the module on fakes cannot be built: said, and skipped.
   add_test(NAME cuda.fakes.plan COMMAND ${VITPIPE_PYTHON} -c
            "print('skipped: no CUDA module in this build, so no module on fakes'); raise SystemExit(77)")
   set_tests_properties(cuda.fakes.plan PROPERTIES LABELS "cuda;plan" SKIP_RETURN_CODE 77)
+  foreach(schedule 1f1b interleaved zb-h1 gpipe)
+    add_test(NAME cuda.fakes.train_nccl_stages.${schedule} COMMAND ${VITPIPE_PYTHON} -c
+             "print('skipped: no CUDA module in this build, so no module on fakes'); raise SystemExit(77)")
+    set_tests_properties(cuda.fakes.train_nccl_stages.${schedule} PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
+  endforeach()
 endif()

@@ -213,6 +213,13 @@ TEST(ParallelConfig, RefusesEachBadConfiguration) {
   interleaved.global_batch = 8;
   interleaved.virtual_stages = 8;
   EXPECT_ERROR_CONTAINS(validate_parallel_config(interleaved), "2 x 8 virtual stages = 16 model chunks");
+  auto one_stage_interleaved = config(1, 1, 12, 2, 8);
+  one_stage_interleaved.schedule = ScheduleKind::interleaved_1f1b;
+  one_stage_interleaved.virtual_stages = 2;
+  EXPECT_ERROR_CONTAINS(validate_parallel_config(one_stage_interleaved),
+                        "--pipeline-schedule interleaved needs at least 2 pipeline stages");
+  one_stage_interleaved.virtual_stages = 1;  // one chunk: nothing to hand over
+  EXPECT_NO_THROW(validate_parallel_config(one_stage_interleaved));
   auto not_interleaved = config(2, 2, 12, 1, 8);
   not_interleaved.virtual_stages = 2;
   EXPECT_ERROR_CONTAINS(validate_parallel_config(not_interleaved), "virtual stages per rank must be 1");

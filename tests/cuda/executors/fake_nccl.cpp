@@ -1,6 +1,8 @@
 #include "fake_nccl.h"
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -23,6 +25,19 @@ std::mutex records_mutex;
 std::map<std::thread::id, std::vector<Record>> records;
 std::atomic<long long> groups{0};
 
+// Calls by function, all threads together. With FAKE_NCCL_REPORT set, printed to stderr when the process exits
+// ("fake nccl calls: ncclSend=N ..."), so that a test of a whole binary can see which NCCL calls it made.
+struct CallTotals {
+  std::map<std::string, long long> by_function;
+  ~CallTotals() {
+    if (std::getenv("FAKE_NCCL_REPORT") == nullptr) return;
+    std::string line = "fake nccl calls:";
+    for (const auto& [function, n] : by_function) line += " " + function + "=" + std::to_string(n);
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+};
+CallTotals totals;
+
 thread_local int group_depth = 0;
 thread_local std::vector<std::pair<ncclComm_t, cuda::NcclCall>> grouped;
 thread_local ncclResult_t next_failure = ncclSuccess;
@@ -31,6 +46,7 @@ thread_local std::string thread_last_error;
 
 void record(Record r) {
   std::lock_guard<std::mutex> lock(records_mutex);
+  ++totals.by_function[r.function];
   records[std::this_thread::get_id()].push_back(std::move(r));
 }
 

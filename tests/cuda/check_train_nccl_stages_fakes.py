@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""`vitpipe train --device cuda` with 2 pipeline stages exchanging activations over NCCL, through the real binary on
+the fakes: the module is libvitpipe_cuda_on_fakes.so (the module's table, CudaBackend, and host-memory fakes of the
+CUDA runtime, cuBLASLt, cuDNN and NCCL), opened through VITPIPE_CUDA_MODULE, with the fake driver as libcuda.so.1.
+Without mpirun the trainer runs its stages as threads of one process, and the fake NCCL's ranks are threads
+(calls/nccl_host_ranks.h), so this is the trainer's own path: the executor's NcclStageExchange on each rank's one
+backend (an interleaved rank's chunks share it), not the host adapter of tools/train_seam_probe.
+Checks, per schedule:
+- the 2-stage run succeeds and its stages talked over NCCL: ncclSend and ncclRecv calls in equal numbers, as many as
+  the schedule's boundary crossings (FAKE_NCCL_REPORT makes the fake print its calls at exit);
+- its train and eval losses and every tensor of the exported model equal the one-stage --device cuda run's within
+  fp32 rounding (1e-5 relative); against the one-stage CPU run the losses within 1e-5 and the tensors within 1e-3
+  (the backends' kernels round differently, and AdamW carries that into the weights).
+What this cannot prove: real NCCL between GPUs, and replicas (without mpirun the binary runs only stages as threads;
+across processes the fake NCCL has no transport): replicas over NCCL are proven at the executor level
+(fakes/test_pipeline_nccl_on_fakes.cpp).
+
+Usage: check_train_nccl_stages_fakes.py --module M --fake-driver D --case 1f1b|interleaved|zb-h1|gpipe"""
+import argparse
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_e2e"))
+import e2e_common as e2e  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--module", required=True)
+parser.add_argument("--fake-driver", required=True)
+parser.add_argument("--case", required=True, choices=["1f1b", "interleaved", "zb-h1", "gpipe"])
+args = parser.parse_args()
+if not os.path.exists(args.module):
+    print(f"skipped: no module on fakes at {args.module}")
+    sys.exit(77)
+
+VITPIPE = os.environ["VITPIPE"]
+TOLERANCE = 1e-5  # fp32 rounding: the stages run the same kernels as one stage, split at a layer boundary
+# Against the CPU backend the kernels themselves differ by rounding (1e-6 relative), which AdamW's steps can carry
+# into the weights (a rounding-sized gradient can become a step of lr): check_train_fakes.py's tolerance.
+CPU_TENSOR_TOLERANCE = 1e-3
+STEPS, BATCH, MICRO = 3, 8, 2
+env = {**os.environ, "VITPIPE_CUDA_MODULE": args.module, "FAKE_NCCL_REPORT": "1", "OMP_NUM_THREADS": "2",
+       "LD_LIBRARY_PATH": os.pathsep.join([os.path.dirname(args.fake_driver), os.environ.get("LD_LIBRARY_PATH", "")])}
+failures = []
+
+
+def check(condition, what):
+    print(("ok   " if condition else "FAIL ") + what)
+    if not condition:
+        failures.append(what)
+
+
+def train(out, *flags):
+    result = subprocess.run([VITPIPE, "train", *common, "--output-dir", out, *flags], env=env, capture_output=True,
+                            text=True, timeout=120)
+    calls = re.search(r"fake nccl calls:(.*)", result.stderr)
+    counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", calls.group(1))} if calls else {}
+    return result, counts
+
+
+def losses(out):
+    found = []
+    for record in e2e.read_metrics(out):
+        if record.get("type") in ("train", "eval"):
+            found += [(record["type"], record["step"], k, v) for k, v in sorted(record.items())
+                      if "loss" in k and isinstance(v, (int, float))]
+    return found
+
+
+def compare(name, reference, run, tensor_tolerance=TOLERANCE):
+    a, b = losses(reference), losses(run)
+    check(len(a) == len(b) and len(a) > 0 and all(x[:3] == y[:3] for x, y in zip(a, b)),
+          f"{name}: the same {len(a)} loss records")
+    worst = max((abs(x[3] - y[3]) / max(1e-6, abs(x[3])) for x, y in zip(a, b)), default=math.nan)
+    check(worst <= TOLERANCE, f"{name}: the losses agree (worst relative difference {worst:.2e})")
+    ta, _ = e2e.read_safetensors(os.path.join(reference, "model", "model.safetensors"))
+    tb, _ = e2e.read_safetensors(os.path.join(run, "model", "model.safetensors"))
+    if sorted(ta) != sorted(tb):
+        check(False, f"{name}: the exported models have the same tensor names")
+        return
+    d, where = e2e.max_relative_difference(ta, tb)
+    check(not math.isnan(d) and d <= tensor_tolerance,
+          f"{name}: the exported model's {len(ta)} tensors agree (worst relative difference {d:.2e} in {where or '-'})")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    csv = e2e.make_blob_dataset(os.path.join(tmp, "data"), {"train": 24, "val": 8}, seed=3)
+    init = os.path.join(tmp, "init")
+    made = subprocess.run([VITPIPE, "init", "--preset", "vit-micro", "--labels", ",".join(e2e.BLOB_LABELS), "--seed",
+                           "1", "--out", init], env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    common = ["--model", init, "--data", "csv:" + csv, "--loader-threads", "1", "--threads", "1", "--batch-size",
+              str(BATCH), "--micro-batch-size", str(MICRO), "--lr", "1e-3", "--max-steps", str(STEPS), "--optimizer",
+              "adamw"]
+
+    cpu, _ = train(f"{tmp}/cpu", "--device", "cpu")
+    one, one_calls = train(f"{tmp}/one", "--device", "cuda")
+    two, two_calls = train(f"{tmp}/two", "--device", "cuda", "--pipeline-stages", "2", "--pipeline-schedule",
+                           args.case)
+    for name, result in (("the one-stage CPU run", cpu), ("the one-stage --device cuda run", one),
+                         (f"the 2-stage {args.case} --device cuda run", two)):
+        check(result.returncode == 0, name + " succeeds" + ("" if result.returncode == 0 else
+                                                             ": " + result.stderr[-2000:]))
+    check(one_calls.get("ncclSend", 0) == 0, f"one stage sends nothing over NCCL ({one_calls})")
+    print("2-stage NCCL calls:", " ".join(f"{k}={v}" for k, v in sorted(two_calls.items())))
+    # Each training micro-batch crosses each boundary between adjacent pieces forward (its activation) and back (its
+    # gradient); an interleaved rank's V chunks make 2V-1 boundaries between 2V pieces. Evaluation's micro-batches
+    # cross forward only.
+    virtual = 2 if args.case == "interleaved" else 1
+    boundaries = 2 * virtual - 1
+    training = 2 * boundaries * STEPS * (BATCH // MICRO)
+    sends, recvs = two_calls.get("ncclSend", 0), two_calls.get("ncclRecv", 0)
+    check(sends == recvs and sends >= training and (sends - training) % boundaries == 0,
+          f"the stages exchanged every activation and gradient over NCCL: {training} sends and receives for training "
+          f"over {boundaries} boundary(ies) plus evaluation's forward ones, ncclSend={sends} ncclRecv={recvs}")
+    check(two_calls.get("ncclCommInitRank", 0) == 2, "one communicator for the pipeline, one rank per stage")
+    if all(r.returncode == 0 for r in (cpu, one, two)):
+        compare(f"{args.case} vs one stage on the fakes", f"{tmp}/one", f"{tmp}/two")
+        compare(f"{args.case} vs one stage on the CPU", f"{tmp}/cpu", f"{tmp}/two", CPU_TENSOR_TOLERANCE)
+
+if failures:
+    print(f"{len(failures)} failed")
+    sys.exit(1)
+print("all passed")
