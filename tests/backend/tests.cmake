@@ -11,7 +11,7 @@ add_test(NAME backend.isa_confinement
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_isa_confinement.py $<TARGET_FILE:vitpipe>
                  ${confinement_flags})
 add_test(NAME backend.emulated_cpus COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_emulated_cpus.py)
-# Training (loader, backward, optimizer, validation, export; fp32 and bf16) on the emulated Haswell too: about 30 s.
+# Training (loader, backward, optimizer, validation, export; fp32 and bf16) on the emulated Haswell too: about 15 s.
 add_test(NAME backend.emulated_cpu_training
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_emulated_cpu_training.py)
 set_tests_properties(backend.isa_confinement backend.emulated_cpus backend.emulated_cpu_training PROPERTIES
