@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs a test command with vitpipe's kernels and oneDNN capped at a lower CPU level (VITPIPE_CPU=LEVEL,
 ONEDNN_MAX_CPU_ISA=its ISA), so a machine with more runs the lower level's code too. Where LEVEL is this CPU's best
-level the plain test already covers it: exit 77 (CTest's SKIP_RETURN_CODE) with the reason.
+level (or the level the whole suite is capped at with VITPIPE_CPU) the plain test already covers it: exit 77 (CTest's
+SKIP_RETURN_CODE) with the reason.
 
 usage: at_cpu_level.py LEVEL -- COMMAND ARGS...     ($VITPIPE: the vitpipe binary)
 """
@@ -18,9 +19,13 @@ assert separator == "--" and level in LEVELS and command, __doc__
 environment = {k: v for k, v in os.environ.items() if k not in ("VITPIPE_CPU", "ONEDNN_MAX_CPU_ISA")}
 info = json.loads(subprocess.run([os.environ["VITPIPE"], "info", "--json"], env=environment, check=True,
                                  capture_output=True, text=True).stdout)
-best = info["cpu"]["best_level"]
+best, why = info["cpu"]["best_level"], "this CPU's best level"
+# A suite run capped (VITPIPE_CPU=LEVEL) stands for a CPU of that level: levels above it are skipped as there.
+cap = os.environ.get("VITPIPE_CPU", "")
+if cap in LEVELS and LEVELS.index(cap) < LEVELS.index(best):
+    best, why = cap, "the suite's cap (VITPIPE_CPU)"
 if LEVELS.index(level) >= LEVELS.index(best):
-    print(f"SKIP: this CPU's best level is {best}: the test's plain run already runs {level} or less")
+    print(f"SKIP: {why} is {best}: the test's plain run already runs {level} or less")
     sys.exit(77)
 environment.update(VITPIPE_CPU=level, ONEDNN_MAX_CPU_ISA=ONEDNN_ISA[level])
 capped = json.loads(subprocess.run([os.environ["VITPIPE"], "info", "--json"], env=environment, check=True,

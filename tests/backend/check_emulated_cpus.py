@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The same binary on emulated CPUs (Debian's qemu-user, which emulates up to AVX2 but not AVX-512):
 - on a Haswell (AVX2, no AVX-512) `vitpipe predict` picks the avx2 kernels and gives this machine's logits (within
-  1e-5 relative: this machine may run a higher level, whose sums round differently);
+  1e-5 relative: this machine may run a higher level, whose sums round differently), and `--precision auto` is fp32
+  there (no bf16 instructions);
 - on a Nehalem (no AVX) it refuses in one sentence, exit code 1, before anything else runs.
 Skipped (77) where qemu-x86_64 is not installed (scripts/setup.sh --tests installs it).
 
@@ -41,10 +42,14 @@ else:
     if a.shape != b.shape or difference > 1e-5:
         failures.append(f"emulated Haswell logits differ: {difference:.2e}")
 info = subprocess.run([qemu, "-cpu", "Haswell", vitpipe, "info", "--json"], capture_output=True, text=True)
-level = json.loads(info.stdout)["cpu_kernels"] if info.returncode == 0 else f"exit {info.returncode}"
-print(f"emulated Haswell: kernels {level}")
+haswell = json.loads(info.stdout) if info.returncode == 0 else {}
+level = haswell.get("cpu_kernels", f"exit {info.returncode}")
+print(f"emulated Haswell: kernels {level}, --precision auto {haswell.get('precision_auto')}")
 if level != "avx2":
     failures.append(f"an emulated Haswell runs {level} kernels, expected avx2")
+if haswell.get("precision_auto") != "fp32" or haswell.get("bf16_in_hardware") is not False:
+    failures.append(f"an emulated Haswell has no bf16 instructions: --precision auto must be fp32, got "
+                    f"{haswell.get('precision_auto')} (bf16_in_hardware {haswell.get('bf16_in_hardware')})")
 old = subprocess.run([qemu, "-cpu", "Nehalem", vitpipe, "info"], capture_output=True, text=True)
 lines = [line for line in old.stderr.splitlines() if not line.startswith("qemu-x86_64: warning")]
 print(f"emulated Nehalem: exit {old.returncode}, {lines}")

@@ -11,8 +11,11 @@ add_test(NAME backend.isa_confinement
          COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_isa_confinement.py $<TARGET_FILE:vitpipe>
                  ${confinement_flags})
 add_test(NAME backend.emulated_cpus COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_emulated_cpus.py)
-set_tests_properties(backend.isa_confinement backend.emulated_cpus PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}"
-                     LABELS backend SKIP_RETURN_CODE 77)
+# Training (loader, backward, optimizer, validation, export; fp32 and bf16) on the emulated Haswell too: about 15 s.
+add_test(NAME backend.emulated_cpu_training
+         COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_emulated_cpu_training.py)
+set_tests_properties(backend.isa_confinement backend.emulated_cpus backend.emulated_cpu_training PROPERTIES
+                     ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS backend SKIP_RETURN_CODE 77)
 
 # `vitpipe bench`'s per-operation figures against their bounds: consistent with each other and with the model.
 add_test(NAME backend.bench_operations

@@ -269,7 +269,12 @@ def case_refused(root, checks):
             checks.check(store.returncode == 0, f"storescu to the node: {store.returncode} {store.stderr[-300:]}")
             dead = os.path.join(spool, "dead-letter")
             deadline = time.time() + 60
-            while time.time() < deadline and not any(f.endswith(".reason.txt") for f in os.listdir(dead)):
+
+            def kept():  # the server writes the reason first, then moves the SR beside it: wait for both
+                names = os.listdir(dead)
+                return any(f.endswith(".reason.txt") and f[: -len(".reason.txt")] in names for f in names)
+
+            while time.time() < deadline and not kept():
                 time.sleep(0.2)
             reasons = [f for f in os.listdir(dead) if f.endswith(".reason.txt")]
             checks.check(len(reasons) == 1, f"dead-letter: {os.listdir(dead)}")
