@@ -1,0 +1,45 @@
+// The fake NCCL's transport between processes: ranks of one communicator in different processes (each `mpirun` rank
+// loads its own fake) meet in a POSIX shared-memory segment named after the unique id's bytes, under a process-shared
+// robust mutex and condition variable. A collective group is run as the in-process ranks run it
+// (calls/nccl_interpreter.h: sums in double, in rank order, rounded once), every rank interpreting every rank's copied
+// buffers, so the results equal the threads'. Every wait has a timeout (a rank that died or never came is an error,
+// not a hang); the segment is unlinked as soon as every rank has joined, or by a rank that gave up waiting.
+// Send / recv between processes are refused (stages across processes are not supported by this fake).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "backend/cuda/calls/nccl_call.h"
+#include "backend/cuda/calls/nccl_host_ranks.h"
+
+namespace vitpipe::fake_nccl {
+
+class ProcessNcclComm {
+ public:
+  // Throws std::runtime_error when the segment cannot be made, for a count that differs from the other ranks', a rank
+  // taken twice, or when the other ranks do not join within `timeout`.
+  ProcessNcclComm(const cuda::NcclIdBytes& id, int nranks, int rank,
+                  std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+  ~ProcessNcclComm();
+  ProcessNcclComm(const ProcessNcclComm&) = delete;
+  ProcessNcclComm& operator=(const ProcessNcclComm&) = delete;
+
+  // Runs one group's collectives with the other ranks' (blocking). Throws std::runtime_error naming a mismatch, a
+  // group too large for the segment, a send / recv, or a partner that did not come within the timeout.
+  void run(const cuda::NcclGroup& group);
+
+  struct Segment;  // the shared layout (fake_nccl_processes.cpp)
+
+ private:
+  Segment* segment_ = nullptr;
+  size_t mapped_bytes_ = 0;
+  int nranks_, rank_;
+  std::chrono::milliseconds timeout_;
+  uint64_t next_collective_ = 0;
+};
+
+// True when FAKE_NCCL_PROCESSES=1: every communicator of the fake goes through shared memory.
+bool processes_transport();
+
+}  // namespace vitpipe::fake_nccl
