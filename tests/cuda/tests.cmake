@@ -295,7 +295,7 @@ if(VITPIPE_CUDA_MODULE_BUILT)
   # `vitpipe train --device cuda` with 2 data-parallel replicas under mpirun -np 2, the ranks processes reducing over
   # the fake NCCL's shared-memory transport (executors/fake_nccl_processes.h): all-reduce, and --shard-optimizer's
   # reduce and broadcast; losses and exported weights equal the one-process run's. About 2 s each.
-  foreach(case all-reduce shard-optimizer)
+  foreach(case all-reduce shard-optimizer stages-x-replicas)
     add_test(NAME cuda.fakes.train_nccl_replicas.${case}
              COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_train_nccl_replicas_fakes.py
                      --module $<TARGET_FILE:vitpipe_cuda_on_fakes> --fake-driver $<TARGET_FILE:fake_cuda_driver>
@@ -313,7 +313,7 @@ else()
              "print('skipped: no CUDA module in this build, so no module on fakes'); raise SystemExit(77)")
     set_tests_properties(cuda.fakes.train_nccl_stages.${schedule} PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
   endforeach()
-  foreach(case all-reduce shard-optimizer)
+  foreach(case all-reduce shard-optimizer stages-x-replicas)
     add_test(NAME cuda.fakes.train_nccl_replicas.${case} COMMAND ${VITPIPE_PYTHON} -c
              "print('skipped: no CUDA module in this build, so no module on fakes'); raise SystemExit(77)")
     set_tests_properties(cuda.fakes.train_nccl_replicas.${case} PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)

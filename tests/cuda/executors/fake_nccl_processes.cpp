@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -22,8 +23,10 @@ namespace vitpipe::fake_nccl {
 
 constexpr int kMaxRanks = 8;
 constexpr int kMaxCalls = 64;
-// Each rank's send bytes per group; touched pages only (tmpfs), so the reservation costs nothing unused.
-constexpr size_t kRankBytes = size_t{64} << 20;
+// Each rank's send bytes per group, and each ordered pair's sends not yet received (a ring); touched pages only
+// (tmpfs), so the reservation costs nothing unused.
+constexpr size_t kRankBytes = size_t{32} << 20;
+constexpr size_t kPairBytes = size_t{4} << 20;
 
 struct SharedCall {
   int32_t op, type, peer, in_place;
@@ -39,7 +42,9 @@ struct ProcessNcclComm::Segment {
   int32_t arrived, left;
   int32_t calls[kMaxRanks];
   SharedCall call[kMaxRanks][kMaxCalls];
-  char* region(int rank);  // kMaxRanks regions of kRankBytes after the header's pages
+  uint64_t written[kMaxRanks][kMaxRanks], read[kMaxRanks][kMaxRanks];  // [from][to]: bytes through the pair's ring
+  char* region(int rank);        // kMaxRanks regions of kRankBytes after the header's pages
+  char* ring(int from, int to);  // then kMaxRanks x kMaxRanks rings of kPairBytes
 };
 
 namespace {
@@ -49,10 +54,31 @@ constexpr size_t kHeaderBytes = (sizeof(ProcessNcclComm::Segment) + 4095) / 4096
 char* ProcessNcclComm::Segment::region(int rank) {
   return reinterpret_cast<char*>(this) + kHeaderBytes + static_cast<size_t>(rank) * kRankBytes;
 }
+char* ProcessNcclComm::Segment::ring(int from, int to) {
+  return reinterpret_cast<char*>(this) + kHeaderBytes + kMaxRanks * kRankBytes +
+         static_cast<size_t>(from * kMaxRanks + to) * kPairBytes;
+}
 
 namespace {
 
-constexpr size_t kSegmentBytes = kHeaderBytes + kMaxRanks * kRankBytes;
+constexpr size_t kSegmentBytes = kHeaderBytes + kMaxRanks * kRankBytes + kMaxRanks * kMaxRanks * kPairBytes;
+
+struct MessageHeader {
+  int32_t type;
+  uint64_t count, bytes;
+};
+
+// Copies into / out of a pair's ring at a running byte position, wrapping at its end.
+void ring_put(char* ring, uint64_t at, const void* from, size_t n) {
+  const size_t start = static_cast<size_t>(at % kPairBytes), first = std::min(n, kPairBytes - start);
+  std::memcpy(ring + start, from, first);
+  std::memcpy(ring, static_cast<const char*>(from) + first, n - first);
+}
+void ring_get(const char* ring, uint64_t at, void* to, size_t n) {
+  const size_t start = static_cast<size_t>(at % kPairBytes), first = std::min(n, kPairBytes - start);
+  std::memcpy(to, ring + start, first);
+  std::memcpy(static_cast<char*>(to) + first, ring, n - first);
+}
 
 [[noreturn]] void fail(int rank, const std::string& what) {
   throw std::runtime_error("NCCL rank " + std::to_string(rank) + " (fake, across processes): " + what);
@@ -180,15 +206,57 @@ ProcessNcclComm::~ProcessNcclComm() {
 }
 
 void ProcessNcclComm::run(const cuda::NcclGroup& group) {
-  Segment& s = *segment_;
-  std::vector<cuda::NcclCall> mine;
+  // As the in-process ranks run a group: its collectives together, then its sends buffered, then its recvs.
+  std::vector<cuda::NcclCall> collectives;
+  std::vector<const cuda::NcclCall*> sends, recvs;
   for (const cuda::NcclCall& c : group.calls) {
     if (c.op == cuda::NcclOp::send || c.op == cuda::NcclOp::recv) {
-      fail(rank_, describe(c) + ": send / recv between processes are not supported by the fake");
+      if (c.peer < 0 || c.peer >= nranks_) fail(rank_, describe(c) + ": no such peer");
+      (c.op == cuda::NcclOp::send ? sends : recvs).push_back(&c);
+    } else {
+      collectives.push_back(c);
     }
-    mine.push_back(c);
   }
-  if (mine.empty()) return;
+  if (!collectives.empty()) run_collectives(collectives);
+  if (sends.empty() && recvs.empty()) return;
+  Segment& s = *segment_;
+  const timespec deadline = deadline_after(timeout_);
+  Lock lock(s, rank_);
+  for (const cuda::NcclCall* c : sends) {
+    const MessageHeader h{static_cast<int32_t>(c->type), c->count,
+                          c->count * static_cast<size_t>(cuda::element_bytes(c->type))};
+    const uint64_t need = sizeof h + h.bytes;
+    if (need > kPairBytes) fail(rank_, describe(*c) + ": larger than the fake's 4 MiB between two ranks");
+    uint64_t& written = s.written[rank_][c->peer];
+    const uint64_t& read = s.read[rank_][c->peer];
+    if (!lock.wait(deadline, [&] { return written + need - read <= kPairBytes; })) {
+      fail(rank_, describe(*c) + ": its peer never received the earlier sends");
+    }
+    char* ring = s.ring(rank_, c->peer);
+    ring_put(ring, written, &h, sizeof h);
+    if (h.bytes > 0) ring_put(ring, written + sizeof h, c->send, h.bytes);
+    written += need;
+  }
+  if (!sends.empty()) pthread_cond_broadcast(&s.changed);
+  for (const cuda::NcclCall* c : recvs) {
+    const uint64_t& written = s.written[c->peer][rank_];
+    uint64_t& read = s.read[c->peer][rank_];
+    if (!lock.wait(deadline, [&] { return written > read; })) fail(rank_, describe(*c) + ": no send from its peer");
+    const char* ring = s.ring(c->peer, rank_);
+    MessageHeader h{};
+    ring_get(ring, read, &h, sizeof h);
+    if (h.type != static_cast<int32_t>(c->type) || h.count != c->count) {
+      fail(rank_, describe(*c) + " meets a send of " + std::to_string(h.count) + " x " +
+                      cuda::element_type_name(static_cast<cuda::ElementType>(h.type)));
+    }
+    if (h.bytes > 0) ring_get(ring, read + sizeof h, c->recv, h.bytes);
+    read += sizeof h + h.bytes;
+    pthread_cond_broadcast(&s.changed);
+  }
+}
+
+void ProcessNcclComm::run_collectives(const std::vector<cuda::NcclCall>& mine) {
+  Segment& s = *segment_;
   if (mine.size() > kMaxCalls) fail(rank_, std::to_string(mine.size()) + " collectives in one group (at most 64)");
   const uint64_t seq = next_collective_++;
   const timespec deadline = deadline_after(timeout_);
@@ -201,7 +269,7 @@ void ProcessNcclComm::run(const cuda::NcclGroup& group) {
   for (size_t i = 0; i < mine.size(); ++i) {
     const cuda::NcclCall& c = mine[i];
     const size_t bytes = send_elements(c, nranks_) * static_cast<size_t>(cuda::element_bytes(c.type));
-    if (offset + bytes > kRankBytes) fail(rank_, describe(c) + ": the group outgrows the fake's 64 MiB per rank");
+    if (offset + bytes > kRankBytes) fail(rank_, describe(c) + ": the group outgrows the fake's 32 MiB per rank");
     if (bytes > 0) std::memcpy(s.region(rank_) + offset, c.send, bytes);
     s.call[rank_][i] = {
         static_cast<int32_t>(c.op), static_cast<int32_t>(c.type), c.peer, c.send == c.recv ? 1 : 0, c.count, offset};

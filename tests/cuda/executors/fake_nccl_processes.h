@@ -4,11 +4,13 @@
 // (calls/nccl_interpreter.h: sums in double, in rank order, rounded once), every rank interpreting every rank's copied
 // buffers, so the results equal the threads'. Every wait has a timeout (a rank that died or never came is an error,
 // not a hang); the segment is unlinked as soon as every rank has joined, or by a rank that gave up waiting.
-// Send / recv between processes are refused (stages across processes are not supported by this fake).
+// Sends are buffered in a ring per ordered pair of ranks (copied when issued, as the in-process ranks buffer them);
+// a recv takes its peer's next send.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/calls/nccl_call.h"
 #include "backend/cuda/calls/nccl_host_ranks.h"
@@ -25,13 +27,15 @@ class ProcessNcclComm {
   ProcessNcclComm(const ProcessNcclComm&) = delete;
   ProcessNcclComm& operator=(const ProcessNcclComm&) = delete;
 
-  // Runs one group's collectives with the other ranks' (blocking). Throws std::runtime_error naming a mismatch, a
-  // group too large for the segment, a send / recv, or a partner that did not come within the timeout.
+  // Runs one group (blocking until its collectives and recvs are done). Throws std::runtime_error naming a mismatch,
+  // a group or send too large for the segment, a peer out of range, or a partner that did not come within the timeout.
   void run(const cuda::NcclGroup& group);
 
   struct Segment;  // the shared layout (fake_nccl_processes.cpp)
 
  private:
+  void run_collectives(const std::vector<cuda::NcclCall>& mine);
+
   Segment* segment_ = nullptr;
   size_t mapped_bytes_ = 0;
   int nranks_, rank_;

@@ -1,6 +1,7 @@
 // The fake NCCL's transport between processes (fake_nccl_processes.h), with ranks as forked processes: a group of
 // collectives gives every rank what the in-process interpreter gives (the threads' arithmetic), and a rank that never
-// joins or never issues its collective is an error after the timeout, not a hang, with no segment left in /dev/shm.
+// joins or never issues its collective is an error after the timeout, not a hang, with no segment left in /dev/shm;
+// sends are buffered and each recv takes its peer's next send.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -146,4 +147,47 @@ TEST(FakeNcclAcrossProcesses, ARankThatDiesBeforeItsCollectiveIsAnErrorAfterTheT
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("only 1 of 2 ranks issued"), std::string::npos) << e.what();
   }
+}
+
+TEST(FakeNcclAcrossProcesses, SendsAreBufferedAndEachRecvTakesItsPeersNextSend) {
+  const size_t before = segments_left();
+  const cuda::NcclIdBytes id = test_id("send recv");
+  // Both ranks send two messages to the other before receiving (buffered: no deadlock), then receive them in order;
+  // a recv of the wrong count is refused.
+  auto exchange = [&](int r) {
+    fake_nccl::ProcessNcclComm comm(id, 2, r, milliseconds(20000));
+    const int peer = 1 - r;
+    std::vector<float> first(kCount), second(3), got_first(kCount), got_second(3), wrong(4);
+    for (size_t i = 0; i < kCount; ++i) first[i] = static_cast<float>(r * 10000 + static_cast<int>(i));
+    for (size_t i = 0; i < 3; ++i) second[i] = -static_cast<float>(r + 1) * static_cast<float>(i + 1);
+    comm.run({{{cuda::NcclOp::send, first.data(), nullptr, kCount, cuda::ElementType::f32, peer},
+               {cuda::NcclOp::send, second.data(), nullptr, 3, cuda::ElementType::f32, peer}}});
+    comm.run({{{cuda::NcclOp::recv, nullptr, got_first.data(), kCount, cuda::ElementType::f32, peer},
+               {cuda::NcclOp::recv, nullptr, got_second.data(), 3, cuda::ElementType::f32, peer}}});
+    bool ok = true;
+    for (size_t i = 0; i < kCount; ++i) ok &= got_first[i] == static_cast<float>(peer * 10000 + static_cast<int>(i));
+    for (size_t i = 0; i < 3; ++i) ok &= got_second[i] == -static_cast<float>(peer + 1) * static_cast<float>(i + 1);
+    comm.run({{{cuda::NcclOp::send, second.data(), nullptr, 3, cuda::ElementType::f32, peer}}});
+    try {
+      comm.run({{{cuda::NcclOp::recv, nullptr, wrong.data(), 4, cuda::ElementType::f32, peer}}});
+      ok = false;
+    } catch (const std::runtime_error& e) {
+      ok &= std::string(e.what()).find("meets a send of 3 x f32") != std::string::npos;
+    }
+    return ok;
+  };
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      _exit(exchange(1) ? 0 : 1);
+    } catch (...) {
+      _exit(2);
+    }
+  }
+  EXPECT_TRUE(exchange(0));
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the forked rank: " << status;
+  EXPECT_EQ(segments_left(), before);
 }
