@@ -46,11 +46,16 @@ if not mpiexec:
     print("skipped: no mpirun")
     sys.exit(77)
 
+if not os.path.isdir("/dev/shm"):
+    print("skipped: no /dev/shm for the fake NCCL's POSIX shared memory")
+    sys.exit(77)
+
 VITPIPE = os.environ["VITPIPE"]
 TOLERANCE = 1e-5
 STEPS, BATCH, MICRO = 3, 8, 2
-SEGMENTS = "/dev/shm/vitpipe-fake-nccl-*"
-env = {**os.environ, "VITPIPE_CUDA_MODULE": args.module, "FAKE_NCCL_REPORT": "1", "FAKE_NCCL_PROCESSES": "1",
+SCOPE = f"check{os.getpid()}"  # this run's segments only: other tests may hold theirs at the same time
+SEGMENTS = f"/dev/shm/vitpipe-fake-nccl-{SCOPE}-*"
+env = {**os.environ, "VITPIPE_CUDA_MODULE": args.module, "FAKE_NCCL_REPORT": "1", "FAKE_NCCL_PROCESSES": "1", "FAKE_NCCL_SCOPE": SCOPE,
        "FAKE_CUDA_DEVICES": "4", "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1",
        "LD_LIBRARY_PATH": os.pathsep.join([os.path.dirname(args.fake_driver), os.environ.get("LD_LIBRARY_PATH", "")])}
@@ -94,7 +99,6 @@ def compare(name, reference, run):
           f"{name}: the exported model's {len(ta)} tensors agree (worst relative difference {d:.2e} in {where or '-'})")
 
 
-segments_before = set(glob.glob(SEGMENTS))
 with tempfile.TemporaryDirectory() as tmp:
     csv = e2e.make_blob_dataset(os.path.join(tmp, "data"), {"train": 24, "val": 8}, seed=3)
     init = os.path.join(tmp, "init")
@@ -133,7 +137,7 @@ with tempfile.TemporaryDirectory() as tmp:
               f"the stages' sends all received ({sends} sends, {recvs} recvs; {training} or more for training)")
     if one.returncode == 0 and two.returncode == 0:
         compare(f"mpirun -np {processes} ({args.case}) vs one process", f"{tmp}/one", f"{tmp}/two")
-left = set(glob.glob(SEGMENTS)) - segments_before
+left = glob.glob(SEGMENTS)
 check(not left, f"no shared-memory segment left behind ({sorted(left)})")
 
 if failures:

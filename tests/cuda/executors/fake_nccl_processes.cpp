@@ -84,14 +84,6 @@ void ring_get(const char* ring, uint64_t at, void* to, size_t n) {
   throw std::runtime_error("NCCL rank " + std::to_string(rank) + " (fake, across processes): " + what);
 }
 
-std::string segment_name(const cuda::NcclIdBytes& id) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the id's bytes
-  for (char c : id) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  char name[64];
-  std::snprintf(name, sizeof name, "/vitpipe-fake-nccl-%016llx", static_cast<unsigned long long>(h));
-  return name;
-}
-
 timespec deadline_after(std::chrono::milliseconds timeout) {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -133,6 +125,15 @@ size_t send_elements(const cuda::NcclCall& c, int nranks) {
 }
 
 }  // namespace
+
+std::string segment_name(const cuda::NcclIdBytes& id) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the id's bytes
+  for (char c : id) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  const char* scope = std::getenv("FAKE_NCCL_SCOPE");
+  char hash[24];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("/vitpipe-fake-nccl-") + (scope != nullptr ? std::string(scope) + "-" : std::string()) + hash;
+}
 
 bool processes_transport() {
   const char* on = std::getenv("FAKE_NCCL_PROCESSES");

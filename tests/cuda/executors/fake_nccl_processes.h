@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/calls/nccl_call.h"
@@ -42,6 +43,10 @@ class ProcessNcclComm {
   std::chrono::milliseconds timeout_;
   uint64_t next_collective_ = 0;
 };
+
+// The shared-memory name of the communicator with this id: /vitpipe-fake-nccl-[SCOPE-]HASH, SCOPE from
+// FAKE_NCCL_SCOPE (letters, digits, '-'), so that a test can look for its own segments only.
+std::string segment_name(const cuda::NcclIdBytes& id);
 
 // True when FAKE_NCCL_PROCESSES=1: every communicator of the fake goes through shared memory.
 bool processes_transport();
