@@ -160,6 +160,16 @@ ProcessNcclComm::ProcessNcclComm(const cuda::NcclIdBytes& id, int nranks, int ra
   if (p == MAP_FAILED) fail(rank, "mmap " + name + ": " + std::strerror(errno));
   segment_ = static_cast<Segment*>(p);
   mapped_bytes_ = kSegmentBytes;
+  try {
+    join(name);
+  } catch (...) {
+    munmap(segment_, mapped_bytes_);  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+void ProcessNcclComm::join(const std::string& name) {
+  const int nranks = nranks_, rank = rank_;
   Segment& s = *segment_;
   const auto give_up = std::chrono::steady_clock::now() + timeout_;
   uint32_t expected = 0;

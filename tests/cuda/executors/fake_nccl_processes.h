@@ -35,6 +35,7 @@ class ProcessNcclComm {
   struct Segment;  // the shared layout (fake_nccl_processes.cpp)
 
  private:
+  void join(const std::string& name);
   void run_collectives(const std::vector<cuda::NcclCall>& mine);
 
   Segment* segment_ = nullptr;
