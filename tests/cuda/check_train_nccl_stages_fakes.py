@@ -11,9 +11,8 @@ Checks, per schedule:
 - its train and eval losses and every tensor of the exported model equal the one-stage --device cuda run's within
   fp32 rounding (1e-5 relative); against the one-stage CPU run the losses within 1e-5 and the tensors within 1e-3
   (the backends' kernels round differently, and AdamW carries that into the weights).
-What this cannot prove: real NCCL between GPUs, and replicas (without mpirun the binary runs only stages as threads;
-across processes the fake NCCL has no transport): replicas over NCCL are proven at the executor level
-(fakes/test_pipeline_nccl_on_fakes.cpp).
+What this cannot prove: real NCCL between GPUs, and replicas (without mpirun the binary runs only stages as threads):
+replicas over NCCL in a trainer run, across processes, are check_train_nccl_replicas_fakes.py's.
 
 Usage: check_train_nccl_stages_fakes.py --module M --fake-driver D --case 1f1b|interleaved|zb-h1|gpipe"""
 import argparse

@@ -150,6 +150,7 @@ if(VITPIPE_CUDA_MODULE_BUILT)
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/test_backend_host_waits_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/module_entry_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl_processes.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kernels.cpp
@@ -178,6 +179,7 @@ if(VITPIPE_CUDA_MODULE_BUILT)
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl_processes.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/module_entry.cpp)
   target_include_directories(vit_gradient_probe_cuda_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS}
                              ${VITPIPE_CUDNN_INCLUDE_DIR} ${VITPIPE_NCCL_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
@@ -235,6 +237,7 @@ if(VITPIPE_CUDA_MODULE_BUILT)
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/sdpa_executor.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/nccl_executor.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl_processes.cpp
                  ${PROJECT_SOURCE_DIR}/src/backend/cuda/module_entry.cpp)
   target_include_directories(train_probe_cuda_fakes PRIVATE ${CUDAToolkit_INCLUDE_DIRS} ${VITPIPE_CUDNN_INCLUDE_DIR}
                              ${VITPIPE_NCCL_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
@@ -265,7 +268,8 @@ if(VITPIPE_CUDA_MODULE_BUILT)
               ${PROJECT_SOURCE_DIR}/src/tensor/dtype.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_runtime.cpp
               ${CMAKE_CURRENT_LIST_DIR}/fakes/host_kernels.cpp ${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kernels.cpp
               ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/executors/fake_cudnn.cpp
-              ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp)
+              ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
+              ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl_processes.cpp)
   target_include_directories(vitpipe_cuda_on_fakes PRIVATE ${PROJECT_SOURCE_DIR}/src ${CUDAToolkit_INCLUDE_DIRS}
                              ${VITPIPE_CUDNN_INCLUDE_DIR} ${VITPIPE_NCCL_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR}/executors)
   target_compile_definitions(vitpipe_cuda_on_fakes PRIVATE VITPIPE_CUDA_ARCHITECTURES="fakes")
@@ -288,6 +292,17 @@ if(VITPIPE_CUDA_MODULE_BUILT)
     set_tests_properties(cuda.fakes.train_nccl_stages.${schedule} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}"
                          LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 120)
   endforeach()
+  # `vitpipe train --device cuda` with 2 data-parallel replicas under mpirun -np 2, the ranks processes reducing over
+  # the fake NCCL's shared-memory transport (executors/fake_nccl_processes.h): all-reduce, and --shard-optimizer's
+  # reduce and broadcast; losses and exported weights equal the one-process run's. About 2 s each.
+  foreach(case all-reduce shard-optimizer stages-x-replicas)
+    add_test(NAME cuda.fakes.train_nccl_replicas.${case}
+             COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_train_nccl_replicas_fakes.py
+                     --module $<TARGET_FILE:vitpipe_cuda_on_fakes> --fake-driver $<TARGET_FILE:fake_cuda_driver>
+                     --mpiexec "${MPIEXEC_EXECUTABLE}" --case ${case})
+    set_tests_properties(cuda.fakes.train_nccl_replicas.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}"
+                         LABELS cuda SKIP_RETURN_CODE 77 TIMEOUT 120)
+  endforeach()
 else()
   # Without CUDA's, cuDNN's and NCCL's headers the module on fakes cannot be built: said, and skipped.
   add_test(NAME cuda.fakes.plan COMMAND ${VITPIPE_PYTHON} -c
@@ -297,5 +312,10 @@ else()
     add_test(NAME cuda.fakes.train_nccl_stages.${schedule} COMMAND ${VITPIPE_PYTHON} -c
              "print('skipped: no CUDA module in this build, so no module on fakes'); raise SystemExit(77)")
     set_tests_properties(cuda.fakes.train_nccl_stages.${schedule} PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
+  endforeach()
+  foreach(case all-reduce shard-optimizer stages-x-replicas)
+    add_test(NAME cuda.fakes.train_nccl_replicas.${case} COMMAND ${VITPIPE_PYTHON} -c
+             "print('skipped: no CUDA module in this build, so no module on fakes'); raise SystemExit(77)")
+    set_tests_properties(cuda.fakes.train_nccl_replicas.${case} PROPERTIES LABELS cuda SKIP_RETURN_CODE 77)
   endforeach()
 endif()

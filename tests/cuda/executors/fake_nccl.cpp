@@ -12,9 +12,11 @@
 #include <utility>
 
 #include "backend/cuda/calls/nccl_host_ranks.h"
+#include "fake_nccl_processes.h"
 
 struct ncclComm {
   std::unique_ptr<vitpipe::cuda::HostNcclComm> host;
+  std::unique_ptr<vitpipe::fake_nccl::ProcessNcclComm> processes;  // FAKE_NCCL_PROCESSES=1: ranks in other processes
   std::string last_error;
 };
 
@@ -61,7 +63,11 @@ bool planted(ncclComm_t comm, ncclResult_t& result) {
 
 ncclResult_t run(ncclComm_t comm, const cuda::NcclGroup& group) {
   try {
-    comm->host->run(group);
+    if (comm->processes != nullptr) {
+      comm->processes->run(group);
+    } else {
+      comm->host->run(group);
+    }
     ++groups;
     return ncclSuccess;
   } catch (const std::exception& e) {
@@ -163,7 +169,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     vitpipe::cuda::NcclIdBytes bytes{};
     std::memcpy(bytes.data(), id.internal, bytes.size());
     auto c = std::make_unique<ncclComm>();
-    c->host = std::make_unique<vitpipe::cuda::HostNcclComm>(bytes, nranks, rank);
+    if (fake::processes_transport()) {
+      c->processes = std::make_unique<vitpipe::fake_nccl::ProcessNcclComm>(bytes, nranks, rank);
+    } else {
+      c->host = std::make_unique<vitpipe::cuda::HostNcclComm>(bytes, nranks, rank);
+    }
     *comm = c.release();
     return ncclSuccess;
   } catch (const std::exception& e) {

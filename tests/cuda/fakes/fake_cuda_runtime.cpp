@@ -89,13 +89,25 @@ void uploads_done(cudaEvent_t event, cudaStream_t stream) {
 
 using vitpipe::fake_cuda_runtime::call_counts;
 
+namespace {
+// FAKE_CUDA_DEVICES=N makes the runtime see N GPUs (default 1), so that N ranks of one node may each take one
+// (device_selection.h refuses more ranks than GPUs); they all share this process's host memory.
+int fake_device_count() {
+  const char* text = std::getenv("FAKE_CUDA_DEVICES");
+  const int n = text != nullptr ? std::atoi(text) : 1;
+  return n >= 1 ? n : 1;
+}
+}  // namespace
+
 extern "C" {
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = fake_device_count();
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaSetDevice(int device) {
+  return device >= 0 && device < fake_device_count() ? cudaSuccess : cudaErrorInvalidDevice;
+}
 // Each stream and event its own token (never dereferenced), so that the tests tell them apart.
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
   static std::atomic<intptr_t> next{1};
@@ -146,7 +158,7 @@ cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device < 0 || device >= fake_device_count()) return cudaErrorInvalidDevice;
   *value = attribute == cudaDevAttrMemoryPoolsSupported && vitpipe::fake_cuda_runtime::memory_pools_supported ? 1 : 0;
   return cudaSuccess;
 }
