@@ -5,6 +5,7 @@
 #include "report/svg_chart.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 
 namespace vitpipe {
 namespace {
@@ -39,10 +40,11 @@ std::string cell(const std::string& text) { return "<td>" + html_escape(text) + 
 LocalizationFile read_localization_file(const std::filesystem::path& path) {
   LocalizationFile file;
   file.path = path;
+  const std::string text = read_text_file(path);
   try {
-    file.data = nlohmann::json::parse(read_text_file(path));
+    file.data = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail(path.string(), ": not JSON (", e.what(), ")");
+    fail(path.string(), ": not valid JSON", json_error_detail(e, text));
   }
   const nlohmann::json& d = file.data;
   const std::string where = path.string();

@@ -26,6 +26,7 @@
 #include "report/training_report.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 
 namespace vitpipe {
 namespace {
@@ -82,10 +83,11 @@ std::string with_commas(int64_t n) {
 }
 
 json read_json_file(const fs::path& path) {
+  const std::string text = read_text_file(path);
   try {
-    return json::parse(read_text_file(path));
+    return json::parse(text);
   } catch (const json::exception& e) {
-    fail(path.string(), ": not JSON (", e.what(), ")");
+    fail(path.string(), ": not valid JSON", json_error_detail(e, text));
   }
 }
 

@@ -19,6 +19,7 @@
 #include "util/atomic_file.h"
 #include "util/base64.h"
 #include "util/error.h"
+#include "util/json_error_detail.h"
 #include "util/median.h"
 
 namespace vitpipe {
@@ -633,11 +634,12 @@ ReportInputs read_run_directory(const fs::path& run_dir) {
   in.title = run_dir.string();
   in.metrics = read_metrics_file(metrics);
   VP_REQUIRE(!in.metrics.empty(), metrics.string(), ": no records");
-  if (fs::exists(run_dir / "train_options.json")) {
+  if (const fs::path options = run_dir / "train_options.json"; fs::exists(options)) {
+    const std::string text = read_text_file(options);
     try {
-      in.train_options = nlohmann::json::parse(read_text_file(run_dir / "train_options.json"));
+      in.train_options = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-      fail((run_dir / "train_options.json").string(), ": not JSON (", e.what(), ")");
+      fail(options.string(), ": not valid JSON", json_error_detail(e, text));
     }
   }
   for (const char* split : {"val", "test"}) {
@@ -651,10 +653,11 @@ ReportInputs read_run_directory(const fs::path& run_dir) {
   const fs::path index = run_dir / "heatmaps" / "index.json";
   if (fs::exists(index)) {
     nlohmann::json j;
+    const std::string text = read_text_file(index);
     try {
-      j = nlohmann::json::parse(read_text_file(index));
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-      fail(index.string(), ": not JSON (", e.what(), ")");
+      fail(index.string(), ": not valid JSON", json_error_detail(e, text));
     }
     for (const auto& e : j.value("maps", nlohmann::json::array())) {
       ReportHeatmap h;

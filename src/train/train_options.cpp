@@ -19,10 +19,12 @@
 #include "io/recorded_model_path.h"
 #include "model/precision.h"
 #include "train/training_checkpoint.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/json_error_detail.h"
 #include "util/log.h"
 #include "util/recorded_path.h"
+#include "util/yaml_error_detail.h"
 
 namespace vitpipe {
 namespace {
@@ -43,7 +45,7 @@ struct RawValue {
     int64_t value = 0;
     auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
     VP_REQUIRE(!s.empty() && error == std::errc() && end == s.data() + s.size(), where, ": expected an integer, got '",
-               s, "'");
+               escape_message_bytes(s), "'");
     return value;
   }
   uint64_t unsigned_integer() const {
@@ -51,14 +53,14 @@ struct RawValue {
     uint64_t value = 0;
     auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
     VP_REQUIRE(!s.empty() && error == std::errc() && end == s.data() + s.size(), where,
-               ": expected a non-negative integer, got '", s, "'");
+               ": expected a non-negative integer, got '", escape_message_bytes(s), "'");
     return value;
   }
   static double parse_number(const std::string& s, const std::string& where) {
     double value = 0.0;
     auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
     VP_REQUIRE(!s.empty() && error == std::errc() && end == s.data() + s.size() && std::isfinite(value), where,
-               ": expected a number, got '", s, "'");
+               ": expected a number, got '", escape_message_bytes(s), "'");
     return value;
   }
   double number() const { return parse_number(scalar(), where); }
@@ -67,14 +69,14 @@ struct RawValue {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
     if (s == "true" || s == "yes" || s == "on" || s == "1") return true;
     if (s == "false" || s == "no" || s == "off" || s == "0") return false;
-    fail(where, ": expected true or false, got '", scalar(), "'");
+    fail(where, ": expected true or false, got '", escape_message_bytes(scalar()), "'");
   }
   std::string choice(const std::vector<std::string>& allowed) const {
     const std::string& s = scalar();
     if (std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
     std::string known;
     for (const auto& a : allowed) known += (known.empty() ? "" : ", ") + a;
-    fail(where, ": unknown value '", s, "' (expected one of: ", known, ")");
+    fail(where, ": unknown value '", escape_message_bytes(s), "' (expected one of: ", known, ")");
   }
   // A list, or a scalar split at commas ("3,3,3,3").
   std::vector<std::string> list() const {
@@ -412,7 +414,8 @@ using Entries = std::vector<std::pair<std::string, RawValue>>;
 void apply_entries(TrainOptions& options, const Entries& entries, const std::string& source, bool flag_style) {
   std::map<std::string, const RawValue*> given;
   for (const auto& [key, value] : entries) {
-    VP_REQUIRE(find_option(key) != nullptr, value.where, ": unknown option '", key, "' (known: ", known_keys(), ")");
+    VP_REQUIRE(find_option(key) != nullptr, value.where, ": unknown option '", escape_message_bytes(key),
+               "' (known: ", known_keys(), ")");
     VP_REQUIRE(given.emplace(key, &value).second, value.where, ": '", key, "' is given twice in ", source);
   }
   const std::string dashes = flag_style ? "--" : "";
@@ -448,7 +451,7 @@ Entries entries_from_json(const nlohmann::json& config, const std::string& sourc
   };
   for (const auto& [key, value] : config.items()) {
     RawValue raw;
-    raw.where = concat(source, ": ", key);
+    raw.where = concat(source, ": ", escape_message_bytes(key));
     if (value.is_null()) {
       raw.null = true;
     } else if (value.is_array()) {
@@ -463,11 +466,13 @@ Entries entries_from_json(const nlohmann::json& config, const std::string& sourc
 }
 
 Entries entries_from_yaml(const std::filesystem::path& path) {
+  const std::string text = read_text_file(path);
+  require_yaml_text(text, path.string());
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path.string());
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    fail(path.string(), ": invalid YAML: ", e.what());
+    fail(path.string(), ": not valid YAML", yaml_error_detail(e));
   }
   Entries entries;
   if (root.IsNull()) return entries;
@@ -475,7 +480,7 @@ Entries entries_from_yaml(const std::filesystem::path& path) {
   for (const auto& item : root) {
     RawValue raw;
     const std::string key = item.first.Scalar();
-    raw.where = concat(path.string(), ":", item.first.Mark().line + 1, ": ", key);
+    raw.where = concat(path.string(), ":", item.first.Mark().line + 1, ": ", escape_message_bytes(key));
     const YAML::Node& value = item.second;
     if (value.IsNull()) {
       raw.null = true;
@@ -504,7 +509,7 @@ nlohmann::json parse_json_file(const std::filesystem::path& path) {
   auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     if (event == nlohmann::json::parse_event_t::key && depth == 1) {
       const std::string key = normalise_key(parsed.get<std::string>());
-      VP_REQUIRE(seen.insert(key).second, path.string(), ": '", key, "' is given twice");
+      VP_REQUIRE(seen.insert(key).second, path.string(), ": '", escape_message_bytes(key), "' is given twice");
     }
     return true;
   };

@@ -58,6 +58,20 @@ std::string escape_message_bytes(std::string_view bytes) {
   return out;
 }
 
+size_t first_unprintable_text_byte(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c >= 0x20 && c < 0x7f) || c == '\t' || c == '\n' || c == '\r') {
+      ++i;
+    } else if (const size_t length = c >= 0x80 ? utf8_sequence_length(text, i) : 0; length > 0) {
+      i += length;
+    } else {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
 std::string json_error_detail(const nlohmann::json::exception& error, std::string_view text) {
   std::string reason = error.what();
   // "[json.exception.parse_error.101] parse error at line 1, column 6: ..." -> "line 1, column 6: ..."
