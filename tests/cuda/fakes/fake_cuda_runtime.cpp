@@ -164,6 +164,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  require_current(event, "cudaEventDestroy");
   forget_device(event);
   return cudaSuccess;
 }
@@ -180,11 +181,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+  require_current(event, "cudaEventQuery");
   vitpipe::fake_cuda_runtime::uploads_done(event, nullptr);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   ++call_counts().event_synchronizations;
+  require_current(event, "cudaEventSynchronize");
   vitpipe::fake_cuda_runtime::uploads_done(event, nullptr);
   return cudaSuccess;
 }

@@ -3,6 +3,7 @@
 // backend's GPU current first. The fake runtime (fake_cuda_runtime.h) tracks the current device per thread and records
 // each call on a stream, event, block or handle of another device; these tests use two backends alternately from one
 // thread, from two threads, over NCCL, and destroy them from a third thread, and expect no such call.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -115,6 +116,14 @@ TEST_F(BackendDevicesOnFakes, TwoBackendsUsedAlternatelyFromOneThreadAndDestroye
     synchronize(*gpu0);  // GPU 1 current
     synchronize(*gpu1);
   }
+  // Deferred losses of both, read each while the other's GPU is current.
+  ASSERT_TRUE(defer_losses(*gpu0));
+  EXPECT_EQ(gpu0->bce_with_logits(work0->logits, work0->targets, nullptr, nullptr, 1.0, work0->grad), 0.0);
+  ASSERT_TRUE(defer_losses(*gpu1));
+  EXPECT_EQ(gpu1->bce_with_logits(work1->logits, work1->targets, nullptr, nullptr, 1.0, work1->grad), 0.0);
+  EXPECT_EQ(take_losses(*gpu0), want0.first);  // GPU 1 current
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(take_losses(*gpu1), want1.first);
   // A thread of its own frees both backends' tensors, leaving GPU 0 current, then destroys GPU 1's backend, then
   // GPU 0's (each destruction on a thread whose current device is the other's).
   std::thread destroyer([&] {
@@ -158,22 +167,54 @@ TEST_F(BackendDevicesOnFakes, NcclRanksOnTwoGpusAsThreads) {
   std::vector<std::unique_ptr<Backend>> backends(2);
   run_local_ranks(2, [&](Communicator& comm) {
     // Each rank's thread starts on GPU 0; rank 1's backend lives on GPU 1.
+    // Before each entry the thread switches to the other GPU, as another stage's or library's call on it would.
+    const int other = 1 - comm.rank();
     backends[comm.rank()] = make_cuda_module_backend(*vitpipe_cuda_module(), comm.rank(), false);
     Backend& gpu = *backends[comm.rank()];
     {
+      ASSERT_EQ(cudaSetDevice(other), cudaSuccess);
       NcclGroup nccl(gpu, comm);
       Tensor host = Tensor::empty({static_cast<int64_t>(n)});
       for (size_t i = 0; i < n; ++i) host.f32()[i] = static_cast<float>(comm.rank() + 1) + static_cast<float>(i);
       const Tensor g = gpu.allocate(host.shape(), DType::f32);
       gpu.copy_from_host(host, g);
-      nccl.allreduce_sum(g);
-      nccl.wait();
-      gpu.copy_to_host(g, host);
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(host.f32()[i], 3.0f + 2.0f * static_cast<float>(i)) << i;
+      for (int round = 0; round < 2; ++round) {
+        ASSERT_EQ(cudaSetDevice(other), cudaSuccess);
+        nccl.allreduce_sum(g);
+        ASSERT_EQ(cudaSetDevice(other), cudaSuccess);
+        while (round == 1 && !nccl.done()) {  // round 0 waits without asking first
+        }
+        ASSERT_EQ(cudaSetDevice(other), cudaSuccess);
+        nccl.wait();
+        ASSERT_EQ(cudaSetDevice(other), cudaSuccess);
+        gpu.copy_to_host(g, host);
+        // The ranks' 1 + i and 2 + i summed, then that sum summed again (exact in float).
+        const float times = round == 0 ? 1.0f : 2.0f;
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(host.f32()[i], times * (3.0f + 2.0f * static_cast<float>(i))) << i;
+      }
+      ASSERT_EQ(cudaSetDevice(other), cudaSuccess);
     }
   });
   std::thread destroyer([&] { backends.clear(); });
   destroyer.join();
+  EXPECT_EQ(joined(fake_cuda_runtime::take_device_violations()), "");
+}
+
+TEST_F(BackendDevicesOnFakes, ACommunicatorDestroyedThroughTheTableWhileAnotherGpuIsCurrent) {
+  // NcclGroup waits (nccl_wait makes the GPU current) before nccl_comm_destroy; the table's entry alone must too.
+  const VitpipeCudaModule& module = *vitpipe_cuda_module();
+  auto gpu1 = make_cuda_module_backend(module, 1, false);
+  const std::optional<CudaModuleInstance> instance = cuda_module_instance(*gpu1);
+  ASSERT_TRUE(instance.has_value());
+  char id[VITPIPE_NCCL_UNIQUE_ID_BYTES] = {};
+  char error[256] = {};
+  ASSERT_EQ(module.nccl_unique_id(id, error, sizeof error), 0) << error;
+  void* comm = nullptr;
+  ASSERT_EQ(module.nccl_comm_create(instance->instance.get(), id, 1, 0, &comm, error, sizeof error), 0) << error;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  module.nccl_comm_destroy(comm);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  gpu1.reset();
   EXPECT_EQ(joined(fake_cuda_runtime::take_device_violations()), "");
 }
 
