@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -109,6 +111,18 @@ void require_current(const void* thing, const char* call) {
   violations.push_back(std::string(call) + " on device " + std::to_string(it->second) + "'s handle while device " +
                        std::to_string(current_device) + " is current");
 }
+
+// FAKE_CUDA_DEVICE_REPORT=1: at exit, one line with the count of calls on another device's handle, then each call,
+// for the tests that run a whole vitpipe on the module built on these fakes.
+struct DeviceReportAtExit {
+  ~DeviceReportAtExit() {
+    const char* wanted = std::getenv("FAKE_CUDA_DEVICE_REPORT");
+    if (wanted == nullptr || std::string(wanted) != "1") return;
+    std::lock_guard<std::mutex> lock(device_mutex);
+    std::fprintf(stderr, "fake CUDA runtime: %zu call(s) on another device's handle\n", violations.size());
+    for (const std::string& v : violations) std::fprintf(stderr, "fake CUDA runtime: %s\n", v.c_str());
+  }
+} device_report_at_exit;
 }  // namespace
 
 std::vector<std::string> take_device_violations() {
