@@ -141,13 +141,15 @@ set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/fakes/host_optimizer_kerne
 # the executors issue them) and test_cuda_gpu itself; the kernels' indexing on the device is left to the GPU. With the
 # module's table (module_entry.cpp) and the fake NCCL: backend/nccl_group.h through the table's nccl_* entries and
 # NcclExecutor, ranks as threads (fakes/test_module_nccl_on_fakes.cpp); pipeline stages exchanging activations over
-# it, every schedule against one stage (fakes/test_pipeline_nccl_on_fakes.cpp).
+# it, every schedule against one stage (fakes/test_pipeline_nccl_on_fakes.cpp); backends on two GPUs from several
+# threads, every call on its backend's current device (fakes/test_backend_devices_on_fakes.cpp).
 if(VITPIPE_CUDA_MODULE_BUILT)
   add_executable(test_cuda_backend_fakes ${CMAKE_CURRENT_LIST_DIR}/gpu/test_cuda_backend_gpu.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/test_module_nccl_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/test_pipeline_nccl_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/test_module_attention_path_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/test_backend_host_waits_on_fakes.cpp
+                 ${CMAKE_CURRENT_LIST_DIR}/fakes/test_backend_devices_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/fakes/module_entry_on_fakes.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl.cpp
                  ${CMAKE_CURRENT_LIST_DIR}/executors/fake_nccl_processes.cpp

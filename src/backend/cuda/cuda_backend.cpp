@@ -182,6 +182,10 @@ cudaError_t CudaBackend::free_block(void* memory) {
 }
 
 void CudaBackend::release() {
+  // The destroying thread (a pipeline stage's, the trainer's) may have another GPU current: the frees, the stream's
+  // synchronisation and the handles' destruction belong to this backend's. Nothing to report from a destructor.
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device_) cudaSetDevice(device_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   gemm_.reset();
   sdpa_.reset();
@@ -206,6 +210,9 @@ void CudaBackend::release() {
 }
 
 void CudaBackend::make_current() {
+  // The current device is per host thread; set it only when it differs (cudaGetDevice costs no driver call).
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device_) return;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
 }
 

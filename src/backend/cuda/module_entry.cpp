@@ -78,7 +78,9 @@ int backend_call(void* backend, VitpipeBackendCall* call, char* error, size_t er
 
 int backend_synchronize(void* backend, char* error, size_t error_size) {
   try {
-    static_cast<vitpipe::cuda::CudaBackend*>(backend)->synchronize();
+    auto* b = static_cast<vitpipe::cuda::CudaBackend*>(backend);
+    b->make_current();
+    b->synchronize();
     return 0;
   } catch (const std::exception& e) {
     if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", e.what());

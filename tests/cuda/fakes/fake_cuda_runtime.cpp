@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -84,10 +86,55 @@ void uploads_done(cudaEvent_t event, cudaStream_t stream) {
     it = done ? uploads_in_flight.erase(it) : std::next(it);
   }
 }
+
+// Per-thread current device and what each stream, event, block and handle was made on (fake_cuda_runtime.h).
+thread_local int current_device = 0;
+std::mutex device_mutex;
+std::map<const void*, int> made_on;  // stream, event, handle or block start -> its device
+std::vector<std::string> violations;
+
+void remember_device(const void* thing) {
+  std::lock_guard<std::mutex> lock(device_mutex);
+  made_on[thing] = current_device;
+}
+void forget_device(const void* thing) {
+  std::lock_guard<std::mutex> lock(device_mutex);
+  made_on.erase(thing);
+}
+// Records a violation when `thing` (a stream, event, handle or block; null is the legacy default stream, skipped)
+// belongs to a device other than the calling thread's current one.
+void require_current(const void* thing, const char* call) {
+  if (thing == nullptr) return;
+  std::lock_guard<std::mutex> lock(device_mutex);
+  auto it = made_on.find(thing);
+  if (it == made_on.end() || it->second == current_device) return;
+  violations.push_back(std::string(call) + " on device " + std::to_string(it->second) + "'s handle while device " +
+                       std::to_string(current_device) + " is current");
+}
+
+// FAKE_CUDA_DEVICE_REPORT=1: at exit, one line with the count of calls on another device's handle, then each call,
+// for the tests that run a whole vitpipe on the module built on these fakes.
+struct DeviceReportAtExit {
+  ~DeviceReportAtExit() {
+    const char* wanted = std::getenv("FAKE_CUDA_DEVICE_REPORT");
+    if (wanted == nullptr || std::string(wanted) != "1") return;
+    std::lock_guard<std::mutex> lock(device_mutex);
+    std::fprintf(stderr, "fake CUDA runtime: %zu call(s) on another device's handle\n", violations.size());
+    for (const std::string& v : violations) std::fprintf(stderr, "fake CUDA runtime: %s\n", v.c_str());
+  }
+} device_report_at_exit;
 }  // namespace
+
+std::vector<std::string> take_device_violations() {
+  std::lock_guard<std::mutex> lock(device_mutex);
+  return std::exchange(violations, {});
+}
 }  // namespace vitpipe::fake_cuda_runtime
 
 using vitpipe::fake_cuda_runtime::call_counts;
+using vitpipe::fake_cuda_runtime::forget_device;
+using vitpipe::fake_cuda_runtime::remember_device;
+using vitpipe::fake_cuda_runtime::require_current;
 
 namespace {
 // FAKE_CUDA_DEVICES=N makes the runtime see N GPUs (default 1), so that N ranks of one node may each take one
@@ -106,12 +153,19 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-  return device >= 0 && device < fake_device_count() ? cudaSuccess : cudaErrorInvalidDevice;
+  if (device < 0 || device >= fake_device_count()) return cudaErrorInvalidDevice;
+  vitpipe::fake_cuda_runtime::current_device = device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = vitpipe::fake_cuda_runtime::current_device;
+  return cudaSuccess;
 }
 // Each stream and event its own token (never dereferenced), so that the tests tell them apart.
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
   static std::atomic<intptr_t> next{1};
   *stream = reinterpret_cast<cudaStream_t>(next++ * 16);
+  remember_device(*stream);
   return cudaSuccess;
 }
 // Events: everything has already run when it is enqueued, so every event has happened; each record and wait is
@@ -120,40 +174,59 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
   static std::atomic<intptr_t> next{1};
   *event = reinterpret_cast<cudaEvent_t>(next++ * 16 + 8);
+  remember_device(*event);
   return cudaSuccess;
 }
-cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  require_current(event, "cudaEventDestroy");
+  forget_device(event);
+  return cudaSuccess;
+}
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  require_current(stream, "cudaEventRecord");
+  require_current(event, "cudaEventRecord");
   vitpipe::fake_cuda_runtime::record_after_uploads(event, stream);
   vitpipe::fake_cuda_runtime::log_stream_event({vitpipe::fake_cuda_runtime::StreamEvent::record, event, stream});
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  require_current(stream, "cudaStreamWaitEvent");
   vitpipe::fake_cuda_runtime::log_stream_event({vitpipe::fake_cuda_runtime::StreamEvent::wait, event, stream});
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+  require_current(event, "cudaEventQuery");
   vitpipe::fake_cuda_runtime::uploads_done(event, nullptr);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   ++call_counts().event_synchronizations;
+  require_current(event, "cudaEventSynchronize");
   vitpipe::fake_cuda_runtime::uploads_done(event, nullptr);
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   ++call_counts().stream_synchronizations;
+  require_current(stream, "cudaStreamSynchronize");
   vitpipe::fake_cuda_runtime::uploads_done(nullptr, stream);
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  require_current(stream, "cudaStreamDestroy");
+  forget_device(stream);
+  return cudaSuccess;
+}
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   ++call_counts().device_allocations;
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
-  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
+  remember_device(*p);
+  return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   ++call_counts().device_frees;
+  require_current(p, "cudaFree");
+  forget_device(p);
   std::free(p);
   return cudaSuccess;
 }
@@ -163,15 +236,20 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
   return cudaSuccess;
 }
 // Stream-ordered: the stream has run everything enqueued before, so the block is free (or taken) at once.
-cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   if (!vitpipe::fake_cuda_runtime::memory_pools_supported) return cudaErrorNotSupported;
   ++call_counts().stream_ordered_allocations;
+  require_current(stream, "cudaMallocAsync");
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
-  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
+  remember_device(*p);
+  return cudaSuccess;
 }
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
   if (!vitpipe::fake_cuda_runtime::memory_pools_supported) return cudaErrorNotSupported;
   ++call_counts().stream_ordered_frees;
+  require_current(stream, "cudaFreeAsync");
+  forget_device(p);
   std::free(p);
   return cudaSuccess;
 }
@@ -197,6 +275,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  require_current(stream, "cudaMemcpyAsync");
   if (kind == cudaMemcpyHostToDevice) {
     const bool from_pinned = vitpipe::fake_cuda_runtime::is_pinned(src, bytes);
     ++(from_pinned ? call_counts().pinned_uploads : call_counts().pageable_uploads);
@@ -208,14 +287,16 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                              cudaMemcpyKind, cudaStream_t) {
+                              cudaMemcpyKind, cudaStream_t stream) {
+  require_current(stream, "cudaMemcpy2DAsync");
   if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
   for (size_t r = 0; r < height; ++r) {
     std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
   }
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+  require_current(stream, "cudaMemsetAsync");
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
@@ -224,20 +305,30 @@ const char* cudaGetErrorName(cudaError_t) { return "cudaErrorFake"; }
 const char* cudaGetErrorString(cudaError_t) { return "an error of the fake CUDA runtime"; }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
-  static int token;
-  *handle = reinterpret_cast<cublasLtHandle_t>(&token);
+  static std::atomic<intptr_t> next{1};
+  *handle = reinterpret_cast<cublasLtHandle_t>(next++ * 16 + 4);
+  remember_device(*handle);
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  require_current(handle, "cublasLtDestroy");
+  forget_device(handle);
+  return CUBLAS_STATUS_SUCCESS;
+}
 const char* cublasLtGetStatusName(cublasStatus_t) { return "CUBLAS_STATUS_FAKE"; }
 const char* cublasLtGetStatusString(cublasStatus_t) { return "a status of the fake cuBLASLt"; }
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
-  static int token;
-  *handle = reinterpret_cast<cudnnHandle_t>(&token);
+  static std::atomic<intptr_t> next{1};
+  *handle = reinterpret_cast<cudnnHandle_t>(next++ * 16 + 12);
+  remember_device(*handle);
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnDestroy(cudnnHandle_t) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
+  require_current(handle, "cudnnDestroy");
+  forget_device(handle);
+  return CUDNN_STATUS_SUCCESS;
+}
 
 }  // extern "C"
 

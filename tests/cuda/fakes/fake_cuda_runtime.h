@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace vitpipe::fake_cuda_runtime {
@@ -41,6 +42,16 @@ struct CallCounts {
   std::atomic<int> pinned_refills_in_flight{0};
 };
 CallCounts& call_counts();
+
+// The current device is per host thread, as the runtime's is (cudaSetDevice / cudaGetDevice; 0 until set). Streams,
+// events, cudaMalloc'd blocks and cuBLASLt / cuDNN handles remember the device current when they were made. A call
+// that enqueues on a stream (a copy, a memset, an event record or wait, a stream-ordered allocation or free, a
+// synchronisation or query) or destroys a stream or handle while another device is current is a violation: on a GPU it
+// fails (cudaErrorInvalidResourceHandle for a stream of another device) or runs against the wrong device. The fake
+// records each one (the call and both devices) instead of failing, for the tests to assert on. Stricter than the
+// runtime for a few (synchronising or querying another device's stream or event, freeing its block, which the
+// runtime allows): vitpipe's rule is that every entry makes its backend's GPU current, so none should happen.
+std::vector<std::string> take_device_violations();
 
 // What the fake cudnnGetVersion answers (91900, the headers' 9.19.0, unless a test sets another).
 extern size_t cudnn_version;
