@@ -656,7 +656,8 @@ def case_bad_bytes(root, checks):
 
 CASES = {"non-utf8": case_non_utf8, "pipelining": case_pipelining, "slow-clients": case_slow_clients,
          "slow-bodies": case_slow_bodies, "page-policy": case_page_policy,
-         "port-in-use": case_port_in_use, "port-zero": case_port_zero, "keep-alive": case_keep_alive, "no-length": case_no_length,
+         "port-in-use": case_port_in_use, "port-zero": case_port_zero, "keep-alive": case_keep_alive,
+         "no-length": case_no_length,
          "model-info": case_model_info, "decode-bomb": case_decode_bomb, "dicom-node": case_dicom_node,
          "dicom-nesting": case_dicom_nesting, "bad-bytes": case_bad_bytes}
 
