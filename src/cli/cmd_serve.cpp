@@ -269,7 +269,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads for the model (0 = all cores)");
   add_image_read_flags(cmd, &o->read);
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", o->port, "HTTP port")->capture_default_str();
+  cmd->add_option("--port", o->port, "HTTP port (0: any free port; the ready line on stderr says which)")
+      ->capture_default_str();
   cmd->add_option("--max-batch", o->max_batch, "Images per forward pass at most")->capture_default_str();
   cmd->add_option("--max-delay-ms", o->max_delay_ms, "How long the first queued image waits for others to batch with")
       ->capture_default_str();

@@ -109,7 +109,8 @@ HttpService::HttpService(PredictionService& predictions, ServeMetrics& metrics, 
 HttpService::~HttpService() = default;
 
 void HttpService::bind() {
-  VP_REQUIRE(options_.port >= 1 && options_.port <= 65535, "--port: expected 1..65535, got ", options_.port);
+  VP_REQUIRE(options_.port >= 0 && options_.port <= 65535, "--port: expected 0 (any free port) or 1..65535, got ",
+             options_.port);
   server_->bind(options_.host, options_.port);
   port_ = server_->port();
 }

@@ -33,7 +33,8 @@ class HttpService {
               HttpServiceOptions options);
   ~HttpService();
 
-  // Binds the port (refused when another process listens there); throws vitpipe::Error naming --host/--port.
+  // Binds the port (0: a free one, then port() says which; refused when another process listens there); throws
+  // vitpipe::Error naming --host/--port.
   void bind();
   int port() const { return port_; }
   // Serves until stop(); requests in flight are answered before it returns.

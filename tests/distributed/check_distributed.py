@@ -15,7 +15,8 @@ Cases (each one ctest test; `setup` is their fixture, it writes the models and t
   sharded.<layout>         --shard-optimizer (AdamW, LAMB, clipping on) == one process with the same optimizer
   layout-auto.ranks<N>     --layout auto: the chosen layout's weights == one process; predicted vs measured printed
   layout-auto.predicted-vs-measured  --layout auto on 2 ranks: measured step time within a factor 8 of predicted
-                           (prints the ratio; a bound against gross errors only, see TIMING_FACTOR)
+                           in one of two runs (prints the ratios; a bound against gross errors only, see
+                           TIMING_FACTOR)
   plan.<what>              `vitpipe plan`: a layout for 4 processes (cached profile reused, layout flags fix the
                            search), under mpirun, and a memory no layout fits refused saying what would fit
   families.<model>-<mode>  zb-h1 == 1F1B (2 stages, mpirun) on DINOv2 with registers + SwiGLU + LayerScale and on
@@ -501,30 +502,51 @@ def case_layout_auto(job, processes):
 # tens of milliseconds, where per-message and per-micro-batch overheads the planner does not model dominate
 # (measured / predicted 4.4 here, with a 2-stage interleaved layout); CI also runs other tests beside this one.
 TIMING_FACTOR = 8.0
+# Both sides of the ratio are measured in the same run, under the same load, so a busy host slows them alike; what it
+# cannot cancel is load that changes between the profile and the steps (seconds apart). A ratio out of bounds is
+# therefore measured once more from a fresh profile, and the test fails only when both runs are: an error of the
+# planner's (units, a missing pass) is out of bounds every time. Nothing here is timed against the wall clock: the
+# run's own wall time is mostly the profile (11-28 s on a loaded 2-core host, 107 s seen in CI under heavy load),
+# hence TIMING_RUN_SECONDS per run and the test's TIMEOUT in tests.cmake with room for two.
+TIMING_ATTEMPTS = 2
+TIMING_RUN_SECONDS = 140
 
 
-def case_layout_auto_timing(job):
-    """--layout auto on 2 ranks of 1 thread (no oversubscription), link and reduction measured by the run itself,
-    profile measured by both ranks at once: the measured step time (median of the steps after the first) must be
-    within TIMING_FACTOR of the predicted one."""
-    out = os.path.join(job.work, "layout-auto.predicted-vs-measured")
+def measure_layout_auto_timing(job, out, cache):
+    """One --layout auto run from a fresh profile: its metrics.jsonl records and its layout records."""
     shutil.rmtree(out, ignore_errors=True)
-    cache = os.path.join(job.work, "layout-auto-timing-profiles")
     shutil.rmtree(cache, ignore_errors=True)
     result = job.train(2, ["--model", job.model("mini")] + data_flag() + COMMON[2:] + THREADS + SGD +
                        ["--batch-size", "32", "--max-steps", "8", "--layout", "auto", "--memory-per-process", "2GiB",
-                        "--profile-cache", cache, "--output-dir", out])
+                        "--profile-cache", cache, "--output-dir", out], timeout=TIMING_RUN_SECONDS)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     layout = [r for r in records if r.get("type") == "layout"]
     if not layout:
         sys.exit("FAIL: no layout record in metrics.jsonl:\n" + result.stderr)
-    predicted, measured = layout[-1]["predicted_step_seconds"], layout[-1]["measured_step_seconds"]
     print("\n".join(line for line in result.stderr.splitlines() if "--layout auto" in line or "plan:" in line))
-    print(f"predicted {predicted:.4f} s, measured {measured:.4f} s per step: measured / predicted = "
-          f"{measured / predicted:.2f} (allowed 1/{TIMING_FACTOR:g} .. {TIMING_FACTOR:g})")
-    if not 1 / TIMING_FACTOR <= measured / predicted <= TIMING_FACTOR:
-        sys.exit("FAIL: predicted and measured step times differ by more than the allowed factor")
+    print(f"run took {result.seconds:.1f} s", flush=True)
+    return records, layout
+
+
+def case_layout_auto_timing(job):
+    """--layout auto on 2 ranks of 1 thread (no oversubscription), link and reduction measured by the run itself,
+    profile measured by both ranks at once: the measured step time (median of the steps after the first) must be
+    within TIMING_FACTOR of the predicted one (in one of TIMING_ATTEMPTS runs, see there)."""
+    out = os.path.join(job.work, "layout-auto.predicted-vs-measured")
+    cache = os.path.join(job.work, "layout-auto-timing-profiles")
+    ratios = []
+    for attempt in range(1, TIMING_ATTEMPTS + 1):
+        records, layout = measure_layout_auto_timing(job, out, cache)
+        predicted, measured = layout[-1]["predicted_step_seconds"], layout[-1]["measured_step_seconds"]
+        ratios.append(measured / predicted)
+        print(f"run {attempt}: predicted {predicted:.4f} s, measured {measured:.4f} s per step: measured / predicted = "
+              f"{ratios[-1]:.2f} (allowed 1/{TIMING_FACTOR:g} .. {TIMING_FACTOR:g})", flush=True)
+        if 1 / TIMING_FACTOR <= ratios[-1] <= TIMING_FACTOR:
+            break
+    else:
+        sys.exit(f"FAIL: predicted and measured step times differ by more than the allowed factor in all "
+                 f"{TIMING_ATTEMPTS} runs (measured / predicted: {', '.join(f'{r:.2f}' for r in ratios)})")
     # Bytes are exact: every step's count over the ranks must be the chosen layout's planned volume. The plan is the
     # steady state: with a sharded optimizer a step counts the parameter all-gather it waited for, which the first
     # step has none of (the weights start whole), so its count is the reduce-scatter alone.

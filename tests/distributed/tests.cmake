@@ -36,3 +36,7 @@ endforeach()
 set_tests_properties(${VITPIPE_DISTRIBUTED_TESTS} PROPERTIES FIXTURES_REQUIRED distributed_reference)
 set_tests_properties(distributed.setup ${VITPIPE_DISTRIBUTED_TESTS} PROPERTIES
                      ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS distributed TIMEOUT 120)
+# Most of its run is the planner's profile, CPU-bound: 11-28 s on a loaded 2-core host, 107 s seen in CI, and a ratio
+# out of bounds is measured once more (check_distributed.py, TIMING_ATTEMPTS). Its check is a ratio of two times from
+# the same run, not the wall clock, so the timeout only bounds a hang: room for two runs of TIMING_RUN_SECONDS.
+set_tests_properties(distributed.layout-auto.predicted-vs-measured PROPERTIES TIMEOUT 300)

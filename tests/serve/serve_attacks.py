@@ -311,7 +311,7 @@ def case_slow_bodies(root, checks):
                 s.close()
         checks.check(alive(server), "the server stopped answering")
     checks.check(server.exit_code == 0, f"exit {server.exit_code}")
-    result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", str(free_port()),
+    result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", "0",
                              "--max-requests-per-address", "-1"], capture_output=True, text=True, timeout=60)
     checks.check(result.returncode != 0 and "--max-requests-per-address" in result.stderr,
                  f"--max-requests-per-address -1: exit {result.returncode}: {result.stderr.strip()[-200:]}")
@@ -354,12 +354,30 @@ def case_port_in_use(root, checks):
         taken.bind(("0.0.0.0", 0))
         taken.listen(1)
         dicom_port = taken.getsockname()[1]
-        result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", str(free_port()), "--dicom-port",
+        result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", "0", "--dicom-port",
                                  str(dicom_port), "--spool", os.path.join(root, "spool")],
                                 capture_output=True, text=True, timeout=120)
         checks.check(result.returncode == 1 and str(dicom_port) in result.stderr,
                      f"DICOM port in use: exit {result.returncode}: {result.stderr.strip()[-300:]}")
         checks.check("terminate called" not in result.stderr, "DICOM port in use: the process aborted")
+
+
+def case_port_zero(root, checks):
+    """--port 0: the kernel picks a free port and the ready line says which, so two servers started at once both come
+    up, on different ports, with no window in which another test could take a port chosen beforehand. Out of range
+    is still refused with one line."""
+    model = make_model(root)
+    with Server(model) as first, Server(model) as second:
+        checks.check("--port 0" in " ".join(first.args) and "--port 0" in " ".join(second.args),
+                     f"the harness did not start them with --port 0: {first.args}")
+        checks.check(first.port != second.port and 0 not in (first.port, second.port),
+                     f"ports {first.port} and {second.port}")
+        checks.check(alive(first) and alive(second), "a server on a port of its own choosing does not answer")
+    checks.check(first.exit_code == 0 and second.exit_code == 0, f"exits {first.exit_code}, {second.exit_code}")
+    result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", "65536"], capture_output=True, text=True,
+                            timeout=60)
+    checks.check(result.returncode == 1 and "--port: expected 0 (any free port) or 1..65535" in result.stderr,
+                 f"--port 65536: exit {result.returncode}: {result.stderr.strip()[-200:]}")
 
 
 def case_keep_alive(root, checks):
@@ -512,7 +530,7 @@ def case_dicom_node(root, checks):
         checks.check(echoscu(dicom_port, "MODALITY")[0] == 0, "an allowed caller from its address is refused")
         checks.check(echoscu(dicom_port, "ANYWHERE")[0] == 0, "an allowed caller without address is refused")
         checks.check(echoscu(dicom_port, "PACS")[0] != 0, "a caller not in --allowed-callers is accepted")
-    result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", str(free_port()), "--dicom-port",
+    result = subprocess.run([VITPIPE, "serve", "--model", model, "--port", "0", "--dicom-port",
                              str(free_port()), "--spool", os.path.join(root, "spool3"), "--allowed-callers", "A\\B"],
                             capture_output=True, text=True, timeout=60)
     checks.check(result.returncode == 1 and "--allowed-callers" in result.stderr,
@@ -638,7 +656,8 @@ def case_bad_bytes(root, checks):
 
 CASES = {"non-utf8": case_non_utf8, "pipelining": case_pipelining, "slow-clients": case_slow_clients,
          "slow-bodies": case_slow_bodies, "page-policy": case_page_policy,
-         "port-in-use": case_port_in_use, "keep-alive": case_keep_alive, "no-length": case_no_length,
+         "port-in-use": case_port_in_use, "port-zero": case_port_zero, "keep-alive": case_keep_alive,
+         "no-length": case_no_length,
          "model-info": case_model_info, "decode-bomb": case_decode_bomb, "dicom-node": case_dicom_node,
          "dicom-nesting": case_dicom_nesting, "bad-bytes": case_bad_bytes}
 

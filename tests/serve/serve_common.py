@@ -48,6 +48,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def ready_port(output):
+    """The port in serve's ready line ("serving MODEL on http://HOST:PORT (max batch N, ready)"), or None before it."""
+    for line in output.splitlines():
+        if line.startswith("serving ") and line.endswith(", ready)"):
+            return int(line.rsplit(" (max batch", 1)[0].rsplit(":", 1)[1])
+    return None
+
+
 def make_model(root, preset="vit-mini", image_size=64, labels=None):
     out = os.path.join(root, "model")
     args = [VITPIPE, "init", "--preset", preset, "--image-size", str(image_size), "--out", out, "--seed", "7"]
@@ -137,12 +145,13 @@ def metric(text, name, labels=None):
 
 
 class Server:
-    """`vitpipe serve` on a free port; stops with SIGTERM and records the exit status and stderr."""
+    """`vitpipe serve` on a port of the kernel's choosing (--port 0: no other test can take it between choosing and
+    binding), read from its ready line; stops with SIGTERM and records the exit status and stderr."""
 
     def __init__(self, model, *options, env=None):
-        self.port = free_port()
+        self.port = None
         self.log = tempfile.NamedTemporaryFile(prefix="serve-", suffix=".log", delete=False)
-        self.args = [VITPIPE, "serve", "--model", model, "--port", str(self.port), "--threads", "2", *options]
+        self.args = [VITPIPE, "serve", "--model", model, "--port", "0", "--threads", "2", *options]
         self.env = dict(os.environ, **(env or {}))
         self.process = None
         self.exit_code = None
@@ -150,23 +159,15 @@ class Server:
     def __enter__(self):
         self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.time() + 60
-        retries = 5
         while time.time() < deadline:
             if self.process.poll() is not None:
-                # free_port() only found a port free a moment ago: a test running beside this one may have taken
-                # it since. Serve says so and exits; start again on another port.
-                if f"port {self.port} is in use" in self.output() and retries > 0:
-                    retries -= 1
-                    self.port = free_port()
-                    self.args[self.args.index("--port") + 1] = str(self.port)
-                    self.log.truncate(0)
-                    self.log.seek(0)
-                    self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
-                    continue
                 raise RuntimeError(f"vitpipe serve exited with {self.process.returncode}: {self.output()}")
-            with contextlib.suppress(OSError):
-                if request(self.port, "GET", "/healthz", timeout=2)[0] == 200 and "ready)" in self.output():
-                    return self
+            if self.port is None:
+                self.port = ready_port(self.output())
+            if self.port is not None:
+                with contextlib.suppress(OSError):
+                    if request(self.port, "GET", "/healthz", timeout=2)[0] == 200:
+                        return self
             time.sleep(0.1)
         raise RuntimeError("vitpipe serve did not become ready in 60 s: " + self.output())
 

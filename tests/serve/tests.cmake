@@ -18,10 +18,11 @@ foreach(case load overload bad-requests token heatmap stow sigterm)
 endforeach()
 
 # --- `vitpipe serve` under attack on loopback (serve_attacks.py): bytes that are not UTF-8, pipelining, slow and idle
-# connections, a port in use, keep-alive latency, a POST without a length, what /v1/model discloses, a decode bomb,
-# control and non-UTF-8 bytes in bodies and part names (escaped \xNN in the error) ---
-foreach(case non-utf8 pipelining slow-clients port-in-use keep-alive no-length model-info decode-bomb dicom-node
-        dicom-nesting slow-bodies page-policy bad-bytes)
+# connections, a port in use, --port 0 (two servers, two ports), keep-alive latency, a POST without a length, what
+# /v1/model discloses, a decode bomb, control and non-UTF-8 bytes in bodies and part names (escaped \xNN in the
+# error) ---
+foreach(case non-utf8 pipelining slow-clients port-in-use port-zero keep-alive no-length model-info decode-bomb
+        dicom-node dicom-nesting slow-bodies page-policy bad-bytes)
   add_test(NAME serve.attacks.${case} COMMAND ${VITPIPE_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/serve_attacks.py --case ${case})
   set_tests_properties(serve.attacks.${case} PROPERTIES ENVIRONMENT "${VITPIPE_TEST_ENV}" LABELS serve TIMEOUT 300
                        SKIP_RETURN_CODE 77)
