@@ -366,35 +366,27 @@ std::filesystem::path default_profile_cache() {
 namespace {
 
 nlohmann::json describe_request(const ProfileRequest& request) {
-  if (request.device == Device::cuda) {
-    return {{"model",
-             {{"hidden_size", request.config.hidden_size},
-              {"layers", request.config.num_hidden_layers},
-              {"image_size", request.config.image_size},
-              {"patch_size", request.config.patch_size},
-              {"labels", request.config.num_labels()}}},
-            {"precision", precision_name(request.precision)},
-            {"training", request.mode.describe()},
-            {"device", "cuda"},
-            {"gpu", request.gpu},
-            {"allow_tf32", request.allow_tf32},
-            {"corunning_ranks", request.corunning_ranks},
-            {"measured_together", request.measured_together}};
+  nlohmann::json describe = {{"model",
+                              {{"hidden_size", request.config.hidden_size},
+                               {"layers", request.config.num_hidden_layers},
+                               {"image_size", request.config.image_size},
+                               {"patch_size", request.config.patch_size},
+                               {"labels", request.config.num_labels()}}},
+                             {"precision", precision_name(request.precision)},
+                             {"training", request.mode.describe()},
+                             {"corunning_ranks", request.corunning_ranks},
+                             {"measured_together", request.measured_together}};
+  if (request.device == Device::cuda) {  // the GPU and its libraries, not the host's CPU, decide the times
+    describe["device"] = "cuda";
+    describe["gpu"] = request.gpu;
+    describe["allow_tf32"] = request.allow_tf32;
+  } else {
+    describe["device"] = "cpu";
+    describe["cpu"] = cpu::cpu_features().model;
+    describe["cpu_level"] = cpu::cpu_level_name(cpu::selected_cpu_level());
+    describe["threads"] = request.threads;
   }
-  return {{"model",
-           {{"hidden_size", request.config.hidden_size},
-            {"layers", request.config.num_hidden_layers},
-            {"image_size", request.config.image_size},
-            {"patch_size", request.config.patch_size},
-            {"labels", request.config.num_labels()}}},
-          {"precision", precision_name(request.precision)},
-          {"training", request.mode.describe()},
-          {"device", "cpu"},
-          {"cpu", cpu::cpu_features().model},
-          {"cpu_level", cpu::cpu_level_name(cpu::selected_cpu_level())},
-          {"threads", request.threads},
-          {"corunning_ranks", request.corunning_ranks},
-          {"measured_together", request.measured_together}};
+  return describe;
 }
 
 PassTimes* passes_of(ProfilePoint& p, int i) {
