@@ -260,16 +260,28 @@ bool has_dicom_preamble(const uint8_t* data, size_t size) {
   return size >= kPreambleBytes + 4 && std::memcmp(data + kPreambleBytes, "DICM", 4) == 0;
 }
 
-DicomFileIdentity read_dicom_file_identity(const uint8_t* data, size_t size, const std::string& name) {
-  VP_REQUIRE(has_dicom_preamble(data, size), name, ": not a DICOM file (no \"DICM\" after the 128-byte preamble)");
+namespace {
+
+// Refuses sequences nested too deep (DCMTK reads them by recursion), then reads the file meta information from
+// `stream`, which is left at the data set.
+OFCondition read_file_meta(const uint8_t* data, size_t size, const std::string& name, DicomMemoryStream& stream,
+                           DcmMetaInfo& meta) {
   initialise_dcmtk();
   check_dicom_nesting(data, size, kPreambleBytes + 4, {}, name, true);
-  DicomMemoryStream stream(data, size);
-  DcmFileFormat file;
-  DcmMetaInfo& meta = *file.getMetaInfo();
   meta.transferInit();
   const OFCondition status = meta.read(stream, EXS_Unknown, EGL_noChange, kDicomParseReadLimit);
   meta.transferEnd();
+  return status;
+}
+
+}  // namespace
+
+DicomFileIdentity read_dicom_file_identity(const uint8_t* data, size_t size, const std::string& name) {
+  VP_REQUIRE(has_dicom_preamble(data, size), name, ": not a DICOM file (no \"DICM\" after the 128-byte preamble)");
+  DicomMemoryStream stream(data, size);
+  DcmFileFormat file;
+  DcmMetaInfo& meta = *file.getMetaInfo();
+  const OFCondition status = read_file_meta(data, size, name, stream, meta);
   VP_REQUIRE(status.good(), name, ": ", read_failure(file, size, status));
   DicomFileIdentity identity;
   for (auto [tag, out] : {std::pair{DCM_MediaStorageSOPClassUID, &identity.sop_class_uid},
@@ -285,14 +297,10 @@ DicomFileIdentity read_dicom_file_identity(const uint8_t* data, size_t size, con
 
 void check_dicom_file_nesting(const uint8_t* data, size_t size, const std::string& name) {
   if (!has_dicom_preamble(data, size)) return;
-  initialise_dcmtk();
-  check_dicom_nesting(data, size, kPreambleBytes + 4, {}, name, true);
   DicomMemoryStream stream(data, size);
   DcmFileFormat file;
   DcmMetaInfo& meta = *file.getMetaInfo();
-  meta.transferInit();
-  const OFCondition status = meta.read(stream, EXS_Unknown, EGL_noChange, kDicomParseReadLimit);
-  meta.transferEnd();
+  const OFCondition status = read_file_meta(data, size, name, stream, meta);
   if (status.bad()) return;
   OFString uid;
   meta.findAndGetOFString(DCM_TransferSyntaxUID, uid);
