@@ -17,7 +17,6 @@ What this cannot prove: real NCCL between GPUs.
 Usage: check_train_nccl_replicas_fakes.py --module M --fake-driver D --mpiexec MPIEXEC --case all-reduce|shard-optimizer|stages-x-replicas"""
 import argparse
 import glob
-import math
 import os
 import re
 import shutil
@@ -25,8 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_e2e"))
-import e2e_common as e2e  # noqa: E402
+from train_fakes_common import check, compare, finish, make_model_and_data
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--module", required=True)
@@ -59,52 +57,14 @@ env = {**os.environ, "VITPIPE_CUDA_MODULE": args.module, "FAKE_NCCL_REPORT": "1"
        "FAKE_CUDA_DEVICES": "4", "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1",
        "LD_LIBRARY_PATH": os.pathsep.join([os.path.dirname(args.fake_driver), os.environ.get("LD_LIBRARY_PATH", "")])}
-failures = []
-
-
-def check(condition, what):
-    print(("ok   " if condition else "FAIL ") + what)
-    if not condition:
-        failures.append(what)
-
-
 def nccl_calls(stderr):
     """Each process's fake NCCL call counts (one report line per process)."""
     return [{k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
             for line in re.findall(r"fake nccl calls:(.*)", stderr)]
 
 
-def losses(out):
-    found = []
-    for record in e2e.read_metrics(out):
-        if record.get("type") in ("train", "eval"):
-            found += [(record["type"], record["step"], k, v) for k, v in sorted(record.items())
-                      if "loss" in k and isinstance(v, (int, float))]
-    return found
-
-
-def compare(name, reference, run):
-    a, b = losses(reference), losses(run)
-    check(len(a) == len(b) and len(a) > 0 and all(x[:3] == y[:3] for x, y in zip(a, b)),
-          f"{name}: the same {len(a)} loss records")
-    worst = max((abs(x[3] - y[3]) / max(1e-6, abs(x[3])) for x, y in zip(a, b)), default=math.nan)
-    check(worst <= TOLERANCE, f"{name}: the losses agree (worst relative difference {worst:.2e})")
-    ta, _ = e2e.read_safetensors(os.path.join(reference, "model", "model.safetensors"))
-    tb, _ = e2e.read_safetensors(os.path.join(run, "model", "model.safetensors"))
-    if sorted(ta) != sorted(tb):
-        check(False, f"{name}: the exported models have the same tensor names")
-        return
-    d, where = e2e.max_relative_difference(ta, tb)
-    check(not math.isnan(d) and d <= TOLERANCE,
-          f"{name}: the exported model's {len(ta)} tensors agree (worst relative difference {d:.2e} in {where or '-'})")
-
-
 with tempfile.TemporaryDirectory() as tmp:
-    csv = e2e.make_blob_dataset(os.path.join(tmp, "data"), {"train": 24, "val": 8}, seed=3)
-    init = os.path.join(tmp, "init")
-    made = subprocess.run([VITPIPE, "init", "--preset", "vit-micro", "--labels", ",".join(e2e.BLOB_LABELS), "--seed",
-                           "1", "--out", init], env=env, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
+    csv, init = make_model_and_data(VITPIPE, tmp, env)
     common = ["train", "--model", init, "--data", "csv:" + csv, "--loader-threads", "1", "--threads", "1",
               "--batch-size", str(BATCH), "--micro-batch-size", str(MICRO), "--lr", "1e-3", "--max-steps",
               str(STEPS), "--optimizer", "adamw", "--device", "cuda"]
@@ -136,11 +96,9 @@ with tempfile.TemporaryDirectory() as tmp:
         check(sends == recvs and (sends >= training if stages > 1 else sends == 0),
               f"the stages' sends all received ({sends} sends, {recvs} recvs; {training} or more for training)")
     if one.returncode == 0 and two.returncode == 0:
-        compare(f"mpirun -np {processes} ({args.case}) vs one process", f"{tmp}/one", f"{tmp}/two")
+        compare(f"mpirun -np {processes} ({args.case}) vs one process", f"{tmp}/one", f"{tmp}/two", TOLERANCE)
 left = glob.glob(SEGMENTS)
 check(not left, f"no shared-memory segment left behind ({sorted(left)})")
 
-if failures:
-    print(f"{len(failures)} failed")
-    sys.exit(1)
+finish()
 print("all passed")

@@ -16,15 +16,13 @@ replicas over NCCL in a trainer run, across processes, are check_train_nccl_repl
 
 Usage: check_train_nccl_stages_fakes.py --module M --fake-driver D --case 1f1b|interleaved|zb-h1|gpipe"""
 import argparse
-import math
 import os
 import re
 import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_e2e"))
-import e2e_common as e2e  # noqa: E402
+from train_fakes_common import check, compare, finish, make_model_and_data
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--module", required=True)
@@ -43,15 +41,6 @@ CPU_TENSOR_TOLERANCE = 1e-3
 STEPS, BATCH, MICRO = 3, 8, 2
 env = {**os.environ, "VITPIPE_CUDA_MODULE": args.module, "FAKE_NCCL_REPORT": "1", "OMP_NUM_THREADS": "2",
        "LD_LIBRARY_PATH": os.pathsep.join([os.path.dirname(args.fake_driver), os.environ.get("LD_LIBRARY_PATH", "")])}
-failures = []
-
-
-def check(condition, what):
-    print(("ok   " if condition else "FAIL ") + what)
-    if not condition:
-        failures.append(what)
-
-
 def train(out, *flags):
     result = subprocess.run([VITPIPE, "train", *common, "--output-dir", out, *flags], env=env, capture_output=True,
                             text=True, timeout=120)
@@ -60,37 +49,8 @@ def train(out, *flags):
     return result, counts
 
 
-def losses(out):
-    found = []
-    for record in e2e.read_metrics(out):
-        if record.get("type") in ("train", "eval"):
-            found += [(record["type"], record["step"], k, v) for k, v in sorted(record.items())
-                      if "loss" in k and isinstance(v, (int, float))]
-    return found
-
-
-def compare(name, reference, run, tensor_tolerance=TOLERANCE):
-    a, b = losses(reference), losses(run)
-    check(len(a) == len(b) and len(a) > 0 and all(x[:3] == y[:3] for x, y in zip(a, b)),
-          f"{name}: the same {len(a)} loss records")
-    worst = max((abs(x[3] - y[3]) / max(1e-6, abs(x[3])) for x, y in zip(a, b)), default=math.nan)
-    check(worst <= TOLERANCE, f"{name}: the losses agree (worst relative difference {worst:.2e})")
-    ta, _ = e2e.read_safetensors(os.path.join(reference, "model", "model.safetensors"))
-    tb, _ = e2e.read_safetensors(os.path.join(run, "model", "model.safetensors"))
-    if sorted(ta) != sorted(tb):
-        check(False, f"{name}: the exported models have the same tensor names")
-        return
-    d, where = e2e.max_relative_difference(ta, tb)
-    check(not math.isnan(d) and d <= tensor_tolerance,
-          f"{name}: the exported model's {len(ta)} tensors agree (worst relative difference {d:.2e} in {where or '-'})")
-
-
 with tempfile.TemporaryDirectory() as tmp:
-    csv = e2e.make_blob_dataset(os.path.join(tmp, "data"), {"train": 24, "val": 8}, seed=3)
-    init = os.path.join(tmp, "init")
-    made = subprocess.run([VITPIPE, "init", "--preset", "vit-micro", "--labels", ",".join(e2e.BLOB_LABELS), "--seed",
-                           "1", "--out", init], env=env, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
+    csv, init = make_model_and_data(VITPIPE, tmp, env)
     common = ["--model", init, "--data", "csv:" + csv, "--loader-threads", "1", "--threads", "1", "--batch-size",
               str(BATCH), "--micro-batch-size", str(MICRO), "--lr", "1e-3", "--max-steps", str(STEPS), "--optimizer",
               "adamw"]
@@ -117,10 +77,9 @@ with tempfile.TemporaryDirectory() as tmp:
           f"over {boundaries} boundary(ies) plus evaluation's forward ones, ncclSend={sends} ncclRecv={recvs}")
     check(two_calls.get("ncclCommInitRank", 0) == 2, "one communicator for the pipeline, one rank per stage")
     if all(r.returncode == 0 for r in (cpu, one, two)):
-        compare(f"{args.case} vs one stage on the fakes", f"{tmp}/one", f"{tmp}/two")
-        compare(f"{args.case} vs one stage on the CPU", f"{tmp}/cpu", f"{tmp}/two", CPU_TENSOR_TOLERANCE)
+        compare(f"{args.case} vs one stage on the fakes", f"{tmp}/one", f"{tmp}/two", TOLERANCE)
+        compare(f"{args.case} vs one stage on the CPU", f"{tmp}/cpu", f"{tmp}/two", TOLERANCE,
+                CPU_TENSOR_TOLERANCE)
 
-if failures:
-    print(f"{len(failures)} failed")
-    sys.exit(1)
+finish()
 print("all passed")
