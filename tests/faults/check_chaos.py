@@ -57,6 +57,15 @@ def state_of(out):
             for name in ("model.safetensors", "optimizer.safetensors")}
 
 
+def running(pid):
+    """Whether `pid` still runs: not exited, and not a zombie waiting for its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
 # The uninterrupted run.
 reference = os.path.join(root, "reference")
 started = time.monotonic()
@@ -83,7 +92,9 @@ for run in range(args.runs):
         while process.poll() is None and (time.monotonic() - start < delay or len(pids) < 4):
             pids = e2e.rank_pids(process.pid)
             time.sleep(0.005)
-        killed = process.poll() is None and rank in pids
+        # A rank already exited (a zombie until mpirun reaps it) ignores the kill, and the job ends 0: finished before
+        # its kill, as when mpirun itself is done (run 0 of one CI run: killed "after 0.8 s" of a 0.9 s run).
+        killed = process.poll() is None and rank in pids and running(pids[rank])
         if killed:
             break
         process.communicate()
